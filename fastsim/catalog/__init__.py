@@ -1,0 +1,355 @@
+"""The catalog: GPUs, precisions, models and scenarios (SPEC sections 2 and 9).
+
+Entries are frozen dataclasses loaded from TOML files shipped inside the package. A user file
+(TOML or JSON, same layout) adds entries or overrides fields of existing ones; a model can also be
+loaded from a Hugging Face ``config.json`` on disk.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Mapping
+
+from ..errors import FastsimInputError
+
+__all__ = [
+    "GPU", "Precision", "Model", "LengthDist", "Scenario", "Catalog",
+    "load_catalog", "default_catalog", "model_from_hf_config",
+]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator.
+
+    Attributes
+    ----------
+    name : str
+    peak_flops_per_s : dict[str, float]
+        Dense tensor-core peak in FLOP/s per precision key (``"bf16"``, ``"fp8"``).
+    hbm_bw_bytes_per_s, hbm_bytes : float
+        HBM bandwidth (bytes/s) and capacity (bytes).
+    nvlink_bw_bytes_per_s : float
+        NVLink bandwidth per GPU, one direction (bytes/s).
+    network_bw_bytes_per_s : float
+        Scale-out bandwidth per GPU used for KV transfer between disaggregated instances (bytes/s).
+    price_usd_per_hour, power_w : float
+    source : str
+        Datasheet the figures come from.
+    """
+
+    name: str
+    peak_flops_per_s: Mapping[str, float]
+    hbm_bw_bytes_per_s: float
+    hbm_bytes: float
+    nvlink_bw_bytes_per_s: float
+    network_bw_bytes_per_s: float
+    price_usd_per_hour: float
+    power_w: float
+    description: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A numeric format for weights and KV cache (bytes per element) and the peak it runs at."""
+
+    name: str
+    weight_bytes: float
+    kv_bytes: float
+    flops_key: str
+
+
+@dataclass(frozen=True)
+class Model:
+    """A dense decoder-only transformer (Llama layout: GQA attention, gated MLP).
+
+    Parameter counts follow the Llama architecture: per layer q/o projections
+    ``2 hidden heads head_dim``, k/v projections ``2 hidden kv_heads head_dim``, gated MLP
+    ``3 hidden ffn`` and two RMSNorms; plus input embedding, LM head (unless tied) and final norm.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool = False
+    max_context_tokens: int = 131072
+
+    @property
+    def layer_params(self) -> float:
+        attn = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
+        return float(attn + 3 * self.hidden * self.ffn + 2 * self.hidden)
+
+    @property
+    def total_params(self) -> float:
+        """All parameters (float, count): occupies memory (SPEC §2: 70B -> 70.55e9)."""
+        emb = self.vocab * self.hidden
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.layers * self.layer_params + emb + head + self.hidden
+
+    @property
+    def matmul_params(self) -> float:
+        """Parameters read per forward pass: total minus the input embedding (SPEC §2).
+
+        With tied embeddings the shared matrix is read once, as the LM head.
+        """
+        if self.tied_embeddings:
+            return self.total_params
+        return self.total_params - self.vocab * self.hidden
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads held by one GPU under TP: ``max(kv_heads // tp, 1)`` (replicated when TP > KV heads)."""
+        return max(self.kv_heads // tp, 1)
+
+    def kv_bytes_per_token(self, kv_bytes: float) -> float:
+        """KV bytes per token, whole model: ``2 x layers x kv_heads x head_dim x kv_bytes`` (SPEC §2)."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bytes
+
+    def kv_bytes_per_token_per_gpu(self, kv_bytes: float, tp: int) -> float:
+        """KV bytes per token held on one GPU under TP (heads replicated, not split, past kv_heads)."""
+        return 2.0 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * kv_bytes
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: ``lognormal`` (mean, sigma of the underlying normal) or ``fixed``."""
+
+    kind: str
+    mean: float
+    sigma: float = 0.0
+
+    @property
+    def mu(self) -> float:
+        """Location of the underlying normal: ``ln(mean) - sigma^2 / 2``."""
+        return math.log(self.mean) - self.sigma ** 2 / 2.0
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile in tokens (lecture exercise 5: mean 8000, sigma 0.8 -> P90 16,195)."""
+        if self.kind == "fixed":
+            return float(self.mean)
+        from scipy.stats import norm
+        return math.exp(self.mu + norm.ppf(q) * self.sigma)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A workload with its SLOs: model, length distributions, P90 TTFT and TPOT targets, rate."""
+
+    name: str
+    model: str
+    prompt: LengthDist
+    output: LengthDist
+    ttft_s: float
+    tpot_s: float
+    rate_req_per_s: float
+
+
+def _norm(name: str) -> str:
+    return str(name).strip().lower()
+
+
+@dataclass
+class Catalog:
+    """Named GPUs, precisions, models and scenarios; lookups are case-insensitive."""
+
+    gpus: dict = field(default_factory=dict)
+    precisions: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
+    scenarios: dict = field(default_factory=dict)
+
+    def _get(self, table: dict, kind: str, name: str):
+        key = _norm(name)
+        for k, v in table.items():
+            if _norm(k) == key:
+                return v
+        raise FastsimInputError(kind, name, "one of " + ", ".join(sorted(table)))
+
+    def gpu(self, name: str) -> GPU:
+        """Look up a GPU by name; raises :class:`FastsimInputError` naming the known ones."""
+        return self._get(self.gpus, "gpu", name)
+
+    def precision(self, name: str) -> Precision:
+        """Look up a precision (``BF16``, ``FP8``)."""
+        return self._get(self.precisions, "precision", name)
+
+    def model(self, name_or_path: str) -> Model:
+        """Look up a model by name, or load it from a Hugging Face ``config.json`` path."""
+        if os.path.sep in str(name_or_path) or str(name_or_path).endswith(".json"):
+            return model_from_hf_config(name_or_path)
+        return self._get(self.models, "model", name_or_path)
+
+    def scenario(self, name: str) -> Scenario:
+        """Look up a built-in or user scenario."""
+        return self._get(self.scenarios, "scenario", name)
+
+    def with_prices(self, prices_usd_per_hour: Mapping[str, float]) -> "Catalog":
+        """A copy with some GPU prices replaced (what-if studies)."""
+        new = dataclasses.replace(self, gpus=dict(self.gpus))
+        for name, price in prices_usd_per_hour.items():
+            g = self.gpu(name)
+            new.gpus[g.name] = dataclasses.replace(g, price_usd_per_hour=float(price))
+        return new
+
+
+_GPU_KEYS = {f.name for f in dataclasses.fields(GPU)} - {"name"}
+_MODEL_KEYS = {f.name for f in dataclasses.fields(Model)} - {"name"}
+_PREC_KEYS = {f.name for f in dataclasses.fields(Precision)} - {"name"}
+
+
+def _read_table(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise FastsimInputError("catalog file", path, f"a readable TOML or JSON file ({exc.strerror})") from None
+    try:
+        if str(path).endswith(".json"):
+            return json.loads(raw)
+        return tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FastsimInputError("catalog file", path, f"valid TOML/JSON ({exc})") from None
+
+
+def _merge(table: dict, entries: dict, factory, keys: set, kind: str, source: str) -> None:
+    for name, fields_ in entries.items():
+        if not isinstance(fields_, dict):
+            raise FastsimInputError(f"{kind}.{name}", fields_, "a table of fields")
+        unknown = set(fields_) - keys
+        if unknown:
+            raise FastsimInputError(f"{kind}.{name}", sorted(unknown), "fields among " + ", ".join(sorted(keys)))
+        existing = next((v for k, v in table.items() if _norm(k) == _norm(name)), None)
+        if existing is not None:
+            table[existing.name] = dataclasses.replace(existing, **fields_)
+        else:
+            try:
+                table[name] = factory(name=name, **fields_)
+            except TypeError as exc:
+                raise FastsimInputError(f"{kind}.{name} in {source}", fields_, f"all required fields ({exc})") from None
+
+
+def _scenario(name: str, d: dict) -> Scenario:
+    def dist(key):
+        v = d[key]
+        return LengthDist(kind=v.get("kind", "lognormal"), mean=float(v["mean"]), sigma=float(v.get("sigma", 0.0)))
+    try:
+        return Scenario(name=name, model=d["model"], prompt=dist("prompt"), output=dist("output"),
+                        ttft_s=float(d["ttft_s"]), tpot_s=float(d["tpot_s"]),
+                        rate_req_per_s=float(d["rate_req_per_s"]))
+    except KeyError as exc:
+        raise FastsimInputError(f"scenario.{name}", d, f"a table with key {exc}") from None
+
+
+def _data(name: str) -> dict:
+    return tomllib.loads(resources.files(__package__).joinpath("data", name).read_text("utf-8"))
+
+
+def load_catalog(user_files=()) -> Catalog:
+    """Load the built-in catalog, then apply user files in order.
+
+    Parameters
+    ----------
+    user_files : sequence of str
+        TOML or JSON files with any of the top-level tables ``gpus``, ``precisions``, ``models``,
+        ``scenarios``; each entry adds a new item or overrides fields of an existing one.
+
+    Returns
+    -------
+    Catalog
+
+    Raises
+    ------
+    FastsimInputError
+        A missing or malformed file, or an unknown field.
+    """
+    cat = Catalog()
+    _merge(cat.gpus, _data("gpus.toml"), GPU, _GPU_KEYS, "gpu", "built-in")
+    _merge(cat.precisions, _data("precisions.toml"), Precision, _PREC_KEYS, "precision", "built-in")
+    _merge(cat.models, _data("models.toml"), Model, _MODEL_KEYS, "model", "built-in")
+    for name, d in _data("scenarios.toml").items():
+        cat.scenarios[name] = _scenario(name, d)
+    for path in user_files:
+        t = _read_table(path)
+        unknown = set(t) - {"gpus", "precisions", "models", "scenarios"}
+        if unknown:
+            raise FastsimInputError(f"catalog file {path}", sorted(unknown), "tables gpus, precisions, models, scenarios")
+        _merge(cat.gpus, t.get("gpus", {}), GPU, _GPU_KEYS, "gpu", path)
+        _merge(cat.precisions, t.get("precisions", {}), Precision, _PREC_KEYS, "precision", path)
+        _merge(cat.models, t.get("models", {}), Model, _MODEL_KEYS, "model", path)
+        for name, d in t.get("scenarios", {}).items():
+            cat.scenarios[name] = _scenario(name, d)
+    return cat
+
+
+_DEFAULT: Catalog | None = None
+
+
+def default_catalog() -> Catalog:
+    """The built-in catalog, loaded once."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = load_catalog()
+    return _DEFAULT
+
+
+_HF_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+def model_from_hf_config(path: str, name: str | None = None) -> Model:
+    """Load a model from a Hugging Face ``config.json`` on disk.
+
+    Reads ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+    ``num_key_value_heads`` (GQA; defaults to the attention heads), ``head_dim`` (when given; else
+    ``hidden_size / num_attention_heads``), ``intermediate_size``, ``vocab_size``,
+    ``tie_word_embeddings`` and ``max_position_embeddings``.
+
+    Raises
+    ------
+    FastsimInputError
+        The file is missing or not JSON, or a required key is missing or not a positive integer.
+    """
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except FileNotFoundError:
+        raise FastsimInputError("model", path, "a model name or an existing config.json file") from None
+    except (OSError, ValueError) as exc:
+        raise FastsimInputError("model config", path, f"a readable JSON file ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise FastsimInputError("model config", path, "a JSON object")
+    if "text_config" in cfg and "num_hidden_layers" not in cfg:
+        cfg = cfg["text_config"]
+    for key in _HF_REQUIRED:
+        if key not in cfg:
+            raise FastsimInputError(f"{path}: {key}", None, f"required key {key} (a positive integer)")
+    def pos_int(key, default=None):
+        v = cfg.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise FastsimInputError(f"{path}: {key}", v, "a positive integer")
+        return v
+    heads = pos_int("num_attention_heads")
+    hidden = pos_int("hidden_size")
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise FastsimInputError(f"{path}: head_dim", None, "head_dim, or hidden_size divisible by num_attention_heads")
+        head_dim = hidden // heads
+    else:
+        head_dim = pos_int("head_dim")
+    label = name or os.path.basename(os.path.dirname(os.path.abspath(path))) or "custom"
+    return Model(
+        name=label, layers=pos_int("num_hidden_layers"), hidden=hidden, heads=heads,
+        kv_heads=pos_int("num_key_value_heads", heads), head_dim=head_dim,
+        ffn=pos_int("intermediate_size"), vocab=pos_int("vocab_size"),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        max_context_tokens=pos_int("max_position_embeddings", 131072),
+    )

@@ -1,0 +1,48 @@
+"""Errors raised for bad input.
+
+Every error names the field, the value it got and what is allowed, so the command line can print
+it on one line and exit with status 2.
+"""
+from __future__ import annotations
+
+
+class FastsimInputError(ValueError):
+    """Bad input: names the field, the value and what is allowed.
+
+    Parameters
+    ----------
+    field : str
+        The name of the offending field (a CLI flag, a config key, a file and line).
+    value : object
+        The value that was given.
+    allowed : str
+        What would have been accepted.
+    """
+
+    def __init__(self, field: str, value: object, allowed: str):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+
+
+def require_positive(field: str, value: float) -> float:
+    """Return ``float(value)`` or raise :class:`FastsimInputError` unless it is finite and > 0."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise FastsimInputError(field, value, "a positive number") from None
+    if not (v > 0.0) or v == float("inf"):
+        raise FastsimInputError(field, value, "a finite number > 0")
+    return v
+
+
+def require_tp(field: str, value: int) -> int:
+    """Return ``int(value)`` or raise unless it is a power of two between 1 and 64."""
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise FastsimInputError(field, value, "a power of two from 1 to 64") from None
+    if v != value or v < 1 or v > 64 or (v & (v - 1)) != 0:
+        raise FastsimInputError(field, value, "a power of two from 1 to 64")
+    return v
