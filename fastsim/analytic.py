@@ -1,0 +1,374 @@
+"""The analytic screen over the full configuration grid (SPEC section 5; lecture §2.2).
+
+The grid is GPU x precision x TP x mode {colocated, disaggregated}. Per configuration a jitted kernel
+(:func:`fastsim._analytic_nb.screen_grid_nb`) computes, on arrays:
+
+* decode instance: KV reserved for P + O per request, ``b <= KV tokens / (mean P + mean O)``; the
+  largest b with ``step(b) <= 0.85 x TPOT``; throughput ``b / (step x mean O)``;
+* prefill instance: M/D/1 queue, ``W = rho S_b / (2 (1 - rho))``, ``P90 TTFT ~ S + 2.3 W`` with S the
+  step of the latency-quantile prompt and S_b that of the mean prompt; the largest rho meeting the
+  TTFT target after the KV transfer (lecture exercise 4);
+* colocated instance: each step carries b decodes and a chunk of c prompt tokens,
+  ``c in {256, 512, 1024, 2048}``; ``step <= 0.85 x TPOT`` and ``ceil(P / c) x step <= TTFT / 2``;
+  throughput ``min(b / O, c / P) / step`` maximised over b and c (Sarathi-Serve chunked prefill,
+  Agrawal et al., OSDI 2024);
+* disaggregated: DistServe's Algorithm 1 (Zhong et al., OSDI 2024): prefill and decode each pick
+  the TP with the highest per-GPU throughput, then each side is replicated to cover the rate.
+
+In every step the b decodes read ``b x (mean P + mean O / 2)`` tokens of KV. Latency checks use the
+latency quantile (P90 by default) of the length distributions, never the mean (lecture §2.3,
+lesson one). Instances are whole: each plan reports its integer cost and its efficiency cost.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from . import _analytic_nb as K
+from .catalog import Catalog, Model, Scenario, default_catalog
+from .errors import FastsimInputError, require_positive, require_tp
+from .stepmodel import StepConstants, step_params
+
+__all__ = ["Demand", "ScreenOptions", "Plan", "screen", "cost_usd_per_million_output_tokens",
+           "instances_needed"]
+
+_REASONS = {K.OK: "", K.NO_FIT: "weights + one request's KV do not fit in memory",
+            K.TPOT_UNREACHABLE: "no batch meets the TPOT target",
+            K.TTFT_UNREACHABLE: "the latency-quantile prompt cannot be prefilled within the TTFT target"}
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a deployment must serve: rate, SLOs and the length statistics the screen uses.
+
+    Attributes
+    ----------
+    rate_req_per_s : float
+        Target request rate (req/s).
+    ttft_s, tpot_s : float
+        P90 targets (s).
+    mean_prompt_tokens, mean_output_tokens : float
+        Means of the length distributions (throughput, KV per step).
+    latency_prompt_tokens, latency_output_tokens : float
+        Lengths used for the latency checks: the P90 by default (lecture §2.3, lesson one).
+    max_context_tokens : float
+        Requests longer than this (P + O) cannot be served (reported, not truncated).
+    """
+
+    rate_req_per_s: float
+    ttft_s: float
+    tpot_s: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    latency_prompt_tokens: float
+    latency_output_tokens: float
+
+    def __post_init__(self):
+        for name in ("rate_req_per_s", "ttft_s", "tpot_s", "mean_prompt_tokens", "mean_output_tokens",
+                     "latency_prompt_tokens", "latency_output_tokens"):
+            require_positive(name, getattr(self, name))
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario, *, rate_req_per_s=None, ttft_s=None, tpot_s=None,
+                      latency_quantile: float | None = 0.9) -> "Demand":
+        """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one)."""
+        q = latency_quantile
+        return cls(
+            rate_req_per_s=float(rate_req_per_s if rate_req_per_s is not None else scenario.rate_req_per_s),
+            ttft_s=float(ttft_s if ttft_s is not None else scenario.ttft_s),
+            tpot_s=float(tpot_s if tpot_s is not None else scenario.tpot_s),
+            mean_prompt_tokens=scenario.prompt.mean, mean_output_tokens=scenario.output.mean,
+            latency_prompt_tokens=scenario.prompt.mean if q is None else scenario.prompt.quantile(q),
+            latency_output_tokens=scenario.output.mean if q is None else scenario.output.quantile(q),
+        )
+
+    @classmethod
+    def from_lengths(cls, prompt_tokens, output_tokens, *, rate_req_per_s, ttft_s, tpot_s,
+                     latency_quantile: float | None = 0.9) -> "Demand":
+        """Demand from empirical lengths (a trace): means and quantiles taken from the data itself."""
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        o = np.asarray(output_tokens, dtype=np.float64)
+        if p.size == 0:
+            raise FastsimInputError("prompt_tokens", "[]", "at least one request")
+        q = latency_quantile
+        return cls(rate_req_per_s=float(rate_req_per_s), ttft_s=float(ttft_s), tpot_s=float(tpot_s),
+                   mean_prompt_tokens=float(p.mean()), mean_output_tokens=float(o.mean()),
+                   latency_prompt_tokens=float(p.mean() if q is None else np.quantile(p, q)),
+                   latency_output_tokens=float(o.mean() if q is None else np.quantile(o, q)))
+
+
+@dataclass(frozen=True)
+class ScreenOptions:
+    """The grid and the screen's constants.
+
+    Attributes
+    ----------
+    gpus, precisions : tuple of str or None
+        Catalog names; ``None`` means all entries of the catalog.
+    tps : tuple of int
+        Tensor-parallel degrees (powers of two).
+    modes : tuple of str
+        ``"colocated"`` and/or ``"disaggregated"``.
+    chunk_tokens : tuple of int
+        Chunk sizes tried for colocated instances.
+    tpot_margin : float
+        A step must take at most ``tpot_margin x TPOT`` (0.85: 15% for length spread and the tail).
+    ttft_tail : float
+        P90 wait ~ ``ttft_tail x W`` (2.3 ~ ln 10).
+    constants : StepConstants
+    """
+
+    gpus: tuple | None = None
+    precisions: tuple | None = None
+    tps: tuple = (1, 2, 4, 8)
+    modes: tuple = ("colocated", "disaggregated")
+    chunk_tokens: tuple = (256, 512, 1024, 2048)
+    tpot_margin: float = 0.85
+    ttft_tail: float = 2.3
+    constants: StepConstants = field(default_factory=StepConstants)
+
+    def __post_init__(self):
+        for t in self.tps:
+            require_tp("tp", t)
+        if not self.tps:
+            raise FastsimInputError("tps", self.tps, "at least one power of two")
+        for m in self.modes:
+            if m not in ("colocated", "disaggregated"):
+                raise FastsimInputError("mode", m, "colocated or disaggregated")
+        for c in self.chunk_tokens:
+            if int(c) != c or c < 1:
+                raise FastsimInputError("chunk_tokens", c, "positive integers")
+        if not (0 < self.tpot_margin <= 1):
+            raise FastsimInputError("tpot_margin", self.tpot_margin, "a fraction in (0, 1]")
+        require_positive("ttft_tail", self.ttft_tail)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One deployment: what to buy and how to run it.
+
+    For a colocated plan ``tp``/``instances`` describe the instances; for a disaggregated plan
+    ``prefill_tp``/``prefill_instances`` and ``decode_tp``/``decode_instances`` do (``tp`` and
+    ``instances`` then repeat the decode side). Capacities in req/s, costs in US dollars per
+    million output tokens.
+    """
+
+    model: str
+    gpu: str
+    precision: str
+    mode: str
+    tp: int
+    instances: int
+    prefill_tp: int = 0
+    prefill_instances: int = 0
+    decode_tp: int = 0
+    decode_instances: int = 0
+    chunk_tokens: int = 0
+    batch: int = 0
+    instance_capacity_req_per_s: float = 0.0
+    prefill_capacity_req_per_s: float = 0.0
+    decode_capacity_req_per_s: float = 0.0
+    price_usd_per_gpu_hour: float = 0.0
+
+    @property
+    def gpus(self) -> int:
+        """Total GPUs of the plan."""
+        if self.mode == "disaggregated":
+            return self.prefill_tp * self.prefill_instances + self.decode_tp * self.decode_instances
+        return self.tp * self.instances
+
+    @property
+    def capacity_req_per_s(self) -> float:
+        """Analytic capacity of the whole plan (req/s)."""
+        if self.mode == "disaggregated":
+            return min(self.prefill_instances * self.prefill_capacity_req_per_s,
+                       self.decode_instances * self.decode_capacity_req_per_s)
+        return self.instances * self.instance_capacity_req_per_s
+
+    @property
+    def price_usd_per_hour(self) -> float:
+        """What the plan's GPUs cost per hour."""
+        return self.gpus * self.price_usd_per_gpu_hour
+
+    def with_instances(self, instances=None, prefill_instances=None, decode_instances=None) -> "Plan":
+        """A copy with other instance counts (repair)."""
+        if self.mode == "disaggregated":
+            d = self.decode_instances if decode_instances is None else int(decode_instances)
+            return replace(self, prefill_instances=self.prefill_instances if prefill_instances is None
+                           else int(prefill_instances), decode_instances=d, instances=d)
+        return replace(self, instances=self.instances if instances is None else int(instances))
+
+    def describe(self) -> str:
+        """A short human label, e.g. ``2 x B200 FP8 colocated TP1 x 2``."""
+        if self.mode == "disaggregated":
+            return (f"{self.gpus} x {self.gpu} {self.precision} disaggregated: "
+                    f"prefill TP{self.prefill_tp} x {self.prefill_instances} + decode TP{self.decode_tp} x {self.decode_instances}")
+        return f"{self.gpus} x {self.gpu} {self.precision} colocated TP{self.tp} x {self.instances}"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["gpus"] = self.gpus
+        d["capacity_req_per_s"] = self.capacity_req_per_s
+        return d
+
+
+def cost_usd_per_million_output_tokens(gpus, price_usd_per_gpu_hour, rate_req_per_s, mean_output_tokens):
+    """Cost per million output tokens (SPEC §1; lecture exercise 2).
+
+    ``gpus x price / (rate x mean O x 3600) x 1e6``; broadcasts over arrays.
+
+    Examples
+    --------
+    >>> round(cost_usd_per_million_output_tokens(2, 4.0, 20, 250), 3)
+    0.444
+    """
+    return np.asarray(gpus, dtype=np.float64) * price_usd_per_gpu_hour / (
+        np.asarray(rate_req_per_s, dtype=np.float64) * mean_output_tokens * 3600.0) * 1e6
+
+
+def instances_needed(rate_req_per_s, capacity_req_per_s):
+    """Whole instances to carry a rate: ``ceil(rate / capacity)`` (lecture exercise 6: 20 / 16.2 -> 2).
+
+    A relative tolerance of 1e-9 keeps 20 / 10 from rounding up to 3; capacity <= 0 gives 0 (infeasible).
+    """
+    cap = np.asarray(capacity_req_per_s, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.ceil(np.asarray(rate_req_per_s, dtype=np.float64) / cap * (1.0 - 1e-9))
+    return np.where(cap > 0, np.maximum(n, 1.0), 0.0).astype(np.int64)
+
+
+def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
+    gpus = [catalog.gpu(g) for g in (options.gpus or list(catalog.gpus))]
+    precs = [catalog.precision(p) for p in (options.precisions or list(catalog.precisions))]
+    rows = []
+    for g in gpus:
+        for pr in precs:
+            if pr.flops_key not in g.peak_flops_per_s:
+                continue
+            for tp in options.tps:
+                rows.append((g, pr, int(tp)))
+    params = np.stack([step_params(model, g, pr, tp, options.constants) for g, pr, tp in rows]) \
+        if rows else np.empty((0, 16))
+    return rows, np.ascontiguousarray(params)
+
+
+def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
+           options: ScreenOptions = ScreenOptions()) -> pd.DataFrame:
+    """Evaluate the whole grid analytically and rank it by integer cost.
+
+    Parameters
+    ----------
+    model : Model or str
+        A model or a catalog name / ``config.json`` path.
+    demand : Demand
+        Rate, SLOs and length statistics.
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    options : ScreenOptions
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per grid point (colocated: one per GPU x precision x TP; disaggregated: one per
+        GPU x precision, TPs chosen per DistServe), sorted feasible first, then by integer cost,
+        efficiency cost and GPU count. Columns: ``gpu, precision, mode, tp, instances, prefill_tp,
+        prefill_instances, decode_tp, decode_instances, gpus, chunk_tokens, batch,
+        instance_capacity_req_per_s, capacity_req_per_s, usd_per_million_output_tokens,
+        efficiency_usd_per_million_output_tokens, feasible, reason, plan`` (a :class:`Plan`, or
+        None when infeasible). Infeasible points are rows with ``feasible=False`` and a reason,
+        never exceptions.
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names in the grid or the model.
+    """
+    catalog = catalog or default_catalog()
+    if isinstance(model, str):
+        model = catalog.model(model)
+    rows, params = _grid_arrays(model, catalog, options)
+    n = len(rows)
+    f8 = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
+    i8 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+    status, col_status = i8(), i8()
+    dec_cap, dec_b, dec_step = f8(), i8(), f8()
+    pre_cap, pre_rho, pre_s = f8(), f8(), f8()
+    col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
+    dm = np.array([demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
+                   demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
+                   options.ttft_tail], dtype=np.float64)
+    if n:
+        K.screen_grid_nb(params, params[:, 6].copy(), params[:, 7].copy(), params[:, 14].copy(),
+                         params[:, 5].copy(), params[:, 15].copy(), dm,
+                         np.asarray(options.chunk_tokens, dtype=np.float64),
+                         status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
+                         col_status, col_cap, col_b, col_c, col_step)
+    rate, mean_o = demand.rate_req_per_s, demand.mean_output_tokens
+    out = []
+    if "colocated" in options.modes:
+        inst = instances_needed(rate, col_cap)
+        for i, (g, pr, tp) in enumerate(rows):
+            ok = col_status[i] == K.OK
+            plan = Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=tp,
+                        instances=int(inst[i]), chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
+                        instance_capacity_req_per_s=float(col_cap[i]),
+                        price_usd_per_gpu_hour=g.price_usd_per_hour) if ok else None
+            out.append(dict(
+                gpu=g.name, precision=pr.name, mode="colocated", tp=tp, instances=int(inst[i]) if ok else 0,
+                prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0,
+                gpus=plan.gpus if ok else 0, chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
+                instance_capacity_req_per_s=float(col_cap[i]),
+                capacity_req_per_s=plan.capacity_req_per_s if ok else 0.0,
+                usd_per_million_output_tokens=float(cost_usd_per_million_output_tokens(
+                    plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
+                efficiency_usd_per_million_output_tokens=float(tp * g.price_usd_per_hour / (
+                    col_cap[i] * mean_o * 3600.0) * 1e6) if ok else np.inf,
+                feasible=bool(ok), reason=_REASONS[int(col_status[i])], plan=plan))
+    if "disaggregated" in options.modes:
+        groups: dict = {}
+        for i, (g, pr, tp) in enumerate(rows):
+            groups.setdefault((g.name, pr.name), []).append(i)
+        for (gname, pname), idx in groups.items():
+            g = catalog.gpu(gname)
+            idx = np.asarray(idx)
+            tps = np.array([rows[i][2] for i in idx], dtype=np.float64)
+            # DistServe Algorithm 1: each side picks the TP with the highest per-GPU throughput
+            per_gpu_p = pre_cap[idx] / tps
+            per_gpu_d = dec_cap[idx] / tps
+            ip, idd = idx[int(np.argmax(per_gpu_p))], idx[int(np.argmax(per_gpu_d))]
+            ok = pre_cap[ip] > 0 and dec_cap[idd] > 0
+            reason = ""
+            if not ok:
+                reason = ("prefill: " + (_REASONS[int(status[ip])] or "the TTFT target leaves no room for queueing")
+                          if pre_cap[ip] <= 0 else "decode: " + (_REASONS[int(status[idd])] or _REASONS[K.TPOT_UNREACHABLE]))
+            n_p = int(instances_needed(rate, pre_cap[ip])) if ok else 0
+            n_d = int(instances_needed(rate, dec_cap[idd])) if ok else 0
+            tp_p, tp_d = rows[ip][2], rows[idd][2]
+            plan = Plan(model=model.name, gpu=gname, precision=pname, mode="disaggregated", tp=tp_d,
+                        instances=n_d, prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d,
+                        decode_instances=n_d, batch=int(dec_b[idd]),
+                        prefill_capacity_req_per_s=float(pre_cap[ip]),
+                        decode_capacity_req_per_s=float(dec_cap[idd]),
+                        instance_capacity_req_per_s=float(dec_cap[idd]),
+                        price_usd_per_gpu_hour=g.price_usd_per_hour) if ok else None
+            eff = (tp_p / pre_cap[ip] + tp_d / dec_cap[idd]) * g.price_usd_per_hour / (mean_o * 3600.0) * 1e6 \
+                if ok else np.inf
+            out.append(dict(
+                gpu=gname, precision=pname, mode="disaggregated", tp=tp_d, instances=n_d,
+                prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
+                gpus=plan.gpus if ok else 0, chunk_tokens=0, batch=int(dec_b[idd]),
+                instance_capacity_req_per_s=float(dec_cap[idd]),
+                capacity_req_per_s=plan.capacity_req_per_s if ok else 0.0,
+                usd_per_million_output_tokens=float(cost_usd_per_million_output_tokens(
+                    plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
+                efficiency_usd_per_million_output_tokens=float(eff), feasible=bool(ok), reason=reason,
+                plan=plan))
+    df = pd.DataFrame(out)
+    if len(df):
+        df = df.sort_values(["feasible", "usd_per_million_output_tokens",
+                             "efficiency_usd_per_million_output_tokens", "gpus"],
+                            ascending=[False, True, True, True], kind="stable").reset_index(drop=True)
+    return df
