@@ -1,0 +1,198 @@
+"""The planner: analytic screen -> simulation -> repair -> ranking by verified cost (SPEC §5, §7).
+
+``plan_deployment`` screens the whole grid analytically, verifies the ``top_k`` cheapest feasible
+plans in the discrete-event simulator (several seeds of a synthetic workload with common random
+numbers, or a replay of a real trace), repairs the ones that fail by adding instances, and ranks the
+result by the verified integer cost.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .analytic import Demand, Plan, ScreenOptions, cost_usd_per_million_output_tokens, screen
+from .catalog import Catalog, Model, default_catalog
+from .errors import FastsimInputError, require_positive
+from .search import SLO, RepairResult, repair
+
+__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment"]
+
+
+@dataclass(frozen=True)
+class PlannedDeployment:
+    """One recommended plan with its analytic figures and its verification.
+
+    Attributes
+    ----------
+    analytic : Plan
+        The plan as the analytic screen sized it.
+    repair : RepairResult or None
+        Its simulation, repair and final plan (None when not verified).
+    analytic_usd_per_million_output_tokens, efficiency_usd_per_million_output_tokens : float
+    """
+
+    analytic: Plan
+    repair: RepairResult | None
+    analytic_usd_per_million_output_tokens: float
+    efficiency_usd_per_million_output_tokens: float
+    rate_req_per_s: float
+    mean_output_tokens: float
+
+    @property
+    def plan(self) -> Plan:
+        """The final plan (repaired when a repair was made)."""
+        return self.repair.plan if self.repair is not None else self.analytic
+
+    @property
+    def usd_per_million_output_tokens(self) -> float:
+        """Integer cost of the final plan at the target rate."""
+        p = self.plan
+        return float(cost_usd_per_million_output_tokens(p.gpus, p.price_usd_per_gpu_hour,
+                                                        self.rate_req_per_s, self.mean_output_tokens))
+
+    def to_dict(self) -> dict:
+        """The JSON object of ``fastsim plan --format json`` (seconds, US dollars)."""
+        p = self.plan
+        d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
+        if p.mode == "disaggregated":
+            d.update(prefill_tp=p.prefill_tp, decode_tp=p.decode_tp,
+                     prefill_instances=p.prefill_instances, decode_instances=p.decode_instances)
+        else:
+            d.update(tp=p.tp, instances=p.instances, chunk_tokens=p.chunk_tokens)
+        d.update(gpus=p.gpus, usd_per_million_output_tokens=self.usd_per_million_output_tokens,
+                 analytic_usd_per_million_output_tokens=self.analytic_usd_per_million_output_tokens,
+                 efficiency_usd_per_million_output_tokens=self.efficiency_usd_per_million_output_tokens,
+                 capacity_req_per_s=self.analytic.capacity_req_per_s,
+                 instance_capacity_req_per_s=(self.analytic.instance_capacity_req_per_s
+                                              if p.mode == "colocated" else None),
+                 price_usd_per_hour=p.price_usd_per_hour)
+        r = self.repair
+        if r is None:
+            d["verification"] = None
+        else:
+            v = r.verification
+            d["verification"] = {
+                "attainment": v.attainment, "ttft_p90_s": _finite(v.ttft_p90_s), "tpot_p90_s": _finite(v.tpot_p90_s),
+                "passed": r.passed, "overloaded": v.overloaded,
+                "repaired_from_instances": r.repaired_from_instances,
+                "instances_after_repair": (p.prefill_instances + p.decode_instances if p.mode == "disaggregated"
+                                           else p.instances),
+                "runs": v.runs, "measured_requests": v.measured, "rejected_requests": v.rejected,
+                "unrepairable_reason": r.reason or None,
+            }
+        return d
+
+
+def _finite(x):
+    return x if isinstance(x, float) and math.isfinite(x) else None
+
+
+@dataclass
+class PlanReport:
+    """What ``plan_deployment`` found.
+
+    Attributes
+    ----------
+    deployments : list of PlannedDeployment
+        Best first: passed plans by verified cost, then those that could not be repaired.
+    grid : pandas.DataFrame
+        The whole analytic screen (see :func:`fastsim.analytic.screen`).
+    demand : Demand
+    notes : list of str
+        Facts about the input a user must know (e.g. requests longer than the model's context).
+    """
+
+    deployments: list
+    grid: pd.DataFrame
+    demand: Demand
+    notes: list = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per deployment, columns flattened (``verification.*`` become ``verified_*``)."""
+        rows = []
+        for d in self.deployments:
+            row = d.to_dict()
+            ver = row.pop("verification") or {}
+            for k, v in ver.items():
+                row[f"verified_{k}" if not k.startswith("repaired") else k] = v
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int):
+    from . import workload as W
+    if isinstance(source, W.Workload):
+        return [(source.arrival_s, source.prompt_tokens, source.output_tokens)], source.duration_s
+    out = []
+    for s in W.seeds_for(seed, seeds):
+        w = W.synthesize(source, demand.rate_req_per_s, horizon_s, s)
+        out.append((w.arrival_s, w.prompt_tokens, w.output_tokens))
+    return out, horizon_s
+
+
+def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 10, seeds: int = 8,
+                    horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
+                    catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
+                    max_added: int = 8, progress=None) -> PlanReport:
+    """Find the cheapest deployments that pass their SLOs in simulation.
+
+    Parameters
+    ----------
+    model : Model or str
+    demand : Demand
+        Rate, P90 targets and the length statistics for the screen.
+    source : Scenario or fastsim.workload.Workload
+        What the simulator replays: a scenario (synthetic Poisson arrivals and lognormal lengths,
+        ``seeds`` runs of ``horizon_s`` seconds) or a trace (its own arrivals and lengths, one run).
+    top_k : int
+        Feasible analytic plans to verify (>= 1).
+    seeds : int
+        Seeds per verification for synthetic workloads (>= 1).
+    horizon_s : float
+        Simulated arrival window per run (s), 600 by default (lecture §2.3, lesson three).
+    verify : bool
+        False returns the analytic ranking only.
+
+    Returns
+    -------
+    PlanReport
+
+    Raises
+    ------
+    FastsimInputError
+        ``top_k`` or ``seeds`` < 1, a non-positive horizon, unknown names.
+    """
+    catalog = catalog or default_catalog()
+    if isinstance(model, str):
+        model = catalog.model(model)
+    if int(top_k) != top_k or top_k < 1:
+        raise FastsimInputError("top_k", top_k, "an integer >= 1")
+    if int(seeds) != seeds or seeds < 1:
+        raise FastsimInputError("seeds", seeds, "an integer >= 1")
+    require_positive("horizon_s", horizon_s)
+    grid = screen(model, demand, catalog=catalog, options=options)
+    feas = grid[grid.feasible].head(int(top_k))
+    slo = SLO(demand.ttft_s, demand.tpot_s)
+    deployments = []
+    workloads = None
+    if verify and len(feas):
+        workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed)
+    for _, row in feas.iterrows():
+        r = None
+        if verify:
+            r = repair(row.plan, workloads, slo, horizon_s=sim_horizon,
+                       latency_prompt_tokens=demand.latency_prompt_tokens,
+                       latency_output_tokens=demand.latency_output_tokens, max_added=max_added,
+                       catalog=catalog, constants=options.constants, model=model)
+        if progress is not None:
+            progress()
+        deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),
+                                             float(row.efficiency_usd_per_million_output_tokens),
+                                             demand.rate_req_per_s, demand.mean_output_tokens))
+    order = sorted(range(len(deployments)), key=lambda i: (
+        not (deployments[i].repair is None or deployments[i].repair.passed),
+        deployments[i].usd_per_million_output_tokens, i))
+    return PlanReport([deployments[i] for i in order], grid, demand)
