@@ -70,11 +70,18 @@ def _add_workload(sp, require_slo=False):
     sp.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command."""
-    ap = argparse.ArgumentParser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
+    ap = _Parser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
                                  "simulation, repair and maximum sustainable rate.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sp = sub.add_parser("plan", help="find the cheapest verified deployment")
     _add_workload(sp)
