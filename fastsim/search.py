@@ -262,3 +262,190 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
         if v.passed:
             return RepairResult(cur, v, True, start, "", history)
     return RepairResult(cur, v, False, start, f"still failing after adding {max_added} instances", history)
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """The maximum sustainable rate of a plan (SPEC §7).
+
+    Attributes
+    ----------
+    rate_req_per_s : float
+        Largest probed rate that passed (pooled attainment >= target over all seeds, no run
+        overloaded): the lower end of the final bracket.
+    bracket : (float, float)
+        Final (pass, fail) rates; ``(hi - lo) / lo <= rel_tol``.
+    ci95 : (float, float)
+        95% confidence interval of the capacity across seeds: each seed is bisected on its own with
+        the same probes schedule and tolerance, and a Student-t interval is taken over the per-seed
+        capacities.
+    per_seed_req_per_s : ndarray(float64) of shape (seeds,)
+    probes : list of (rate, attainment, overloaded, passed)
+        Every pooled probe in order.
+    analytic_req_per_s : float
+        The analytic capacity of the plan; ``analytic_ratio`` = analytic / simulated.
+    """
+
+    rate_req_per_s: float
+    bracket: tuple
+    ci95: tuple
+    per_seed_req_per_s: np.ndarray
+    probes: list
+    analytic_req_per_s: float
+    seeds: int
+    horizon_s: float
+
+    @property
+    def analytic_ratio(self) -> float:
+        return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
+
+    def to_dict(self) -> dict:
+        return {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
+                "ci95_req_per_s": list(self.ci95), "per_seed_req_per_s": [float(x) for x in self.per_seed_req_per_s],
+                "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
+                "analytic_req_per_s": self.analytic_req_per_s, "analytic_ratio": self.analytic_ratio,
+                "seeds": self.seeds, "horizon_s": self.horizon_s}
+
+
+class _CRN:
+    """Per-seed requests drawn once at a high rate and rescaled to each probe (common random numbers)."""
+
+    def __init__(self, dists, seeds, horizon_s, rate_hint, arrival="poisson", cv=1.0, seed=0):
+        from . import workload as W
+        self._W, self.dists, self.horizon_s = W, dists, horizon_s
+        self.children = W.seeds_for(seed, seeds)
+        self.arrival, self.cv = arrival, cv
+        self._draw(rate_hint * 2.0)
+
+    def _draw(self, rate):
+        self.max_rate = rate
+        self.base = [self._W.synthesize(self.dists, rate, self.horizon_s, s, arrival=self.arrival, cv=self.cv)
+                     for s in self.children]
+
+    def at(self, rates):
+        """Workloads at ``rates[i]`` for seed i (arrival times scaled by max_rate / rate)."""
+        if float(np.max(rates)) > self.max_rate:
+            self._draw(float(np.max(rates)) * 1.5)
+        out = []
+        for w, r in zip(self.base, rates):
+            t = w.arrival_s * (self.max_rate / r)
+            k = int(np.searchsorted(t, self.horizon_s, side="left"))
+            out.append((t[:k], w.prompt_tokens[:k], w.output_tokens[:k]))
+        return out
+
+
+def _probe(plan_sim, workloads, slo, horizon_s, model, measure_window, routing):
+    from .sim import simulate_batch
+    ms = simulate_batch([plan_sim] * len(workloads), workloads, horizon_s=horizon_s, ttft_slo_s=slo.ttft_s,
+                        tpot_slo_s=slo.tpot_s, max_context_tokens=model.max_context_tokens,
+                        routing=routing, measure_window=measure_window)
+    met = np.array([m.attainment * m.measured for m in ms])
+    meas = np.array([m.measured for m in ms], dtype=np.float64)
+    over = np.array([bool(m.overloaded) for m in ms])
+    per_seed_att = np.where(meas > 0, met / np.maximum(meas, 1), 0.0)
+    return per_seed_att, over, float(met.sum() / max(meas.sum(), 1.0))
+
+
+def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizon_s: float = 600.0,
+                         rel_tol: float = 0.01, rate_hint_req_per_s: float | None = None, seed: int = 0,
+                         catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
+                         model: Model | None = None, measure_window=(0.2, 0.8), routing: str = "least-loaded",
+                         arrival: str = "poisson", cv: float = 1.0, max_probes: int = 60) -> CapacityResult:
+    """Bisect for the largest rate a plan sustains while passing its SLOs (SPEC §7).
+
+    Each probe simulates every seed (``horizon_s`` each) in one parallel batch with common random
+    numbers: all probes of a seed see the same requests, their arrival times scaled by 1 / rate.
+    The pooled probe passes when the attainment over all seeds' measured requests is >=
+    ``slo.attainment`` and no run is flagged overloaded. The bracket starts at the analytic
+    capacity (or ``rate_hint_req_per_s``) and grows or shrinks by 1.25x until it straddles the
+    answer, then bisects to ``rel_tol``. In the same batches each seed is bisected on its own; the
+    95% interval is a Student-t interval over those per-seed capacities.
+
+    Parameters
+    ----------
+    plan : Plan
+    dists : Scenario or (LengthDist, LengthDist)
+        Length distributions of the synthetic workload.
+    slo : SLO
+    seeds : int
+        Replications (>= 2 for an interval).
+    horizon_s : float
+        Simulated seconds per run (600 by default: lecture §2.3 lesson three).
+    rel_tol : float
+        Relative width of the final bracket.
+
+    Returns
+    -------
+    CapacityResult
+
+    Raises
+    ------
+    FastsimInputError
+        ``seeds`` < 1, ``rel_tol`` outside (0, 1), a non-positive horizon.
+    """
+    from scipy import stats
+    from .errors import require_positive
+    catalog = catalog or default_catalog()
+    model = model or catalog.model(plan.model)
+    if int(seeds) != seeds or seeds < 1:
+        raise FastsimInputError("seeds", seeds, "an integer >= 1")
+    if not (0 < rel_tol < 1):
+        raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
+    require_positive("horizon_s", horizon_s)
+    analytic = plan.capacity_req_per_s
+    r0 = float(rate_hint_req_per_s or analytic or 1.0)
+    sp = sim_plan(plan, catalog, constants, model)
+    crn = _CRN(dists, int(seeds), float(horizon_s), r0, arrival, cv, seed)
+    S = int(seeds)
+    # pooled bracket (lo passes, hi fails) and per-seed brackets
+    lo = hi = None
+    slo_s = np.full(S, np.nan)
+    shi_s = np.full(S, np.nan)
+    probes = []
+    r_pool = r0
+    r_seed = np.full(S, r0)
+    for _ in range(max_probes):
+        rates = np.concatenate([np.full(S, r_pool), r_seed])
+        wls = crn.at(rates)
+        att, over, _ = _probe(sp, wls, slo, horizon_s, model, measure_window, routing)
+        # pooled decision over the first S runs
+        pa, po = att[:S], over[:S]
+        meas_w = np.array([len(w[0]) for w in wls[:S]], dtype=np.float64)
+        pooled = float(np.sum(pa * meas_w) / max(meas_w.sum(), 1.0))
+        ok = pooled >= slo.attainment and not po.any()
+        probes.append((r_pool, pooled, bool(po.any()), bool(ok)))
+        if lo is None and hi is None:
+            lo, hi = (r_pool, None) if ok else (None, r_pool)
+        elif ok:
+            lo = r_pool if lo is None else max(lo, r_pool)
+        else:
+            hi = r_pool if hi is None else min(hi, r_pool)
+        # per-seed decisions over the next S runs
+        sok = (att[S:] >= slo.attainment) & ~over[S:]
+        slo_s = np.where(sok, np.fmax(slo_s, r_seed), slo_s)
+        shi_s = np.where(~sok, np.fmin(shi_s, r_seed), shi_s)
+        done_pool = lo is not None and hi is not None and (hi - lo) <= rel_tol * lo
+        done_seed = ~np.isnan(slo_s) & ~np.isnan(shi_s) & ((shi_s - slo_s) <= rel_tol * slo_s)
+        if done_pool and done_seed.all():
+            break
+        r_pool = _next_rate(lo, hi)
+        r_seed = np.array([_next_rate(None if np.isnan(a) else a, None if np.isnan(b) else b)
+                           for a, b in zip(slo_s, shi_s)])
+    lo = lo if lo is not None else 0.0
+    per_seed = np.where(np.isnan(slo_s), 0.0, slo_s)
+    if S >= 2 and np.std(per_seed) > 0:
+        m, se = float(per_seed.mean()), float(per_seed.std(ddof=1) / np.sqrt(S))
+        t = float(stats.t.ppf(0.975, S - 1))
+        ci = (m - t * se, m + t * se)
+    else:
+        ci = (float(per_seed.mean()), float(per_seed.mean()))
+    return CapacityResult(float(lo), (float(lo), float(hi if hi is not None else np.inf)), ci, per_seed, probes,
+                          float(analytic), S, float(horizon_s))
+
+
+def _next_rate(lo, hi):
+    if lo is None:
+        return hi / 1.25
+    if hi is None:
+        return lo * 1.25
+    return 0.5 * (lo + hi)
