@@ -128,7 +128,7 @@ def _resolve_workload(args, cat):
         too_long = wl.exceeding_context(model.max_context_tokens)
         notes.append(f"trace {wl.name}: {wl.n:,} requests over {wl.duration_s:,.1f} s "
                      f"({wl.mean_rate_req_per_s:.2f} req/s)")
-        if too_long:
+        if too_long or model.max_context_tokens < wl.total_tokens().max():
             notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} "
                          "tokens (prompt + output): they are rejected and counted, not truncated")
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,

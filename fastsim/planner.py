@@ -125,7 +125,8 @@ class PlanReport:
 def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int):
     from . import workload as W
     if isinstance(source, W.Workload):
-        return [(source.arrival_s, source.prompt_tokens, source.output_tokens)], source.duration_s
+        # the last request of a trace arrives exactly at its end: keep it inside the half-open window
+        return [(source.arrival_s, source.prompt_tokens, source.output_tokens)], float(np.nextafter(source.duration_s, np.inf))
     out = []
     for s in W.seeds_for(seed, seeds):
         w = W.synthesize(source, demand.rate_req_per_s, horizon_s, s)
