@@ -128,9 +128,8 @@ def _resolve_workload(args, cat):
         too_long = wl.exceeding_context(model.max_context_tokens)
         notes.append(f"trace {wl.name}: {wl.n:,} requests over {wl.duration_s:,.1f} s "
                      f"({wl.mean_rate_req_per_s:.2f} req/s)")
-        if too_long or model.max_context_tokens < wl.total_tokens().max():
-            notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} "
-                         "tokens (prompt + output): they are rejected and counted, not truncated")
+        notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} tokens "
+                     "(prompt + output)" + (": they are rejected and counted, not truncated" if too_long else ""))
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,
                                      ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
         return model, demand, wl, notes
@@ -156,7 +155,7 @@ def _emit(args, records, table_rows, headers, notes=()):
         pd.json_normalize(records).to_csv(sys.stdout, index=False)
     else:
         from tabulate import tabulate
-        print(tabulate(table_rows, headers=headers, disablenumparse=True))
+        print(tabulate(table_rows, headers=headers, disable_numparse=True))
         for n in notes:
             print("note: " + n)
 
