@@ -32,7 +32,7 @@ from .catalog import Catalog, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
 from .stepmodel import StepConstants, step_params
 
-__all__ = ["Demand", "ScreenOptions", "Plan", "screen", "cost_usd_per_million_output_tokens",
+__all__ = ["Demand", "ScreenOptions", "Plan", "screen", "instance_table", "plan_for", "cost_usd_per_million_output_tokens",
            "instances_needed"]
 
 _REASONS = {K.OK: "", K.NO_FIT: "weights + one request's KV do not fit in memory",
@@ -255,6 +255,55 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
     return rows, np.ascontiguousarray(params)
 
 
+def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
+                   options: ScreenOptions = ScreenOptions()) -> pd.DataFrame:
+    """Per-instance analytic capacities of every GPU x precision x TP of the grid (SPEC §5).
+
+    Parameters
+    ----------
+    model : Model or str
+    demand : Demand
+    catalog : Catalog, optional
+    options : ScreenOptions
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per GPU x precision x TP: ``gpu, precision, tp, status, kv_budget_tokens,
+        decode_capacity_req_per_s, decode_batch, decode_step_s, prefill_capacity_req_per_s,
+        prefill_utilisation, prefill_step_s, colocated_status, colocated_capacity_req_per_s,
+        colocated_batch, chunk_tokens, colocated_step_s`` (capacities 0 where infeasible).
+    """
+    catalog = catalog or default_catalog()
+    if isinstance(model, str):
+        model = catalog.model(model)
+    rows, params = _grid_arrays(model, catalog, options)
+    n = len(rows)
+    f8 = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
+    i8 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
+    status, col_status = i8(), i8()
+    dec_cap, dec_b, dec_step = f8(), i8(), f8()
+    pre_cap, pre_rho, pre_s = f8(), f8(), f8()
+    col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
+    dm = np.array([demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
+                   demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
+                   options.ttft_tail], dtype=np.float64)
+    if n:
+        K.screen_grid_nb(params, params[:, 6].copy(), params[:, 7].copy(), params[:, 14].copy(),
+                         params[:, 5].copy(), params[:, 15].copy(), dm,
+                         np.asarray(options.chunk_tokens, dtype=np.float64),
+                         status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
+                         col_status, col_cap, col_b, col_c, col_step)
+    return pd.DataFrame(dict(
+        gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
+        price_usd_per_gpu_hour=[r[0].price_usd_per_hour for r in rows],
+        status=status, kv_budget_tokens=params[:, 14] if n else f8(),
+        decode_capacity_req_per_s=dec_cap, decode_batch=dec_b, decode_step_s=dec_step,
+        prefill_capacity_req_per_s=pre_cap, prefill_utilisation=pre_rho, prefill_step_s=pre_s,
+        colocated_status=col_status, colocated_capacity_req_per_s=col_cap, colocated_batch=col_b,
+        chunk_tokens=col_c, colocated_step_s=col_step))
+
+
 def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
            options: ScreenOptions = ScreenOptions()) -> pd.DataFrame:
     """Evaluate the whole grid analytically and rank it by integer cost.
@@ -289,23 +338,13 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     catalog = catalog or default_catalog()
     if isinstance(model, str):
         model = catalog.model(model)
-    rows, params = _grid_arrays(model, catalog, options)
-    n = len(rows)
-    f8 = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
-    i8 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
-    status, col_status = i8(), i8()
-    dec_cap, dec_b, dec_step = f8(), i8(), f8()
-    pre_cap, pre_rho, pre_s = f8(), f8(), f8()
-    col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
-    dm = np.array([demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
-                   demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
-                   options.ttft_tail], dtype=np.float64)
-    if n:
-        K.screen_grid_nb(params, params[:, 6].copy(), params[:, 7].copy(), params[:, 14].copy(),
-                         params[:, 5].copy(), params[:, 15].copy(), dm,
-                         np.asarray(options.chunk_tokens, dtype=np.float64),
-                         status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
-                         col_status, col_cap, col_b, col_c, col_step)
+    t = instance_table(model, demand, catalog=catalog, options=options)
+    rows = [(catalog.gpu(g), catalog.precision(p), int(tp)) for g, p, tp in zip(t.gpu, t.precision, t.tp)]
+    status, col_status = t.status.to_numpy(), t.colocated_status.to_numpy()
+    dec_cap, dec_b = t.decode_capacity_req_per_s.to_numpy(), t.decode_batch.to_numpy()
+    pre_cap = t.prefill_capacity_req_per_s.to_numpy()
+    col_cap, col_b, col_c = (t.colocated_capacity_req_per_s.to_numpy(), t.colocated_batch.to_numpy(),
+                             t.chunk_tokens.to_numpy())
     rate, mean_o = demand.rate_req_per_s, demand.mean_output_tokens
     out = []
     if "colocated" in options.modes:
@@ -372,3 +411,54 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                              "efficiency_usd_per_million_output_tokens", "gpus"],
                             ascending=[False, True, True, True], kind="stable").reset_index(drop=True)
     return df
+
+
+def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mode: str = "colocated",
+             tp: int = 1, instances: int | None = None, prefill_tp: int | None = None,
+             decode_tp: int | None = None, prefill_instances: int | None = None,
+             decode_instances: int | None = None, chunk_tokens: int | None = None,
+             catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions()) -> Plan:
+    """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
+
+    Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
+    (at least one). ``chunk_tokens`` None takes the screen's best chunk (512 when the colocated
+    configuration is analytically infeasible).
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names, TP not a power of two, a mode other than colocated / disaggregated,
+        instance counts or chunk < 1.
+    """
+    catalog = catalog or default_catalog()
+    if isinstance(model, str):
+        model = catalog.model(model)
+    if mode not in ("colocated", "disaggregated"):
+        raise FastsimInputError("mode", mode, "colocated or disaggregated")
+    for name, v in (("instances", instances), ("prefill_instances", prefill_instances),
+                    ("decode_instances", decode_instances), ("chunk_tokens", chunk_tokens)):
+        if v is not None and (int(v) != v or v < 1):
+            raise FastsimInputError(name, v, "an integer >= 1")
+    g, pr = catalog.gpu(gpu), catalog.precision(precision)
+    tps = tuple(sorted({require_tp("tp", tp), require_tp("prefill_tp", prefill_tp or tp),
+                        require_tp("decode_tp", decode_tp or tp)}))
+    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps)
+    t = instance_table(model, demand, catalog=catalog, options=opts).set_index("tp")
+    rate = demand.rate_req_per_s
+    if mode == "colocated":
+        row = t.loc[tp]
+        cap = float(row.colocated_capacity_req_per_s)
+        n = int(instances) if instances is not None else max(int(instances_needed(rate, cap)), 1)
+        return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=int(tp), instances=n,
+                    chunk_tokens=int(chunk_tokens or row.chunk_tokens or 512), batch=int(row.colocated_batch),
+                    instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour)
+    tp_p, tp_d = int(prefill_tp or tp), int(decode_tp or tp)
+    cap_p = float(t.loc[tp_p].prefill_capacity_req_per_s)
+    cap_d = float(t.loc[tp_d].decode_capacity_req_per_s)
+    n_p = int(prefill_instances) if prefill_instances is not None else max(int(instances_needed(rate, cap_p)), 1)
+    n_d = int(decode_instances) if decode_instances is not None else max(int(instances_needed(rate, cap_d)), 1)
+    return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="disaggregated", tp=tp_d, instances=n_d,
+                prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
+                batch=int(t.loc[tp_d].decode_batch), prefill_capacity_req_per_s=cap_p,
+                decode_capacity_req_per_s=cap_d, instance_capacity_req_per_s=cap_d,
+                price_usd_per_gpu_hour=g.price_usd_per_hour)
