@@ -77,6 +77,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_plan_args(sp):
+    g = sp.add_argument_group("plan (or --from-plan)")
+    g.add_argument("--from-plan", metavar="FILE.json", help="a plan from `fastsim plan --format json` ('-' for stdin)")
+    g.add_argument("--plan-index", type=int, default=0, help="which plan of the JSON list (default 0, the best)")
+    g.add_argument("--gpu", help="GPU name")
+    g.add_argument("--precision", help="BF16 or FP8")
+    g.add_argument("--mode", choices=("colocated", "disaggregated"), default="colocated")
+    g.add_argument("--tp", type=_tp, default=1, help="TP per instance (colocated)")
+    g.add_argument("--instances", type=_pos_int("--instances"), help="instances (colocated; default: analytic sizing)")
+    g.add_argument("--prefill-tp", type=_tp, help="TP of prefill instances (disaggregated)")
+    g.add_argument("--decode-tp", type=_tp, help="TP of decode instances (disaggregated)")
+    g.add_argument("--prefill-instances", type=_pos_int("--prefill-instances"))
+    g.add_argument("--decode-instances", type=_pos_int("--decode-instances"))
+    g.add_argument("--chunk", type=_pos_int("--chunk"), help="chunked-prefill tokens per step (colocated)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command."""
     ap = _Parser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
@@ -98,6 +114,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--mean-lengths", action="store_true",
                     help="screen latency with mean lengths instead of P90 (to show why one should not)")
     sp.set_defaults(func=_cmd_plan)
+
+    sp = sub.add_parser("simulate", help="simulate one plan at one rate")
+    _add_workload(sp)
+    _add_common(sp)
+    _add_plan_args(sp)
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=1, help="replications (default 1)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
+    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    sp.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded")
+    sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
+    sp.set_defaults(func=_cmd_simulate)
+
+    sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds)")
+    _add_workload(sp)
+    _add_common(sp)
+    _add_plan_args(sp)
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=16, help="seeds per probe (default 16)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
+    sp.add_argument("--tol", type=_positive("--tol"), default=0.01, help="relative tolerance (default 0.01)")
+    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
+    sp.set_defaults(func=_cmd_capacity)
     return ap
 
 
@@ -243,3 +281,120 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _plan_from_args(args, cat, model, demand):
+    from .analytic import plan_for
+    if args.from_plan:
+        try:
+            text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
+        except OSError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
+        if isinstance(data, dict):
+            data = [data]
+        if not isinstance(data, list) or not data:
+            raise FastsimInputError("--from-plan", args.from_plan, "a non-empty JSON list of plans")
+        if not (0 <= args.plan_index < len(data)):
+            raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
+        d = data[args.plan_index]
+        try:
+            if d["mode"] == "disaggregated":
+                return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
+                                prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
+                                prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
+                                catalog=cat)
+            return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
+                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat)
+        except (KeyError, TypeError) as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
+    if not args.gpu or not args.precision:
+        raise FastsimInputError("--gpu/--precision", None, "both, naming the plan (or --from-plan FILE.json)")
+    return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
+                    instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+                    prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
+                    chunk_tokens=args.chunk, catalog=cat)
+
+
+def _cmd_simulate(args):
+    import numpy as np
+    from .search import SLO, sim_plan
+    from .sim import simulate
+    from . import workload as W
+    cat = _catalog(args)
+    model, demand, source, notes = _resolve_workload(args, cat)
+    plan = _plan_from_args(args, cat, model, demand)
+    if isinstance(source, W.Workload):
+        wls = [source]
+        horizon = float(np.nextafter(source.duration_s, np.inf))
+    else:
+        wls = [W.synthesize(source, demand.rate_req_per_s, args.horizon, s) for s in W.seeds_for(args.seed, args.seeds)]
+        horizon = args.horizon
+    sp = sim_plan(plan, cat, model=model)
+    results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
+                        ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
+                        max_context_tokens=model.max_context_tokens, routing=args.routing) for w in wls]
+    records = []
+    for i, r in enumerate(results):
+        m = r.metrics
+        rec = {"seed_index": i, "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
+               "horizon_s": horizon, "requests": int(m.n_requests), "measured": int(m.measured),
+               "attainment": m.attainment, "ttft_p50_s": m.ttft_p50_s, "ttft_p90_s": m.ttft_p90_s,
+               "ttft_p99_s": m.ttft_p99_s, "tpot_p50_s": m.tpot_p50_s, "tpot_p90_s": m.tpot_p90_s,
+               "tpot_p99_s": m.tpot_p99_s, "throughput_tokens_per_s": m.throughput_tokens_per_s,
+               "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
+               "utilisation": [float(x) for x in m.utilisation], "mean_batch": [float(x) for x in m.mean_batch],
+               "passed": bool(m.attainment >= 0.9 and not m.overloaded)}
+        records.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()})
+    rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
+             _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),
+             _fmt(None if r["tpot_p90_s"] is None else r["tpot_p90_s"] * 1e3, ".1f"),
+             _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
+             "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["utilisation"]),
+             "pass" if r["passed"] else "FAIL"] for r in records]
+    headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
+               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "utilisation", "SLO"]
+    if args.format == "table":
+        print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
+              f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
+    _emit(args, records, rows, headers, notes)
+    if args.plot:
+        from .plots import plot_simulation
+        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
+                        title=f"{plan.describe()}, {demand.rate_req_per_s:g} req/s")
+    return 0
+
+
+def _cmd_capacity(args):
+    from .search import SLO, max_sustainable_rate
+    from . import workload as W
+    cat = _catalog(args)
+    model, demand, source, notes = _resolve_workload(args, cat)
+    if isinstance(source, W.Workload):
+        dists = None
+        raise FastsimInputError("--trace", args.trace, "a scenario for capacity search (a trace fixes its own "
+                                "arrivals); use `fastsim simulate --trace ... --rate R` to probe a trace")
+    plan = _plan_from_args(args, cat, model, demand)
+    res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
+                               horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model)
+    rec = res.to_dict()
+    rec["plan"] = plan.describe()
+    if args.format == "table":
+        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
+              f"{res.seeds} seeds x {res.horizon_s:g} s per probe")
+        rows = [[i + 1, f"{r:.3f}", f"{a:.3f}", "yes" if o else "no", "pass" if p else "FAIL"]
+                for i, (r, a, o, p) in enumerate(res.probes)]
+        from tabulate import tabulate
+        print(tabulate(rows, headers=["probe", "rate req/s", "attainment", "overloaded", "SLO"], disable_numparse=True))
+        print(f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (bracket {res.bracket[0]:.3f} - {res.bracket[1]:.3f}); "
+              f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}; analytic {res.analytic_req_per_s:.3f} req/s, "
+              f"analytic / simulated = {res.analytic_ratio:.2f}")
+    else:
+        _emit(args, [rec], [], [])
+    if args.plot:
+        from .plots import plot_capacity
+        plot_capacity(res, args.plot, title=plan.describe())
+    return 0
