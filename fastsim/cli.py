@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0, help="root seed")
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
     sp.set_defaults(func=_cmd_capacity)
+    _add_ledger_commands(sub)
     return ap
 
 
@@ -263,6 +264,153 @@ def _cmd_plan(args):
     if args.format != "table":
         for n in report.notes:
             print("note: " + n, file=sys.stderr)
+    return 0
+
+
+def _nonneg_int(field):
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            v = -1
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{field}: got {text!r}; allowed: an integer >= 0")
+        return v
+    return conv
+
+
+def _add_ledger_commands(sub):
+    """The ``ledger``, ``ladder`` and ``whatif`` sub-commands."""
+    sp = sub.add_parser("ledger", help="where the time of one step goes (token ledger)")
+    _add_common(sp)
+    sp.add_argument("--model", default="llama-3.1-70b", help="catalog model or config.json path (default 70B)")
+    sp.add_argument("--gpu", default="H100", help="catalog GPU (default H100)")
+    sp.add_argument("--precision", default="BF16", help="catalog precision (default BF16)")
+    sp.add_argument("--tp", type=_tp, default=8, help="tensor parallelism (default 8)")
+    sp.add_argument("--batch", type=_pos_int("--batch"), nargs="+", default=[1, 64],
+                    help="sequences per step (one or more; default 1 64)")
+    sp.add_argument("--context", type=_nonneg_int("--context"), nargs="+", default=[4096],
+                    help="cached tokens per sequence for decode (default 4096)")
+    sp.add_argument("--prefill", type=_nonneg_int("--prefill"), nargs="+", default=[0],
+                    help="prompt tokens of a prefill step; 0 = decode (default 0; e.g. 0 2048)")
+    sp.add_argument("--kernels-per-layer", type=_nonneg_int("--kernels-per-layer"), default=12,
+                    help="kernel launches per layer (27 unfused, 12 fused; default 12)")
+    sp.add_argument("--launch-us", type=_positive("--launch-us"), default=1.0,
+                    help="microseconds per launch (4 eager, 1 CUDA graphs; default 1)")
+    sp.add_argument("--rate", type=_positive("--rate"), help="arrival rate (req/s): adds the M/D/1 queueing wait")
+    sp.add_argument("--plot", metavar="FILE.png", help="also draw the ledger as stacked bars")
+    sp.set_defaults(func=_cmd_ledger)
+
+    sp = sub.add_parser("ladder", help="the optimization ladder (levels 0-5 and a control row)")
+    _add_common(sp)
+    sp.add_argument("--model", default="llama-3.1-70b", help="target model (default 70B)")
+    sp.add_argument("--draft-model", default="llama-3.1-8b", help="draft model of level 5 (default 8B)")
+    sp.add_argument("--gpu", default="H100", help="catalog GPU (default H100)")
+    sp.add_argument("--tp", type=_tp, default=8, help="tensor parallelism (default 8)")
+    sp.add_argument("--context", type=_nonneg_int("--context"), default=4096, help="cached tokens per sequence")
+    sp.add_argument("--acceptance", type=float, default=0.8, help="draft acceptance probability in [0, 1)")
+    sp.add_argument("--gamma", type=_pos_int("--gamma"), default=4, help="draft tokens per round (default 4)")
+    sp.add_argument("--power-w", type=_positive("--power-w"), help="board power per GPU in W (default: catalog)")
+    sp.set_defaults(func=_cmd_ladder)
+
+    sp = sub.add_parser("whatif", help="re-plan while one assumption moves (TPOT, FP8, prices, model, traffic)")
+    _add_common(sp)
+    sp.add_argument("--study", action="append", choices=("tpot", "fp8", "prices", "model-size", "traffic", "all"),
+                    help="study to run (repeatable; default all)")
+    sp.add_argument("--no-verify", action="store_true",
+                    help="analytic screen only (default: verify when the simulator is available)")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=2, help="simulation seeds per plan (default 2)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
+    sp.add_argument("--top-k", type=_pos_int("--top-k"), default=3, help="plans verified per setting (default 3)")
+    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    sp.add_argument("--plot", metavar="DIR", help="write one PNG per study into DIR")
+    sp.set_defaults(func=_cmd_whatif)
+
+
+def _records(df):
+    """DataFrame -> list of dicts for JSON (inf and NaN become null)."""
+    import numpy as np
+    return [{k: (None if isinstance(v, (float, np.floating)) and not math.isfinite(v) else v)
+             for k, v in rec.items()} for rec in df.to_dict(orient="records")]
+
+
+def _cmd_ledger(args):
+    from .ledger import ledger_table, plot_ledger
+    cat = _catalog(args)
+    model, gpu, prec = cat.model(args.model), cat.gpu(args.gpu), cat.precision(args.precision)
+    df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
+                      prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
+                      launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate)
+    rows = []
+    for _, r in df.iterrows():
+        kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
+        row = [r.gpu, r.precision, r.tp, r.batch, kind] + [_fmt(r[c] * 1e3, ".3f") for c in (
+            "weight_read_s", "kv_read_s", "compute_s", "allreduce_s", "launch_s", "step_s")]
+        row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f")]
+        if args.rate:
+            row += [_fmt(r.utilization, ".2f"), _fmt(r.queue_wait_s * 1e3, ".3f")]
+        rows.append(row)
+    headers = ["GPU", "prec", "TP", "batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms",
+               "launch ms", "step ms", "binding", "tokens/s/GPU"]
+    if args.rate:
+        headers += ["utilization", "queue wait ms"]
+    if args.format == "table":
+        print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
+              "step = max(weight + KV, compute) + all-reduce + launch")
+    _emit(args, _records(df), rows, headers)
+    if args.plot:
+        plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _cmd_ladder(args):
+    from .ledger import ladder
+    cat = _catalog(args)
+    gpu = cat.gpu(args.gpu)
+    df = ladder(cat.model(args.model), gpu, args.tp, args.context, draft_model=cat.model(args.draft_model),
+                acceptance=args.acceptance, gamma=args.gamma, power_w=args.power_w)
+    rows = [[r.level, r.change, r.batch, r.precision, f"{r.kernels_per_layer} x {r.launch_us:g} us",
+             _fmt(r.step_s * 1e3, ".2f"), _fmt(r.tokens_per_step, ".2f"), _fmt(r.tokens_per_s_per_gpu, ",.1f"),
+             _fmt(r.usd_per_million_tokens, ".3f"), _fmt(r.joules_per_token, ".3f"),
+             _fmt(r.speedup_vs_level0, ".1f")] for _, r in df.iterrows()]
+    headers = ["level", "change", "batch", "prec", "launch", "step ms", "tokens/step", "tokens/s/GPU",
+               "$/M tokens", "J/token", "x level 0"]
+    if args.format == "table":
+        print(f"{args.model} on {args.tp} x {gpu.name} (${gpu.price_usd_per_hour:g}/GPU-hour), "
+              f"context {args.context}")
+    _emit(args, _records(df), rows, headers)
+    return 0
+
+
+def _cmd_whatif(args):
+    import os
+    from . import whatif as W
+    cat = _catalog(args)
+    studies = args.study or ["all"]
+    studies = list(W.STUDIES) if "all" in studies else list(dict.fromkeys(studies))
+    verify = False if args.no_verify else None
+    note = None
+    if verify is None and not W.simulator_available():
+        verify = False
+        note = "the simulator is not available: analytic screen only (plans not verified)"
+    frames = W.run_studies(studies, verify=verify, seeds=args.seeds, horizon_s=args.horizon,
+                           top_k=args.top_k, seed=args.seed, catalog=cat)
+    if args.format == "json":
+        json.dump({k: _records(v) for k, v in frames.items()}, sys.stdout, indent=2, default=_json_default)
+        sys.stdout.write("\n")
+    elif args.format == "csv":
+        import pandas as pd
+        pd.concat([v.assign(study=k) for k, v in frames.items()], ignore_index=True).to_csv(sys.stdout, index=False)
+    else:
+        print("\n\n".join(W.format_study(v) for v in frames.values()))
+    if args.plot:
+        os.makedirs(args.plot, exist_ok=True)
+        for k, v in frames.items():
+            W.plot_study(v, os.path.join(args.plot, f"whatif_{k}.png"))
+        print(f"wrote {len(frames)} PNG files to {args.plot}", file=sys.stderr)
+    if note:
+        print("note: " + note, file=sys.stderr)
     return 0
 
 

@@ -47,6 +47,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_tp
 from .stepmodel import (P_LAYERS, P_TP, StepConstants, decode_attn_flops, prefill_attn_flops,
@@ -283,14 +284,16 @@ def cost_usd_per_million_output_tokens(gpus: int, price_usd_per_gpu_hour: float,
 
     Notes
     -----
-    Source: SPEC §1 (cost per million output tokens, "integer cost" when ``gpus`` counts whole
-    instances), lecture 16 exercise 2.
+    A scalar, checked front end of the canonical formula,
+    :func:`fastsim.analytic.cost_usd_per_million_output_tokens` (which broadcasts over arrays and
+    does not check). Source: SPEC §1 (cost per million output tokens, "integer cost" when ``gpus``
+    counts whole instances), lecture 16 exercise 2.
     """
     n = _int_at_least("gpus", gpus, 1)
     price = _positive("price_usd_per_gpu_hour", price_usd_per_gpu_hour)
     rate = _positive("rate_req_per_s", rate_req_per_s)
     out = _positive("mean_output_tokens", mean_output_tokens)
-    return n * price / (rate * out * 3600.0) * 1e6
+    return float(_analytic_cost(n, price, rate, out))
 
 
 def md1_mean_wait_s(arrival_rate_req_per_s, service_s):
@@ -770,9 +773,10 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
             r = ledger(m, g, pr, tp, batch=b, context_tokens=ctx, kernels_per_layer=kpl, launch_s=ls,
                        constants=constants)
             step, per_step, tps = r.step_s, 1.0, r.tokens_per_s_per_gpu
+        # the cost formula of SPEC §1 with the instance's tokens/s as the rate, one token each
         rows.append(dict(level=level, change=change, batch=b, precision=pr.name, kernels_per_layer=kpl,
                          launch_us=ls * 1e6, step_s=step, tokens_per_step=per_step, tokens_per_s_per_gpu=tps,
-                         usd_per_million_tokens=price * tp / (tps * tp * 3600.0) * 1e6,
+                         usd_per_million_tokens=float(_analytic_cost(tp, price, tps * tp, 1.0)),
                          joules_per_token=joules_per_token(power, tp, tps)))
     df = pd.DataFrame(rows)
     df["speedup_vs_level0"] = df["tokens_per_s_per_gpu"] / df["tokens_per_s_per_gpu"].iloc[0]
