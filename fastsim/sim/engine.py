@@ -1,0 +1,601 @@
+"""Discrete-event simulation of a serving plan at one workload (SPEC section 6).
+
+The public functions check their input, normalise it to C-ordered int64 / float64 arrays (so
+the kernel compiles once), allocate every output, call the kernel of ``_kernels.py`` (a ``prange`` over runs for batches)
+and compute the metrics with numpy. Randomness is the caller's: arrivals and lengths come in as
+arrays (draw them from generators spawned from one ``SeedSequence``).
+
+Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
+---------------------------------------------------------------------------
+Requests. Request i arrives at ``arrival_s[i]`` (ascending, in ``[0, horizon_s]``) with
+``P = prompt_tokens[i] >= 1`` and ``O = output_tokens[i] >= 1``; O counts every generated
+token, the first included.
+
+Rejection at arrival. A request is rejected (status ``REJECTED``, instance -1, counted, never
+queued) when ``P + O > max_context_tokens``, or ``P + O`` exceeds the whole KV budget
+(``floor(p[P_KV_BUDGET_TOKENS])``) of a colocated or decode instance, or (disaggregated)
+``P`` exceeds the KV budget of a prefill instance.
+
+Routing at arrival, to a colocated or prefill instance: the fewest outstanding tokens, ties to
+the lowest index; or round-robin over accepted requests (``routing="round-robin"``).
+Outstanding tokens of an instance = sum over its unfinished requests of remaining prompt tokens
++ remaining output tokens; work counts as done at the end of the step that does it. A prefill
+instance counts only the prompt tokens of prompts whose prefill step has not ended; a decode
+instance counts the ``O - 1`` tokens it will generate. Disaggregated requests pick their decode
+instance by the same rule (separate round-robin counter) when their KV transfer completes.
+
+Colocated instance (and decode instance). FCFS waiting queue. At each step boundary: first the
+running step completes; then requests are admitted from the head of the queue while
+``reserved + P + O <= KV budget`` (``reserved`` = sum of P + O over admitted unfinished
+requests) and the number admitted stays within ``max_batch`` (0 = unlimited); strict FCFS, the
+head blocks the queue. If anything is admitted, the next step starts at once; an idle instance
+starts a step at the time work arrives (subject to the tie rule below). A step runs every
+admitted request in decode phase (one token each) plus up to ``chunk_tokens`` prompt tokens
+taken FCFS from admitted requests still in prefill (a step may finish one prompt and start the
+next). A prompt finished by a step gives its first token at the step's end; the request then
+decodes in the following ``O - 1`` steps; with ``O = 1`` it finishes at its first token. Step
+time = ``step_time_nb(p, n_tokens, kv_tokens, attn_flops)`` (SPEC section 3) with::
+
+    n_tokens   = decodes + prompt tokens in the step
+    kv_tokens  = sum over decodes of their context (P + tokens generated so far)
+                 + for each prompt piece the prompt tokens prefilled before it
+    attn_flops = 4 L H x (sum of decode contexts)
+                 + for each piece of x tokens after s prefilled: 2 L H x^2 + 4 L H x s
+
+(L layers, H hidden), evaluated in exactly this order in float64.
+
+Disaggregated. A prefill instance keeps an FCFS queue; each step takes whole waiting prompts
+FCFS while their total stays within ``min(prefill_token_budget, its KV budget)`` (the first
+prompt always goes, alone if it is larger); ``kv_tokens = 0``. At the step's end every prompt
+in it starts a KV transfer of ``P x p_prefill[P_KVPG] / p_prefill[P_NET_BW]`` seconds. When the
+transfer completes the request has its first token (TTFT includes the transfer); with
+``O = 1`` it finishes there, else it joins the chosen decode instance's FCFS queue, which runs
+as a colocated instance without prefill (tokens 2 .. O; context P + 1 at its first decode).
+
+Tie rule at equal times: arrivals first (by index), then KV-transfer completions (by time, then
+request index), then instance step boundaries (lowest instance index first; prefill instances
+are numbered before decode instances). So a request arriving exactly when a step ends is
+already in the queue at that boundary, and requests arriving together at an idle instance are
+admitted together.
+
+Horizon. Events at times ``<= horizon_s`` are processed; the run then stops. Requests without
+their last token by then are ``UNFINISHED`` (first/finish nan when not reached); busy time of a
+step that runs past the horizon is cut at the horizon.
+
+Samples. On the grid ``t_k = k x sample_dt_s`` (``k = 0 .. ceil(horizon / dt) - 1``), the state
+after every event at times ``<= t_k``: waiting requests per instance (not admitted; for a
+prefill instance, not in a step), KV tokens reserved per instance (prefill: prompt tokens of the
+running step), and the number of accepted requests not yet finished (in system).
+
+Metrics. Measured requests arrive in ``[f0 x horizon, f1 x horizon)`` (``measure_window``).
+SLO attainment = fraction of measured requests that finished with TTFT <= ``ttft_slo_s`` and
+(O = 1 or TPOT <= ``tpot_slo_s``), TPOT = (finish - first) / (O - 1); rejected and unfinished
+measured requests are misses. TTFT / TPOT percentiles (linear interpolation) are over measured
+requests with unreached values as +inf. Throughput = output tokens generated by the horizon /
+horizon. Utilisation = busy time / horizon; mean batch = requests per step (decodes + prompt
+pieces).
+
+Overload. Let ``b`` be the least-squares slope (requests/s) of the sampled number in system
+over the samples at ``t >= horizon / 2``, and ``lambda`` the accepted arrival rate. The run is
+overloaded when ``b > OVERLOAD_SLOPE_FRACTION x lambda`` (the backlog absorbs more than 2% of
+the arrivals) and ``b x horizon / 2 >= OVERLOAD_MIN_GROWTH`` (at least 10 more requests over
+the second half). Using the number in system rather than the waiting queue alone also catches
+an overload that first fills the KV cache; the fraction keeps a stable system at 90% load (whose
+backlog only fluctuates) unflagged while 110% load (slope about 9% of lambda) is flagged.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numba
+import numpy as np
+
+from ..errors import FastsimInputError
+from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
+from . import _kernels as K
+from .records import REQ_FINISHED, REQ_REJECTED, RUN_OK, SimMetrics, SimResult
+
+__all__ = [
+    "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
+    "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH",
+]
+
+OVERLOAD_SLOPE_FRACTION = 0.02
+OVERLOAD_MIN_GROWTH = 10.0
+_UNLIMITED = 1 << 62
+_ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
+
+
+def _params(field: str, p) -> np.ndarray:
+    try:
+        a = np.array(p, dtype=np.float64, order="C")
+    except (TypeError, ValueError):
+        raise FastsimInputError(field, p, f"a float array of shape ({N_PARAMS},) from step_params") from None
+    if a.shape != (N_PARAMS,) or not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
+        raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
+    a.setflags(write=False)
+    return a
+
+
+def _count(field: str, v, minimum: int) -> int:
+    try:
+        i = int(v)
+    except (TypeError, ValueError):
+        raise FastsimInputError(field, v, f"an integer >= {minimum}") from None
+    if i != v or i < minimum:
+        raise FastsimInputError(field, v, f"an integer >= {minimum}")
+    return i
+
+
+@dataclass(frozen=True, eq=False)
+class ColocatedPlan:
+    """``n_instances`` identical colocated instances with chunked prefill (SPEC section 6).
+
+    Parameters
+    ----------
+    p : ndarray(float64) of shape (N_PARAMS,)
+        Step parameters of one instance, from :func:`fastsim.stepmodel.step_params`.
+    n_instances : int
+        Number of instances, >= 1.
+    chunk_tokens : int
+        Prompt tokens per step (chunk size c), >= 1.
+    max_batch : int
+        Most admitted (unfinished) requests per instance; 0 = unlimited.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the field that is out of range.
+    """
+
+    p: np.ndarray
+    n_instances: int
+    chunk_tokens: int
+    max_batch: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "p", _params("p", self.p))
+        object.__setattr__(self, "n_instances", _count("n_instances", self.n_instances, 1))
+        object.__setattr__(self, "chunk_tokens", _count("chunk_tokens", self.chunk_tokens, 1))
+        object.__setattr__(self, "max_batch", _count("max_batch", self.max_batch, 0))
+
+
+@dataclass(frozen=True, eq=False)
+class DisaggregatedPlan:
+    """Prefill instances and decode instances with a KV transfer between them (SPEC section 6).
+
+    Parameters
+    ----------
+    p_prefill, p_decode : ndarray(float64) of shape (N_PARAMS,)
+        Step parameters of a prefill / decode instance (:func:`fastsim.stepmodel.step_params`);
+        the transfer uses ``p_prefill[P_KVPG]`` bytes per token over ``p_prefill[P_NET_BW]``.
+    n_prefill, n_decode : int
+        Instance counts, >= 1 each.
+    prefill_token_budget : int
+        Most prompt tokens batched in one prefill step (a larger prompt runs alone), >= 1.
+    decode_max_batch : int
+        Most admitted requests per decode instance; 0 = unlimited.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the field that is out of range.
+    """
+
+    p_prefill: np.ndarray
+    n_prefill: int
+    p_decode: np.ndarray
+    n_decode: int
+    prefill_token_budget: int = 8192
+    decode_max_batch: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "p_prefill", _params("p_prefill", self.p_prefill))
+        object.__setattr__(self, "p_decode", _params("p_decode", self.p_decode))
+        object.__setattr__(self, "n_prefill", _count("n_prefill", self.n_prefill, 1))
+        object.__setattr__(self, "n_decode", _count("n_decode", self.n_decode, 1))
+        object.__setattr__(self, "prefill_token_budget",
+                           _count("prefill_token_budget", self.prefill_token_budget, 1))
+        object.__setattr__(self, "decode_max_batch", _count("decode_max_batch", self.decode_max_batch, 0))
+
+
+def _kv_floor(p: np.ndarray) -> int:
+    v = p[P_KV_BUDGET_TOKENS]
+    if not (v > 0.0):
+        return 0
+    return int(min(math.floor(v), _UNLIMITED))
+
+
+def _wheel_size(max_output: int) -> int:
+    """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1)."""
+    return 1 << max(0, int(max_output) - 1).bit_length()
+
+
+def _instances(plan, max_output: int, max_context: int):
+    """Per-instance rows (pp, int config) and the run's (n_entry, max_total, max_prompt, wheel_len)."""
+    if isinstance(plan, ColocatedPlan):
+        kvb = _kv_floor(plan.p)
+        ni = plan.n_instances
+        pp = np.repeat(plan.p[None, :], ni, axis=0)
+        cfg = np.zeros((ni, K.N_ICOLS), dtype=np.int64)
+        cfg[:, K.I_KIND] = K.KIND_COLOCATED
+        cfg[:, K.I_TOKENS] = plan.chunk_tokens
+        cap = plan.max_batch if plan.max_batch > 0 else _UNLIMITED
+        cfg[:, K.I_MAX_ADMIT] = cap
+        cfg[:, K.I_KV_BUDGET] = kvb
+        w = _wheel_size(max_output)
+        cfg[:, K.I_WHEEL_MASK] = w - 1
+        cfg[:, K.I_WHEEL_OFF] = np.arange(ni, dtype=np.int64) * w
+        return pp, cfg, ni, min(max_context, kvb), _UNLIMITED, ni * w
+    if isinstance(plan, DisaggregatedPlan):
+        kp = _kv_floor(plan.p_prefill)
+        kd = _kv_floor(plan.p_decode)
+        npf, nd = plan.n_prefill, plan.n_decode
+        ni = npf + nd
+        pp = np.concatenate([np.repeat(plan.p_prefill[None, :], npf, axis=0),
+                             np.repeat(plan.p_decode[None, :], nd, axis=0)])
+        cfg = np.zeros((ni, K.N_ICOLS), dtype=np.int64)
+        cfg[:npf, K.I_KIND] = K.KIND_PREFILL
+        cfg[:npf, K.I_TOKENS] = min(plan.prefill_token_budget, kp)
+        cfg[:npf, K.I_MAX_ADMIT] = _UNLIMITED
+        cfg[:npf, K.I_KV_BUDGET] = kp
+        cfg[npf:, K.I_KIND] = K.KIND_DECODE
+        cap = plan.decode_max_batch if plan.decode_max_batch > 0 else _UNLIMITED
+        cfg[npf:, K.I_MAX_ADMIT] = cap
+        cfg[npf:, K.I_KV_BUDGET] = kd
+        w = _wheel_size(max_output)
+        cfg[npf:, K.I_WHEEL_MASK] = w - 1
+        cfg[npf:, K.I_WHEEL_OFF] = np.arange(nd, dtype=np.int64) * w
+        return pp, cfg, npf, min(max_context, kd), kp, nd * w
+    raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan or a DisaggregatedPlan")
+
+
+def _tokens(field: str, v, n: int | None) -> np.ndarray:
+    a = np.asarray(v)
+    if a.ndim != 1:
+        raise FastsimInputError(field, f"shape {a.shape}", "a 1-d array")
+    if n is not None and a.shape[0] != n:
+        raise FastsimInputError(field, f"length {a.shape[0]}", f"length {n} (as arrival_s)")
+    if a.dtype.kind in "iu":
+        out = a.astype(np.int64)
+    elif a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.any(a != np.floor(a)):
+            raise FastsimInputError(field, "non-integral values", "whole token counts >= 1")
+        out = a.astype(np.int64)
+    elif a.size == 0:
+        out = np.zeros(0, dtype=np.int64)
+    else:
+        raise FastsimInputError(field, f"dtype {a.dtype}", "an integer array")
+    if out.size and out.min() < 1:
+        raise FastsimInputError(field, int(out.min()), "token counts >= 1")
+    return np.ascontiguousarray(out)
+
+
+def _workload(w, horizon_s: float):
+    try:
+        if hasattr(w, "arrival_s"):
+            arrival_s, prompt_tokens, output_tokens = w.arrival_s, w.prompt_tokens, w.output_tokens
+        else:
+            arrival_s, prompt_tokens, output_tokens = w
+    except (TypeError, ValueError):
+        raise FastsimInputError("workloads", type(w).__name__,
+                                "tuples (arrival_s, prompt_tokens, output_tokens)") from None
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if a.ndim != 1:
+        raise FastsimInputError("arrival_s", f"shape {a.shape}", "a 1-d array")
+    if a.size:
+        if not np.all(np.isfinite(a)) or a[0] < 0.0:
+            raise FastsimInputError("arrival_s", "negative or non-finite times", "finite times >= 0")
+        if np.any(np.diff(a) < 0.0):
+            raise FastsimInputError("arrival_s", "unsorted times", "ascending times")
+        if a[-1] > horizon_s:
+            raise FastsimInputError("arrival_s", float(a[-1]), f"times <= horizon_s = {horizon_s}")
+    a = np.ascontiguousarray(a)
+    return a, _tokens("prompt_tokens", prompt_tokens, a.shape[0]), _tokens("output_tokens", output_tokens, a.shape[0])
+
+
+def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
+    from ..errors import require_positive
+    horizon_s = require_positive("horizon_s", horizon_s)
+    ttft_slo_s = require_positive("ttft_slo_s", ttft_slo_s)
+    tpot_slo_s = require_positive("tpot_slo_s", tpot_slo_s)
+    max_context_tokens = _count("max_context_tokens", max_context_tokens, 2)
+    if routing not in _ROUTINGS:
+        raise FastsimInputError("routing", routing, " or ".join(_ROUTINGS))
+    try:
+        f0, f1 = (float(x) for x in measure_window)
+    except (TypeError, ValueError):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
+    if not (0.0 <= f0 < f1 <= 1.0):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
+    sample_dt_s = require_positive("sample_dt_s", sample_dt_s)
+    if horizon_s / sample_dt_s > 1e7:
+        raise FastsimInputError("sample_dt_s", sample_dt_s, "at most 1e7 samples per run (a larger step)")
+    return horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, _ROUTINGS[routing], (f0, f1), sample_dt_s
+
+
+def _run(pairs, horizon_s: float, max_context: int, routing: int, dt: float):
+    """Build the flattened tables for ``pairs`` of (plan, validated workload) and run the kernel."""
+    R = len(pairs)
+    n_samp = max(1, int(math.ceil(horizon_s / dt)))
+    run_i = np.zeros((R, K.N_RCOLS), dtype=np.int64)
+    run_f = np.zeros((R, K.N_RFCOLS), dtype=np.float64)
+    pps, cfgs, works = [], [], []
+    req_off = inst_off = wheel_off = isamp_off = 0
+    for k, (plan, w) in enumerate(pairs):
+        n = w[0].shape[0]
+        # longest output that can be admitted (others are rejected)
+        max_out = min(int(w[2].max()), max_context) if n else 1
+        pp, cfg, n_entry, max_total, max_prompt, wheel_len = _instances(plan, max_out, max_context)
+        ni = cfg.shape[0]
+        run_i[k, K.R_REQ_OFF] = req_off
+        run_i[k, K.R_N_REQ] = n
+        run_i[k, K.R_INST_OFF] = inst_off
+        run_i[k, K.R_N_INST] = ni
+        run_i[k, K.R_N_ENTRY] = n_entry
+        run_i[k, K.R_WHEEL_OFF] = wheel_off
+        run_i[k, K.R_WHEEL_LEN] = wheel_len
+        run_i[k, K.R_SAMP_OFF] = k * n_samp
+        run_i[k, K.R_N_SAMP] = n_samp
+        run_i[k, K.R_ISAMP_OFF] = isamp_off
+        run_i[k, K.R_ROUTING] = routing
+        run_i[k, K.R_MAX_TOTAL] = max_total
+        run_i[k, K.R_MAX_PROMPT] = max_prompt
+        run_f[k, K.RF_HORIZON] = horizon_s
+        run_f[k, K.RF_DT] = dt
+        pps.append(pp)
+        cfgs.append(cfg)
+        works.append(w)
+        req_off += n
+        inst_off += ni
+        wheel_off += wheel_len
+        isamp_off += n_samp * ni
+    N = req_off
+    pp = np.ascontiguousarray(np.concatenate(pps))
+    ist = np.ascontiguousarray(np.concatenate(cfgs))
+    fst = np.zeros((inst_off, K.N_FCOLS), dtype=np.float64)
+    # fresh writable copies: a read-only input would compile the kernel a second time
+    arrival = np.concatenate([w[0] for w in works])
+    prompt = np.concatenate([w[1] for w in works])
+    output = np.concatenate([w[2] for w in works])
+    out = dict(
+        first=np.empty(N, np.float64), finish=np.empty(N, np.float64),
+        inst=np.empty(N, np.int64), dinst=np.empty(N, np.int64), status=np.empty(N, np.int64),
+        wait_s=np.empty(isamp_off, np.int64), kv_s=np.empty(isamp_off, np.int64),
+        sys_s=np.empty(R * n_samp, np.int64), run_status=np.empty(R, np.int64),
+    )
+    nxt = np.empty(N, np.int64)
+    done = np.empty(N, np.int64)
+    wheel = np.empty(max(wheel_off, 1), np.int64)
+    wnext = np.empty(N, np.int64)
+    tr_t = np.empty(N, np.float64)
+    tr_r = np.empty(N, np.int64)
+    args = (run_i, run_f, pp, ist, fst, arrival, prompt, output, out["first"], out["finish"],
+            out["inst"], out["dinst"], out["status"], nxt, done, wheel, wnext, tr_t, tr_r, out["wait_s"],
+            out["kv_s"], out["sys_s"], out["run_status"])
+    if R == 1:
+        # one run: skip the thread pool (a busy machine can delay its wake-up by milliseconds)
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            K.simulate_runs_nb(*args)
+        finally:
+            numba.set_num_threads(threads)
+    else:
+        with numba.parallel_chunksize(1):   # runs differ in cost: hand them out one by one
+            K.simulate_runs_nb(*args)
+    bad = np.flatnonzero(out["run_status"] != RUN_OK)
+    if bad.size:
+        raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
+                           f"on run {int(bad[0])}; this is a bug in fastsim")
+    return run_i, arrival, prompt, output, ist, fst, out, n_samp
+
+
+def _percentiles(x: np.ndarray, qs) -> list:
+    """Linear-interpolation percentiles of x (may hold +inf); nan for an empty x.
+
+    Selection (``np.partition`` at the bracketing ranks), not a full sort.
+    """
+    n = x.shape[0]
+    if n == 0:
+        return [math.nan for _ in qs]
+    pos = [q / 100.0 * (n - 1) for q in qs]
+    ranks = sorted({r for p in pos for r in (int(math.floor(p)), min(int(math.floor(p)) + 1, n - 1))})
+    s = np.partition(x, ranks)
+    res = []
+    for p in pos:
+        lo = int(math.floor(p))
+        hi = min(lo + 1, n - 1)
+        frac = p - lo
+        a, b = float(s[lo]), float(s[hi])
+        if frac == 0.0 or a == b:
+            res.append(a)
+        elif math.isinf(b):
+            res.append(math.inf)
+        else:
+            res.append(a + (b - a) * frac)
+    return res
+
+
+def _metrics(arrival, prompt, output, first, finish, status, ist, fst, sys_s, horizon_s, ttft_slo_s,
+             tpot_slo_s, window, dt) -> SimMetrics:
+    n = arrival.shape[0]
+    f0, f1 = window
+    measured = (arrival >= f0 * horizon_s) & (arrival < f1 * horizon_s)
+    finished = status == REQ_FINISHED
+    am, fm, em, om = arrival[measured], first[measured], finish[measured], output[measured]
+    okm = finished[measured]
+    n_meas = am.shape[0]
+    ttft_m = fm - am
+    ttft_m[np.isnan(ttft_m)] = np.inf          # no first token by the horizon (or rejected)
+    multi = om > 1
+    tpot_m = (em[multi] - fm[multi]) / (om[multi] - 1).astype(np.float64)
+    tpot_m[~okm[multi]] = np.inf               # unfinished
+    okm &= ttft_m <= ttft_slo_s
+    okm[multi] &= tpot_m <= tpot_slo_s
+    tq = _percentiles(ttft_m, (50, 90, 99))
+    pq = _percentiles(tpot_m, (50, 90, 99))
+    rejected = int((status == REQ_REJECTED).sum())
+    n_fin = int(finished.sum())
+    accepted_rate = (n - rejected) / horizon_s
+    # overload: trend of the number in system over the second half
+    t = np.arange(sys_s.shape[0], dtype=np.float64) * dt
+    half = t >= 0.5 * horizon_s
+    slope = 0.0
+    if half.sum() >= 3:
+        th = t[half]
+        y = sys_s[half].astype(np.float64)
+        tc = th - th.mean()
+        slope = float((tc * (y - y.mean())).sum() / (tc * tc).sum())
+    overloaded = bool(slope > OVERLOAD_SLOPE_FRACTION * accepted_rate
+                      and slope * 0.5 * horizon_s >= OVERLOAD_MIN_GROWTH)
+    steps = ist[:, K.I_STEP]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_batch = np.where(steps > 0, ist[:, K.I_BATCH_SUM] / np.maximum(steps, 1), np.nan)
+    return SimMetrics(
+        attainment=float(okm.sum()) / n_meas if n_meas else math.nan,
+        ttft_p50_s=tq[0], ttft_p90_s=tq[1], ttft_p99_s=tq[2],
+        tpot_p50_s=pq[0], tpot_p90_s=pq[1], tpot_p99_s=pq[2],
+        throughput_tokens_per_s=float(ist[:, K.I_TOKENS_OUT].sum()) / horizon_s,
+        rejected=rejected, unfinished=n - rejected - n_fin, finished=n_fin, measured=n_meas,
+        n_requests=n, overloaded=overloaded, queue_slope_req_per_s=slope,
+        arrival_rate_req_per_s=accepted_rate,
+        utilisation=fst[:, K.F_BUSY] / horizon_s, mean_batch=mean_batch,
+        kv_peak_tokens=ist[:, K.I_KV_PEAK].copy(),
+    )
+
+
+def _result(k, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, full: bool):
+    horizon_s, ttft_slo_s, tpot_slo_s, _, _, window, dt = opts
+    a = run_i[k, K.R_REQ_OFF]
+    b = a + run_i[k, K.R_N_REQ]
+    i0 = run_i[k, K.R_INST_OFF]
+    ni = run_i[k, K.R_N_INST]
+    s0 = run_i[k, K.R_SAMP_OFF]
+    q0 = run_i[k, K.R_ISAMP_OFF]
+    sys_s = out["sys_s"][s0:s0 + n_samp]
+    m = _metrics(arrival[a:b], prompt[a:b], output[a:b], out["first"][a:b], out["finish"][a:b],
+                 out["status"][a:b], ist[i0:i0 + ni], fst[i0:i0 + ni], sys_s, horizon_s,
+                 ttft_slo_s, tpot_slo_s, window, dt)
+    if not full:
+        return m
+    return SimResult(
+        arrival_s=arrival[a:b], prompt_tokens=prompt[a:b], output_tokens=output[a:b],
+        first_token_s=out["first"][a:b], finish_s=out["finish"][a:b], instance=out["inst"][a:b],
+        decode_instance=out["dinst"][a:b], status=out["status"][a:b],
+        sample_t_s=np.arange(n_samp, dtype=np.float64) * dt,
+        queue_len=out["wait_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
+        kv_tokens=out["kv_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
+        in_system=sys_s, busy_s=fst[i0:i0 + ni, K.F_BUSY].copy(), metrics=m,
+    )
+
+
+def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float, ttft_slo_s: float,
+             tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
+             measure_window=(0.2, 0.8), sample_dt_s: float = 1.0) -> SimResult:
+    """Simulate one plan serving one workload (SPEC section 6; semantics in the module docstring).
+
+    Parameters
+    ----------
+    plan : ColocatedPlan or DisaggregatedPlan
+    arrival_s : ndarray(float64) of shape (n,)
+        Arrival times (s), ascending, in ``[0, horizon_s]``.
+    prompt_tokens, output_tokens : ndarray(int) of shape (n,)
+        Prompt tokens P >= 1 and output tokens O >= 1 (O includes the first token).
+    horizon_s : float
+        Simulated seconds; no event after it is processed.
+    ttft_slo_s, tpot_slo_s : float
+        TTFT and TPOT targets (s) for SLO attainment.
+    max_context_tokens : int
+        Requests with P + O above it are rejected.
+    routing : {"least-loaded", "round-robin"}
+    measure_window : (float, float)
+        Fractions of the horizon bounding the arrivals of measured requests.
+    sample_dt_s : float
+        Step of the sampling grid (s).
+
+    Returns
+    -------
+    SimResult
+        Per-request arrays of shape (n,), samples of shape (m, n_instances) and ``.metrics``.
+
+    Raises
+    ------
+    FastsimInputError
+        Unsorted or out-of-range arrivals, token counts < 1 or not whole, mismatched lengths,
+        non-positive horizon / SLOs / sample step, unknown routing, bad window, bad plan.
+    """
+    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+    w = _workload((arrival_s, prompt_tokens, output_tokens), opts[0])
+    _instances(plan, 1, opts[3])  # type check before allocating
+    run_i, arrival, prompt, output, ist, fst, out, n_samp = _run([(plan, w)], opts[0], opts[3], opts[4], opts[6])
+    return _result(0, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, True)
+
+
+def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
+                   tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
+                   measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, product: bool = False,
+                   full: bool = False) -> list:
+    """Simulate many (plan, workload) runs in one parallel kernel call (SPEC sections 6 and 7).
+
+    Each run is independent and writes only its own slots, so the results are identical to
+    :func:`simulate` run by run, whatever ``NUMBA_NUM_THREADS`` is.
+
+    Parameters
+    ----------
+    plans : sequence of ColocatedPlan or DisaggregatedPlan
+        One per workload (run k is ``plans[k]`` on ``workloads[k]``), or a single plan for all.
+    workloads : sequence of (arrival_s, prompt_tokens, output_tokens) or of ``Workload``
+        Arrays as in :func:`simulate` (e.g. one per seed x rate, drawn with common random numbers).
+    product : bool
+        True: every plan with every workload instead, plan-major
+        (``len(plans) * len(workloads)`` runs).
+    full : bool
+        Return :class:`SimResult` objects instead of :class:`SimMetrics`.
+    horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s
+        As in :func:`simulate`, shared by all runs.
+
+    Returns
+    -------
+    list of SimMetrics (or SimResult when ``full``)
+        One per run, in run order.
+
+    Raises
+    ------
+    FastsimInputError
+        As :func:`simulate`, plus empty or mismatched ``plans`` / ``workloads``.
+    """
+    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+    plans = list(plans)
+    works = [_workload(w, opts[0]) for w in workloads]
+    if not plans:
+        raise FastsimInputError("plans", plans, "at least one plan")
+    if not works:
+        raise FastsimInputError("workloads", workloads, "at least one workload")
+    for pl in plans:
+        _instances(pl, 1, opts[3])
+    if product:
+        pairs = [(pl, w) for pl in plans for w in works]
+    elif len(plans) == 1:
+        pairs = [(plans[0], w) for w in works]
+    else:
+        if len(plans) != len(works):
+            raise FastsimInputError("plans", f"{len(plans)} plans",
+                                    f"one plan, or one per workload ({len(works)})")
+        pairs = list(zip(plans, works))
+    run_i, arrival, prompt, output, ist, fst, out, n_samp = _run(pairs, opts[0], opts[3], opts[4], opts[6])
+    return [_result(k, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, full)
+            for k in range(len(pairs))]
+
+
+def warmup() -> None:
+    """Compile (or load from cache) the simulator kernel with a tiny run of each plan kind."""
+    p = np.ones(N_PARAMS)
+    p[P_KV_BUDGET_TOKENS] = 1000.0
+    a = np.array([0.0, 0.5])
+    pt = np.array([10, 20])
+    ot = np.array([2, 3])
+    simulate_batch([ColocatedPlan(p, 1, 8), DisaggregatedPlan(p, 1, p, 1)], [(a, pt, ot)],
+                   horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=1.0, product=True)
