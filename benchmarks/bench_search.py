@@ -1,0 +1,38 @@
+"""Speed of verification and capacity search (issue figures: capacity <= 0.5 s warm; plan <= 10 s fresh process)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fastsim.analytic import Demand, plan_for
+from fastsim.catalog import default_catalog
+from fastsim.search import SLO, max_sustainable_rate
+
+
+@pytest.fixture(scope="module")
+def chat_plan():
+    cat = default_catalog()
+    s = cat.scenario("chat")
+    plan = plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=2)
+    max_sustainable_rate(plan, s, SLO(s.ttft_s, s.tpot_s), seeds=2, horizon_s=60.0)  # compile / load cache
+    return s, plan
+
+
+def test_capacity_search_chat_16_seeds(benchmark, chat_plan):
+    """One full capacity search: 16 seeds x 600 s per probe, 1% tolerance, 2-instance chat plan."""
+    s, plan = chat_plan
+    res = benchmark(max_sustainable_rate, plan, s, SLO(s.ttft_s, s.tpot_s), seeds=16, horizon_s=600.0, rel_tol=0.01)
+    assert res.bracket[1] <= res.bracket[0] * 1.01 + 1e-9
+
+
+def _plan_in_fresh_process():
+    env = dict(os.environ)
+    subprocess.run([sys.executable, "-m", "fastsim", "plan", "--scenario", "chat", "--format", "json"],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def test_plan_chat_fresh_process_warm_cache(benchmark):
+    """`fastsim plan --scenario chat`: top 10 verified (8 seeds x 600 s) and repaired, in a new process."""
+    _plan_in_fresh_process()  # fill the numba cache
+    benchmark.pedantic(_plan_in_fresh_process, rounds=3, iterations=1)
