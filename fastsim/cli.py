@@ -21,7 +21,7 @@ def _positive(field):
         try:
             return require_positive(field, float(text))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{field}: got {text!r}; allowed: a finite number > 0") from None
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a finite number > 0") from None
     return conv
 
 
@@ -29,7 +29,7 @@ def _tp(text):
     try:
         return require_tp("--tp", int(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--tp: got {text!r}; allowed: a power of two from 1 to 64") from None
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
 def _pos_int(field):
@@ -39,7 +39,7 @@ def _pos_int(field):
         except ValueError:
             v = 0
         if v < 1:
-            raise argparse.ArgumentTypeError(f"{field}: got {text!r}; allowed: an integer >= 1")
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 1")
         return v
     return conv
 
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="find the cheapest verified deployment")
     _add_workload(sp)
     _add_common(sp)
-    sp.add_argument("--gpu", action="append", help="restrict to these GPUs (repeatable)")
+    sp.add_argument("--gpu", action="append", help="restrict to these GPUs (repeatable; 'all' = every catalog GPU; "
+                    "default H100, H200, B200)")
     sp.add_argument("--precision", action="append", choices=None, help="restrict to these precisions (repeatable)")
     sp.add_argument("--tp", action="append", type=_tp, help="TP degrees to consider (repeatable; default 1 2 4 8)")
     sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
@@ -215,7 +216,10 @@ def _cmd_plan(args):
     from .planner import plan_deployment
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
-    opts = ScreenOptions(gpus=tuple(args.gpu) if args.gpu else None,
+    gpus = tuple(args.gpu) if args.gpu else None
+    if gpus and any(g.lower() == "all" for g in gpus):
+        gpus = tuple(cat.gpus)
+    opts = ScreenOptions(gpus=gpus,
                          precisions=tuple(args.precision) if args.precision else None,
                          tps=tuple(args.tp) if args.tp else (1, 2, 4, 8),
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"))

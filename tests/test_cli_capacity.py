@@ -1,0 +1,46 @@
+"""`fastsim capacity` on the command line."""
+import json
+
+from fastsim.cli import main
+
+
+def test_capacity_json_and_plot(capsys, tmp_path):
+    png = tmp_path / "cap.png"
+    rc = main(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1",
+               "--instances", "1", "--seeds", "4", "--horizon", "300", "--tol", "0.02", "--format", "json",
+               "--plot", str(png)])
+    assert rc == 0
+    (res,) = json.loads(capsys.readouterr().out)
+    lo, hi = res["bracket_req_per_s"]
+    assert res["rate_req_per_s"] == lo and hi <= lo * 1.02 + 1e-9
+    assert res["ci95_req_per_s"][0] <= lo <= res["ci95_req_per_s"][1]
+    assert res["analytic_ratio"] == res["analytic_req_per_s"] / lo
+    assert png.stat().st_size > 10_000
+
+
+def test_capacity_from_plan_json(capsys, tmp_path):
+    assert main(["plan", "--scenario", "chat", "--no-verify", "--format", "json", "--top-k", "1"]) == 0
+    f = tmp_path / "plans.json"
+    f.write_text(capsys.readouterr().out)
+    rc = main(["capacity", "--scenario", "chat", "--from-plan", str(f), "--seeds", "2", "--horizon", "120",
+               "--tol", "0.05"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "2 x B200 FP8 colocated TP1 x 2" in out and "max sustainable rate" in out
+
+
+def _rc(argv):
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_capacity_bad_input(capsys):
+    rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tol", "0"])
+    assert rc == 2
+    assert "--tol" in capsys.readouterr().err
+    rc = _rc(["capacity", "--scenario", "chat", "--precision", "FP8"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--gpu" in err and len(err.strip().splitlines()) == 1
