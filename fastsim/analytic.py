@@ -107,7 +107,8 @@ class ScreenOptions:
     Attributes
     ----------
     gpus, precisions : tuple of str or None
-        Catalog names; ``None`` means all entries of the catalog.
+        Catalog names; ``None`` means the catalog's default grid (:meth:`Catalog.default_gpus`,
+        H100, H200 and B200 built in) for GPUs and all entries for precisions.
     tps : tuple of int
         Tensor-parallel degrees (powers of two).
     modes : tuple of str
@@ -241,7 +242,7 @@ def instances_needed(rate_req_per_s, capacity_req_per_s):
 
 
 def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
-    gpus = [catalog.gpu(g) for g in (options.gpus or list(catalog.gpus))]
+    gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
     precs = [catalog.precision(p) for p in (options.precisions or list(catalog.precisions))]
     rows = []
     for g in gpus:

@@ -49,7 +49,7 @@ def _price(text):
     try:
         return name, require_positive(f"--price {name}", float(usd))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--price: got {text!r}; allowed: GPU=USD_PER_HOUR, e.g. B200=6") from None
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: GPU=USD_PER_HOUR, e.g. B200=6") from None
 
 
 def _add_common(sp):
@@ -278,7 +278,7 @@ def _nonneg_int(field):
         except ValueError:
             v = -1
         if v < 0:
-            raise argparse.ArgumentTypeError(f"{field}: got {text!r}; allowed: an integer >= 0")
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 0")
         return v
     return conv
 

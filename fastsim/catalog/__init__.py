@@ -41,6 +41,9 @@ class GPU:
     price_usd_per_hour, power_w : float
     source : str
         Datasheet the figures come from.
+    default_grid : bool
+        True when the GPU belongs to the planner's default grid (:meth:`Catalog.default_gpus`);
+        other GPUs are chosen by name (or ``--gpu all``).
     """
 
     name: str
@@ -53,6 +56,7 @@ class GPU:
     power_w: float
     description: str = ""
     source: str = ""
+    default_grid: bool = True
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,14 @@ class Catalog:
                 return v
         raise FastsimInputError(kind, name, "one of " + ", ".join(sorted(table)))
 
+    def default_gpus(self) -> list:
+        """Names of the GPUs of the default planning grid (``default_grid`` true), in catalog order.
+
+        The built-in default grid is the lecture's {H100, H200, B200}; the other built-in GPUs
+        (``gpus_extra.toml``) are chosen by name.
+        """
+        return [k for k, g in self.gpus.items() if g.default_grid]
+
     def gpu(self, name: str) -> GPU:
         """Look up a GPU by name; raises :class:`FastsimInputError` naming the known ones."""
         return self._get(self.gpus, "gpu", name)
@@ -273,6 +285,7 @@ def load_catalog(user_files=()) -> Catalog:
     """
     cat = Catalog()
     _merge(cat.gpus, _data("gpus.toml"), GPU, _GPU_KEYS, "gpu", "built-in")
+    _merge(cat.gpus, _data("gpus_extra.toml"), GPU, _GPU_KEYS, "gpu", "built-in")
     _merge(cat.precisions, _data("precisions.toml"), Precision, _PREC_KEYS, "precision", "built-in")
     _merge(cat.models, _data("models.toml"), Model, _MODEL_KEYS, "model", "built-in")
     for name, d in _data("scenarios.toml").items():

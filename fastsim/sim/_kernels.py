@@ -20,13 +20,15 @@ loops over the running batch.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import njit, prange
 
 from ..stepmodel import P_HIDDEN, P_KVPG, P_LAYERS, P_NET_BW, step_time_nb
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
-from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_TRANSFER_OVERFLOW
+from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW,
+                      RUN_TRANSFER_OVERFLOW)
 
 KIND_COLOCATED = 0
 KIND_PREFILL = 1
@@ -53,8 +55,16 @@ N_FCOLS = 3
  R_N_SAMP, R_ISAMP_OFF, R_ROUTING, R_MAX_TOTAL, R_MAX_PROMPT) = range(13)
 N_RCOLS = 13
 # float64 columns of the per-run table.
-RF_HORIZON, RF_DT = range(2)
-N_RFCOLS = 2
+(RF_HORIZON, RF_DT, RF_MEAS_LO, RF_MEAS_HI, RF_TTFT_SLO, RF_TPOT_SLO, RF_OVER_FRAC,
+ RF_OVER_MIN) = range(8)
+N_RFCOLS = 8
+
+# per-run metrics written by the kernel: float64 columns ...
+(M_ATTAIN, M_TTFT50, M_TTFT90, M_TTFT99, M_TPOT50, M_TPOT90, M_TPOT99, M_SLOPE) = range(8)
+N_MFCOLS = 8
+# ... and int64 columns
+(MI_REJECTED, MI_FINISHED, MI_MEASURED, MI_OVERLOADED) = range(4)
+N_MICOLS = 4
 
 
 @njit(cache=True, inline="always")

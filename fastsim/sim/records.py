@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     "RequestStatus", "RunStatus", "REQ_UNFINISHED", "REQ_FINISHED", "REQ_REJECTED",
-    "RUN_OK", "RUN_TRANSFER_OVERFLOW", "SimMetrics", "SimResult",
+    "RUN_OK", "RUN_TRANSFER_OVERFLOW", "RUN_SCRATCH_OVERFLOW", "SimMetrics", "SimResult",
 ]
 
 # Per-request status written by the kernels.
@@ -22,6 +22,7 @@ REQ_REJECTED = 2
 # Per-run status returned by the kernels (never an exception inside ``prange``).
 RUN_OK = 0
 RUN_TRANSFER_OVERFLOW = 2
+RUN_SCRATCH_OVERFLOW = 3
 
 
 class RequestStatus(IntEnum):
@@ -37,6 +38,7 @@ class RunStatus(IntEnum):
 
     OK = RUN_OK
     TRANSFER_OVERFLOW = RUN_TRANSFER_OVERFLOW
+    SCRATCH_OVERFLOW = RUN_SCRATCH_OVERFLOW
 
 
 class SimMetrics(NamedTuple):
