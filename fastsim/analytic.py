@@ -54,8 +54,11 @@ class Demand:
         Means of the length distributions (throughput, KV per step).
     latency_prompt_tokens, latency_output_tokens : float
         Lengths used for the latency checks: the P90 by default (lecture §2.3, lesson one).
-    max_context_tokens : float
-        Requests longer than this (P + O) cannot be served (reported, not truncated).
+
+    Raises
+    ------
+    FastsimInputError
+        Any field that is not a finite number > 0.
     """
 
     rate_req_per_s: float

@@ -258,6 +258,9 @@ def _cmd_plan(args):
         report.notes.append("no configuration of the grid meets these SLOs analytically")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
                "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired"]
+    if args.no_verify:  # analytic ranking only: drop the simulation columns
+        headers = headers[:11]
+        rows = [r[:11] for r in rows]
     d = demand
     head = (f"{model.name}: {d.rate_req_per_s:g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
             f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
