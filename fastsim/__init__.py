@@ -34,6 +34,7 @@ _LAZY = {
     "synthesize": "fastsim.workload",
     "Workload": "fastsim.workload",
     "ledger": "fastsim.ledger",
+    "run_sweep": "fastsim.sweep",
     "ladder": "fastsim.ledger",
 }
 

@@ -124,8 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
     sp.add_argument("--seed", type=int, default=0, help="root seed")
     sp.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded")
+    sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
+                    help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
+    sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
+    sp.add_argument("--lengths", default="lognormal", metavar="lognormal|fixed|trace:NAME",
+                    help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
+                         "resampled from a trace (azure-conv, azure-code or a file)")
     sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
     sp.set_defaults(func=_cmd_simulate)
+
+    sp = sub.add_parser("bench", help="measure the simulator on the standard workloads")
+    sp.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    sp.add_argument("--quick", action="store_true", help="short horizons and few seeds (a smoke test, seconds)")
+    sp.set_defaults(func=_cmd_bench)
 
     sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds)")
     _add_workload(sp)
@@ -138,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
     sp.set_defaults(func=_cmd_capacity)
     _add_ledger_commands(sub)
+    _add_sweep_command(sub)
     return ap
 
 
@@ -421,6 +433,31 @@ def _cmd_whatif(args):
     return 0
 
 
+def _add_sweep_command(sub):
+    """The ``sweep`` sub-command (implemented in :func:`fastsim.sweep.cli_sweep`)."""
+    sp = sub.add_parser("sweep", help="analytic table (and verification) of a Cartesian grid of configurations")
+    sp.add_argument("grid", nargs="?", metavar="GRID.toml", help="grid file: an [axes] table and an optional [sweep] table")
+    sp.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
+                    help="an axis of the grid (repeatable; overrides the file's): model, gpu, precision, mode, tp, "
+                         "prefill_tp, decode_tp, chunk_tokens, max_batch, instances, prefill_instances, decode_instances, "
+                         "scenario, trace, rate_req_per_s, ttft_s, tpot_s, price")
+    _add_common(sp)
+    sp.add_argument("--verify", choices=("none", "top-k-per-scenario", "all"),
+                    help="points to simulate (default none, or the grid file's)")
+    sp.add_argument("--top-k", type=_pos_int("--top-k"), help="points per scenario group for top-k-per-scenario (default 3)")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), help="simulation seeds per point (default 4)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), help="simulated seconds (default 600)")
+    sp.add_argument("--seed", type=_nonneg_int("--seed"), help="root seed (default 0)")
+    sp.add_argument("--capacity", action="store_true", help="also bisect each verified point for its max sustainable rate")
+    sp.add_argument("--out", metavar="FILE", help="write the table: .parquet (needs pyarrow), .csv, .json/.jsonl")
+    sp.add_argument("--resume", action="store_true", help="keep the points already in --out and do the rest")
+    sp.add_argument("--plot", metavar="DIR", help="write Pareto plots (PNG) to this directory")
+    sp.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786")
+    sp.add_argument("--workers", type=_pos_int("--workers"), help="start a local Dask cluster of N worker processes")
+    sp.add_argument("--rows", type=_pos_int("--rows"), default=20, help="rows shown in the table output (default 20)")
+    sp.set_defaults(func=lambda args: __import__("fastsim.sweep", fromlist=["cli_sweep"]).cli_sweep(args))
+
+
 def main(argv=None) -> int:
     """Entry point of the ``fastsim`` console script; returns the exit status."""
     parser = build_parser()
@@ -474,6 +511,53 @@ def _plan_from_args(args, cat, model, demand):
                     chunk_tokens=args.chunk, catalog=cat)
 
 
+def _synthetic_workloads(args, scenario, rate):
+    """One workload per seed for ``simulate``: --arrival / --cv and --lengths applied."""
+    from dataclasses import replace
+    from . import workload as W
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    cv = 1.0 if args.cv is None else args.cv
+    seeds = W.seeds_for(args.seed, args.seeds)
+    kind = args.lengths
+    if kind.startswith("trace:"):
+        trace = W.read_trace(kind[len("trace:"):])
+        return [W.synthesize_from_trace(trace, rate, args.horizon, s, arrival=args.arrival, cv=cv) for s in seeds]
+    if kind == "fixed":
+        scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
+                           output=replace(scenario.output, kind="fixed", sigma=0.0))
+    elif kind != "lognormal":
+        raise FastsimInputError("--lengths", kind, "lognormal, fixed or trace:NAME")
+    return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv) for s in seeds]
+
+
+def _cmd_bench(args):
+    from .bench import run_benchmarks
+    res = run_benchmarks(quick=args.quick)
+    if args.format == "json":
+        json.dump(res, sys.stdout, indent=2, default=_json_default)
+        sys.stdout.write("\n")
+        return 0
+    from tabulate import tabulate
+    rows = [
+        ["600-s chat run" if not res["quick"] else f"{res['horizon_s']:g}-s chat run",
+         f"{res['chat_run_ms']:.2f} ms", f"{res['chat_requests']:,} requests, one thread"],
+        ["simulated requests / s / core", f"{res['requests_per_s_per_core'] / 1e6:.2f} M",
+         f"grid: {res['grid_requests_per_s_per_core'] / 1e6:.2f} M on {res['threads']} threads"],
+        [f"grid of {res['grid_runs']} runs", f"{res['grid_s_all_threads']:.3f} s",
+         f"{res['threads']} threads; {res['grid_s_1_thread']:.3f} s on one"],
+        ["parallel speed-up", f"{res['parallel_speedup']:.2f}x", f"1 vs {res['threads']} threads"],
+        ["vs plain-Python reference", f"{res['reference_ratio']:,.0f}x",
+         f"{res['reference_us_per_request']:.1f} vs {res['kernel_us_per_request']:.3f} us per request"],
+    ]
+    print(tabulate(rows, headers=["measure", "value", "detail"], disable_numparse=True))
+    if res["quick"]:
+        print("note: --quick: short horizons, not comparable with a full run")
+    return 0
+
+
 def _cmd_simulate(args):
     import numpy as np
     from .search import SLO, sim_plan
@@ -486,7 +570,7 @@ def _cmd_simulate(args):
         wls = [source]
         horizon = float(np.nextafter(source.duration_s, np.inf))
     else:
-        wls = [W.synthesize(source, demand.rate_req_per_s, args.horizon, s) for s in W.seeds_for(args.seed, args.seeds)]
+        wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
         horizon = args.horizon
     sp = sim_plan(plan, cat, model=model)
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,

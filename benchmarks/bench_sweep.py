@@ -1,0 +1,52 @@
+"""Benchmarks of sweeps (fastsim.sweep).
+
+Run with ``python -m pytest benchmarks/bench_sweep.py --benchmark-enable``; under the default
+``--benchmark-disable`` each runs once as a test (the verification one on a 60-s horizon, so the
+test suite stays fast). Kernels are compiled (or loaded from the numba cache) before timing.
+
+- the analytic table of a 115,200-point grid (every catalog GPU x 2 precisions x 2 modes x
+  TP 1-8 x 5 chunk choices x 3 batch caps x 4 scenarios x 5 rates x 3 TPOT targets):
+  target <= 1 s on 2 cores;
+- the verification of a realistic chat grid (every catalog GPU x FP8/BF16 x colocated /
+  disaggregated x TP 1-8 x 4 batch caps x 10/20/30 req/s: 1,536 points, 1,200 of them
+  analytically feasible, all simulated) with 4 seeds x 600 s each, i.e. 4,800 simulations in
+  batched ``simulate_batch`` calls: target <= 30 s for 1,000 configurations on 2 cores.
+"""
+import pytest
+
+from fastsim import sweep as SW
+
+ANALYTIC_AXES = {
+    "gpu": "all", "precision": ["BF16", "FP8"], "mode": ["colocated", "disaggregated"], "tp": [1, 2, 4, 8],
+    "chunk_tokens": ["auto", 256, 512, 1024, 2048], "max_batch": [0, 64, 128],
+    "scenario": ["chat", "coding-agent", "offline-batch", "low-latency-8b"], "rate_req_per_s": [2, 5, 10, 20, 50],
+    "tpot_s": [0.02, 0.05, 0.1],
+}
+VERIFY_AXES = {
+    "scenario": "chat", "gpu": "all", "precision": ["FP8", "BF16"], "mode": ["colocated", "disaggregated"],
+    "tp": [1, 2, 4, 8], "max_batch": [0, 64, 128, 256], "rate_req_per_s": [10, 20, 30],
+}
+
+
+@pytest.fixture(scope="module")
+def warm():
+    SW.run_sweep({"gpu": "B200", "precision": "FP8", "tp": 1}, verify="all", seeds=1, horizon_s=10.0)
+
+
+def test_bench_analytic_100k_points(benchmark, warm):
+    grid = SW.make_grid(ANALYTIC_AXES)
+    assert grid.n_points == 115_200
+    df = benchmark(SW.analytic_table, grid)
+    assert len(df) == grid.n_points and df.point_id.is_unique
+    if not benchmark.disabled:
+        assert benchmark.stats.stats.median <= 1.0
+
+
+def test_bench_verify_1200_configs_4_seeds_600s(benchmark, warm):
+    horizon = 60.0 if benchmark.disabled else 600.0
+    grid = SW.make_grid(VERIFY_AXES)
+    df = benchmark.pedantic(SW.run_sweep, args=(grid,), kwargs=dict(verify="all", seeds=4, horizon_s=horizon),
+                            rounds=1, iterations=1)
+    assert df.verified.sum() == 1200 and (df.sim_runs[df.verified] == 4).all()
+    if not benchmark.disabled:
+        assert benchmark.stats.stats.median <= 30.0 * 1200 / 1000
