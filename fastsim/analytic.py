@@ -254,6 +254,10 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
                 continue
             for tp in options.tps:
                 rows.append((g, pr, int(tp)))
+    if not rows:
+        raise FastsimInputError("precision", ", ".join(p.name for p in precs),
+                                "a precision that a selected GPU (" + ", ".join(g.name for g in gpus)
+                                + ") has a peak for: " + ", ".join(sorted({k for g in gpus for k in g.peak_flops_per_s})))
     params = np.stack([step_params(model, g, pr, tp, options.constants) for g, pr, tp in rows]) \
         if rows else np.empty((0, 16))
     return rows, np.ascontiguousarray(params)

@@ -200,7 +200,7 @@ def test_exercise10_energy():
     (lambda: ledger(M70, H100, "BF16", 8, context_tokens=-1), "context_tokens"),
     (lambda: ledger(M70, H100, "BF16", 8, prefill_tokens=-5), "prefill_tokens"),
     (lambda: ledger("llama-9", H100, "BF16", 8), "model"),
-    (lambda: ledger(M70, "A100", "BF16", 8), "gpu"),
+    (lambda: ledger(M70, "X100", "BF16", 8), "gpu"),
     (lambda: ledger(M70, H100, "FP4", 8), "precision"),
     (lambda: ledger(M70, H100, "BF16", 3), "tp"),
     (lambda: ledger(M70, H100, "BF16", 8, kernels_per_layer=-1), "kernels_per_layer"),

@@ -23,6 +23,16 @@ __all__ = [
 ]
 
 
+def _pos(kind: str, name: str, field_: str, v, *, integer: bool = False, allow_zero: bool = False) -> None:
+    """Raise unless ``v`` is a finite number > 0 (>= 0 with allow_zero; an integer with integer)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if ok and integer:
+        ok = float(v).is_integer()
+    if not ok:
+        what = "an integer" if integer else "a finite number"
+        raise FastsimInputError(f"{kind}.{name}.{field_}", v, f"{what} {'>= 0' if allow_zero else '> 0'}")
+
+
 @dataclass(frozen=True)
 class GPU:
     """One accelerator.
@@ -58,6 +68,16 @@ class GPU:
     source: str = ""
     default_grid: bool = True
 
+    def __post_init__(self):
+        if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
+            raise FastsimInputError(f"gpu.{self.name}.peak_flops_per_s", self.peak_flops_per_s,
+                                    "a table of precision keys to FLOP/s, e.g. { bf16 = 989e12, fp8 = 1979e12 }")
+        for key, v in self.peak_flops_per_s.items():
+            _pos("gpu", self.name, f"peak_flops_per_s.{key}", v)
+        for f in ("hbm_bw_bytes_per_s", "hbm_bytes", "nvlink_bw_bytes_per_s", "network_bw_bytes_per_s",
+                  "price_usd_per_hour", "power_w"):
+            _pos("gpu", self.name, f, getattr(self, f))
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -67,6 +87,13 @@ class Precision:
     weight_bytes: float
     kv_bytes: float
     flops_key: str
+
+    def __post_init__(self):
+        _pos("precision", self.name, "weight_bytes", self.weight_bytes)
+        _pos("precision", self.name, "kv_bytes", self.kv_bytes)
+        if not isinstance(self.flops_key, str) or not self.flops_key:
+            raise FastsimInputError(f"precision.{self.name}.flops_key", self.flops_key,
+                                    "the name of a GPU peak, e.g. 'bf16' or 'fp8'")
 
 
 @dataclass(frozen=True)
@@ -88,6 +115,13 @@ class Model:
     vocab: int
     tied_embeddings: bool = False
     max_context_tokens: int = 131072
+
+    def __post_init__(self):
+        for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "max_context_tokens"):
+            _pos("model", self.name, f, getattr(self, f), integer=True)
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise FastsimInputError(f"model.{self.name}.kv_heads", self.kv_heads,
+                                    f"a divisor of the attention heads ({self.heads}) (grouped-query attention)")
 
     @property
     def layer_params(self) -> float:
@@ -132,6 +166,12 @@ class LengthDist:
     mean: float
     sigma: float = 0.0
 
+    def __post_init__(self):
+        if self.kind not in ("lognormal", "fixed"):
+            raise FastsimInputError("length kind", self.kind, "'lognormal' or 'fixed'")
+        _pos("length", self.kind, "mean", self.mean)
+        _pos("length", self.kind, "sigma", self.sigma, allow_zero=True)
+
     @property
     def mu(self) -> float:
         """Location of the underlying normal: ``ln(mean) - sigma^2 / 2``."""
@@ -156,6 +196,10 @@ class Scenario:
     ttft_s: float
     tpot_s: float
     rate_req_per_s: float
+
+    def __post_init__(self):
+        for f in ("ttft_s", "tpot_s", "rate_req_per_s"):
+            _pos("scenario", self.name, f, getattr(self, f))
 
 
 def _norm(name: str) -> str:
@@ -232,7 +276,12 @@ def _read_table(path: str) -> dict:
         raise FastsimInputError("catalog file", path, f"valid TOML/JSON ({exc})") from None
 
 
+_OPTIONAL = {"description", "source", "default_grid", "tied_embeddings", "max_context_tokens"}
+
+
 def _merge(table: dict, entries: dict, factory, keys: set, kind: str, source: str) -> None:
+    if not isinstance(entries, dict):
+        raise FastsimInputError(f"{kind} table in {source}", entries, "a table of named entries")
     for name, fields_ in entries.items():
         if not isinstance(fields_, dict):
             raise FastsimInputError(f"{kind}.{name}", fields_, "a table of fields")
@@ -241,24 +290,46 @@ def _merge(table: dict, entries: dict, factory, keys: set, kind: str, source: st
             raise FastsimInputError(f"{kind}.{name}", sorted(unknown), "fields among " + ", ".join(sorted(keys)))
         existing = next((v for k, v in table.items() if _norm(k) == _norm(name)), None)
         if existing is not None:
-            table[existing.name] = dataclasses.replace(existing, **fields_)
+            merged = {k: ({**getattr(existing, k), **v} if isinstance(v, dict) and isinstance(getattr(existing, k), Mapping)
+                          else v) for k, v in fields_.items()}
+            table[existing.name] = dataclasses.replace(existing, **merged)
         else:
             try:
                 table[name] = factory(name=name, **fields_)
-            except TypeError as exc:
-                raise FastsimInputError(f"{kind}.{name} in {source}", fields_, f"all required fields ({exc})") from None
+            except TypeError:
+                missing = sorted(keys - set(fields_) - _OPTIONAL)
+                raise FastsimInputError(f"{kind}.{name} in {source}", sorted(fields_),
+                                        "all required fields; missing " + ", ".join(missing)) from None
+
+
+_SCENARIO_KEYS = {"model", "prompt", "output", "ttft_s", "tpot_s", "rate_req_per_s"}
 
 
 def _scenario(name: str, d: dict) -> Scenario:
+    if not isinstance(d, dict):
+        raise FastsimInputError(f"scenario.{name}", d, "a table with keys " + ", ".join(sorted(_SCENARIO_KEYS)))
+    unknown = set(d) - _SCENARIO_KEYS
+    missing = _SCENARIO_KEYS - set(d)
+    if unknown or missing:
+        raise FastsimInputError(f"scenario.{name}", sorted(unknown) or None,
+                                "exactly the keys " + ", ".join(sorted(_SCENARIO_KEYS))
+                                + (f" (missing {', '.join(sorted(missing))})" if missing else ""))
+
+    def num(v, field_):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise FastsimInputError(f"scenario.{name}.{field_}", v, "a number")
+        return float(v)
+
     def dist(key):
         v = d[key]
-        return LengthDist(kind=v.get("kind", "lognormal"), mean=float(v["mean"]), sigma=float(v.get("sigma", 0.0)))
-    try:
-        return Scenario(name=name, model=d["model"], prompt=dist("prompt"), output=dist("output"),
-                        ttft_s=float(d["ttft_s"]), tpot_s=float(d["tpot_s"]),
-                        rate_req_per_s=float(d["rate_req_per_s"]))
-    except KeyError as exc:
-        raise FastsimInputError(f"scenario.{name}", d, f"a table with key {exc}") from None
+        if not isinstance(v, dict) or "mean" not in v or set(v) - {"kind", "mean", "sigma"}:
+            raise FastsimInputError(f"scenario.{name}.{key}", v, "a table { kind = 'lognormal'|'fixed', mean, sigma }")
+        return LengthDist(kind=v.get("kind", "lognormal"), mean=num(v["mean"], f"{key}.mean"),
+                          sigma=num(v.get("sigma", 0.0), f"{key}.sigma"))
+
+    return Scenario(name=name, model=str(d["model"]), prompt=dist("prompt"), output=dist("output"),
+                    ttft_s=num(d["ttft_s"], "ttft_s"), tpot_s=num(d["tpot_s"], "tpot_s"),
+                    rate_req_per_s=num(d["rate_req_per_s"], "rate_req_per_s"))
 
 
 def _data(name: str) -> dict:
@@ -298,7 +369,10 @@ def load_catalog(user_files=()) -> Catalog:
         _merge(cat.gpus, t.get("gpus", {}), GPU, _GPU_KEYS, "gpu", path)
         _merge(cat.precisions, t.get("precisions", {}), Precision, _PREC_KEYS, "precision", path)
         _merge(cat.models, t.get("models", {}), Model, _MODEL_KEYS, "model", path)
-        for name, d in t.get("scenarios", {}).items():
+        scen = t.get("scenarios", {})
+        if not isinstance(scen, dict):
+            raise FastsimInputError(f"scenarios table in {path}", scen, "a table of named scenarios")
+        for name, d in scen.items():
             cat.scenarios[name] = _scenario(name, d)
     return cat
 
@@ -349,6 +423,10 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise FastsimInputError(f"{path}: {key}", v, "a positive integer")
         return v
+    for moe_key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if isinstance(cfg.get(moe_key), int) and cfg[moe_key] > 1:
+            raise FastsimInputError(f"{path}: {moe_key}", cfg[moe_key],
+                                    "a dense model (mixture-of-experts models are not modelled yet)")
     heads = pos_int("num_attention_heads")
     hidden = pos_int("hidden_size")
     head_dim = cfg.get("head_dim")
