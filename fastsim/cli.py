@@ -476,6 +476,22 @@ if __name__ == "__main__":
 
 
 def _plan_from_args(args, cat, model, demand):
+    """(plan, model): the plan named on the command line or read with --from-plan, and its model."""
+    plan, model = _plan_from_args_inner(args, cat, model, demand)
+    from .stepmodel import kv_budget_tokens
+    g, pr = cat.gpu(plan.gpu), cat.precision(plan.precision)
+    tps = (plan.prefill_tp, plan.decode_tp) if plan.mode == "disaggregated" else (plan.tp,)
+    for tp in tps:
+        if kv_budget_tokens(model, pr, g, tp) < 1:
+            need = model.total_params * pr.weight_bytes / tp / 1e9
+            raise FastsimInputError("plan", plan.describe(),
+                                    f"a configuration whose weights fit: {model.name} in {pr.name} needs "
+                                    f"{need:,.1f} GB per GPU at TP{tp}, {g.name} offers "
+                                    f"{0.9 * g.hbm_bytes / 1e9:,.1f} GB usable; raise TP or use FP8")
+    return plan, model
+
+
+def _plan_from_args_inner(args, cat, model, demand):
     from .analytic import plan_for
     if args.from_plan:
         try:
@@ -493,22 +509,40 @@ def _plan_from_args(args, cat, model, demand):
         if not (0 <= args.plan_index < len(data)):
             raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
         d = data[args.plan_index]
+        if not isinstance(d, dict):
+            raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+        if d.get("model") is not None:
+            plan_model = cat.model(d["model"])
+            if args.model and cat.model(args.model).name != plan_model.name:
+                raise FastsimInputError("--model", args.model, f"the plan's own model {plan_model.name!r} (or no --model)")
+            model = plan_model
         try:
             if d["mode"] == "disaggregated":
                 return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
                                 prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
                                 prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-                                catalog=cat)
+                                catalog=cat), model
             return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
-                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat)
+                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat), model
         except (KeyError, TypeError) as exc:
             raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
-    if not args.gpu or not args.precision:
-        raise FastsimInputError("--gpu/--precision", None, "both, naming the plan (or --from-plan FILE.json)")
+    missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
+    if missing:
+        raise FastsimInputError(" and ".join(missing), None, "a catalog name (or --from-plan FILE.json)")
+    wrong = ([f for f, v in (("--prefill-tp", args.prefill_tp), ("--decode-tp", args.decode_tp),
+                             ("--prefill-instances", args.prefill_instances),
+                             ("--decode-instances", args.decode_instances)) if v is not None]
+             if args.mode == "colocated" else
+             [f for f, v in (("--instances", args.instances), ("--chunk", args.chunk)) if v is not None])
+    if wrong:
+        raise FastsimInputError(wrong[0], getattr(args, wrong[0][2:].replace("-", "_")),
+                                f"no value with --mode {args.mode} (" + (
+                                    "use --instances, --tp and --chunk" if args.mode == "colocated" else
+                                    "use --prefill-tp/--decode-tp and --prefill-instances/--decode-instances") + ")")
     return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                    chunk_tokens=args.chunk, catalog=cat)
+                    chunk_tokens=args.chunk, catalog=cat), model
 
 
 def _synthetic_workloads(args, scenario, rate):
@@ -565,7 +599,7 @@ def _cmd_simulate(args):
     from . import workload as W
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
-    plan = _plan_from_args(args, cat, model, demand)
+    plan, model = _plan_from_args(args, cat, model, demand)
     if isinstance(source, W.Workload):
         wls = [source]
         horizon = float(np.nextafter(source.duration_s, np.inf))
@@ -616,7 +650,7 @@ def _cmd_capacity(args):
         dists = None
         raise FastsimInputError("--trace", args.trace, "a scenario for capacity search (a trace fixes its own "
                                 "arrivals); use `fastsim simulate --trace ... --rate R` to probe a trace")
-    plan = _plan_from_args(args, cat, model, demand)
+    plan, model = _plan_from_args(args, cat, model, demand)
     res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
                                horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model)
     rec = res.to_dict()

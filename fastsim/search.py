@@ -97,11 +97,13 @@ def _pooled(results, slo: SLO, measure_window, horizon_s):
         rejected += int(m.rejected)
         lo, hi = measure_window[0] * horizon_s, measure_window[1] * horizon_s
         sel = (r.arrival_s >= lo) & (r.arrival_s < hi)
-        ttft = np.where(np.isnan(r.first_token_s), np.inf, r.first_token_s - r.arrival_s)[sel]
-        o = r.output_tokens[sel]
-        fin = r.finish_s[sel]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(o > 1, (np.where(np.isnan(fin), np.inf, fin) - (ttft + r.arrival_s[sel])) / (o - 1), 0.0)
+        first, fin, o = r.first_token_s[sel], r.finish_s[sel], r.output_tokens[sel]
+        # a request that never reached its first (last) token counts as +inf, never as nan
+        ttft = np.where(np.isnan(first), np.inf, first - r.arrival_s[sel])
+        served = ~np.isnan(first) & ~np.isnan(fin) & (o > 1)
+        tpot = np.full(o.shape, np.inf)
+        tpot[served] = (fin[served] - first[served]) / (o[served] - 1)
+        tpot[o == 1] = 0.0
         ok = (ttft <= slo.ttft_s) & ((o == 1) | (tpot <= slo.tpot_s))
         met += int(ok.sum())
         measured += int(sel.sum())

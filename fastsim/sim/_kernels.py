@@ -24,7 +24,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from ..stepmodel import P_HIDDEN, P_KVPG, P_LAYERS, P_NET_BW, step_time_nb
+from ..stepmodel import (P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_NV, P_HBM_BW, P_HIDDEN, P_KVPG, P_LAYERS,
+                         P_MATMUL, P_NET_BW, P_NVLINK, P_OVERHEAD, P_PEAK, P_TP, P_WBYTES,
+                         step_time_nb)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW,
@@ -46,9 +48,11 @@ ROUTE_ROUND_ROBIN = 1
 I_STATE0 = I_TAIL
 N_ICOLS = 24
 
-# float64 columns of the per-instance table.
-F_NEXT_T, F_STEP_START, F_BUSY = range(3)
-N_FCOLS = 3
+# float64 columns of the per-instance table: state, then the step-independent parts of the
+# step time (set by the kernel from the instance's parameters, see _coloc_run_nb)
+(F_NEXT_T, F_STEP_START, F_BUSY, F_WEIGHT_S, F_D_BW, F_MATMUL2, F_D_C, F_LAY2, F_AR_A, F_AR_B,
+ F_D_NV, F_C2, F_C4) = range(13)
+N_FCOLS = 13
 
 # int64 columns of the per-run table.
 (R_REQ_OFF, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
@@ -203,7 +207,19 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
         ist[i, I_RESERVED] = reserved
         ist[i, I_N_ADMIT] = n_admit
         ist[i, I_ACTIVE] = 0
+    return n_done + _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext)
 
+
+@njit(cache=True, inline="always")
+def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
+    """Second half of a boundary of a colocated or decode instance: admit, compose, start a step.
+
+    Returns 0 (the number of requests finished, for the caller's sum).
+    """
+    kind = ist[i, I_KIND]
+    woff = ist[i, I_WHEEL_OFF]
+    mask = ist[i, I_WHEEL_MASK]
+    step = ist[i, I_STEP]
     # admission: strict FCFS while the KV reservation and the batch cap allow
     r = ist[i, I_WAIT_HEAD]
     if r >= 0:
@@ -240,7 +256,7 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
 
     if ist[i, I_N_ADMIT] == 0:
         fst[i, F_NEXT_T] = np.inf
-        return n_done
+        return 0
 
     # compose the next step: every decode + up to I_TOKENS prompt tokens, FCFS
     nd = ist[i, I_N_DECODE]
@@ -281,6 +297,175 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
     fst[i, F_STEP_START] = t
     fst[i, F_NEXT_T] = t + dt
     fst[i, F_BUSY] += dt
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _coloc_run_nb(i, ta, lim, pp, ist, fst, prompt, output, first, finish, status, nxt, done,
+                  wheel, wnext):
+    """Colocated fast path: instance i's boundaries from ``fst[i, F_NEXT_T]`` on, in one loop.
+
+    Does exactly what :func:`_batch_boundary_nb` does at each boundary (complete the step,
+    admit, compose and start the next), with the instance's state in registers, for every
+    boundary strictly before ``ta`` and at or before ``lim``; the first one must qualify.
+    The float operations are the boundary's, in the same order (the step time as in
+    :func:`fastsim.stepmodel.step_time_nb`, its step-independent parts computed once per run
+    into the ``F_WEIGHT_S`` .. ``F_C4`` columns: the same values), so the results are bit for bit those of the generic boundary. Returns the number of
+    requests finished.
+    """
+    woff = ist[i, I_WHEEL_OFF]
+    mask = ist[i, I_WHEEL_MASK]
+    cap = ist[i, I_MAX_ADMIT]
+    budget = ist[i, I_KV_BUDGET]
+    chunk = ist[i, I_TOKENS]
+    pf_head = ist[i, I_PF_HEAD]
+    wait_head = ist[i, I_WAIT_HEAD]
+    n_wait = ist[i, I_N_WAIT]
+    n_admit = ist[i, I_N_ADMIT]
+    reserved = ist[i, I_RESERVED]
+    nd = ist[i, I_N_DECODE]
+    ctx = ist[i, I_CTX_SUM]
+    active = ist[i, I_ACTIVE]
+    step = ist[i, I_STEP]
+    pf_tokens = ist[i, I_STEP_PF_TOKENS]
+    nfin = ist[i, I_STEP_N_FIN]
+    outstanding = ist[i, I_OUTSTANDING]
+    kv_peak = ist[i, I_KV_PEAK]
+    batch_sum = ist[i, I_BATCH_SUM]
+    tokens_out = ist[i, I_TOKENS_OUT]
+    busy = fst[i, F_BUSY]
+    start = fst[i, F_STEP_START]
+    tb = fst[i, F_NEXT_T]
+    # step_time_nb's parts that do not depend on the step (computed once per run by _run_nb)
+    tp = pp[i, P_TP]
+    kvpg = pp[i, P_KVPG]
+    hid = pp[i, P_HIDDEN]
+    overhead = pp[i, P_OVERHEAD]
+    weight_s = fst[i, F_WEIGHT_S]
+    d_bw = fst[i, F_D_BW]
+    matmul2 = fst[i, F_MATMUL2]
+    d_c = fst[i, F_D_C]
+    lay2 = fst[i, F_LAY2]
+    ar_a = fst[i, F_AR_A]
+    ar_b = fst[i, F_AR_B]
+    d_nv = fst[i, F_D_NV]
+    c2 = fst[i, F_C2]
+    c4 = fst[i, F_C4]
+    n_done = 0
+    while True:
+        if active != 0:
+            # complete the step ending at tb
+            gen = nd + nfin
+            outstanding -= pf_tokens + gen
+            tokens_out += gen
+            ctx += nd
+            b = woff + (step & mask)
+            r = wheel[b]
+            if r >= 0:
+                wheel[b] = -1
+                while r >= 0:
+                    finish[r] = tb
+                    status[r] = REQ_FINISHED
+                    po = prompt[r] + output[r]
+                    ctx -= po
+                    reserved -= po
+                    nd -= 1
+                    n_admit -= 1
+                    n_done += 1
+                    r = wnext[r]
+            r = pf_head
+            for _ in range(nfin):
+                first[r] = tb
+                o = output[r]
+                if o == 1:
+                    finish[r] = tb
+                    status[r] = REQ_FINISHED
+                    reserved -= prompt[r] + 1
+                    n_admit -= 1
+                    n_done += 1
+                else:
+                    b = woff + ((step + o - 1) & mask)
+                    wnext[r] = wheel[b]
+                    wheel[b] = r
+                    nd += 1
+                    ctx += prompt[r] + 1
+                r = nxt[r]
+            pf_head = r
+            active = 0
+        # admission: strict FCFS while the KV reservation and the batch cap allow
+        r = wait_head
+        if r >= 0:
+            while r >= 0 and n_admit < cap:
+                need = prompt[r] + output[r]
+                if reserved + need > budget:
+                    break
+                reserved += need
+                n_admit += 1
+                n_wait -= 1
+                r = nxt[r]
+            wait_head = r
+            if reserved > kv_peak:
+                kv_peak = reserved
+        if n_admit == 0:
+            tb = np.inf
+            break
+        # compose: every decode + up to ``chunk`` prompt tokens, FCFS
+        ctxf = float(ctx)
+        attn = c4 * ctxf
+        kvt = ctx
+        pf_tokens = 0
+        nfin = 0
+        pieces = 0
+        left = chunk
+        r = pf_head
+        while left > 0 and r != wait_head:
+            s = done[r]
+            rem = prompt[r] - s
+            x = rem if rem < left else left
+            kvt += s
+            xf = float(x)
+            attn += c2 * xf * xf + c4 * xf * float(s)
+            done[r] = s + x
+            pf_tokens += x
+            left -= x
+            pieces += 1
+            if x == rem:
+                nfin += 1
+                r = nxt[r]
+            else:
+                break
+        n_tok = float(nd + pf_tokens)
+        kv_s = float(kvt) * kvpg / d_bw
+        comp_s = (matmul2 * n_tok + attn) / tp / d_c
+        comm_s = lay2 * (ar_a + ar_b * (n_tok * hid * 2.0) / d_nv)
+        a = weight_s + kv_s
+        dt = (a if a >= comp_s else comp_s) + comm_s + overhead
+        step += 1
+        active = 1
+        batch_sum += nd + pieces
+        start = tb
+        busy += dt
+        tb = tb + dt
+        if not (tb < ta and tb <= lim):
+            break
+    ist[i, I_PF_HEAD] = pf_head
+    ist[i, I_WAIT_HEAD] = wait_head
+    ist[i, I_N_WAIT] = n_wait
+    ist[i, I_N_ADMIT] = n_admit
+    ist[i, I_RESERVED] = reserved
+    ist[i, I_N_DECODE] = nd
+    ist[i, I_CTX_SUM] = ctx
+    ist[i, I_ACTIVE] = active
+    ist[i, I_STEP] = step
+    ist[i, I_STEP_PF_TOKENS] = pf_tokens
+    ist[i, I_STEP_N_FIN] = nfin
+    ist[i, I_OUTSTANDING] = outstanding
+    ist[i, I_KV_PEAK] = kv_peak
+    ist[i, I_BATCH_SUM] = batch_sum
+    ist[i, I_TOKENS_OUT] = tokens_out
+    fst[i, F_BUSY] = busy
+    fst[i, F_STEP_START] = start
+    fst[i, F_NEXT_T] = tb
     return n_done
 
 
@@ -346,15 +531,33 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     return ntr
 
 
+@njit(cache=True, inline="always")
+def _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full):
+    """Write sample ``ms``: per-instance waiting and reserved KV (``full`` only), number in system."""
+    if full:
+        ni = ist.shape[0]
+        base = ms * ni
+        for i in range(ni):
+            wait_s[base + i] = ist[i, I_N_WAIT]
+            kv_s[base + i] = ist[i, I_RESERVED]
+    sys_s[ms] = in_sys
+
+
 @njit(cache=True)
 def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt, done,
             wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, n_entry, routing, max_total, max_prompt,
-            horizon, dt_sample):
+            horizon, dt_sample, full):
     """Simulate one run; returns a ``RUN_*`` status code.
 
     Instances ``[0, n_entry)`` receive arrivals (colocated or prefill); ``[n_entry, ni)`` are
     decode instances. At equal times: arrivals first (in index order), then KV-transfer
     completions (by request index), then instance step boundaries (lowest index first).
+
+    Colocated fast path: colocated instances interact only through routing at arrivals, so
+    after a boundary of one the kernel keeps running that instance's following boundaries
+    while they fall strictly before the next arrival, at or before the next unrecorded sample
+    time and the horizon. The same boundary code runs on the same state in the same order per
+    instance, so every result is the one of the plain event loop, bit for bit.
     """
     n = arrival.shape[0]
     ni = ist.shape[0]
@@ -369,6 +572,18 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         fst[i, F_NEXT_T] = np.inf
         fst[i, F_STEP_START] = 0.0
         fst[i, F_BUSY] = 0.0
+        # the step-independent parts of step_time_nb, by the same expressions (same values)
+        tp = pp[i, P_TP]
+        fst[i, F_D_BW] = pp[i, P_ETA_BW] * pp[i, P_HBM_BW]
+        fst[i, F_WEIGHT_S] = pp[i, P_MATMUL] * pp[i, P_WBYTES] / tp / fst[i, F_D_BW]
+        fst[i, F_MATMUL2] = 2.0 * pp[i, P_MATMUL]
+        fst[i, F_D_C] = pp[i, P_ETA_C] * pp[i, P_PEAK]
+        fst[i, F_LAY2] = 2.0 * pp[i, P_LAYERS]
+        fst[i, F_AR_A] = 2.0 * (tp - 1.0) * pp[i, P_ALPHA]
+        fst[i, F_AR_B] = 2.0 * (tp - 1.0) / tp
+        fst[i, F_D_NV] = pp[i, P_ETA_NV] * pp[i, P_NVLINK]
+        fst[i, F_C2] = 2.0 * pp[i, P_LAYERS] * pp[i, P_HIDDEN]
+        fst[i, F_C4] = 4.0 * pp[i, P_LAYERS] * pp[i, P_HIDDEN]
     for r in range(n):
         first[r] = np.nan
         finish[r] = np.nan
@@ -408,11 +623,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             break
         # samples at grid times strictly before this event see the state after earlier events
         while ms < n_samp and ms * dt_sample < t:
-            base = ms * ni
-            for i in range(ni):
-                wait_s[base + i] = ist[i, I_N_WAIT]
-                kv_s[base + i] = ist[i, I_RESERVED]
-            sys_s[ms] = in_sys
+            _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full)
             ms += 1
 
         if ev == 0:
@@ -454,20 +665,25 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             if fst[b, F_NEXT_T] == np.inf:
                 fst[b, F_NEXT_T] = t
         else:
-            if ist[ii, I_KIND] == KIND_PREFILL:
+            kind = ist[ii, I_KIND]
+            if kind == KIND_PREFILL:
                 ntr = _prefill_boundary_nb(ii, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr)
                 if ntr < 0:
                     return RUN_TRANSFER_OVERFLOW
-            else:
+            elif kind == KIND_DECODE:
                 in_sys -= _batch_boundary_nb(ii, t, pp, ist, fst, prompt, output, first, finish,
                                              status, nxt, done, wheel, wnext)
+            else:
+                # colocated fast path (see the docstring): this boundary and the instance's next
+                # ones while nothing else can happen before them, in one loop
+                lim = ms * dt_sample if ms < n_samp else np.inf
+                if horizon < lim:
+                    lim = horizon
+                in_sys -= _coloc_run_nb(ii, ta, lim, pp, ist, fst, prompt, output, first, finish,
+                                        status, nxt, done, wheel, wnext)
 
     while ms < n_samp:
-        base = ms * ni
-        for i in range(ni):
-            wait_s[base + i] = ist[i, I_N_WAIT]
-            kv_s[base + i] = ist[i, I_RESERVED]
-        sys_s[ms] = in_sys
+        _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full)
         ms += 1
     for i in range(ni):
         if ist[i, I_ACTIVE] != 0:
@@ -475,14 +691,181 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     return RUN_OK
 
 
+@njit(cache=True, inline="always")
+def _select_nb(x, lo, hi, k):
+    """Move the k-th smallest of ``x[lo:hi]`` to ``x[k]``, smaller ones before it, larger after.
+
+    Iterative quickselect (median-of-three pivot, Hoare partition); no NaN in ``x``.
+    """
+    while hi - lo > 1:
+        mid = (lo + hi - 1) >> 1
+        a = x[lo]
+        b = x[mid]
+        c = x[hi - 1]
+        if a < b:
+            if b < c:
+                piv = b
+            elif a < c:
+                piv = c
+            else:
+                piv = a
+        else:
+            if a < c:
+                piv = a
+            elif b < c:
+                piv = c
+            else:
+                piv = b
+        i = lo
+        j = hi - 1
+        while i <= j:
+            while x[i] < piv:
+                i += 1
+            while x[j] > piv:
+                j -= 1
+            if i <= j:
+                tmp = x[i]
+                x[i] = x[j]
+                x[j] = tmp
+                i += 1
+                j -= 1
+        # now x[lo:j+1] <= piv <= x[i:hi], and x[j+1:i] == piv
+        if k <= j:
+            hi = j + 1
+        elif k >= i:
+            lo = i
+        else:
+            return
+
+
+@njit(cache=True, inline="always")
+def _percentiles_nb(x, n, out, col):
+    """Linear-interpolation P50, P90, P99 of ``x[:n]`` (may hold +inf) into ``out[col:col+3]``.
+
+    Same arithmetic as numpy's linear method; nan when ``n == 0``. Reorders ``x[:n]``.
+    """
+    if n == 0:
+        for j in range(3):
+            out[col + j] = np.nan
+        return
+    start = 0
+    for j in range(3):
+        q = 50 if j == 0 else (90 if j == 1 else 99)
+        pos = q / 100.0 * (n - 1)
+        lo = int(np.floor(pos))
+        hi = lo + 1 if lo + 1 < n else n - 1
+        frac = pos - lo
+        _select_nb(x, start, n, lo)
+        a = x[lo]
+        b = a
+        if hi > lo:
+            # the smallest of the elements after rank lo
+            b = x[hi]
+            for m in range(hi + 1, n):
+                if x[m] < b:
+                    b = x[m]
+        start = lo
+        if frac == 0.0 or a == b:
+            out[col + j] = a
+        elif np.isinf(b):
+            out[col + j] = np.inf
+        else:
+            out[col + j] = a + (b - a) * frac
+
+
+@njit(cache=True, inline="always")
+def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi):
+    """Per-run metrics (``M_*`` / ``MI_*`` columns) from the per-request results of one run.
+
+    The definitions are the engine's (measured window, +inf for unreached events, attainment,
+    percentiles, least-squares slope of the number in system over the second half).
+    ``buf_a`` / ``buf_b`` (float64, at least the run's length) hold TTFT and TPOT values.
+    """
+    n = arrival.shape[0]
+    horizon = rf[RF_HORIZON]
+    lo_t = rf[RF_MEAS_LO] * horizon
+    hi_t = rf[RF_MEAS_HI] * horizon
+    ttft_slo = rf[RF_TTFT_SLO]
+    tpot_slo = rf[RF_TPOT_SLO]
+    rejected = 0
+    finished = 0
+    nm = 0
+    nt = 0
+    ok = 0
+    for r in range(n):
+        st = status[r]
+        fin = st == REQ_FINISHED
+        if st == REQ_REJECTED:
+            rejected += 1
+        elif fin:
+            finished += 1
+        a = arrival[r]
+        if a >= lo_t and a < hi_t:
+            f = first[r]
+            ttft = f - a
+            if np.isnan(ttft):
+                ttft = np.inf
+            buf_a[nm] = ttft
+            nm += 1
+            good = fin and ttft <= ttft_slo
+            o = output[r]
+            if o > 1:
+                if fin:
+                    tp = (finish[r] - f) / float(o - 1)
+                else:
+                    tp = np.inf
+                buf_b[nt] = tp
+                nt += 1
+                good = good and tp <= tpot_slo
+            if good:
+                ok += 1
+    mf[M_ATTAIN] = ok / nm if nm > 0 else np.nan
+    _percentiles_nb(buf_a, nm, mf, M_TTFT50)
+    _percentiles_nb(buf_b, nt, mf, M_TPOT50)
+    # overload: least-squares slope of the number in system over samples at t >= horizon / 2
+    dt = rf[RF_DT]
+    ns = sys_s.shape[0]
+    cnt = 0
+    st_sum = 0.0
+    sy_sum = 0.0
+    for k in range(ns):
+        tk = k * dt
+        if tk >= 0.5 * horizon:
+            cnt += 1
+            st_sum += tk
+            sy_sum += float(sys_s[k])
+    slope = 0.0
+    if cnt >= 3:
+        tm = st_sum / cnt
+        ym = sy_sum / cnt
+        num = 0.0
+        den = 0.0
+        for k in range(ns):
+            tk = k * dt
+            if tk >= 0.5 * horizon:
+                tc = tk - tm
+                num += tc * (float(sys_s[k]) - ym)
+                den += tc * tc
+        slope = num / den
+    mf[M_SLOPE] = slope
+    rate = (n - rejected) / horizon
+    over = slope > rf[RF_OVER_FRAC] * rate and slope * 0.5 * horizon >= rf[RF_OVER_MIN]
+    mi[MI_REJECTED] = rejected
+    mi[MI_FINISHED] = finished
+    mi[MI_MEASURED] = nm
+    mi[MI_OVERLOADED] = 1 if over else 0
+
+
 @njit(cache=True, parallel=True)
 def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first, finish, inst,
-                     dinst, status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, run_status):
-    """Run every row of the run table in a ``prange``; each iteration writes only its own slices.
+                     dinst, status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s,
+                     buf_a, buf_b, met_f, met_i, run_status, full, cap, wheel_cap, samp_cap):
+    """Run every row of the run table in a ``prange`` and compute each run's metrics.
 
-    The body of a ``prange`` is compiled with ``noalias`` array arguments, which lets LLVM keep
-    the event loop's state in registers (twice as fast as a plain ``njit`` loop); a single run
-    goes through here too, with one thread. Results do not depend on the thread count.
+    Each iteration writes only its own slices and its thread's working arrays. The body of a
+    ``prange`` is compiled with ``noalias`` array arguments, which lets LLVM keep the event
+    loop's state in registers; a single run goes through here too, with one thread. Results do
+    not depend on the thread count.
 
     Parameters
     ----------
@@ -490,32 +873,65 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first,
         Offsets, sizes and options of each run (``R_*`` and ``RF_*`` columns).
     pp : float64[:, N_PARAMS]; ist : int64[:, N_ICOLS]; fst : float64[:, N_FCOLS]
         Per-instance step parameters and state tables, all runs stacked.
-    arrival, prompt, output, first, finish, inst, dinst, status, nxt, done, wnext, tr_t, tr_r : 1-d
-        Per-request arrays, all runs concatenated (offset ``R_REQ_OFF``).
-    wheel : int64[:]
-        Timing-wheel buckets of all instances (offset ``R_WHEEL_OFF`` + the instance's
+    arrival : float64[:]; prompt, output : int32[:]
+        Per-request inputs, all runs concatenated (offset ``R_REQ_OFF``).
+    first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
+        Per-request results: all runs concatenated when ``full`` (offset ``R_REQ_OFF``), else
+        one slice of ``cap`` per thread.
+    nxt, done, wnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
+        Working arrays, ``cap`` per thread (``n_threads * cap``).
+    wheel : int32[:]
+        Timing-wheel buckets, ``wheel_cap`` per thread (each instance's slice at its
         ``I_WHEEL_OFF``; ``I_WHEEL_MASK + 1`` buckets, a power of two >= the longest output).
     wait_s, kv_s : int64[:]
-        Samples ``(n_samp, n_inst)`` per run, row-major, at offset ``R_ISAMP_OFF``.
+        ``full``: samples ``(n_samp, n_inst)`` per run, row-major, at offset ``R_ISAMP_OFF``;
+        else empty.
     sys_s : int64[:]
-        Samples of the number in system (offset ``R_SAMP_OFF``).
+        Samples of the number in system: at ``R_SAMP_OFF`` when ``full``, else ``samp_cap`` per
+        thread.
+    met_f : float64[:, N_MFCOLS]; met_i : int64[:, N_MICOLS]
+        Output: per-run metrics.
     run_status : int64[:]
         Output: ``RUN_*`` code per run.
+    full : bool
+        Keep every run's per-request results and samples.
+    cap, wheel_cap, samp_cap : int
+        Per-thread sizes of the working arrays.
     """
+    n_threads = nxt.shape[0] // cap if cap > 0 else 0
     for k in prange(run_i.shape[0]):
+        tid = numba.get_thread_id()
+        n = run_i[k, R_N_REQ]
+        if tid >= n_threads or n > cap or run_i[k, R_WHEEL_LEN] > wheel_cap \
+                or run_i[k, R_N_SAMP] > samp_cap:
+            run_status[k] = RUN_SCRATCH_OVERFLOW
+            continue
         a = run_i[k, R_REQ_OFF]
-        b = a + run_i[k, R_N_REQ]
+        b = a + n
+        w0 = tid * cap
+        w1 = w0 + n
+        if full:
+            o0 = a
+            s0 = run_i[k, R_SAMP_OFF]
+        else:
+            o0 = w0
+            s0 = tid * samp_cap
+        o1 = o0 + n
+        s1 = s0 + run_i[k, R_N_SAMP]
         i0 = run_i[k, R_INST_OFF]
         i1 = i0 + run_i[k, R_N_INST]
-        h0 = run_i[k, R_WHEEL_OFF]
+        h0 = tid * wheel_cap
         h1 = h0 + run_i[k, R_WHEEL_LEN]
-        s0 = run_i[k, R_SAMP_OFF]
-        s1 = s0 + run_i[k, R_N_SAMP]
         q0 = run_i[k, R_ISAMP_OFF]
-        q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST]
-        run_status[k] = _run_nb(
+        q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
+        code = _run_nb(
             pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival[a:b], prompt[a:b], output[a:b],
-            first[a:b], finish[a:b], inst[a:b], dinst[a:b], status[a:b], nxt[a:b], done[a:b],
-            wheel[h0:h1], wnext[a:b], tr_t[a:b], tr_r[a:b], wait_s[q0:q1], kv_s[q0:q1],
-            sys_s[s0:s1], run_i[k, R_N_ENTRY], run_i[k, R_ROUTING], run_i[k, R_MAX_TOTAL],
-            run_i[k, R_MAX_PROMPT], run_f[k, RF_HORIZON], run_f[k, RF_DT])
+            first[o0:o1], finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1],
+            done[w0:w1], wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1],
+            kv_s[q0:q1], sys_s[s0:s1], run_i[k, R_N_ENTRY], run_i[k, R_ROUTING],
+            run_i[k, R_MAX_TOTAL], run_i[k, R_MAX_PROMPT], run_f[k, RF_HORIZON], run_f[k, RF_DT],
+            full)
+        run_status[k] = code
+        if code == RUN_OK:
+            _metrics_nb(arrival[a:b], output[a:b], first[o0:o1], finish[o0:o1], status[o0:o1],
+                        sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_f[k], met_f[k], met_i[k])

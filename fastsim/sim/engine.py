@@ -1,9 +1,12 @@
 """Discrete-event simulation of a serving plan at one workload (SPEC section 6).
 
-The public functions check their input, normalise it to C-ordered int64 / float64 arrays (so
-the kernel compiles once), allocate every output, call the kernel of ``_kernels.py`` (a ``prange`` over runs for batches)
-and compute the metrics with numpy. Randomness is the caller's: arrivals and lengths come in as
-arrays (draw them from generators spawned from one ``SeedSequence``).
+The public functions check their input, normalise it to C-ordered arrays of fixed dtypes
+(float64 times, int32 token counts: the kernel compiles once), allocate the outputs and call
+the kernel of ``_kernels.py``: a ``prange`` over runs that also computes each run's metrics
+(percentiles by selection). Metrics-only batches keep per-request results in per-thread
+buffers, so a batch of many long runs touches little memory. Randomness is the caller's:
+arrivals and lengths come in as arrays (draw them from generators spawned from one
+``SeedSequence``).
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
 ---------------------------------------------------------------------------
@@ -95,7 +98,7 @@ import numpy as np
 from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
-from .records import REQ_FINISHED, REQ_REJECTED, RUN_OK, SimMetrics, SimResult
+from .records import RUN_OK, SimMetrics, SimResult
 
 __all__ = [
     "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
@@ -103,6 +106,7 @@ __all__ = [
 ]
 
 OVERLOAD_SLOPE_FRACTION = 0.02
+MAX_TOKENS = 1 << 30          # token counts are int32 inside the kernels
 OVERLOAD_MIN_GROWTH = 10.0
 _UNLIMITED = 1 << 62
 _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
@@ -253,13 +257,14 @@ def _instances(plan, max_output: int, max_context: int):
 
 
 def _tokens(field: str, v, n: int | None) -> np.ndarray:
+    """Validated int64 token counts (the caller's array itself when it already is one: no copy)."""
     a = np.asarray(v)
     if a.ndim != 1:
         raise FastsimInputError(field, f"shape {a.shape}", "a 1-d array")
     if n is not None and a.shape[0] != n:
         raise FastsimInputError(field, f"length {a.shape[0]}", f"length {n} (as arrival_s)")
     if a.dtype.kind in "iu":
-        out = a.astype(np.int64)
+        out = a if a.dtype == np.int64 else a.astype(np.int64)
     elif a.dtype.kind == "f":
         if not np.all(np.isfinite(a)) or np.any(a != np.floor(a)):
             raise FastsimInputError(field, "non-integral values", "whole token counts >= 1")
@@ -268,9 +273,13 @@ def _tokens(field: str, v, n: int | None) -> np.ndarray:
         out = np.zeros(0, dtype=np.int64)
     else:
         raise FastsimInputError(field, f"dtype {a.dtype}", "an integer array")
-    if out.size and out.min() < 1:
-        raise FastsimInputError(field, int(out.min()), "token counts >= 1")
-    return np.ascontiguousarray(out)
+    if out.size:
+        lo, hi = int(out.min()), int(out.max())
+        if lo < 1:
+            raise FastsimInputError(field, lo, "token counts >= 1")
+        if hi > MAX_TOKENS:
+            raise FastsimInputError(field, hi, f"token counts <= {MAX_TOKENS:,}")
+    return out
 
 
 def _workload(w, horizon_s: float):
@@ -286,13 +295,13 @@ def _workload(w, horizon_s: float):
     if a.ndim != 1:
         raise FastsimInputError("arrival_s", f"shape {a.shape}", "a 1-d array")
     if a.size:
-        if not np.all(np.isfinite(a)) or a[0] < 0.0:
+        # the sum is nan or inf when a time is (sorted finite times in [0, horizon] sum finitely)
+        if not math.isfinite(float(a.sum())) or a[0] < 0.0:
             raise FastsimInputError("arrival_s", "negative or non-finite times", "finite times >= 0")
-        if np.any(np.diff(a) < 0.0):
+        if np.any(a[1:] < a[:-1]):
             raise FastsimInputError("arrival_s", "unsorted times", "ascending times")
         if a[-1] > horizon_s:
             raise FastsimInputError("arrival_s", float(a[-1]), f"times <= horizon_s = {horizon_s}")
-    a = np.ascontiguousarray(a)
     return a, _tokens("prompt_tokens", prompt_tokens, a.shape[0]), _tokens("output_tokens", output_tokens, a.shape[0])
 
 
@@ -316,14 +325,27 @@ def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, mea
     return horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, _ROUTINGS[routing], (f0, f1), sample_dt_s
 
 
-def _run(pairs, horizon_s: float, max_context: int, routing: int, dt: float):
-    """Build the flattened tables for ``pairs`` of (plan, validated workload) and run the kernel."""
+def _run(pairs, opts, full: bool):
+    """Build the flattened tables for ``pairs`` of (plan, validated workload) and run the kernel.
+
+    Returns the run table, the per-instance tables, the kernel's outputs and per-run metrics.
+    """
+    horizon_s, ttft_slo_s, tpot_slo_s, max_context, routing, window, dt = opts
     R = len(pairs)
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
     run_i = np.zeros((R, K.N_RCOLS), dtype=np.int64)
     run_f = np.zeros((R, K.N_RFCOLS), dtype=np.float64)
-    pps, cfgs, works = [], [], []
-    req_off = inst_off = wheel_off = isamp_off = 0
+    run_f[:, K.RF_HORIZON] = horizon_s
+    run_f[:, K.RF_DT] = dt
+    run_f[:, K.RF_MEAS_LO] = window[0]
+    run_f[:, K.RF_MEAS_HI] = window[1]
+    run_f[:, K.RF_TTFT_SLO] = ttft_slo_s
+    run_f[:, K.RF_TPOT_SLO] = tpot_slo_s
+    run_f[:, K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
+    run_f[:, K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
+    pps, cfgs = [], []
+    req_off = inst_off = isamp_off = 0
+    cap = wheel_cap = 1
     for k, (plan, w) in enumerate(pairs):
         n = w[0].shape[0]
         # longest output that can be admitted (others are rejected)
@@ -335,7 +357,6 @@ def _run(pairs, horizon_s: float, max_context: int, routing: int, dt: float):
         run_i[k, K.R_INST_OFF] = inst_off
         run_i[k, K.R_N_INST] = ni
         run_i[k, K.R_N_ENTRY] = n_entry
-        run_i[k, K.R_WHEEL_OFF] = wheel_off
         run_i[k, K.R_WHEEL_LEN] = wheel_len
         run_i[k, K.R_SAMP_OFF] = k * n_samp
         run_i[k, K.R_N_SAMP] = n_samp
@@ -343,46 +364,52 @@ def _run(pairs, horizon_s: float, max_context: int, routing: int, dt: float):
         run_i[k, K.R_ROUTING] = routing
         run_i[k, K.R_MAX_TOTAL] = max_total
         run_i[k, K.R_MAX_PROMPT] = max_prompt
-        run_f[k, K.RF_HORIZON] = horizon_s
-        run_f[k, K.RF_DT] = dt
         pps.append(pp)
         cfgs.append(cfg)
-        works.append(w)
         req_off += n
         inst_off += ni
-        wheel_off += wheel_len
         isamp_off += n_samp * ni
+        cap = max(cap, n)
+        wheel_cap = max(wheel_cap, wheel_len)
     N = req_off
     pp = np.ascontiguousarray(np.concatenate(pps))
     ist = np.ascontiguousarray(np.concatenate(cfgs))
     fst = np.zeros((inst_off, K.N_FCOLS), dtype=np.float64)
-    # fresh writable copies: a read-only input would compile the kernel a second time
-    arrival = np.concatenate([w[0] for w in works])
-    prompt = np.concatenate([w[1] for w in works])
-    output = np.concatenate([w[2] for w in works])
+    # fresh writable copies (a read-only input would compile the kernel a second time); token
+    # counts as int32 (the wrapper of the workload checked them; a smaller working set)
+    arrival = np.concatenate([w[0] for _, w in pairs]) if R > 1 else np.array(pairs[0][1][0], np.float64)
+    prompt = np.concatenate([w[1] for _, w in pairs], dtype=np.int32, casting="same_kind")
+    output = np.concatenate([w[2] for _, w in pairs], dtype=np.int32, casting="same_kind")
+    if R == 1:
+        threads = 1
+    else:
+        threads = numba.get_num_threads()
+    nw = threads * cap                  # per-thread working arrays
+    no = N if full else nw              # per-request results
     out = dict(
-        first=np.empty(N, np.float64), finish=np.empty(N, np.float64),
-        inst=np.empty(N, np.int64), dinst=np.empty(N, np.int64), status=np.empty(N, np.int64),
-        wait_s=np.empty(isamp_off, np.int64), kv_s=np.empty(isamp_off, np.int64),
-        sys_s=np.empty(R * n_samp, np.int64), run_status=np.empty(R, np.int64),
+        first=np.empty(no, np.float64), finish=np.empty(no, np.float64),
+        inst=np.empty(no, np.int32), dinst=np.empty(no, np.int32), status=np.empty(no, np.int8),
+        wait_s=np.empty(isamp_off if full else 0, np.int64),
+        kv_s=np.empty(isamp_off if full else 0, np.int64),
+        sys_s=np.empty(R * n_samp if full else threads * n_samp, np.int64),
+        met_f=np.empty((R, K.N_MFCOLS), np.float64), met_i=np.empty((R, K.N_MICOLS), np.int64),
+        run_status=np.empty(R, np.int64), prompt=prompt, output=output,
     )
-    nxt = np.empty(N, np.int64)
-    done = np.empty(N, np.int64)
-    wheel = np.empty(max(wheel_off, 1), np.int64)
-    wnext = np.empty(N, np.int64)
-    tr_t = np.empty(N, np.float64)
-    tr_r = np.empty(N, np.int64)
+    disagg = any(isinstance(pl, DisaggregatedPlan) for pl, _ in pairs)
     args = (run_i, run_f, pp, ist, fst, arrival, prompt, output, out["first"], out["finish"],
-            out["inst"], out["dinst"], out["status"], nxt, done, wheel, wnext, tr_t, tr_r, out["wait_s"],
-            out["kv_s"], out["sys_s"], out["run_status"])
+            out["inst"], out["dinst"], out["status"], np.empty(nw, np.int32), np.empty(nw, np.int32),
+            np.empty(threads * wheel_cap, np.int32), np.empty(nw, np.int32),
+            np.empty(nw if disagg else 1, np.float64), np.empty(nw if disagg else 1, np.int32),
+            out["wait_s"], out["kv_s"], out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64),
+            out["met_f"], out["met_i"], out["run_status"], bool(full), cap, wheel_cap, n_samp)
     if R == 1:
         # one run: skip the thread pool (a busy machine can delay its wake-up by milliseconds)
-        threads = numba.get_num_threads()
+        before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
             K.simulate_runs_nb(*args)
         finally:
-            numba.set_num_threads(threads)
+            numba.set_num_threads(before)
     else:
         with numba.parallel_chunksize(1):   # runs differ in cost: hand them out one by one
             K.simulate_runs_nb(*args)
@@ -390,105 +417,59 @@ def _run(pairs, horizon_s: float, max_context: int, routing: int, dt: float):
     if bad.size:
         raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
                            f"on run {int(bad[0])}; this is a bug in fastsim")
-    return run_i, arrival, prompt, output, ist, fst, out, n_samp
+    return run_i, arrival, ist, fst, out, n_samp
 
 
-def _percentiles(x: np.ndarray, qs) -> list:
-    """Linear-interpolation percentiles of x (may hold +inf); nan for an empty x.
-
-    Selection (``np.partition`` at the bracketing ranks), not a full sort.
-    """
-    n = x.shape[0]
-    if n == 0:
-        return [math.nan for _ in qs]
-    pos = [q / 100.0 * (n - 1) for q in qs]
-    ranks = sorted({r for p in pos for r in (int(math.floor(p)), min(int(math.floor(p)) + 1, n - 1))})
-    s = np.partition(x, ranks)
-    res = []
-    for p in pos:
-        lo = int(math.floor(p))
-        hi = min(lo + 1, n - 1)
-        frac = p - lo
-        a, b = float(s[lo]), float(s[hi])
-        if frac == 0.0 or a == b:
-            res.append(a)
-        elif math.isinf(b):
-            res.append(math.inf)
-        else:
-            res.append(a + (b - a) * frac)
-    return res
-
-
-def _metrics(arrival, prompt, output, first, finish, status, ist, fst, sys_s, horizon_s, ttft_slo_s,
-             tpot_slo_s, window, dt) -> SimMetrics:
-    n = arrival.shape[0]
-    f0, f1 = window
-    measured = (arrival >= f0 * horizon_s) & (arrival < f1 * horizon_s)
-    finished = status == REQ_FINISHED
-    am, fm, em, om = arrival[measured], first[measured], finish[measured], output[measured]
-    okm = finished[measured]
-    n_meas = am.shape[0]
-    ttft_m = fm - am
-    ttft_m[np.isnan(ttft_m)] = np.inf          # no first token by the horizon (or rejected)
-    multi = om > 1
-    tpot_m = (em[multi] - fm[multi]) / (om[multi] - 1).astype(np.float64)
-    tpot_m[~okm[multi]] = np.inf               # unfinished
-    okm &= ttft_m <= ttft_slo_s
-    okm[multi] &= tpot_m <= tpot_slo_s
-    tq = _percentiles(ttft_m, (50, 90, 99))
-    pq = _percentiles(tpot_m, (50, 90, 99))
-    rejected = int((status == REQ_REJECTED).sum())
-    n_fin = int(finished.sum())
-    accepted_rate = (n - rejected) / horizon_s
-    # overload: trend of the number in system over the second half
-    t = np.arange(sys_s.shape[0], dtype=np.float64) * dt
-    half = t >= 0.5 * horizon_s
-    slope = 0.0
-    if half.sum() >= 3:
-        th = t[half]
-        y = sys_s[half].astype(np.float64)
-        tc = th - th.mean()
-        slope = float((tc * (y - y.mean())).sum() / (tc * tc).sum())
-    overloaded = bool(slope > OVERLOAD_SLOPE_FRACTION * accepted_rate
-                      and slope * 0.5 * horizon_s >= OVERLOAD_MIN_GROWTH)
+def _instance_metrics(ist, fst, horizon_s):
+    """Utilisation, mean batch and KV peak of every instance of every run (rows of ``ist``)."""
     steps = ist[:, K.I_STEP]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_batch = np.where(steps > 0, ist[:, K.I_BATCH_SUM] / np.maximum(steps, 1), np.nan)
+    return fst[:, K.F_BUSY] / horizon_s, mean_batch, ist[:, K.I_KV_PEAK].copy(), ist[:, K.I_TOKENS_OUT].copy()
+
+
+def _metrics(k, run_i, inst_m, out, horizon_s) -> SimMetrics:
+    """The :class:`SimMetrics` of run k from the kernel's metric rows and the instance metrics."""
+    mf = out["met_f"][k].tolist()
+    mi = out["met_i"][k].tolist()
+    n = int(run_i[k, K.R_N_REQ])
+    i0 = int(run_i[k, K.R_INST_OFF])
+    rows = slice(i0, i0 + int(run_i[k, K.R_N_INST]))
+    util, mean_batch, kv_peak, tokens_out = inst_m
+    rejected, finished = mi[K.MI_REJECTED], mi[K.MI_FINISHED]
     return SimMetrics(
-        attainment=float(okm.sum()) / n_meas if n_meas else math.nan,
-        ttft_p50_s=tq[0], ttft_p90_s=tq[1], ttft_p99_s=tq[2],
-        tpot_p50_s=pq[0], tpot_p90_s=pq[1], tpot_p99_s=pq[2],
-        throughput_tokens_per_s=float(ist[:, K.I_TOKENS_OUT].sum()) / horizon_s,
-        rejected=rejected, unfinished=n - rejected - n_fin, finished=n_fin, measured=n_meas,
-        n_requests=n, overloaded=overloaded, queue_slope_req_per_s=slope,
-        arrival_rate_req_per_s=accepted_rate,
-        utilisation=fst[:, K.F_BUSY] / horizon_s, mean_batch=mean_batch,
-        kv_peak_tokens=ist[:, K.I_KV_PEAK].copy(),
+        attainment=mf[K.M_ATTAIN],
+        ttft_p50_s=mf[K.M_TTFT50], ttft_p90_s=mf[K.M_TTFT90], ttft_p99_s=mf[K.M_TTFT99],
+        tpot_p50_s=mf[K.M_TPOT50], tpot_p90_s=mf[K.M_TPOT90], tpot_p99_s=mf[K.M_TPOT99],
+        throughput_tokens_per_s=float(tokens_out[rows].sum()) / horizon_s,
+        rejected=rejected, unfinished=n - rejected - finished, finished=finished,
+        measured=mi[K.MI_MEASURED], n_requests=n, overloaded=bool(mi[K.MI_OVERLOADED]),
+        queue_slope_req_per_s=mf[K.M_SLOPE], arrival_rate_req_per_s=(n - rejected) / horizon_s,
+        utilisation=util[rows], mean_batch=mean_batch[rows], kv_peak_tokens=kv_peak[rows],
     )
 
 
-def _result(k, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, full: bool):
-    horizon_s, ttft_slo_s, tpot_slo_s, _, _, window, dt = opts
+def _result(k, inst_m, run_i, arrival, fst, out, n_samp, opts, full: bool):
+    horizon_s, dt = opts[0], opts[6]
+    m = _metrics(k, run_i, inst_m, out, horizon_s)
+    if not full:
+        return m
     a = run_i[k, K.R_REQ_OFF]
     b = a + run_i[k, K.R_N_REQ]
     i0 = run_i[k, K.R_INST_OFF]
     ni = run_i[k, K.R_N_INST]
     s0 = run_i[k, K.R_SAMP_OFF]
     q0 = run_i[k, K.R_ISAMP_OFF]
-    sys_s = out["sys_s"][s0:s0 + n_samp]
-    m = _metrics(arrival[a:b], prompt[a:b], output[a:b], out["first"][a:b], out["finish"][a:b],
-                 out["status"][a:b], ist[i0:i0 + ni], fst[i0:i0 + ni], sys_s, horizon_s,
-                 ttft_slo_s, tpot_slo_s, window, dt)
-    if not full:
-        return m
     return SimResult(
-        arrival_s=arrival[a:b], prompt_tokens=prompt[a:b], output_tokens=output[a:b],
-        first_token_s=out["first"][a:b], finish_s=out["finish"][a:b], instance=out["inst"][a:b],
-        decode_instance=out["dinst"][a:b], status=out["status"][a:b],
+        arrival_s=arrival[a:b], prompt_tokens=out["prompt"][a:b].astype(np.int64),
+        output_tokens=out["output"][a:b].astype(np.int64),
+        first_token_s=out["first"][a:b], finish_s=out["finish"][a:b],
+        instance=out["inst"][a:b].astype(np.int64), decode_instance=out["dinst"][a:b].astype(np.int64),
+        status=out["status"][a:b].astype(np.int64),
         sample_t_s=np.arange(n_samp, dtype=np.float64) * dt,
         queue_len=out["wait_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
         kv_tokens=out["kv_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
-        in_system=sys_s, busy_s=fst[i0:i0 + ni, K.F_BUSY].copy(), metrics=m,
+        in_system=out["sys_s"][s0:s0 + n_samp], busy_s=fst[i0:i0 + ni, K.F_BUSY].copy(), metrics=m,
     )
 
 
@@ -530,8 +511,9 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
     w = _workload((arrival_s, prompt_tokens, output_tokens), opts[0])
     _instances(plan, 1, opts[3])  # type check before allocating
-    run_i, arrival, prompt, output, ist, fst, out, n_samp = _run([(plan, w)], opts[0], opts[3], opts[4], opts[6])
-    return _result(0, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, True)
+    pairs = [(plan, w)]
+    run_i, arrival, ist, fst, out, n_samp = _run(pairs, opts, True)
+    return _result(0, _instance_metrics(ist, fst, opts[0]), run_i, arrival, fst, out, n_samp, opts, True)
 
 
 def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
@@ -585,9 +567,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
             raise FastsimInputError("plans", f"{len(plans)} plans",
                                     f"one plan, or one per workload ({len(works)})")
         pairs = list(zip(plans, works))
-    run_i, arrival, prompt, output, ist, fst, out, n_samp = _run(pairs, opts[0], opts[3], opts[4], opts[6])
-    return [_result(k, run_i, arrival, prompt, output, ist, fst, out, n_samp, opts, full)
-            for k in range(len(pairs))]
+    run_i, arrival, ist, fst, out, n_samp = _run(pairs, opts, full)
+    inst_m = _instance_metrics(ist, fst, opts[0])
+    return [_result(k, inst_m, run_i, arrival, fst, out, n_samp, opts, full) for k in range(len(pairs))]
 
 
 def warmup() -> None:

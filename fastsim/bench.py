@@ -1,0 +1,188 @@
+"""Standard benchmarks of the simulator (``fastsim bench``); the workloads stay fixed across releases.
+
+Three measurements, all warm (the kernels are compiled or loaded from the numba cache first):
+
+- one 600-s chat run: Llama-3.1-70B on 2 x B200 FP8 TP1 colocated instances, chunk 512, Poisson
+  arrivals at 20 req/s (:func:`fastsim.workload.synthesize`, seed 2024), one thread;
+- a parallel grid: the same plan at 8 rates from 10 to 38 req/s x 16 seeds (128 runs of 600 s,
+  common random numbers from seed 7), metrics only, on one thread and on all threads;
+- the plain-Python reference (:mod:`fastsim.sim.reference`) on the first 60 s of the chat
+  workload, compared per simulated request with the 600-s kernel run.
+
+Times are medians of repeated wall-clock measurements (``time.perf_counter``).
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+__all__ = ["CHAT_RATE_REQ_PER_S", "GRID_RATES_REQ_PER_S", "GRID_SEEDS", "HORIZON_S", "REFERENCE_HORIZON_S",
+           "standard_plan", "chat_workload", "grid_workloads", "run_benchmarks"]
+
+HORIZON_S = 600.0
+CHAT_RATE_REQ_PER_S = 20.0
+CHAT_SEED = 2024
+GRID_RATES_REQ_PER_S = tuple(float(x) for x in np.linspace(10.0, 38.0, 8))
+GRID_SEEDS = 16
+GRID_SEED = 7
+REFERENCE_HORIZON_S = 60.0
+# --quick: the same plan and rates on shorter horizons and fewer seeds (a smoke test, not a figure)
+_QUICK = dict(horizon_s=60.0, grid_seeds=2, reference_horizon_s=5.0, repeat_single=3, repeat_grid=1)
+_FULL = dict(horizon_s=HORIZON_S, grid_seeds=GRID_SEEDS, reference_horizon_s=REFERENCE_HORIZON_S,
+             repeat_single=21, repeat_grid=5)
+
+
+def standard_plan(catalog=None):
+    """The benchmark plan: Llama-3.1-70B, 2 x B200 FP8 TP1 colocated instances, chunk 512.
+
+    Parameters
+    ----------
+    catalog : fastsim.catalog.Catalog, optional
+        Default: the built-in catalog (the benchmark's figures refer to it).
+
+    Returns
+    -------
+    fastsim.sim.ColocatedPlan
+    """
+    from .catalog import default_catalog
+    from .sim import ColocatedPlan
+    from .stepmodel import step_params
+    cat = catalog or default_catalog()
+    chat = cat.scenario("chat")
+    p = step_params(cat.model(chat.model), cat.gpu("B200"), cat.precision("FP8"), 1)
+    return ColocatedPlan(p, 2, 512)
+
+
+def chat_workload(horizon_s: float = HORIZON_S, rate_req_per_s: float = CHAT_RATE_REQ_PER_S,
+                  seed: int = CHAT_SEED):
+    """The chat scenario's lengths with Poisson arrivals (:func:`fastsim.workload.synthesize`).
+
+    Parameters
+    ----------
+    horizon_s : float
+        Arrival window (s).
+    rate_req_per_s : float
+        Arrival rate (req/s).
+    seed : int
+        Root seed.
+
+    Returns
+    -------
+    fastsim.workload.Workload
+        ``arrival_s`` float64 of shape (n,), ``prompt_tokens`` / ``output_tokens`` int64 of shape (n,).
+    """
+    from .workload import synthesize
+    return synthesize("chat", rate_req_per_s, horizon_s, seed)
+
+
+def grid_workloads(horizon_s: float = HORIZON_S, n_seeds: int = GRID_SEEDS,
+                   rates=GRID_RATES_REQ_PER_S, seed: int = GRID_SEED) -> list:
+    """Rate-major list of chat workloads, ``len(rates) * n_seeds``, common random numbers per seed.
+
+    Parameters
+    ----------
+    horizon_s : float
+        Arrival window (s).
+    n_seeds : int
+        Replications (child seeds of ``seed``).
+    rates : sequence of float
+        Arrival rates (req/s).
+    seed : int
+        Root seed.
+
+    Returns
+    -------
+    list of fastsim.workload.Workload
+    """
+    from .workload import seeds_for, synthesize
+    children = seeds_for(seed, n_seeds)
+    return [synthesize("chat", r, horizon_s, s) for r in rates for s in children]
+
+
+def _median_time(fn, repeat: int) -> float:
+    ts = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def run_benchmarks(quick: bool = False) -> dict:
+    """Measure the simulator on the standard workloads.
+
+    Parameters
+    ----------
+    quick : bool
+        Shorter horizons (60 s), 2 seeds, one repetition of the grid: a few seconds, for smoke
+        tests. The figures of a quick run are not comparable with a full one.
+
+    Returns
+    -------
+    dict
+        ``threads`` (numba threads available), ``horizon_s``, ``chat_requests``,
+        ``chat_run_ms`` (median ms per chat run, one thread), ``requests_per_s_per_core``
+        (simulated requests per second of one core, chat run), ``grid_runs``,
+        ``grid_requests``, ``grid_s_1_thread``, ``grid_s_all_threads`` (median s per grid),
+        ``parallel_speedup`` (1 thread / all threads), ``grid_requests_per_s_per_core``,
+        ``reference_requests``, ``reference_s``, ``reference_us_per_request``,
+        ``kernel_us_per_request``, ``reference_ratio`` (reference / kernel cost per request),
+        ``quick``.
+    """
+    import numba
+
+    from .sim import simulate, simulate_batch, warmup
+    from .sim.reference import simulate_reference
+
+    cfg = _QUICK if quick else _FULL
+    horizon = cfg["horizon_s"]
+    cat_plan = standard_plan()
+    from .catalog import default_catalog
+    chat = default_catalog().scenario("chat")
+    kw = dict(horizon_s=horizon, ttft_slo_s=chat.ttft_s, tpot_slo_s=chat.tpot_s)
+    warmup()
+    w = chat_workload(horizon)
+    single = _median_time(lambda: simulate(cat_plan, w.arrival_s, w.prompt_tokens, w.output_tokens, **kw),
+                          cfg["repeat_single"])
+    works = grid_workloads(horizon, cfg["grid_seeds"])
+    n_grid = int(sum(x.n for x in works))
+    threads = int(numba.config.NUMBA_NUM_THREADS)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        grid_1 = _median_time(lambda: simulate_batch([cat_plan], works, **kw), cfg["repeat_grid"])
+        numba.set_num_threads(threads)
+        grid_n = _median_time(lambda: simulate_batch([cat_plan], works, **kw), cfg["repeat_grid"])
+    finally:
+        numba.set_num_threads(before)
+    # the reference on the first part of the same chat workload
+    rh = cfg["reference_horizon_s"]
+    k = int(np.searchsorted(w.arrival_s, rh, side="left"))
+    t0 = time.perf_counter()
+    simulate_reference("colocated", w.arrival_s[:k], w.prompt_tokens[:k], w.output_tokens[:k], horizon=rh,
+                       dt=1.0, max_context=131072, routing="least-loaded", p=cat_plan.p,
+                       n_instances=cat_plan.n_instances, chunk=cat_plan.chunk_tokens)
+    ref_s = time.perf_counter() - t0
+    ref_us = ref_s / max(k, 1) * 1e6
+    kern_us = single / max(w.n, 1) * 1e6
+    return {
+        "threads": threads,
+        "horizon_s": horizon,
+        "chat_requests": int(w.n),
+        "chat_run_ms": single * 1e3,
+        "requests_per_s_per_core": w.n / single,
+        "grid_runs": len(works),
+        "grid_requests": n_grid,
+        "grid_s_1_thread": grid_1,
+        "grid_s_all_threads": grid_n,
+        "parallel_speedup": grid_1 / grid_n,
+        "grid_requests_per_s_per_core": n_grid / grid_n / threads,
+        "reference_requests": k,
+        "reference_s": ref_s,
+        "reference_us_per_request": ref_us,
+        "kernel_us_per_request": kern_us,
+        "reference_ratio": ref_us / kern_us if kern_us > 0 else math.nan,
+        "quick": bool(quick),
+    }
