@@ -50,11 +50,12 @@ import numpy as np
 from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_tp
-from .stepmodel import (P_LAYERS, P_TP, StepConstants, decode_attn_flops, prefill_attn_flops,
-                        step_params, step_parts)
+from .stepmodel import (P_LAYERS, P_TP, StepConstants, decode_attn_flops, kv_budget_tokens,
+                        prefill_attn_flops, step_params, step_parts)
 
 __all__ = [
     "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder",
+    "memory_per_gpu",
     "speculative_tokens_per_round", "joules_per_token", "cost_usd_per_million_output_tokens",
     "weight_read_lower_bound_s", "min_tp_for_tpot", "md1_mean_wait_s", "plot_ledger",
     "KERNELS_PER_LAYER_EAGER", "KERNELS_PER_LAYER_FUSED", "LAUNCH_S_EAGER", "LAUNCH_S_GRAPHS",
@@ -95,8 +96,22 @@ class LedgerResult(NamedTuple):
     utilization : float
         ``arrival_rate x step_s`` when an arrival rate was given, else NaN.
     queue_wait_s : float
-        M/D/1 mean wait in queue (see :func:`md1_mean_wait_s`); ``inf`` when utilization >= 1;
-        NaN when no arrival rate was given.
+        M/D/1 mean wait in queue (see :func:`md1_mean_wait_s`); ``inf`` when utilization >= 1
+        (the load exceeds the step's service rate: the queue grows without bound); NaN when no
+        arrival rate was given.
+    memory_per_gpu_bytes : float
+        HBM one GPU needs for the step: all weights / TP plus the KV cache of the tokens held
+        (decode: ``batch x context``; prefill: ``batch x prompt tokens``), see
+        :func:`memory_per_gpu`.
+    memory_limit_per_gpu_bytes : float
+        HBM the engine may use per GPU: ``memory_utilization x HBM`` (0.9 by default).
+    kv_budget_tokens : float
+        Tokens of KV cache the instance can hold once the weights are in
+        (:func:`fastsim.stepmodel.kv_budget_tokens`); <= 0 when the weights alone do not fit.
+    fits : bool
+        Whether the tokens held fit that budget (equivalently ``memory_per_gpu_bytes <=
+        memory_limit_per_gpu_bytes``). When False the step's figures describe a setup that
+        cannot run.
     """
 
     weight_read_s: float
@@ -110,6 +125,10 @@ class LedgerResult(NamedTuple):
     tokens_per_s_per_gpu: float
     utilization: float
     queue_wait_s: float
+    memory_per_gpu_bytes: float
+    memory_limit_per_gpu_bytes: float
+    kv_budget_tokens: float
+    fits: bool
 
 
 class SpeculativeResult(NamedTuple):
@@ -127,6 +146,13 @@ class SpeculativeResult(NamedTuple):
         Expected output tokens per sequence per round, :func:`speculative_tokens_per_round`.
     tokens_per_s_per_gpu : float
         ``batch x tokens_per_round / round_s / TP``.
+    memory_per_gpu_bytes : float
+        HBM per GPU of both models together: both models' weights / TP plus both KV caches of
+        ``batch x context`` tokens.
+    memory_limit_per_gpu_bytes : float
+        ``memory_utilization x HBM``.
+    fits : bool
+        ``memory_per_gpu_bytes <= memory_limit_per_gpu_bytes``.
     """
 
     draft: LedgerResult
@@ -134,6 +160,9 @@ class SpeculativeResult(NamedTuple):
     round_s: float
     tokens_per_round: float
     tokens_per_s_per_gpu: float
+    memory_per_gpu_bytes: float
+    memory_limit_per_gpu_bytes: float
+    fits: bool
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,6 +207,14 @@ def _acceptance(value) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not (0.0 <= float(value) < 1.0):
         raise FastsimInputError("acceptance", value, "a probability in [0, 1)")
     return float(value)
+
+
+def _within_context(field: str, value: int, model: Model) -> int:
+    """``value`` (tokens per sequence) or an error when it passes the model's context window."""
+    if value > model.max_context_tokens:
+        raise FastsimInputError(field, value, f"at most {model.max_context_tokens:,} tokens, the context "
+                                              f"window of {model.name}")
+    return value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,6 +429,48 @@ def min_tp_for_tpot(model, gpu, precision, tpot_s: float,
 # the ledger
 
 
+def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepConstants = StepConstants()):
+    """HBM one GPU of a TP instance needs: weights / TP + KV cache of ``kv_tokens`` tokens (bytes).
+
+    Parameters
+    ----------
+    model, gpu, precision : str or catalog entry
+    tp : int
+        Tensor parallelism, a power of two from 1 to 64.
+    kv_tokens : float or ndarray(float64)
+        Tokens whose KV cache the instance holds (all sequences together), >= 0.
+    constants : StepConstants
+        ``memory_utilization`` is the fraction of HBM the engine may use.
+
+    Returns
+    -------
+    dict
+        ``memory_per_gpu_bytes`` (``total params x weight bytes / TP + kv_tokens x KV bytes per
+        token per GPU``), ``memory_limit_per_gpu_bytes`` (``memory_utilization x HBM``),
+        ``kv_budget_tokens`` (:func:`fastsim.stepmodel.kv_budget_tokens`) and ``fits``
+        (``kv_tokens <= kv_budget_tokens``); arrays of the shape of ``kv_tokens``.
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names, TP not a power of two.
+
+    Examples
+    --------
+    >>> m = memory_per_gpu('llama-3.1-405b', 'H100', 'BF16', 8, 0.0)
+    >>> round(m['memory_per_gpu_bytes'] / 1e9, 1), bool(m['fits'])     # 811 GB / 8 > 72 GB
+    (101.5, False)
+    """
+    m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
+    tp = require_tp("tp", tp)
+    held = np.asarray(kv_tokens, dtype=np.float64)
+    used = m.total_params * pr.weight_bytes / tp + held * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp)
+    budget = kv_budget_tokens(m, pr, g, tp, constants)
+    return dict(memory_per_gpu_bytes=used,
+                memory_limit_per_gpu_bytes=np.full_like(used, constants.memory_utilization * g.hbm_bytes),
+                kv_budget_tokens=np.full_like(used, budget), fits=held <= budget)
+
+
 def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate):
     """Vectorized ledger arithmetic; every argument broadcasts (arrays of float64)."""
     w, kv, comp, comm = step_parts(p, n_tokens, kv_tokens, attn_flops)
@@ -411,7 +490,10 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate)
 
 
 def _work(layers, hidden, batch, context, prefill):
-    """(n_tokens, kv_tokens, attention FLOPs) of decode (prefill == 0) or prefill rows."""
+    """(n_tokens, kv_tokens, attention FLOPs, tokens held) of decode (prefill == 0) or prefill rows.
+
+    Tokens held: the KV cache the step needs in memory, ``batch x context`` for decode and the
+    ``batch x prompt`` tokens a prefill writes."""
     batch = np.asarray(batch, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     prefill = np.asarray(prefill, dtype=np.float64)
@@ -420,12 +502,13 @@ def _work(layers, hidden, batch, context, prefill):
     kv = np.where(is_pf, 0.0, batch * context)
     attn = np.where(is_pf, batch * prefill_attn_flops(layers, hidden, prefill),
                     decode_attn_flops(layers, hidden, batch * context))
-    return n, kv, attn
+    return n, kv, attn, np.where(is_pf, n, kv)
 
 
 def _result(d, i=()) -> LedgerResult:
-    f = {k: float(np.asarray(v)[i]) for k, v in d.items() if k != "binding_code"}
-    return LedgerResult(binding=BINDING[int(np.asarray(d["binding_code"])[i])], **f)
+    f = {k: float(np.asarray(v)[i]) for k, v in d.items() if k not in ("binding_code", "fits")}
+    return LedgerResult(binding=BINDING[int(np.asarray(d["binding_code"])[i])],
+                        fits=bool(np.asarray(d["fits"])[i]), **f)
 
 
 def _check_launch(kernels_per_layer, launch_s):
@@ -455,9 +538,10 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     batch : int, default 1
         Sequences in the step, >= 1.
     context_tokens : int, default 4096
-        Cached tokens per sequence (decode), >= 0.
+        Cached tokens per sequence (decode), from 0 to the model's ``max_context_tokens``.
     prefill_tokens : int, default 0
-        Prompt tokens per sequence for a prefill step; 0 for decode.
+        Prompt tokens per sequence for a prefill step (at most ``max_context_tokens``); 0 for
+        decode.
     kernels_per_layer : int, default 12
         Kernel launches per layer (27 unfused, 12 fused; lecture 12).
     launch_s : float, default 1e-6
@@ -475,12 +559,15 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     Returns
     -------
     LedgerResult
-        Seconds per part, the step, the binding constraint and per-GPU token throughput.
+        Seconds per part, the step, the binding constraint, per-GPU token throughput and the
+        memory check (``fits``): a step whose weights and KV cache do not fit in HBM is still
+        timed, and flagged.
 
     Raises
     ------
     FastsimInputError
-        ``batch`` < 1, ``context_tokens`` or ``prefill_tokens`` < 0 or not integers, an unknown
+        ``batch`` < 1, ``context_tokens`` or ``prefill_tokens`` < 0, not integers or past the
+        model's context window, an unknown
         model/GPU/precision, TP not a power of two, a precision the GPU has no peak for,
         ``kernels_per_layer`` < 0, ``launch_s`` < 0, or a non-positive arrival rate.
 
@@ -493,13 +580,13 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
     tp = require_tp("tp", tp)
     b = _int_at_least("batch", batch, 1)
-    ctx = _int_at_least("context_tokens", context_tokens, 0)
-    pf = _int_at_least("prefill_tokens", prefill_tokens, 0)
+    ctx = _within_context("context_tokens", _int_at_least("context_tokens", context_tokens, 0), m)
+    pf = _within_context("prefill_tokens", _int_at_least("prefill_tokens", prefill_tokens, 0), m)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     rate = _rate(arrival_rate_req_per_s)
     p = step_params(m, g, pr, tp, constants)
-    n, kv, attn = _work(m.layers, m.hidden, b, ctx, pf)
-    return _result(_core(p, n, kv, attn, kpl, ls, rate))
+    n, kv, attn, held = _work(m.layers, m.hidden, b, ctx, pf)
+    return _result(_core(p, n, kv, attn, kpl, ls, rate) | memory_per_gpu(m, g, pr, tp, held, constants))
 
 
 def _as_list(field: str, value) -> list:
@@ -518,7 +605,9 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
 
     Every argument among ``gpu``, ``precision``, ``tp``, ``batch``, ``context_tokens`` and
     ``prefill_tokens`` may be one value or a sequence; the table is their Cartesian product, in
-    that nesting order (the last varies fastest). Rows agree with :func:`ledger` to the last bit.
+    that nesting order (the last varies fastest), except that a prefill step does not depend on
+    the context: each prefill row appears once per batch (where the first context would put it),
+    with ``context_tokens`` 0. Rows agree with :func:`ledger` to the last bit.
 
     Parameters
     ----------
@@ -532,10 +621,12 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     Returns
     -------
     pandas.DataFrame
-        One row per configuration, ``n = len(gpu) x len(precision) x len(tp) x len(batch) x
-        len(context_tokens) x len(prefill_tokens)`` rows. Columns: ``gpu``, ``precision``
-        (str), ``tp``, ``batch``, ``context_tokens``, ``prefill_tokens`` (int64), then the
-        :class:`LedgerResult` fields (float64 seconds, ``binding`` str).
+        One row per configuration: ``len(gpu) x len(precision) x len(tp) x len(batch) x
+        (len(context_tokens) x decode values + prefill values)`` rows, where decode values is 1
+        when 0 is among ``prefill_tokens`` (else 0) and prefill values the number of distinct
+        non-zero ``prefill_tokens``. Columns: ``gpu``, ``precision`` (str), ``tp``, ``batch``,
+        ``context_tokens``, ``prefill_tokens`` (int64), then the :class:`LedgerResult` fields
+        (float64 seconds and bytes, ``binding`` str, ``fits`` bool).
 
     Raises
     ------
@@ -549,20 +640,27 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     precs = [_lookup("precision", x) for x in _as_list("precision", precision)]
     tps = [require_tp("tp", x) for x in _as_list("tp", tp)]
     bs = np.array([_int_at_least("batch", x, 1) for x in _as_list("batch", batch)], dtype=np.float64)
-    cs = np.array([_int_at_least("context_tokens", x, 0) for x in _as_list("context_tokens", context_tokens)],
-                  dtype=np.float64)
-    ps = np.array([_int_at_least("prefill_tokens", x, 0) for x in _as_list("prefill_tokens", prefill_tokens)],
-                  dtype=np.float64)
+    cs = np.array([_within_context("context_tokens", _int_at_least("context_tokens", x, 0), m)
+                   for x in _as_list("context_tokens", context_tokens)], dtype=np.float64)
+    ps = np.array([_within_context("prefill_tokens", _int_at_least("prefill_tokens", x, 0), m)
+                   for x in _as_list("prefill_tokens", prefill_tokens)], dtype=np.float64)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     rate = _rate(arrival_rate_req_per_s)
 
     hw = [(g, pr, t) for g in gpus for pr in precs for t in tps]
     P = np.stack([step_params(m, g, pr, t, constants) for g, pr, t in hw])        # (h, N_PARAMS)
     B, C, F = np.meshgrid(bs, cs, ps, indexing="ij")
-    B, C, F = B.ravel(), C.ravel(), F.ravel()                                    # (w,)
-    n, kv, attn = _work(m.layers, m.hidden, B, C, F)
+    B, C, F = B.ravel(), C.ravel(), F.ravel()
+    C = np.where(F > 0, 0.0, C)                  # a prefill step reads no cached context
+    keys = np.stack([B, C, F], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    keep = np.sort(first)                        # first occurrences, in product order
+    B, C, F = B[keep], C[keep], F[keep]                                          # (w,)
+    n, kv, attn, held = _work(m.layers, m.hidden, B, C, F)
     Pb = P[:, None, :]                                                           # (h, 1, N)
     d = _core(Pb, n[None, :], kv[None, :], attn[None, :], kpl, ls, rate)
+    mem = [memory_per_gpu(m, g, pr, t, held, constants) for g, pr, t in hw]
+    d |= {k: np.stack([x[k] for x in mem]) for k in mem[0]}                      # (h, w)
     h, w = len(hw), B.size
     cols = {
         "gpu": np.repeat([x[0].name for x in hw], w),
@@ -575,6 +673,8 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     for k in LedgerResult._fields:
         if k == "binding":
             cols[k] = np.asarray(BINDING, dtype=object)[np.broadcast_to(d["binding_code"], (h, w)).ravel()]
+        elif k == "fits":
+            cols[k] = np.broadcast_to(np.asarray(d[k], dtype=bool), (h, w)).ravel()
         else:
             cols[k] = np.broadcast_to(np.asarray(d[k], dtype=np.float64), (h, w)).ravel()
     return pd.DataFrame(cols)

@@ -1,9 +1,128 @@
-"""Figures of simulations and capacity searches (matplotlib, Agg backend; nothing is shown)."""
+"""Figures of simulations and capacity searches (matplotlib, Agg backend; nothing is shown).
+
+:func:`check_plot_path` is the one check of a ``--plot`` destination, run by every command that
+draws before it does any work, so that a bad path ends in a one-line error instead of a traceback
+after the run.
+"""
 from __future__ import annotations
+
+import os
+import tempfile
 
 import numpy as np
 
-__all__ = ["plot_simulation", "plot_capacity"]
+from .errors import FastsimInputError
+
+__all__ = ["plot_simulation", "plot_capacity", "check_plot_path", "plot_formats"]
+
+# Formats matplotlib lists that need more than matplotlib itself (pgf runs LaTeX).
+_NEEDS_EXTERNAL = {"pgf"}
+
+
+def plot_formats() -> tuple:
+    """File extensions a plot may be written as (without the dot), from matplotlib's own list.
+
+    Returns
+    -------
+    tuple of str
+        Sorted, lower case, e.g. ``('eps', 'jpeg', 'jpg', 'pdf', 'png', ..., 'svg', ...)``;
+        ``pgf`` is left out (it needs a LaTeX installation).
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+    return tuple(sorted(set(FigureCanvasBase.get_supported_filetypes()) - _NEEDS_EXTERNAL))
+
+
+def _formats_text(formats) -> str:
+    common = [f".{f}" for f in ("png", "pdf", "svg") if f in formats]
+    rest = [f".{f}" for f in formats if f not in ("png", "pdf", "svg")]
+    return ", ".join(common + rest)
+
+
+def _writable_dir(field: str, path: str, directory: str, what: str) -> None:
+    """Raise unless a file can be created in ``directory`` (tried, not guessed: root ignores modes)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".fastsim-write-check-"):
+            pass
+    except OSError as exc:
+        raise FastsimInputError(field, path, f"{what} (cannot write in {directory!r}: "
+                                             f"{exc.strerror or exc})") from None
+
+
+def check_plot_path(path, kind: str = "file", *, field: str = "--plot", files=()) -> str:
+    """Check where a plot is to be written, before any work is done.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The destination as the user gave it.
+    kind : {'file', 'dir'}, default 'file'
+        ``'file'``: one figure. Its extension must be a format matplotlib writes
+        (:func:`plot_formats`: .png, .pdf, .svg, ...), the path must not be a directory and its
+        parent directory must exist and be writable; an existing file is overwritten.
+        ``'dir'``: a directory to write several figures into. It is created when missing and its
+        parent exists; an existing file of that name is an error; it must be writable.
+    field : str, default '--plot'
+        The name the error gives the value (a CLI flag or an argument name).
+    files : sequence of str, optional
+        With ``kind='dir'``: names of the files that will be written inside; none of them may be
+        an existing directory (existing files are overwritten).
+
+    Returns
+    -------
+    str
+        ``path`` as a string.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming ``field``, the value and what is allowed, for every case above.
+    """
+    if kind not in ("file", "dir"):
+        raise FastsimInputError("kind", kind, "'file' or 'dir'")
+    try:
+        text = os.fspath(path)
+    except TypeError:
+        raise FastsimInputError(field, path, "a file or directory path") from None
+    if not isinstance(text, str) or not text.strip():
+        raise FastsimInputError(field, path, "a non-empty file or directory path")
+    if kind == "file":
+        formats = plot_formats()
+        ext = os.path.splitext(text)[1].lower().lstrip(".")
+        if ext not in formats:
+            raise FastsimInputError(field, text, "a file name ending in a format matplotlib writes: "
+                                                 + _formats_text(formats))
+        if os.path.isdir(text):
+            raise FastsimInputError(field, text, "a file name (it is an existing directory)")
+        parent = os.path.dirname(text) or "."
+        what = "a file in an existing, writable directory"
+        if not os.path.isdir(parent):
+            reason = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise FastsimInputError(field, text, f"{what} ({parent!r} {reason})")
+        if os.path.exists(text) and not os.access(text, os.W_OK):
+            raise FastsimInputError(field, text, f"{what} (the existing file is read-only)")
+        _writable_dir(field, text, parent, what)
+        return text
+    what = "a directory, or a new one in an existing, writable directory"
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise FastsimInputError(field, text, f"{what} (it is an existing file)")
+    if not os.path.isdir(text):
+        parent = os.path.dirname(os.path.normpath(text)) or "."
+        if not os.path.isdir(parent):
+            reason = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise FastsimInputError(field, text, f"{what} ({parent!r} {reason})")
+        try:
+            os.mkdir(text)
+        except OSError as exc:
+            raise FastsimInputError(field, text, f"{what} (cannot create it: {exc.strerror or exc})") from None
+    _writable_dir(field, text, text, what)
+    for name in files:
+        inside = os.path.join(text, name)
+        if os.path.isdir(inside):
+            raise FastsimInputError(field, text, f"{what} where {name!r} can be written "
+                                                 "(it is an existing directory)")
+        if os.path.exists(inside) and not os.access(inside, os.W_OK):
+            raise FastsimInputError(field, text, f"{what} where {name!r} can be written (it is read-only)")
+    return text
 
 
 def _figure(nrows=1, ncols=1, size=(10, 4)):
