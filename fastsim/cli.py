@@ -167,6 +167,13 @@ def _resolve_workload(args, cat):
     from . import workload as W
     q = None if getattr(args, "mean_lengths", False) else 0.9
     notes = []
+    if args.tpot is not None and args.tpot > 1.0:
+        notes.append(f"--tpot {args.tpot:g} s per output token is unusually large: targets are in seconds "
+                     "(50 ms is --tpot 0.05)")
+    horizon = getattr(args, "horizon", None)
+    if horizon is not None and horizon < 60.0 and not args.trace:
+        notes.append(f"--horizon {horizon:g} s is short: an overloaded system can look stable for minutes "
+                     "(lecture §2.3, lesson three); 600 s is the default")
     if args.trace:
         if not args.model:
             raise FastsimInputError("--model", None, "a model name or config.json path (required with --trace)")
@@ -204,7 +211,8 @@ def _emit(args, records, table_rows, headers, notes=()):
         sys.stdout.write("\n")
     elif args.format == "csv":
         import pandas as pd
-        pd.json_normalize(records).to_csv(sys.stdout, index=False)
+        frame = pd.json_normalize(records)
+        frame.convert_dtypes().to_csv(sys.stdout, index=False)
     else:
         from tabulate import tabulate
         print(tabulate(table_rows, headers=headers, disable_numparse=True))
@@ -265,18 +273,22 @@ def _cmd_plan(args):
                      _fmt(v.get("attainment"), ".3f"), _fmt(v.get("ttft_p90_s"), ".3f"),
                      _fmt(None if v.get("tpot_p90_s") is None else v["tpot_p90_s"] * 1e3, ".1f"),
                      "-" if not v else ("pass" if v["passed"] else "FAIL"),
-                     "-" if rep is None else f"{rep} -> {v['instances_after_repair']}"])
+                     "-" if rep is None else f"{rep} -> {v['instances_after_repair']}",
+                     "-" if not v else f"{v['rejected_requests']:,}"])
     if not records:
         report.notes.append("no configuration of the grid meets these SLOs analytically")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
-               "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired"]
+               "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
     d = demand
-    head = (f"{model.name}: {d.rate_req_per_s:g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
-            f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
-            f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens")
+    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
+            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
+               f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
+               if not args.mean_lengths else
+               f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
+               f"{d.mean_output_tokens:,.0f} tokens), not P90: see lecture §2.3 lesson one"))
     if args.format == "table":
         print(head)
     _emit(args, records, rows, headers, report.notes)
@@ -353,30 +365,72 @@ def _records(df):
              for k, v in rec.items()} for rec in df.to_dict(orient="records")]
 
 
+def _check_plot(args, kind="file", files=()):
+    """Check ``--plot`` before any work (one-line error, exit 2, instead of a traceback after the run)."""
+    if getattr(args, "plot", None):
+        from .plots import check_plot_path
+        check_plot_path(args.plot, kind, files=files)
+
+
+def _check_context(flag, values, model):
+    """Tokens per sequence past the model's context window are an input error naming ``flag``."""
+    for v in values:
+        if v > model.max_context_tokens:
+            raise FastsimInputError(flag, v, f"at most {model.max_context_tokens:,} tokens, the context window "
+                                             f"of {model.name}")
+
+
+def _memory_note(what, used_bytes, limit_bytes, gpu, plural=False):
+    """A note for a setup whose weights and KV cache do not fit in HBM."""
+    share = limit_bytes / gpu.hbm_bytes
+    return (f"{what} {'do' if plural else 'does'} not fit in memory: {used_bytes / 1e9:,.1f} GB per GPU of weights and KV cache against "
+            f"{limit_bytes / 1e9:,.1f} GB usable ({share:g} x {gpu.hbm_bytes / 1e9:g} GB of {gpu.name}), "
+            f"{(used_bytes - limit_bytes) / 1e9:,.1f} GB over: its figures are for a setup that cannot run")
+
+
+def _notes_out(args, notes):
+    """Notes after the table on stdout, or on stderr when stdout carries JSON / CSV."""
+    if args.format != "table":
+        for n in notes:
+            print("note: " + n, file=sys.stderr)
+
+
 def _cmd_ledger(args):
     from .ledger import ledger_table, plot_ledger
+    _check_plot(args)
     cat = _catalog(args)
     model, gpu, prec = cat.model(args.model), cat.gpu(args.gpu), cat.precision(args.precision)
+    _check_context("--context", args.context, model)
+    _check_context("--prefill", args.prefill, model)
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate)
-    rows = []
+    rows, notes = [], []
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp, r.batch, kind] + [_fmt(r[c] * 1e3, ".3f") for c in (
             "weight_read_s", "kv_read_s", "compute_s", "allreduce_s", "launch_s", "step_s")]
-        row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f")]
+        row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f"), "yes" if r.fits else "NO"]
+        what = f"batch {r.batch}, {kind}"
+        if not r.fits:
+            notes.append(_memory_note(what, r.memory_per_gpu_bytes, r.memory_limit_per_gpu_bytes, gpu))
         if args.rate:
-            row += [_fmt(r.utilization, ".2f"), _fmt(r.queue_wait_s * 1e3, ".3f")]
+            unstable = r.utilization >= 1.0
+            row += [_fmt(r.utilization, ".2f"), "unstable" if unstable else _fmt(r.queue_wait_s * 1e3, ".3f")]
+            if unstable:
+                notes.append(f"{what}: the load of {args.rate:g} req/s exceeds the step's service rate of "
+                             f"{1.0 / r.step_s:,.1f} steps/s (utilization {r.utilization:.2f} >= 1): the queue "
+                             "is unstable and its wait grows without bound")
         rows.append(row)
     headers = ["GPU", "prec", "TP", "batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms",
-               "launch ms", "step ms", "binding", "tokens/s/GPU"]
+               "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"]
     if args.rate:
         headers += ["utilization", "queue wait ms"]
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
               "step = max(weight + KV, compute) + all-reduce + launch")
-    _emit(args, _records(df), rows, headers)
+    _emit(args, _records(df), rows, headers, notes)
+    _notes_out(args, notes)
     if args.plot:
         plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}")
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -387,27 +441,40 @@ def _cmd_ladder(args):
     from .ledger import ladder
     cat = _catalog(args)
     gpu = cat.gpu(args.gpu)
-    df = ladder(cat.model(args.model), gpu, args.tp, args.context, draft_model=cat.model(args.draft_model),
+    model, draft = cat.model(args.model), cat.model(args.draft_model)
+    _check_context("--context", [args.context], model)
+    _check_context("--context", [args.context], draft)
+    df = ladder(model, gpu, args.tp, args.context, draft_model=draft,
                 acceptance=args.acceptance, gamma=args.gamma, power_w=args.power_w)
-    rows = [[r.level, r.change, r.batch, r.precision, f"{r.kernels_per_layer} x {r.launch_us:g} us",
-             _fmt(r.step_s * 1e3, ".2f"), _fmt(r.tokens_per_step, ".2f"), _fmt(r.tokens_per_s_per_gpu, ",.1f"),
-             _fmt(r.usd_per_million_tokens, ".3f"), _fmt(r.joules_per_token, ".3f"),
-             _fmt(r.speedup_vs_level0, ".1f")] for _, r in df.iterrows()]
+    rows, unfit = [], {}
+    for _, r in df.iterrows():
+        level = f"{r.level} control" if r.control else str(r.level)
+        rows.append([level, r.change, r.batch, r.precision, f"{r.kernels_per_layer} x {r.launch_us:g} us",
+                     _fmt(r.step_s * 1e3, ".2f"), _fmt(r.tokens_per_step, ".2f"), _fmt(r.tokens_per_s_per_gpu, ",.1f"),
+                     _fmt(r.usd_per_million_tokens, ".3f"), _fmt(r.joules_per_token, ".3f"),
+                     _fmt(r.speedup_vs_level0, ".1f"), "yes" if r.fits else "NO"])
+        if not r.fits:
+            key = (r.precision, r.batch, r.memory_per_gpu_bytes, r.memory_limit_per_gpu_bytes)
+            unfit.setdefault(key, []).append(level)
+    notes = [_memory_note(f"level{'s' if len(lv) > 1 else ''} {', '.join(lv)} ({prec}, batch {b})", used, limit,
+                          gpu, plural=len(lv) > 1) for (prec, b, used, limit), lv in unfit.items()]
     headers = ["level", "change", "batch", "prec", "launch", "step ms", "tokens/step", "tokens/s/GPU",
-               "$/M tokens", "J/token", "x level 0"]
+               "$/M tokens", "J/token", "x level 0", "fits"]
     if args.format == "table":
-        print(f"{args.model} on {args.tp} x {gpu.name} (${gpu.price_usd_per_hour:g}/GPU-hour), "
+        print(f"{model.name} on {args.tp} x {gpu.name} (${gpu.price_usd_per_hour:g}/GPU-hour), "
               f"context {args.context}")
-    _emit(args, _records(df), rows, headers)
+    _emit(args, _records(df), rows, headers, notes)
+    _notes_out(args, notes)
     return 0
 
 
 def _cmd_whatif(args):
     import os
     from . import whatif as W
-    cat = _catalog(args)
     studies = args.study or ["all"]
     studies = list(W.STUDIES) if "all" in studies else list(dict.fromkeys(studies))
+    _check_plot(args, "dir", files=[f"whatif_{k}.png" for k in studies])
+    cat = _catalog(args)
     verify = False if args.no_verify else None
     note = None
     if verify is None and not W.simulator_available():
@@ -424,7 +491,6 @@ def _cmd_whatif(args):
     else:
         print("\n\n".join(W.format_study(v) for v in frames.values()))
     if args.plot:
-        os.makedirs(args.plot, exist_ok=True)
         for k, v in frames.items():
             W.plot_study(v, os.path.join(args.plot, f"whatif_{k}.png"))
         print(f"wrote {len(frames)} PNG files to {args.plot}", file=sys.stderr)
@@ -455,7 +521,13 @@ def _add_sweep_command(sub):
     sp.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786")
     sp.add_argument("--workers", type=_pos_int("--workers"), help="start a local Dask cluster of N worker processes")
     sp.add_argument("--rows", type=_pos_int("--rows"), default=20, help="rows shown in the table output (default 20)")
-    sp.set_defaults(func=lambda args: __import__("fastsim.sweep", fromlist=["cli_sweep"]).cli_sweep(args))
+    sp.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_sweep(args):
+    from .sweep import cli_sweep
+    _check_plot(args, "dir")
+    return cli_sweep(args)
 
 
 def main(argv=None) -> int:
@@ -597,6 +669,7 @@ def _cmd_simulate(args):
     from .search import SLO, sim_plan
     from .sim import simulate
     from . import workload as W
+    _check_plot(args)
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     plan, model = _plan_from_args(args, cat, model, demand)
@@ -644,6 +717,7 @@ def _cmd_simulate(args):
 def _cmd_capacity(args):
     from .search import SLO, max_sustainable_rate
     from . import workload as W
+    _check_plot(args)
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     if isinstance(source, W.Workload):

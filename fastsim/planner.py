@@ -65,7 +65,7 @@ class PlannedDeployment:
         d.update(gpus=p.gpus, usd_per_million_output_tokens=self.usd_per_million_output_tokens,
                  analytic_usd_per_million_output_tokens=self.analytic_usd_per_million_output_tokens,
                  efficiency_usd_per_million_output_tokens=self.efficiency_usd_per_million_output_tokens,
-                 capacity_req_per_s=self.analytic.capacity_req_per_s,
+                 capacity_req_per_s=p.capacity_req_per_s,
                  instance_capacity_req_per_s=(self.analytic.instance_capacity_req_per_s
                                               if p.mode == "colocated" else None),
                  price_usd_per_hour=p.price_usd_per_hour)
@@ -137,7 +137,7 @@ def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: i
 def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 10, seeds: int = 8,
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
-                    max_added: int = 8, progress=None) -> PlanReport:
+                    max_added: int | None = None, progress=None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     Parameters

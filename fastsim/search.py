@@ -250,7 +250,7 @@ def _instances(plan: Plan) -> int:
 
 
 def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_tokens: float,
-           latency_output_tokens: float, max_added: int = 8, catalog: Catalog | None = None,
+           latency_output_tokens: float, max_added: int | None = None, catalog: Catalog | None = None,
            constants: StepConstants = StepConstants(), model: Model | None = None,
            measure_window=(0.2, 0.8), routing: str = "least-loaded") -> RepairResult:
     """Verify a plan and add instances until it passes (SPEC §7).
@@ -268,8 +268,9 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     horizon_s : float
     latency_prompt_tokens, latency_output_tokens : float
         Lengths for the lone-request check (the P90s).
-    max_added : int
-        Instances that may be added before giving up.
+    max_added : int, optional
+        Instances that may be added before giving up; default ``max(8, instances)`` (up to a
+        doubling of a large plan).
 
     Returns
     -------
@@ -287,6 +288,8 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     if why:
         return RepairResult(plan, v, False, None, "no instance count can pass: " + why, history)
     start = _instances(plan)
+    if max_added is None:
+        max_added = max(8, start)
     cur = plan
     for _ in range(max_added):
         if cur.mode == "disaggregated":
