@@ -353,7 +353,7 @@ def _add_ledger_commands(sub):
     sp.add_argument("--seeds", type=_pos_int("--seeds"), default=2, help="simulation seeds per plan (default 2)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), default=3, help="plans verified per setting (default 3)")
-    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    sp.add_argument("--seed", type=_nonneg_int("--seed"), default=0, help="root seed (default 0)")
     sp.add_argument("--plot", metavar="DIR", help="write one PNG per study into DIR")
     sp.set_defaults(func=_cmd_whatif)
 
@@ -367,7 +367,7 @@ def _records(df):
 
 def _check_plot(args, kind="file", files=()):
     """Check ``--plot`` before any work (one-line error, exit 2, instead of a traceback after the run)."""
-    if getattr(args, "plot", None):
+    if getattr(args, "plot", None) is not None:
         from .plots import check_plot_path
         check_plot_path(args.plot, kind, files=files)
 
@@ -383,9 +383,10 @@ def _check_context(flag, values, model):
 def _memory_note(what, used_bytes, limit_bytes, gpu, plural=False):
     """A note for a setup whose weights and KV cache do not fit in HBM."""
     share = limit_bytes / gpu.hbm_bytes
-    return (f"{what} {'do' if plural else 'does'} not fit in memory: {used_bytes / 1e9:,.1f} GB per GPU of weights and KV cache against "
-            f"{limit_bytes / 1e9:,.1f} GB usable ({share:g} x {gpu.hbm_bytes / 1e9:g} GB of {gpu.name}), "
-            f"{(used_bytes - limit_bytes) / 1e9:,.1f} GB over: its figures are for a setup that cannot run")
+    return (f"{what} {'do' if plural else 'does'} not fit in memory: {used_bytes / 1e9:,.1f} GB per GPU "
+            f"of weights and KV cache against {limit_bytes / 1e9:,.1f} GB usable "
+            f"({share:g} x {gpu.hbm_bytes / 1e9:g} GB of {gpu.name}), {(used_bytes - limit_bytes) / 1e9:,.1f} GB over: {'their' if plural else 'its'} figures are for a "
+            "setup that cannot run")
 
 
 def _notes_out(args, notes):

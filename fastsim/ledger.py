@@ -606,8 +606,8 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     Every argument among ``gpu``, ``precision``, ``tp``, ``batch``, ``context_tokens`` and
     ``prefill_tokens`` may be one value or a sequence; the table is their Cartesian product, in
     that nesting order (the last varies fastest), except that a prefill step does not depend on
-    the context: each prefill row appears once per batch (where the first context would put it),
-    with ``context_tokens`` 0. Rows agree with :func:`ledger` to the last bit.
+    the context: each prefill row appears once per batch, after that batch's decode rows, with
+    ``context_tokens`` 0. Rows agree with :func:`ledger` to the last bit.
 
     Parameters
     ----------
@@ -654,7 +654,8 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     C = np.where(F > 0, 0.0, C)                  # a prefill step reads no cached context
     keys = np.stack([B, C, F], axis=1)
     _, first = np.unique(keys, axis=0, return_index=True)
-    keep = np.sort(first)                        # first occurrences, in product order
+    batch_index = np.arange(B.size) // (cs.size * ps.size)
+    keep = first[np.lexsort((first, F[first] > 0, batch_index[first]))]         # per batch: decode, prefill
     B, C, F = B[keep], C[keep], F[keep]                                          # (w,)
     n, kv, attn, held = _work(m.layers, m.hidden, B, C, F)
     Pb = P[:, None, :]                                                           # (h, 1, N)
@@ -715,6 +716,7 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     Returns
     -------
     SpeculativeResult
+        With the memory check of both models on the same GPUs (``fits``).
 
     Raises
     ------
@@ -732,17 +734,21 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     gp, pr = _lookup("gpu", gpu), _lookup("precision", precision)
     tp = require_tp("tp", tp)
     b = _int_at_least("batch", batch, 1)
-    ctx = _int_at_least("context_tokens", context_tokens, 0)
+    ctx = _within_context("context_tokens", _int_at_least("context_tokens", context_tokens, 0), m)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     draft = ledger(d, gp, pr, tp, batch=b, context_tokens=ctx, kernels_per_layer=kpl, launch_s=ls,
                    constants=constants)
     p = step_params(m, gp, pr, tp, constants)
     n = float(b * (g_ + 1))
-    verify = _result(_core(p, n, float(b * ctx), decode_attn_flops(m.layers, m.hidden, n * ctx),
-                           kpl, ls, math.nan))
+    held = float(b * ctx)
+    verify = _result(_core(p, n, held, decode_attn_flops(m.layers, m.hidden, n * ctx), kpl, ls, math.nan)
+                     | memory_per_gpu(m, gp, pr, tp, held, constants))
     round_s = g_ * draft.step_s + verify.step_s
+    used = verify.memory_per_gpu_bytes + draft.memory_per_gpu_bytes    # both models, both caches
+    limit = verify.memory_limit_per_gpu_bytes
     return SpeculativeResult(draft=draft, verify=verify, round_s=round_s, tokens_per_round=tpr,
-                             tokens_per_s_per_gpu=b * tpr / round_s / tp)
+                             tokens_per_s_per_gpu=b * tpr / round_s / tp, memory_per_gpu_bytes=used,
+                             memory_limit_per_gpu_bytes=limit, fits=bool(used <= limit))
 
 
 _LADDER = (
@@ -753,8 +759,9 @@ _LADDER = (
     (3, "+ batching", 64, "BF16", KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, False),
     (4, "+ FP8 weights and KV", 64, "FP8", KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, False),
     (5, "+ speculative decoding", 64, "FP8", KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, True),
-    (5, "+ speculative decoding, batch 1 (control)", 1, "FP8", KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, True),
+    (5, "speculative decoding at batch 1 (control)", 1, "FP8", KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, True),
 )
+_CONTROL_ROW = len(_LADDER) - 1
 
 
 def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int = 4096,
@@ -772,7 +779,7 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
     3     + batching                    64     BF16       12 x 1 us
     4     + FP8 weights and KV          64     FP8        12 x 1 us
     5     + speculative decoding        64     FP8        12 x 1 us
-    5     control: level 5 at batch 1   1      FP8        12 x 1 us
+    5     control: level 5 at batch 1   1      FP8        12 x 1 us     (``control`` True)
     ====  ============================  =====  =========  =============
 
     Levels 0-4 are decode steps of :func:`ledger`; level 5 is a round of
@@ -834,17 +841,23 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
     Returns
     -------
     pandas.DataFrame
-        Seven rows. Columns: ``level`` (int64), ``change`` (str), ``batch`` (int64),
-        ``precision`` (str), ``kernels_per_layer`` (int64), ``launch_us`` (float64, per launch),
-        ``step_s`` (float64, s; a whole round at level 5), ``tokens_per_step`` (float64),
-        ``tokens_per_s_per_gpu``, ``usd_per_million_tokens`` (price x GPUs / tokens per hour
-        x 1e6), ``joules_per_token`` (power x GPUs / tokens per s), ``speedup_vs_level0``
-        (float64).
+        Seven rows. Columns: ``level`` (int64), ``control`` (bool: True only on the last row, the
+        batch-1 control of level 5, so ``(level, control)`` names a row), ``change`` (str),
+        ``batch`` (int64), ``precision`` (str), ``kernels_per_layer`` (int64), ``launch_us``
+        (float64, per launch), ``step_s`` (float64, s; a whole round at level 5),
+        ``tokens_per_step`` (float64), ``tokens_per_s_per_gpu``, ``usd_per_million_tokens``
+        (price x GPUs / tokens per hour x 1e6), ``joules_per_token`` (power x GPUs / tokens per
+        s), ``speedup_vs_level0`` (float64), ``memory_per_gpu_bytes``,
+        ``memory_limit_per_gpu_bytes`` (float64: weights / TP + KV of batch x context per GPU,
+        both models at level 5, against ``memory_utilization x HBM``) and ``fits`` (bool). Rows
+        that do not fit are computed all the same; their figures describe a setup that cannot
+        run.
 
     Raises
     ------
     FastsimInputError
-        Unknown names, TP not a power of two, ``context_tokens`` < 0, non-positive price or
+        Unknown names, TP not a power of two, ``context_tokens`` < 0 or past the model's context
+        window, a GPU without an FP8 peak (levels 4 and 5 run in FP8), non-positive price or
         power, ``acceptance`` outside [0, 1), ``gamma`` < 1.
 
     Notes
@@ -857,13 +870,24 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
     m, g = _lookup("model", model), _lookup("gpu", gpu)
     d = _lookup("model", draft_model)
     tp = require_tp("tp", tp)
-    ctx = _int_at_least("context_tokens", context_tokens, 0)
+    ctx = _within_context("context_tokens", _int_at_least("context_tokens", context_tokens, 0), m)
+    _within_context("context_tokens", ctx, d)
+    for prec in dict.fromkeys(row[3] for row in _LADDER):
+        pr = _lookup("precision", prec)
+        if pr.flops_key not in g.peak_flops_per_s:
+            levels = ", ".join(str(lv) for lv in dict.fromkeys(row[0] for row in _LADDER if row[3] == prec))
+            with_it = [x.name for x in default_catalog().gpus.values() if pr.flops_key in x.peak_flops_per_s]
+            levels = " and ".join(levels.rsplit(", ", 1))
+            peaks = ", ".join(k.upper() for k in g.peak_flops_per_s)
+            raise FastsimInputError("gpu", g.name, f"a GPU with a peak for {pr.name}: the ladder's levels {levels} "
+                                    f"run in {pr.name} and {g.name} has a peak for {peaks} only"
+                                    + (f" (catalog GPUs that have one: {', '.join(with_it)})" if with_it else ""))
     price = g.price_usd_per_hour if price_usd_per_gpu_hour is None else _positive("price_usd_per_gpu_hour",
                                                                                     price_usd_per_gpu_hour)
     power = g.power_w if power_w is None else _positive("power_w", power_w)
     speculative_tokens_per_round(acceptance, gamma)      # validates before any work
     rows = []
-    for level, change, b, prec, kpl, ls, spec in _LADDER:
+    for i, (level, change, b, prec, kpl, ls, spec) in enumerate(_LADDER):
         pr = _lookup("precision", prec)
         if spec:
             r = speculative_step(m, d, g, pr, tp, batch=b, context_tokens=ctx, acceptance=acceptance,
@@ -874,12 +898,16 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
                        constants=constants)
             step, per_step, tps = r.step_s, 1.0, r.tokens_per_s_per_gpu
         # the cost formula of SPEC §1 with the instance's tokens/s as the rate, one token each
-        rows.append(dict(level=level, change=change, batch=b, precision=pr.name, kernels_per_layer=kpl,
-                         launch_us=ls * 1e6, step_s=step, tokens_per_step=per_step, tokens_per_s_per_gpu=tps,
+        rows.append(dict(level=level, control=i == _CONTROL_ROW, change=change, batch=b, precision=pr.name,
+                         kernels_per_layer=kpl, launch_us=ls * 1e6, step_s=step, tokens_per_step=per_step,
+                         tokens_per_s_per_gpu=tps,
                          usd_per_million_tokens=float(_analytic_cost(tp, price, tps * tp, 1.0)),
-                         joules_per_token=joules_per_token(power, tp, tps)))
+                         joules_per_token=joules_per_token(power, tp, tps),
+                         memory_per_gpu_bytes=float(r.memory_per_gpu_bytes),
+                         memory_limit_per_gpu_bytes=float(r.memory_limit_per_gpu_bytes), fits=bool(r.fits)))
     df = pd.DataFrame(rows)
-    df["speedup_vs_level0"] = df["tokens_per_s_per_gpu"] / df["tokens_per_s_per_gpu"].iloc[0]
+    df.insert(df.columns.get_loc("joules_per_token") + 1, "speedup_vs_level0",
+              df["tokens_per_s_per_gpu"] / df["tokens_per_s_per_gpu"].iloc[0])
     return df
 
 
@@ -893,7 +921,7 @@ _PLOT_PARTS = (("weight_read_s", "weight read"), ("kv_read_s", "KV read"),
 
 
 def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str = "Token ledger"):
-    """Stacked bars of the step parts per configuration, saved as a PNG (matplotlib Agg canvas).
+    """Stacked bars of the step parts per configuration, saved as a figure (matplotlib Agg canvas).
 
     Each bar stacks weight read, KV read, the part of compute not hidden under the memory side
     (``max(0, compute - weight - KV)``), all-reduce and kernel launch, so its height is the step
@@ -904,10 +932,11 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
     results : LedgerResult, sequence of LedgerResult, or pandas.DataFrame
         A DataFrame from :func:`ledger_table` (one bar per row).
     path : str or path-like
-        Output PNG file.
+        Output file; its extension picks the format (.png, .pdf, .svg, ...; see
+        :func:`fastsim.plots.check_plot_path`).
     labels : sequence of str, optional
-        One label per bar; by default the index (or, for a ledger table, ``batch``/``context``/
-        ``prefill``).
+        One label per bar; by default the index (or, for a ledger table, ``b<batch> c<context>``
+        for decode and ``b<batch> prefill <tokens>`` for prefill).
     title : str
 
     Returns
@@ -918,9 +947,13 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
     Raises
     ------
     FastsimInputError
-        No results, or labels of the wrong length.
+        No results, labels of the wrong length, or a path that cannot be written.
     """
     import pandas as pd
+
+    from .plots import check_plot_path
+
+    check_plot_path(path, "file", field="path")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -929,7 +962,7 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
     if isinstance(results, pd.DataFrame):
         df = results.reset_index(drop=True)
         if labels is None and {"batch", "context_tokens", "prefill_tokens"} <= set(df.columns):
-            labels = [f"b{b} c{c}" if f == 0 else f"prefill {f}" for b, c, f in
+            labels = [f"b{b} c{c}" if f == 0 else f"b{b} prefill {f}" for b, c, f in
                       zip(df["batch"], df["context_tokens"], df["prefill_tokens"])]
     else:
         df = pd.DataFrame([r._asdict() for r in results])
@@ -957,5 +990,5 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
     ax.set_title(title)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=120)
+    fig.savefig(path, dpi=120)
     return str(path)

@@ -544,9 +544,9 @@ def _figure(width=6.5, height=4.0):
     return fig, fig.subplots()
 
 
-def _save(fig, ax, path, title, verified):
+def _save(fig, ax, path, title, verified, **legend):
     ax.set_title(title + (" (verified in simulation)" if verified else " (analytic screen)"), fontsize="medium")
-    ax.legend(fontsize="small")
+    ax.legend(**({"fontsize": "small"} | legend))
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
     return str(path)
@@ -650,19 +650,47 @@ def plot_price_study(df: pd.DataFrame, path) -> str:
     FastsimInputError
         An empty frame.
     """
-    v = _need(df, "prices")
-    cols = [c for c in df.columns if c.startswith("best_") and c.endswith("_usd_per_million_output_tokens")]
-    fig, ax = _figure(7.0, 4.0)
+    fig, ax = _draw_price_study(df)
+    return _save(fig, ax, path, "GPU prices (chat)", bool(df.attrs.get("verified", False)), loc="upper left",
+                 ncol=4)
+
+
+def _draw_price_study(df: pd.DataFrame):
+    """(figure, axes) of :func:`plot_price_study`, before the title and legend.
+
+    Each setting's winner is written under its tick label (not over the bars, where neighbouring
+    labels collided) and its bar, with any tied bar, carries a star; the y axis leaves room above
+    the bars for a one-row legend.
+    """
+    _need(df, "prices")
+    suffix = "_usd_per_million_output_tokens"
+    cols = [c for c in df.columns if c.startswith("best_") and c.endswith(suffix)]
+    names = [c[len("best_"):-len(suffix)] for c in cols]
+    fig, ax = _figure(8.0, 4.5)
     x = np.arange(len(df))
     w = 0.8 / max(len(cols), 1)
-    for j, c in enumerate(cols):
-        ax.bar(x - 0.4 + w * (j + 0.5), _finite(df[c]), w, label=c[len("best_"):-len("_usd_per_million_output_tokens")])
-    for i, (g, t, c) in enumerate(zip(df.gpu, df.tied_with, df.usd_per_million_output_tokens)):
-        ax.annotate("winner: " + g + (f" = {t}" if t else ""), (i, c), xytext=(0, 18), textcoords="offset points",
-                    ha="center", fontsize=7)
-    ax.set_xticks(x, [f"{g} ${p:g}/h" for g, p in zip(df.price_gpu, df.price_usd_per_hour)])
+    top = 0.0
+    star_x, star_y = [], []
+    for j, (c, name) in enumerate(zip(cols, names)):
+        h = _finite(df[c])
+        ax.bar(x - 0.4 + w * (j + 0.5), h, w, label=name)
+        top = max(top, float(np.nanmax(h)) if np.isfinite(h).any() else 0.0)
+        for i, (g, t) in enumerate(zip(df.gpu, df.tied_with)):
+            winners = [g] + [s.strip() for s in str(t).split(",") if s.strip()]
+            if name in winners and math.isfinite(h[i]):
+                star_x.append(x[i] - 0.4 + w * (j + 0.5))
+                star_y.append(h[i])
+    if star_x:
+        ax.plot(star_x, np.asarray(star_y) + 0.03 * max(top, 1e-12), "k*", markersize=8, linestyle="none",
+                label="winner")
+    labels = []
+    for g, t, pg, p in zip(df.gpu, df.tied_with, df.price_gpu, df.price_usd_per_hour):
+        winner = (g + (f" = {t}" if t else "")) if g else "none"
+        labels.append(f"{pg} ${p:g}/h\nwinner: {winner}")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylim(0.0, 1.3 * top if top > 0 else 1.0)
     ax.set_ylabel("$ per million output tokens")
-    return _save(fig, ax, path, "GPU prices (chat)", v)
+    return fig, ax
 
 
 def plot_model_size_study(df: pd.DataFrame, path) -> str:

@@ -35,7 +35,20 @@ def run(capsys, *argv):
     (["ladder", "--gamma", "0"], "--gamma"),
     (["ladder", "--draft-model", "nope"], "model"),
     (["ladder", "--power-w", "0"], "--power-w"),
+    (["ladder", "--gpu", "A100"], "levels 4 and 5 run in FP8 and A100"),
+    (["ladder", "--context", "10000000"], "--context"),
+    (["ledger", "--context", "4096", "131073"], "--context"),
+    (["ledger", "--prefill", "0", "200000"], "--prefill"),
     (["whatif", "--study", "nope"], "--study"),
+    (["whatif", "--study", "all", "--study", "nope"], "--study"),
+    (["whatif", "--study", "fp8", "--format", "xml"], "--format"),
+    (["whatif", "--seed", "-1"], "--seed"),
+    (["whatif", "--seed", "x"], "--seed"),
+    (["whatif", "--seeds", "1.5"], "--seeds"),
+    (["whatif", "--horizon", "inf"], "--horizon"),
+    (["whatif", "--price", "H100=abc"], "--price"),
+    (["whatif", "--no-verify", "--study", "fp8", "--catalog", "/nonexistent/cat.toml"], "catalog"),
+    (["whatif", "--no-verify", "--study", "fp8", "--plot", "/proc/nonexistent/dir"], "--plot"),
     (["whatif", "--seeds", "0"], "--seeds"),
     (["whatif", "--horizon", "-1"], "--horizon"),
     (["whatif", "--top-k", "0"], "--top-k"),
@@ -72,9 +85,69 @@ def test_ladder_outputs(capsys):
     rc, out, _ = run(capsys, "ladder", "--format", "json")
     rec = json.loads(out)
     assert [r["level"] for r in rec] == [0, 1, 2, 3, 4, 5, 5]
+    assert [r["control"] for r in rec] == [False] * 6 + [True]
+    assert all(r["fits"] for r in rec)
     assert rec[3]["batch"] == 64
     rc, out, _ = run(capsys, "ladder", "--format", "csv")
     assert rc == 0 and len(out.strip().splitlines()) == 8
+    head, *rows = [line.split(",") for line in out.strip().splitlines()]
+    keys = [(r[head.index("level")], r[head.index("control")]) for r in rows]
+    assert len(set(keys)) == len(keys)                                   # (level, control) names a row
+
+
+def test_ladder_control_row_labelled_in_table(capsys):
+    rc, out, _ = run(capsys, "ladder")
+    levels = [line.split("  ")[0].strip() for line in out.splitlines()[3:]]
+    assert rc == 0 and levels == ["0", "1", "2", "3", "4", "5", "5 control"]
+
+
+def test_ladder_that_does_not_fit_says_so(capsys):
+    rc, out, err = run(capsys, "ladder", "--model", "llama-3.1-405b")
+    assert rc == 0
+    notes = [line for line in out.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2
+    assert "levels 0, 1, 2 (BF16, batch 1) do not fit in memory" in notes[0]
+    assert "72.0 GB usable (0.9 x 80 GB of H100)" in notes[0] and "29.7 GB over" in notes[0]
+    assert "level 3 (BF16, batch 64) does not fit" in notes[1]
+    rc, out, err = run(capsys, "ladder", "--model", "llama-3.1-405b", "--format", "json")
+    rec = json.loads(out)
+    assert [r["fits"] for r in rec] == [False] * 4 + [True] * 3
+    assert rec[0]["memory_per_gpu_bytes"] - rec[0]["memory_limit_per_gpu_bytes"] == pytest.approx(29.7e9, rel=2e-3)
+    assert "do not fit" in err                                           # notes on stderr beside JSON
+
+
+def test_ledger_that_does_not_fit_says_so(capsys):
+    rc, out, err = run(capsys, "ledger", "--model", "llama-3.1-405b", "--tp", "1", "--batch", "1")
+    assert rc == 0 and err == ""
+    assert "NO" in out.splitlines()[3].split()
+    assert "note: batch 1, decode ctx 4096 does not fit in memory: 813.8 GB per GPU" in out
+    assert "741.8 GB over" in out
+    rc, out, err = run(capsys, "ledger", "--model", "llama-3.1-405b", "--tp", "1", "--batch", "1", "--format", "json")
+    (rec,) = json.loads(out)
+    assert rec["fits"] is False and rec["memory_limit_per_gpu_bytes"] == 72e9
+    assert rec["memory_per_gpu_bytes"] == pytest.approx(813.8e9, rel=1e-4)
+    assert "does not fit" in err
+    rc, out, err = run(capsys, "ledger", "--format", "json")
+    assert all(r["fits"] for r in json.loads(out)) and err == ""
+
+
+def test_ledger_overload_is_named(capsys):
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--rate", "1000")
+    assert rc == 0
+    row = out.splitlines()[3]
+    assert "8.48" in row and "unstable" in row
+    assert ("note: batch 1, decode ctx 4096: the load of 1000 req/s exceeds the step's service rate of "
+            "117.9 steps/s (utilization 8.48 >= 1)") in out
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--rate", "50")
+    assert rc == 0 and "unstable" not in out and "note" not in out
+
+
+def test_ledger_prefill_rows_not_repeated_per_context(capsys):
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "64", "--context", "1024", "4096", "--prefill", "0", "2048",
+                     "--format", "json")
+    rec = json.loads(out)
+    keys = [(r["batch"], r["context_tokens"], r["prefill_tokens"]) for r in rec]
+    assert keys == [(1, 1024, 0), (1, 4096, 0), (1, 0, 2048), (64, 1024, 0), (64, 4096, 0), (64, 0, 2048)]
 
 
 def test_whatif_outputs(capsys, tmp_path):

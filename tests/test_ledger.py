@@ -6,8 +6,9 @@ import pytest
 
 from fastsim.errors import FastsimInputError
 from fastsim.ledger import (LedgerResult, cost_usd_per_million_output_tokens, joules_per_token, ladder,
-                            ledger, ledger_table, md1_mean_wait_s, min_tp_for_tpot, plot_ledger,
-                            speculative_step, speculative_tokens_per_round, weight_read_lower_bound_s)
+                            ledger, ledger_table, md1_mean_wait_s, memory_per_gpu, min_tp_for_tpot,
+                            plot_ledger, speculative_step, speculative_tokens_per_round,
+                            weight_read_lower_bound_s)
 
 M70, H100 = "llama-3.1-70b", "H100"
 MS = 1e-3
@@ -88,20 +89,98 @@ def test_queueing_md1():
 def test_ledger_table_matches_scalar():
     t = ledger_table(M70, [H100, "B200"], ["BF16", "FP8"], [1, 2, 4, 8], batch=[1, 8, 64],
                      context_tokens=[1024, 4096], prefill_tokens=[0, 2048])
-    assert len(t) == 2 * 2 * 4 * 3 * 2 * 2
-    for i in (0, 17, 95, 190):
+    assert len(t) == 2 * 2 * 4 * 3 * (2 + 1)           # per batch: two decode contexts, one prefill
+    for i in (0, 2, 17, 95, 143):
         row = t.iloc[i]
         r = ledger(M70, row.gpu, row.precision, int(row.tp), batch=int(row.batch),
                    context_tokens=int(row.context_tokens), prefill_tokens=int(row.prefill_tokens))
         for f in LedgerResult._fields:
-            if f == "binding":
-                assert row[f] == r.binding
+            if f in ("binding", "fits"):
+                assert row[f] == getattr(r, f), f
             elif not math.isnan(getattr(r, f)):
                 assert row[f] == getattr(r, f), f
     assert t["tp"].dtype == np.int64 and t["step_s"].dtype == np.float64
 
 
 # ---------------------------------------------------------------------------- ladder (§4, §9)
+
+def test_ledger_table_prefill_rows_once_per_batch():
+    # a prefill step does not read the context: one row per (batch, prompt), not one per context
+    t = ledger_table(M70, H100, "BF16", 8, batch=[64, 1], context_tokens=[1024, 4096], prefill_tokens=[0, 2048])
+    assert list(zip(t.batch, t.context_tokens, t.prefill_tokens)) == [
+        (64, 1024, 0), (64, 4096, 0), (64, 0, 2048), (1, 1024, 0), (1, 4096, 0), (1, 0, 2048)]
+    assert not t.duplicated(["batch", "context_tokens", "prefill_tokens"]).any()
+    only_prefill = ledger_table(M70, H100, "BF16", 8, batch=[1, 8], context_tokens=[1024, 4096, 8192],
+                                prefill_tokens=[2048])
+    assert list(only_prefill.batch) == [1, 8] and (only_prefill.context_tokens == 0).all()
+
+
+def test_memory_check_flags_setups_that_cannot_run():
+    # 405B in BF16: 811.7 GB of weights; on 8 x 80 GB (0.9 usable) that is 101.5 GB per GPU > 72 GB
+    r = ledger("llama-3.1-405b", H100, "BF16", 8)
+    assert not r.fits
+    assert r.memory_limit_per_gpu_bytes == pytest.approx(0.9 * 80e9)
+    weights = 811.7067776e9 / 8
+    assert r.memory_per_gpu_bytes == pytest.approx(weights + 4096 * 2 * 126 * 1 * 128 * 2, rel=1e-12)
+    assert r.kv_budget_tokens < 0
+    assert not ledger("llama-3.1-405b", H100, "BF16", 1).fits
+    assert ledger("llama-3.1-405b", H100, "FP8", 8, batch=64).fits
+    # 70B BF16 TP8 at batch 64 x 4096: 17.6 GB of weights + 5.4 GB of KV per GPU
+    r = dec(64)
+    assert r.fits
+    assert r.memory_per_gpu_bytes == pytest.approx(141.107412992e9 / 8 + 64 * 4096 * 2 * 80 * 1 * 128 * 2)
+    # the flag is the step model's KV budget: tokens held <= kv_budget_tokens
+    from fastsim.catalog import default_catalog
+    from fastsim.stepmodel import kv_budget_tokens
+    cat = default_catalog()
+    budget = kv_budget_tokens(cat.model(M70), cat.precision("BF16"), cat.gpu(H100), 8)
+    assert r.kv_budget_tokens == budget
+    big = int(budget // 4096) + 1                        # one sequence more than fits
+    assert ledger(M70, H100, "BF16", 8, batch=big - 1, context_tokens=4096).fits
+    assert not ledger(M70, H100, "BF16", 8, batch=big, context_tokens=4096).fits
+    # prefill holds the KV it writes
+    assert not ledger(M70, H100, "BF16", 8, batch=big, prefill_tokens=4096).fits
+    m = memory_per_gpu(M70, H100, "BF16", 8, [0.0, 1e9])
+    assert list(m["fits"]) == [True, False]
+
+
+def test_context_past_the_model_window_is_an_error():
+    for call in (lambda: ledger(M70, H100, "BF16", 8, context_tokens=131_073),
+                 lambda: ledger(M70, H100, "BF16", 8, prefill_tokens=200_000),
+                 lambda: ledger_table(M70, H100, "BF16", 8, context_tokens=[4096, 10_000_000]),
+                 lambda: ladder(context_tokens=10_000_000),
+                 lambda: speculative_step(M70, "llama-3.1-8b", H100, "FP8", 8, context_tokens=131_073)):
+        with pytest.raises(FastsimInputError) as exc:
+            call()
+        assert exc.value.field in ("context_tokens", "prefill_tokens")
+        assert "131,072" in exc.value.allowed
+    assert ledger(M70, H100, "BF16", 8, context_tokens=131_072).step_s > 0
+
+
+def test_ladder_fits_and_405b_bf16_does_not(lad):
+    assert lad.fits.all()
+    big = ladder("llama-3.1-405b")
+    assert list(big.fits) == [False] * 4 + [True] * 3                  # BF16 levels: 101.5 GB > 72 GB
+    assert (big.memory_per_gpu_bytes[:4] > big.memory_limit_per_gpu_bytes[:4]).all()
+    # level 5 holds both models: the draft's weights and KV come on top of the target's
+    spec = speculative_step("llama-3.1-405b", "llama-3.1-8b", H100, "FP8", 8, batch=64)
+    assert big.memory_per_gpu_bytes[5] == spec.memory_per_gpu_bytes
+    assert spec.memory_per_gpu_bytes == pytest.approx(spec.verify.memory_per_gpu_bytes
+                                                      + spec.draft.memory_per_gpu_bytes)
+
+
+def test_ladder_on_a_gpu_without_fp8_names_the_gpu():
+    with pytest.raises(FastsimInputError) as exc:
+        ladder(gpu="A100")
+    assert exc.value.field == "gpu" and exc.value.value == "A100"
+    assert "FP8" in exc.value.allowed and "A100" in exc.value.allowed and "levels 4 and 5" in exc.value.allowed
+
+
+def test_ladder_control_row_is_marked(lad):
+    assert list(lad.control) == [False] * 6 + [True]
+    assert not lad.duplicated(["level", "control"]).any()
+    assert lad.control.dtype == bool
+
 
 def test_ladder_shape(lad):
     assert list(lad.level) == [0, 1, 2, 3, 4, 5, 5]
@@ -235,3 +314,27 @@ def test_plot_ledger_writes_png(tmp_path):
     plot_ledger([dec(1), dec(64)], tmp_path / "two.png", labels=["b1", "b64"])
     with pytest.raises(FastsimInputError):
         plot_ledger([dec(1)], tmp_path / "bad.png", labels=["a", "b"])
+
+
+def test_plot_ledger_labels_prefill_bars_by_batch(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+    seen = []
+    original = Axes.set_xticks
+
+    def spy(self, ticks, labels=None, **kw):
+        seen.append(list(labels))
+        return original(self, ticks, labels, **kw)
+
+    monkeypatch.setattr(Axes, "set_xticks", spy)
+    t = ledger_table(M70, H100, "BF16", 8, batch=[1, 64], context_tokens=[1024, 4096], prefill_tokens=[0, 2048])
+    plot_ledger(t, tmp_path / "ledger.png")
+    assert seen == [["b1 c1024", "b1 c4096", "b1 prefill 2048", "b64 c1024", "b64 c4096", "b64 prefill 2048"]]
+
+
+def test_plot_ledger_format_follows_extension(tmp_path):
+    out = plot_ledger([dec(1)], tmp_path / "ledger.pdf")
+    with open(out, "rb") as fh:
+        assert fh.read(5) == b"%PDF-"
+    with pytest.raises(FastsimInputError) as exc:
+        plot_ledger([dec(1)], tmp_path / "ledger.txt")
+    assert exc.value.field == "path"

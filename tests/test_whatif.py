@@ -150,6 +150,25 @@ def test_verify_without_simulator_is_an_error(monkeypatch):
     assert W.traffic_study([20.0]).attrs["verified"] is False        # None -> analytic when unavailable
 
 
+def test_price_plot_labels_do_not_overlap(studies):
+    # the winners used to be annotations over the bars, where neighbouring labels ran into each other
+    df = studies["prices"]
+    fig, ax = W._draw_price_study(df)
+    legend = ax.legend(loc="upper left", ncol=4)
+    fig.tight_layout()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in list(ax.texts) + list(ax.get_xticklabels()) if "winner" in t.get_text()]
+    assert len(labels) == len(df)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    bars = [p.get_window_extent(renderer) for p in ax.patches]
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1:]), labels[i].get_text()
+        assert not any(a.overlaps(b) for b in bars), labels[i].get_text()
+    leg = legend.get_window_extent(renderer)
+    assert not any(leg.overlaps(b) for b in bars)
+    assert "B200 = H100" in labels[0].get_text() and "H100" in labels[2].get_text()
+
+
 def test_plot_study_needs_a_study_frame(tmp_path):
     import pandas as pd
     with pytest.raises(FastsimInputError):
