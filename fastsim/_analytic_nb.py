@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .stepmodel import step_time_nb
 
@@ -52,34 +52,55 @@ def _max_b_nb(p, c, ctx_tokens, layers, hidden, step_limit_s, b_cap):
     return lo
 
 
-@njit(cache=True)
-def screen_grid_nb(params, layers, hidden, kv_budget_tokens, kvpg, net_bw,
-                   demand, chunks,
-                   out_status, out_dec_cap, out_dec_b, out_dec_step,
-                   out_pre_cap, out_pre_rho, out_pre_s,
-                   out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step):
-    """Per-configuration decode, prefill and colocated capacities (SPEC §5).
+@njit(cache=True, parallel=True)
+def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
+                       out_status, out_dec_cap, out_dec_b, out_dec_step,
+                       out_pre_cap, out_pre_rho, out_pre_s,
+                       out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step):
+    """Decode, prefill and colocated capacities of one instance per row (SPEC §5), per-row demand.
 
-    params : float64[n, N_PARAMS]; layers, hidden, kv_budget_tokens, kvpg, net_bw : float64[n]
-    demand : float64[8] = mean P, mean O, latency P, latency O, TTFT s, TPOT s, tpot_margin, ttft_tail
-    chunks : float64[k] chunk sizes for colocated instances
-    Outputs float64/int64[n]; each iteration writes its own slot only.
+    The analytic screen calls it with one demand for every row; a sweep varies the demand (scenario,
+    SLOs), the chunk size and the batch cap from row to row.
+
+    Parameters
+    ----------
+    params : float64[m, N_PARAMS]
+        Unique step-parameter rows (:func:`fastsim.stepmodel.step_params`).
+    pidx : int64[n]
+        Row of ``params`` of each instance row.
+    demand : float64[k, 8]
+        Unique demands: mean P, mean O, latency P, latency O, TTFT s, TPOT s, tpot_margin, ttft_tail.
+    didx : int64[n]
+        Row of ``demand`` of each instance row.
+    chunk : float64[n]
+        Chunk tokens of a colocated instance; 0 searches ``chunks`` for the best.
+    max_batch : int64[n]
+        Cap on the decode batch (requests); 0 = only the KV budget limits it.
+    chunks : float64[c]
+        Chunk sizes tried when ``chunk`` is 0.
+    out_* : preallocated float64 / int64 [n]
+        ``status`` / ``col_status`` codes (OK, NO_FIT, TPOT_UNREACHABLE, TTFT_UNREACHABLE), decode capacity
+        (req/s), batch and step (s), prefill capacity, utilisation and step, colocated capacity, batch,
+        chunk and step; each iteration writes its own slot only.
     """
-    n = params.shape[0]
-    mean_p = demand[0]
-    mean_o = demand[1]
-    lat_p = demand[2]
-    lat_o = demand[3]
-    ttft = demand[4]
-    tpot = demand[5]
-    margin = demand[6]
-    tail = demand[7]
-    ctx = mean_p + mean_o / 2.0
-    for i in range(n):
-        p = params[i]
-        L = layers[i]
-        h = hidden[i]
-        kv_tok = kv_budget_tokens[i]
+    n = pidx.shape[0]
+    for i in prange(n):
+        p = params[pidx[i]]
+        L = p[6]
+        h = p[7]
+        kv_tok = p[14]
+        kvpg = p[5]
+        net_bw = p[15]
+        d = demand[didx[i]]
+        mean_p = d[0]
+        mean_o = d[1]
+        lat_p = d[2]
+        lat_o = d[3]
+        ttft = d[4]
+        tpot = d[5]
+        margin = d[6]
+        tail = d[7]
+        ctx = mean_p + mean_o / 2.0
         out_dec_cap[i] = 0.0
         out_dec_b[i] = 0
         out_dec_step[i] = np.nan
@@ -97,6 +118,8 @@ def screen_grid_nb(params, layers, hidden, kv_budget_tokens, kvpg, net_bw,
         out_status[i] = OK
         step_limit = margin * tpot
         b_cap = int(math.floor(kv_tok / (mean_p + mean_o)))
+        if max_batch[i] > 0 and max_batch[i] < b_cap:
+            b_cap = max_batch[i]
         # decode instance
         b = _max_b_nb(p, 0.0, ctx, L, h, step_limit, b_cap)
         if b > 0:
@@ -107,7 +130,7 @@ def screen_grid_nb(params, layers, hidden, kv_budget_tokens, kvpg, net_bw,
         # prefill instance: M/D/1, P90 TTFT ~ S + tail W, W = rho S_b / (2 (1 - rho))
         s_lat = step_time_nb(p, lat_p, 0.0, 2.0 * L * h * lat_p * lat_p)
         s_mean = step_time_nb(p, mean_p, 0.0, 2.0 * L * h * mean_p * mean_p)
-        transfer = lat_p * kvpg[i] / net_bw[i]
+        transfer = lat_p * kvpg / net_bw
         a = ttft - s_lat - transfer
         out_pre_s[i] = s_lat
         if a > 0.0:
@@ -117,9 +140,9 @@ def screen_grid_nb(params, layers, hidden, kv_budget_tokens, kvpg, net_bw,
         # colocated instance: b decodes + a chunk of c prompt tokens per step
         best = 0.0
         status = TPOT_UNREACHABLE
-        for j in range(chunks.shape[0]):
-            c = chunks[j]
-            # a step must meet margin x TPOT, and ceil(P/c) steps must fit in half the TTFT
+        nc = chunks.shape[0] if chunk[i] <= 0.0 else 1
+        for j in range(nc):
+            c = chunks[j] if chunk[i] <= 0.0 else chunk[i]
             ttft_limit = ttft / 2.0 / math.ceil(lat_p / c)
             limit = min(step_limit, ttft_limit)
             bb = _max_b_nb(p, c, ctx, L, h, limit, b_cap)
@@ -128,7 +151,6 @@ def screen_grid_nb(params, layers, hidden, kv_budget_tokens, kvpg, net_bw,
                     if _coloc_step_nb(p, 1.0, c, ctx, L, h) <= step_limit:
                         status = TTFT_UNREACHABLE
                 continue
-            # throughput min(b/O, c/P)/step rises with b up to b* = c O / P, then falls
             b_star = c * mean_o / mean_p
             for cand in (math.floor(b_star), math.ceil(b_star)):
                 bc = int(min(max(cand, 1.0), bb))

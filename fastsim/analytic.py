@@ -1,7 +1,7 @@
 """The analytic screen over the full configuration grid (SPEC section 5; lecture §2.2).
 
 The grid is GPU x precision x TP x mode {colocated, disaggregated}. Per configuration a jitted kernel
-(:func:`fastsim._analytic_nb.screen_grid_nb`) computes, on arrays:
+(:func:`fastsim._analytic_nb.instances_nb`) computes, on arrays:
 
 * decode instance: KV reserved for P + O per request, ``b <= KV tokens / (mean P + mean O)``; the
   largest b with ``step(b) <= 0.85 x TPOT``; throughput ``b / (step x mean O)``;
@@ -293,15 +293,15 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     dec_cap, dec_b, dec_step = f8(), i8(), f8()
     pre_cap, pre_rho, pre_s = f8(), f8(), f8()
     col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
-    dm = np.array([demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
-                   demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
-                   options.ttft_tail], dtype=np.float64)
+    dm = np.array([[demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
+                    demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
+                    options.ttft_tail]], dtype=np.float64)
     if n:
-        K.screen_grid_nb(params, params[:, 6].copy(), params[:, 7].copy(), params[:, 14].copy(),
-                         params[:, 5].copy(), params[:, 15].copy(), dm,
-                         np.asarray(options.chunk_tokens, dtype=np.float64),
-                         status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
-                         col_status, col_cap, col_b, col_c, col_step)
+        K.instances_nb(params, np.arange(n, dtype=np.int64), dm, np.zeros(n, dtype=np.int64),
+                       np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                       np.asarray(options.chunk_tokens, dtype=np.float64),
+                       status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
+                       col_status, col_cap, col_b, col_c, col_step)
     return pd.DataFrame(dict(
         gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
         price_usd_per_gpu_hour=[r[0].price_usd_per_hour for r in rows],

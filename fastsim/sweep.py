@@ -7,7 +7,7 @@ A sweep is the Cartesian product of axes (see :data:`AXES`)::
       x rate_req_per_s x ttft_s x tpot_s x price
 
 Every point gets its analytic result (SPEC section 5, one instance evaluated per row by
-:func:`fastsim._sweep_nb.sweep_instances_nb`, vectorized over the grid); a selection of points is
+:func:`fastsim._analytic_nb.instances_nb`, vectorized over the grid); a selection of points is
 verified in the discrete-event simulator (SPEC sections 6-7) in batches of (configuration x seed)
 runs, each batch one :func:`fastsim.sim.simulate_batch` call; optionally each verified point gets
 its maximum sustainable rate (:func:`fastsim.search.max_sustainable_rate`).
@@ -629,7 +629,7 @@ def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
 
 def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarray) -> dict:
     """Analytic columns (numpy arrays) of the points ``ix`` (int64, grid order)."""
-    from ._sweep_nb import sweep_instances_nb
+    from ._analytic_nb import instances_nb as sweep_instances_nb
     A = grid.axes
     c = _codes(grid, ix)
     n = ix.shape[0]
