@@ -48,7 +48,7 @@ def warmup() -> None:
     """
     from .analytic import Demand, screen
     from .catalog import default_catalog
-    from .search import SLO, sim_plan, verify
+    from .search import SLO, verify
     cat = default_catalog()
     chat = cat.scenario("chat")
     grid = screen(chat.model, Demand.from_scenario(chat), catalog=cat)

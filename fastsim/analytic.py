@@ -21,7 +21,6 @@ lesson one). Instances are whole: each plan reports its integer cost and its eff
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np

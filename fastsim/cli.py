@@ -667,7 +667,7 @@ def _cmd_bench(args):
 
 def _cmd_simulate(args):
     import numpy as np
-    from .search import SLO, sim_plan
+    from .search import sim_plan
     from .sim import simulate
     from . import workload as W
     _check_plot(args)
@@ -722,7 +722,6 @@ def _cmd_capacity(args):
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     if isinstance(source, W.Workload):
-        dists = None
         raise FastsimInputError("--trace", args.trace, "a scenario for capacity search (a trace fixes its own "
                                 "arrivals); use `fastsim simulate --trace ... --rate R` to probe a trace")
     plan, model = _plan_from_args(args, cat, model, demand)

@@ -17,7 +17,7 @@ import numpy as np
 from .analytic import Plan
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
-from .stepmodel import P_HIDDEN, P_KVPG, P_LAYERS, P_NET_BW, StepConstants, step_params, step_time
+from .stepmodel import P_KVPG, P_NET_BW, StepConstants, step_params, step_time
 
 __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", "verify", "repair",
            "lone_request_check", "max_sustainable_rate", "pooled_overload"]

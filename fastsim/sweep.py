@@ -43,7 +43,7 @@ import pandas as pd
 
 from . import _analytic_nb as AK
 from .analytic import ScreenOptions, instances_needed
-from .catalog import Catalog, Model, Scenario, default_catalog
+from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError, require_tp
 from .stepmodel import N_PARAMS, P_KVPG, P_NET_BW, StepConstants, step_params
 
@@ -316,7 +316,7 @@ def _resolve_source(kind: str, v, catalog: Catalog, cache: dict) -> _Source:
     wl = cache.get(v) or W.read_trace(v)
     cache[v] = wl
     if wl.n < 2 or not (wl.duration_s > 0):
-        raise FastsimInputError(f"axis trace", v, "a trace with at least two distinct arrival times")
+        raise FastsimInputError("axis trace", v, "a trace with at least two distinct arrival times")
     p, o = wl.prompt_tokens.astype(np.float64), wl.output_tokens.astype(np.float64)
     return _Source(wl.name if v.strip().lower() in W.BUILTIN_TRACES else v, "trace", wl, None,
                    wl.mean_rate_req_per_s, None, None,

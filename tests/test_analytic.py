@@ -1,7 +1,4 @@
 """The analytic screen against the lecture's figures (SPEC §9) and exercises 2, 4, 5, 6."""
-import math
-
-import numpy as np
 import pytest
 
 from fastsim.analytic import Demand, ScreenOptions, cost_usd_per_million_output_tokens, instances_needed, screen

@@ -1,11 +1,9 @@
 """Verified planning and maximum sustainable rate (SPEC §7; lecture §2.3 lessons one to three)."""
-import numpy as np
 import pytest
 
 from fastsim.analytic import Demand, plan_for, screen
 from fastsim.catalog import default_catalog
-from fastsim.search import SLO, lone_request_check, max_sustainable_rate, repair, sim_plan, verify
-from fastsim.sim import simulate
+from fastsim.search import SLO, lone_request_check, max_sustainable_rate, repair, verify
 from fastsim.workload import seeds_for, synthesize
 
 

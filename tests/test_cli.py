@@ -3,16 +3,9 @@ import json
 
 import pytest
 
-from fastsim.cli import main
+from cliutil import run
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -9,7 +9,6 @@ from fastsim.analytic import Demand, screen
 from fastsim.catalog import default_catalog
 from fastsim.cli import main
 from fastsim.planner import plan_deployment
-from fastsim.search import SLO, verify
 from fastsim.workload import read_trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,7 +76,6 @@ def test_csv_format(capsys):
 
 
 def test_azure_conv_replays_every_request():
-    cat = default_catalog()
     wl = read_trace("azure-conv")
     assert wl.n == 19_366
     d = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,

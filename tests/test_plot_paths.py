@@ -4,19 +4,12 @@ import os
 import pytest
 
 import fastsim.cli as cli
-from fastsim.cli import main
+from cliutil import run
 from fastsim.errors import FastsimInputError
 
 PLAN = ["--gpu", "B200", "--precision", "FP8", "--tp", "1", "--instances", "1"]
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture

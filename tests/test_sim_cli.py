@@ -4,19 +4,12 @@ import json
 import numpy as np
 import pytest
 
-from fastsim.cli import main
+from cliutil import run
 from fastsim.workload import seeds_for, synthesize
 
 PLAN = ["--gpu", "B200", "--precision", "FP8", "--instances", "2", "--chunk", "512"]
 
 
-def run(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def simulate_json(capsys, *extra):

@@ -5,7 +5,6 @@ The analytic studies (``verify=False``) are pinned: they do not depend on simula
 short verified run checks that the stated directions survive verification when the simulator is
 available.
 """
-import math
 
 import pytest
 
