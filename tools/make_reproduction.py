@@ -4,31 +4,90 @@ Every number in the report is computed here by running fastsim; nothing is typed
 except the lecture's own figures. Verified (simulated) figures are included when the simulator
 is importable.
 
-Run:  python tools/make_reproduction.py [--seeds N] [--horizon SECONDS] [--out docs/REPRODUCTION.md]
+Run:  python tools/make_reproduction.py [--out docs/REPRODUCTION.md] [--fast] [--only KEY ...]
+
+The full run (the defaults of ``fastsim plan``, ``fastsim capacity`` and the what-if studies at
+4 seeds) takes several minutes. ``--fast`` shrinks every simulation (seeds, horizon, top-k,
+tolerance) so that the generator can be exercised in a test; its figures are not the report's.
+``--only`` writes the named sections only (keys: see ``SECTIONS``).
 """
 from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fastsim.analytic import Demand, ScreenOptions, screen
+from fastsim.analytic import Demand, ScreenOptions, plan_for, screen
 from fastsim.catalog import default_catalog
 from fastsim.ledger import ladder, ledger, speculative_step
 from fastsim import whatif as W
 
 ROOT = Path(__file__).resolve().parents[1]
 M70, H100 = "llama-3.1-70b", "H100"
+LECTURE_RATIO = {"chat": 0.91, "offline-batch": 1.11, "coding-agent": 0.69}
+
+# (key, heading) of every section, in order; tests/test_reproduction.py checks the report against it
+SECTIONS = (
+    ("summary", "## Summary: fastsim beside the lecture"),
+    ("ledger", "## 1. Token ledger (Llama-3.1-70B, 8 x H100, TP8, BF16, context 4096)"),
+    ("ladder", "## 2. Optimization ladder ($2/GPU-hour, 700 W)"),
+    ("planner", "## 3. Planner: analytic screen and verified plans"),
+    ("verification", "## 4. Verification lessons (lecture §2.3)"),
+    ("lesson3", "## 5. Lesson three: short runs call an overload stable"),
+    ("capacity", "## 6. Maximum sustainable rate of one instance, and the analytic / simulated ratio"),
+    ("whatif", "## 7. What-if studies (chat unless named; $ per million output tokens)"),
+    ("differences", "## 8. Where fastsim differs, and why"),
+)
+HEADING = dict(SECTIONS)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Simulation effort of each part of the report (defaults: the CLI defaults)."""
+
+    seeds: int = 8            # `fastsim plan` default
+    horizon_s: float = 600.0
+    top_k: int = 10           # `fastsim plan` default
+    cap_seeds: int = 16       # `fastsim capacity` default
+    cap_horizon_s: float = 600.0
+    cap_tol: float = 0.01
+    whatif_seeds: int = 4
+    whatif_top_k: int = 3     # `fastsim whatif` default
+    bootstrap: int = 2000
+
+
+FAST = Config(seeds=1, horizon_s=60.0, top_k=2, cap_seeds=2, cap_horizon_s=60.0, cap_tol=0.1,
+              whatif_seeds=1, whatif_top_k=1, bootstrap=50)
 
 
 def f(x, d=3):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{d}f}"
 
 
+def fs(x, d=1):
+    """Seconds with +inf shown as 'inf' (a measured request that never got its token)."""
+    return "inf" if x is not None and math.isinf(x) else f(x, d)
+
+
+def pct(x, d=0):
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{d}%}"
+
+
 def table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def _wls(dists, rate, horizon_s, n, seed=0):
+    """n synthetic workloads (one per seed, common random numbers) as verify() takes them."""
+    from fastsim.workload import seeds_for, synthesize
+    out = []
+    for s in seeds_for(seed, n):
+        w = synthesize(dists, rate, horizon_s, s)
+        out.append((w.arrival_s, w.prompt_tokens, w.output_tokens))
+    return out
 
 
 def ledger_section():
@@ -78,17 +137,60 @@ def ledger_section():
         ["batching gain, level 2 -> 3 (exercise 1)", "~40x", f"{t[3] / t[2]:.1f}x", "same",
          f"64 x step ratio; fastsim's batch-64 step is {1 - d64.step_s * 1e3 / 13.53:.1%} shorter"],
     ]
-    return ("## 1. Token ledger (Llama-3.1-70B, 8 x H100, TP8, BF16, context 4096)\n\n"
+    return (HEADING["ledger"] + "\n\n"
             + table(["figure", "lecture", "fastsim", "command", "why it differs"], rows)
-            + "\n\n## 2. Optimization ladder ($2/GPU-hour, 700 W)\n\n"
+            + "\n\n" + HEADING["ladder"] + "\n\n"
             + table(["figure", "lecture", "fastsim", "command", "why it differs"], rows2))
 
 
-def planner_section(cat):
+
+
+class Runs:
+    """Simulation results shared by several sections (each computed once, on demand)."""
+
+    def __init__(self, cat, cfg: Config):
+        self.cat, self.cfg = cat, cfg
+        self.sim = W.simulator_available()
+        self._plans, self._caps, self._extra = {}, {}, {}
+
+    def plan(self, name, mean_lengths=False, top_k=None):
+        """plan_deployment as `fastsim plan --scenario NAME --format json` runs it."""
+        from fastsim.planner import plan_deployment
+        key = (name, mean_lengths, top_k)
+        if key not in self._plans:
+            s = self.cat.scenario(name)
+            d = Demand.from_scenario(s, latency_quantile=None) if mean_lengths else Demand.from_scenario(s)
+            self._plans[key] = plan_deployment(self.cat.model(s.model), d, s, top_k=top_k or self.cfg.top_k,
+                                               seeds=self.cfg.seeds, horizon_s=self.cfg.horizon_s,
+                                               verify=self.sim, catalog=self.cat)
+        return self._plans[key]
+
+
+def _verified(dep):
+    """'pass/FAIL, attainment, TTFT/TPOT P90' of a deployment's final verification."""
+    v = dep.repair.verification
+    return (f"{'passes' if dep.repair.passed else 'FAILS'} ({pct(v.attainment, 1)} attainment, TTFT P90 "
+            f"{fs(v.ttft_p90_s, 2)} s, TPOT P90 {f(v.tpot_p90_s * 1e3, 1)} ms)")
+
+
+def _as_planned(dep):
+    p0, v0 = dep.repair.history[0]
+    r = dep.repair
+    if r.repaired_from_instances is None:
+        return f"{p0.describe()} {_verified(dep)} as planned"
+    return (f"{p0.describe()} fails as planned ({pct(v0.attainment, 1)}, TTFT P90 {fs(v0.ttft_p90_s, 2)} s"
+            + (", overloaded" if v0.overloaded else "") + f"); repaired to {r.plan.describe()}, "
+            f"${dep.analytic_usd_per_million_output_tokens:.3f} -> ${dep.usd_per_million_output_tokens:.3f}, "
+            + _verified(dep))
+
+
+def planner_section(runs: Runs):
+    cat, cfg = runs.cat, runs.cfg
     rows = []
-    lect = {"chat": "0.444 (2 x B200 FP8 colocated TP1; tie with 4 x H100 FP8 TP2 x 2)", "coding-agent": "1.389",
-            "offline-batch": "0.556", "low-latency-8b": "0.139 (one H100)"}
+    lect = {"chat": "0.444: 2 x B200 FP8 colocated TP1, tied with 4 x H100 FP8 colocated TP2 x 2",
+            "coding-agent": "1.389 (about 3x chat)", "offline-batch": "0.556", "low-latency-8b": "0.139 (one H100)"}
     grids = {}
+    vflags = f" --seeds {cfg.seeds} --horizon {cfg.horizon_s:g} --top-k {cfg.top_k}" if cfg != Config() else ""
     for name, lec in lect.items():
         sc = cat.scenario(name)
         g = screen(cat.model(sc.model), Demand.from_scenario(sc), catalog=cat)
@@ -97,66 +199,437 @@ def planner_section(cat):
         b = best.iloc[0]
         ties = best[abs(best.usd_per_million_output_tokens - b.usd_per_million_output_tokens) < 1e-9]
         desc = "; ".join(f"{r.plan.describe()}" for _, r in ties.iterrows())
-        rows.append([name, lec, f"{f(b.usd_per_million_output_tokens)} ({desc})",
-                     f"`fastsim plan --scenario {name} --no-verify`", "matches"])
+        rows.append([f"{name}, analytic", lec, f"{f(b.usd_per_million_output_tokens)} ({desc})",
+                     f"`fastsim plan --scenario {name} --no-verify`",
+                     "matches" if abs(b.usd_per_million_output_tokens - float(lec.split(" ")[0].rstrip(":"))) < 5e-4
+                     else "differs"])
+        if not runs.sim:
+            continue
+        rep = runs.plan(name)
+        deps = rep.deployments
+        cheapest = min(deps, key=lambda d: d.analytic_usd_per_million_output_tokens)
+        shown = [d for d in deps if abs(d.analytic_usd_per_million_output_tokens
+                                        - cheapest.analytic_usd_per_million_output_tokens) < 1e-9]
+        top = deps[0]
+        got = "; ".join(_as_planned(d) for d in shown)
+        got += f". Cheapest verified: {top.plan.describe()} at ${top.usd_per_million_output_tokens:.3f}"
+        lec_v = {"coding-agent": "2 -> 3 B200 after verification, $2.083, 97% attainment"}.get(
+            name, "passes as planned")
+        as_planned = [d for d in shown if d.repair.repaired_from_instances is None and d.repair.passed]
+        if name == "coding-agent":
+            note = "matches" if abs(top.usd_per_million_output_tokens - 2.0833) < 1e-3 else "differs (see section 4)"
+        elif len(as_planned) == len(shown):
+            note = "matches: every plan tied at the cheapest analytic cost passes as planned"
+        elif as_planned:
+            note = (f"matches for {as_planned[0].analytic.describe()}, which passes as planned; "
+                    + ", ".join(d.analytic.describe() for d in shown if d not in as_planned)
+                    + ", tied with it analytically, needs a repair (the lecture names no other plan here)")
+        else:
+            note = "differs (see section 4)"
+        rows.append([f"{name}, verified", lec_v, got, f"`fastsim plan --scenario {name} --format json{vflags}`", note])
     g = grids["chat"]
     r = g[(g.gpu == "B200") & (g.precision == "FP8") & (g["mode"] == "colocated") & (g.tp == 1)].iloc[0]
-    rows.append(["chat: one B200 FP8 TP1 instance", "16.2 req/s", f"{r.instance_capacity_req_per_s:.2f} req/s",
+    rows.append(["chat: one B200 FP8 TP1 instance", "16.2 req/s",
+                 f"{r.instance_capacity_req_per_s:.2f} req/s (batch {r.batch}, chunk {r.chunk_tokens})",
                  "`fastsim plan --scenario chat --no-verify --gpu B200 --precision FP8 --tp 1 --mode colocated`",
-                 "+2.3%; SPEC §3 states 16.6 with these constants. The lecture's step constants are not all "
-                 "recoverable from its prose; the tuned-to-match alternative was not taken"])
+                 f"{r.instance_capacity_req_per_s / 16.2 - 1:+.1%}; SPEC §3 states 16.6 with these constants. The "
+                 "lecture's step constants are not all recoverable from its prose; the constants were not tuned "
+                 "to match"])
     rows.append(["chat: B200 efficiency cost", "0.274", f(r.efficiency_usd_per_million_output_tokens), "same",
-                 "follows from the capacity (0.274 x 16.2 / 16.57 = 0.268)"])
-    return ("## 3. Analytic planner (the four scenarios of SPEC §9, reconstructed)\n\n"
+                 f"follows from the capacity (0.274 x 16.2 / {r.instance_capacity_req_per_s:.2f} = "
+                 f"{0.274 * 16.2 / r.instance_capacity_req_per_s:.3f})"])
+    sim_note = ("" if runs.sim else " The simulator was not available: verified rows are missing.")
+    return (HEADING["planner"] + "\n\n"
             "The lecture's scenario table was lost in extraction; the scenarios are reconstructed from its "
-            "surviving figures (SPEC §9), so the matches below are partly by construction (the chat row is "
-            "pinned by exercises 2, 4 and 6).\n\n"
-            + table(["figure", "lecture", "fastsim", "command", "note"], rows))
+            "surviving figures (SPEC §9), so the analytic matches below are partly by construction (the chat row "
+            "is pinned by exercises 2, 4 and 6). Verified rows: each of the top "
+            f"{cfg.top_k} analytic plans simulated on {cfg.seeds} seeds x {cfg.horizon_s:g} s of Poisson arrivals, "
+            "repaired by adding instances when it fails, re-ranked by verified cost (`fastsim plan` defaults); "
+            "a plan passes when the pooled attainment of the measured requests is >= 90% and the seeds together "
+            "are not overloaded (`fastsim.search.pooled_overload`). Rejected and unfinished measured requests "
+            "count as +inf in the P90s." + sim_note + "\n\n"
+            + table(["figure", "lecture", "fastsim", "command", "note"], rows)), grids
 
 
-def verification_section(cat, seeds, horizon):
-    from fastsim.planner import plan_deployment
-    if not W.simulator_available():
-        return "## 4. Verification in simulation\n\nThe simulator was not available when this report was made.\n"
+def verification_section(runs: Runs):
+    from fastsim.search import SLO, repair
+    cat, cfg = runs.cat, runs.cfg
+    if not runs.sim:
+        return HEADING["verification"] + "\n\nThe simulator was not available when this report was made.\n"
     rows = []
-    kw = dict(top_k=3, seeds=seeds, horizon_s=horizon, catalog=cat)
     sc = cat.scenario("coding-agent")
-    mean = plan_deployment(cat.model(sc.model), Demand.from_scenario(sc, latency_quantile=None), sc, **kw)
-    fails = [(d.repair.history[0][0].describe(), d.repair.history[0][1]) for d in
+    model = cat.model(sc.model)
+    d90 = Demand.from_scenario(sc)
+    slo = SLO(sc.ttft_s, sc.tpot_s)
+    flags = f" --seeds {cfg.seeds} --horizon {cfg.horizon_s:g}"
+    # lesson one: mean-length screening
+    mean = runs.plan("coding-agent", mean_lengths=True, top_k=3)
+    fails = [(d.repair.history[0][0], d.repair.history[0][1]) for d in
              sorted(mean.deployments, key=lambda d: d.analytic_usd_per_million_output_tokens)]
+    n_fail = sum(not v.passed for _, v in fails)
     rows.append(["coding agent, mean-length screening: top 3 plans as planned",
-                 "all fail: attainment 70%, 76%, 44%; TTFT P90 4.3, 4.6, 10 s",
-                 "; ".join(f"{p}: {'pass' if v.passed else 'FAIL'}, {v.attainment:.0%}, TTFT P90 {v.ttft_p90_s:.1f} s"
-                           for p, v in fails),
-                 "`python examples/03_verify_with_simulation.py`",
-                 "the lesson reproduces; the plans differ (the lecture's set included an H200 TP1 plan)"])
+                 "all 3 fail: attainment 70%, 76%, 44%; TTFT P90 4.3, 4.6, 10 s",
+                 "; ".join(f"{p.describe()}: {'pass' if v.passed else 'FAIL'}, {pct(v.attainment)}, TTFT P90 "
+                           f"{fs(v.ttft_p90_s)} s" for p, v in fails),
+                 f"`python examples/03_verify_with_simulation.py{flags}` (or `fastsim plan --scenario coding-agent "
+                 f"--mean-lengths --top-k 3{flags}` for the repaired plans)",
+                 f"{n_fail} of 3 fail: the lesson reproduces; the plans differ (fastsim's mean-length top 3 has no "
+                 "single-GPU Hopper plan, next row)"])
+    # the single-GPU, 256-token-chunk Hopper plans that no instance count rescues
+    mg = mean.grid
+    mf = mg[mg.feasible].reset_index(drop=True)
+    single = mf[(mf.tp == 1) & (mf.chunk_tokens == 256) & (mf["mode"] == "colocated") & mf.gpu.isin(["H100", "H200"])]
+    p90 = screen(model, d90, catalog=cat)
+    wl = _wls(sc, sc.rate_req_per_s, cfg.horizon_s, cfg.seeds)
+    got = []
+    for i, row in single.iterrows():
+        rr = repair(row.plan, wl, slo, horizon_s=cfg.horizon_s, latency_prompt_tokens=d90.latency_prompt_tokens,
+                    latency_output_tokens=d90.latency_output_tokens, catalog=cat, model=model)
+        same = p90[(p90.gpu == row.gpu) & (p90.precision == row.precision) & (p90.tp == 1)
+                   & (p90["mode"] == "colocated")]
+        v = rr.verification
+        got.append(f"{row.plan.describe()} (mean-length rank {i + 1}): {pct(v.attainment)} attainment, TTFT P90 "
+                   f"{fs(v.ttft_p90_s)} s; {rr.reason or 'repairable'}; P90 screen: "
+                   + ("infeasible" if not same.feasible.any() else "feasible"))
+    rows.append(["single-GPU 256-token-chunk Hopper plans",
+                 "the H200 single-GPU plan cannot be rescued by any count: a 10,000+ token prompt takes seconds "
+                 "to prefill in 256-token chunks; P90 screening removes such plans",
+                 "; ".join(got) or "none admitted by the mean-length screen",
+                 "`fastsim.search.repair(plan, ...)` on the plans of `fastsim plan --scenario coding-agent "
+                 "--mean-lengths --no-verify --tp 1 --gpu H100 --gpu H200`",
+                 "matches: the lone-request check stops the repair before any instance is added"])
+    # lesson two: the cheapest P90-screened plan; other scenarios as planned
     for name, lec in (("coding-agent", "2 -> 3 B200, $1.389 -> $2.083, 97% attainment"),
                       ("chat", "passes as planned"), ("offline-batch", "passes as planned"),
                       ("low-latency-8b", "passes as planned")):
         s = cat.scenario(name)
-        rep = plan_deployment(cat.model(s.model), Demand.from_scenario(s), s, **kw)
+        rep = runs.plan(name)
         b = min(rep.deployments, key=lambda d: d.analytic_usd_per_million_output_tokens)
         r = b.repair
-        p0, v0 = r.history[0]
-        got = (f"{p0.describe()} passes as planned ({v0.attainment:.0%})" if r.repaired_from_instances is None and r.passed
-               else f"{p0.describe()} -> {r.plan.describe()}, ${b.analytic_usd_per_million_output_tokens:.3f} -> "
-                    f"${b.usd_per_million_output_tokens:.3f}, {r.verification.attainment:.0%} attainment"
-                    + (" (as planned: overloaded)" if v0.overloaded else ""))
-        if (name == "coding-agent" and abs(b.usd_per_million_output_tokens - 2.0833) < 1e-3) or \
-                (name != "coding-agent" and r.repaired_from_instances is None and r.passed):
-            note = "matches"
+        if name == "coding-agent":
+            ok = r.passed and r.repaired_from_instances == 2 and r.plan.instances == 3
+            n_rep = sum(d.repair.repaired_from_instances is not None for d in
+                        sorted(rep.deployments, key=lambda d: d.analytic_usd_per_million_output_tokens)[:6])
+            note = ((f"matches; attainment {pct(r.verification.attainment, 1)} vs 97%. " if ok else "differs. ")
+                    + f"Of the top 6 analytic plans {n_rep} need a repair (lecture: 3 of 6)")
         else:
+            ok = r.repaired_from_instances is None and r.passed
             cap, rate = b.analytic.capacity_req_per_s, s.rate_req_per_s
-            note = (f"differs: the plan's analytic capacity is {cap:.1f} req/s for {rate:g} req/s "
-                    f"({rate / cap:.0%} utilisation); "
-                    + (f"the lecture's analytic/simulated capacity ratio for offline batch (1.11) puts the "
-                       f"simulated capacity near {cap / 1.11:.1f} req/s, {cap / 1.11 / rate - 1:+.0%} from the "
-                       "target, so the verdict turns on a few percent of simulated capacity; fastsim's simulator "
-                       "puts it below the target. `fastsim capacity --scenario offline-batch` measures it"
-                       if name == "offline-batch" else "fastsim's simulator does not pass it as planned"))
-        rows.append([f"{name}: cheapest analytic plan, verified", lec, got, "same", note])
-    return (f"## 4. Verification in simulation ({seeds} seeds x {horizon:g} s per plan)\n\n"
+            note = ("matches" if ok else "differs") + f" (analytic capacity {cap:.1f} req/s for {rate:g} req/s, " \
+                   f"{rate / cap:.0%} load)"
+            if name == "offline-batch":
+                note += ("; at this load single seeds' backlogs drift up or down, and the overload test is "
+                         "applied to the mean backlog slope over the seeds (< 2% of the arrival rate), so the "
+                         "plan passes as planned at $0.556")
+        rows.append([f"{name}: cheapest analytic plan, verified", lec, _as_planned(b),
+                     f"`fastsim plan --scenario {name} --format json`", note])
+    return (HEADING["verification"] + f"\n\n{cfg.seeds} seeds x {cfg.horizon_s:g} s per plan, as `fastsim plan` "
+            "verifies. Lesson one: check a P90 SLO with the P90 lengths. Lesson two: the analytic queueing "
+            "approximation is optimistic for requests of very unequal length; verify and repair.\n\n"
             + table(["figure", "lecture", "fastsim", "command", "note"], rows))
+
+
+def lesson3_section(runs: Runs):
+    from fastsim.search import SLO, max_sustainable_rate, verify
+    cat, cfg = runs.cat, runs.cfg
+    if not runs.sim:
+        return HEADING["lesson3"] + "\n\nThe simulator was not available when this report was made.\n"
+    s = cat.scenario("offline-batch")
+    model = cat.model(s.model)
+    plan = plan_for(model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=2, catalog=cat)
+    slo = SLO(s.ttft_s, s.tpot_s)
+    n = max(2, cfg.cap_seeds // 2)
+    cap = max_sustainable_rate(plan, s, slo, seeds=n, horizon_s=cfg.cap_horizon_s, rel_tol=max(cfg.cap_tol, 0.02),
+                               catalog=cat, model=model, bootstrap=cfg.bootstrap)
+    rate = 1.10 * cap.rate_req_per_s
+    short = verify(plan, _wls(s, rate, 15.0, n), slo, horizon_s=15.0, drain_s=300.0, catalog=cat, model=model)
+    long = verify(plan, _wls(s, rate, cfg.cap_horizon_s, n), slo, horizon_s=cfg.cap_horizon_s, catalog=cat,
+                  model=model)
+    rows = [
+        ["simulated capacity of the plan", "-",
+         f"{cap.rate_req_per_s:.2f} req/s (analytic {plan.capacity_req_per_s:.2f})",
+         f"`fastsim capacity --scenario offline-batch --gpu B200 --precision FP8 --tp 1 --instances 2 "
+         f"--seeds {n} --tol {max(cfg.cap_tol, 0.02):g}`"],
+        [f"15 s of arrivals at 110% ({rate:.2f} req/s), drained to completion",
+         "looks stable (meets the SLO)",
+         f"attainment {pct(short.attainment, 1)}, TTFT P90 {f(short.ttft_p90_s, 1)} s: "
+         + ("passes on attainment" if short.attainment >= slo.attainment else "fails on attainment"),
+         "`fastsim.search.verify(plan, workloads, slo, horizon_s=15, drain_s=300)`"],
+        [f"{cfg.cap_horizon_s:g} s at 110%", "the overload shows",
+         f"attainment {pct(long.attainment, 1)}, TTFT P90 {f(long.ttft_p90_s, 1)} s, overloaded: "
+         f"{'yes' if long.overloaded else 'no'} -> {'passes' if long.passed else 'fails'}",
+         f"`fastsim simulate --scenario offline-batch --gpu B200 --precision FP8 --tp 1 --instances 2 "
+         f"--rate {rate:.2f} --seeds {n}`"],
+    ]
+    wait_measured = 0.10 * 0.8 * cfg.cap_horizon_s  # exercise 7: the wait grows ~0.1 s per second
+    return (HEADING["lesson3"] + "\n\n"
+            "Offline batch (TTFT target 60 s) on 2 x B200 FP8 TP1, at 110% of its simulated capacity "
+            f"({n} seeds). The lecture's table of this lesson was lost; its prose and exercise 7 say that a 10% "
+            "overload raises the wait by about 0.1 s per second, so it takes about 600 s to break a 60-s TTFT. "
+            "fastsim shows the same thing two ways: a short run drained to completion passes on attainment, and "
+            f"the {cfg.cap_horizon_s:g}-s run is failed by the overload test (the least-squares slope of the "
+            "number of requests in the system over the second half, averaged over the seeds, above 2% of the "
+            "arrival rate), not by its attainment"
+            + (f" ({pct(long.attainment, 1)}): the measured requests arrive by {0.8 * cfg.cap_horizon_s:g} s and "
+               f"have waited at most about 0.1 x {0.8 * cfg.cap_horizon_s:g} = {wait_measured:.0f} s, under the 60-s target, so even {cfg.cap_horizon_s:g} "
+               "s judged on attainment alone would call this overload stable (section 6)."
+               if long.attainment >= slo.attainment else ".")
+            + " See `tests/test_capacity.py::test_lesson_three_short_runs_call_an_overload_stable`.\n\n"
+            + table(["run", "lecture", "fastsim", "command"], rows))
+
+
+def _attainment_only_capacity(plan, dists, slo, *, seeds, horizon_s, start, rel_tol, catalog, model):
+    """Bisection on pooled attainment alone (no overload test): the judge of a simulator that only
+    counts SLO attainment over the middle 60% of the window. Common random numbers as in
+    max_sustainable_rate (the same seeds' unit draws at every rate)."""
+    from fastsim.search import verify
+    probes = {}
+
+    def ok(rate):
+        v = verify(plan, _wls(dists, rate, horizon_s, seeds), slo, horizon_s=horizon_s, catalog=catalog, model=model)
+        probes[rate] = v
+        return v.attainment >= slo.attainment
+
+    lo = hi = None
+    r = start
+    for _ in range(40):
+        if ok(r):
+            lo = r
+        else:
+            hi = r
+        if lo is not None and hi is not None and hi - lo <= rel_tol * lo:
+            break
+        r = hi / 1.25 if lo is None else lo * 1.25 if hi is None else 0.5 * (lo + hi)
+    return (lo or 0.0), probes
+
+
+def capacity_runs(runs: Runs):
+    """Per scenario: the capacity of one B200 FP8 TP1 instance and three ablations."""
+    from fastsim.search import SLO, max_sustainable_rate, verify
+    cat, cfg = runs.cat, runs.cfg
+    out = {}
+    for name in ("chat", "offline-batch", "coding-agent"):
+        s = cat.scenario(name)
+        model = cat.model(s.model)
+        d = Demand.from_scenario(s)
+        plan = plan_for(model, d, gpu="B200", precision="FP8", tp=1, instances=1, catalog=cat)
+        slo = SLO(s.ttft_s, s.tpot_s)
+        kw = dict(seeds=cfg.cap_seeds, horizon_s=cfg.cap_horizon_s, rel_tol=cfg.cap_tol, catalog=cat, model=model,
+                  bootstrap=cfg.bootstrap)
+        main = max_sustainable_rate(plan, s, slo, **kw)
+        hi = main.bracket[1]
+        wl_hi = _wls(s, hi, cfg.cap_horizon_s, cfg.cap_seeds) if math.isfinite(hi) else None
+        at_hi = verify(plan, wl_hi, slo, horizon_s=cfg.cap_horizon_s, catalog=cat, model=model) if wl_hi else None
+        at_lo = verify(plan, _wls(s, main.rate_req_per_s, cfg.cap_horizon_s, cfg.cap_seeds), slo,
+                       horizon_s=cfg.cap_horizon_s, catalog=cat, model=model)
+        # (a) TTFT target out of reach of any run: only the TPOT target and the overload test bind
+        relaxed = max_sustainable_rate(plan, s, SLO(1e6, s.tpot_s), **kw)
+        # (b) every prompt and output at its mean length (no tail)
+        fixed = replace(s, prompt=replace(s.prompt, kind="fixed", sigma=0.0),
+                        output=replace(s.output, kind="fixed", sigma=0.0))
+        fx = max_sustainable_rate(plan, fixed, slo, **kw)
+        # (c) judged on attainment alone, without the overload test
+        att_only, _ = _attainment_only_capacity(plan, s, slo, seeds=cfg.cap_seeds, horizon_s=cfg.cap_horizon_s,
+                                                start=max(main.rate_req_per_s, 1e-3), rel_tol=cfg.cap_tol,
+                                                catalog=cat, model=model)
+        # prompt-attention work the simulator charges and the analytic step (SPEC §5) does not: a chunk's
+        # attention to the earlier chunks of its own prompt (2 L h P^2 per prompt in all, against the
+        # screen's 2 L h c^2 per chunk), relative to the matmul work of a request
+        L, h = model.layers, model.hidden
+        mP, sg = s.prompt.mean, s.prompt.sigma
+        eP2 = mP * mP * math.exp(sg * sg) if s.prompt.kind == "lognormal" else mP * mP
+        extra = 2.0 * L * h * (eP2 - mP * plan.chunk_tokens)
+        matmul = 2.0 * model.matmul_params * (mP + s.output.mean)
+        out[name] = dict(plan=plan, main=main, at_hi=at_hi, at_lo=at_lo, relaxed=relaxed, fixed=fx,
+                         att_only=att_only, extra_frac=extra / matmul, slo=slo, scenario=s)
+    return out
+
+
+def capacity_section(runs: Runs):
+    cfg = runs.cfg
+    if not runs.sim:
+        return HEADING["capacity"] + "\n\nThe simulator was not available when this report was made.\n", None
+    res = capacity_runs(runs)
+    rows, rows2 = [], []
+    flags = "" if (cfg.cap_seeds, cfg.cap_horizon_s, cfg.cap_tol) == (16, 600.0, 0.01) else \
+        f" --seeds {cfg.cap_seeds} --horizon {cfg.cap_horizon_s:g} --tol {cfg.cap_tol:g}"
+    for name, r in res.items():
+        m, plan = r["main"], r["plan"]
+        lo, hi = m.ci95
+        rows.append([name, f"{plan.capacity_req_per_s:.2f} (batch {plan.batch}, chunk {plan.chunk_tokens})",
+                     f"{m.rate_req_per_s:.2f} [{lo:.2f}, {hi:.2f}]", f"{m.analytic_ratio:.2f}",
+                     f"{1 / m.analytic_ratio:.2f}", f"{LECTURE_RATIO[name]:.2f}",
+                     f"`fastsim capacity --scenario {name} --gpu B200 --precision FP8 --tp 1 --instances 1{flags}`"])
+        v = r["at_hi"]
+        binding = []
+        if v is not None:
+            if v.ttft_p90_s > r["slo"].ttft_s:
+                binding.append("TTFT")
+            if v.tpot_p90_s > r["slo"].tpot_s:
+                binding.append("TPOT")
+            if v.overloaded:
+                binding.append("overload test")
+        r["binding"] = binding
+        hi_txt = (f"{m.bracket[1]:.2f} req/s: attainment {pct(v.attainment, 1)}, TTFT P90 {f(v.ttft_p90_s, 2)} s "
+                  f"(target {r['slo'].ttft_s:g}), TPOT P90 {f(v.tpot_p90_s * 1e3, 1)} ms (target "
+                  f"{r['slo'].tpot_s * 1e3:g}), overloaded {'yes' if v.overloaded else 'no'}"
+                  if v is not None else "-")
+        rows2.append([name, hi_txt, " and ".join(binding) or "attainment (no single P90 over its target)",
+                      f"{r['relaxed'].rate_req_per_s:.2f} ({r['relaxed'].rate_req_per_s / plan.capacity_req_per_s:.2f}"
+                      " x analytic)",
+                      f"{r['fixed'].rate_req_per_s:.2f}", f"{r['att_only']:.2f}", f"{r['extra_frac']:+.1%}"])
+    s = [HEADING["capacity"], "",
+         f"One colocated B200 FP8 TP1 instance, chunk and batch as the screen sizes them; bisection on the rate "
+         f"with {cfg.cap_seeds} seeds x {cfg.cap_horizon_s:g} s per probe (common random numbers) to "
+         f"{cfg.cap_tol:.0%}; a probe passes when the pooled attainment is >= 90% and the seeds together are not "
+         "overloaded. The interval is a bootstrap over seeds of the same probes. Python: "
+         "`fastsim.search.max_sustainable_rate(plan_for(s.model, Demand.from_scenario(s), gpu='B200', "
+         f"precision='FP8', tp=1, instances=1), s, SLO(s.ttft_s, s.tpot_s), seeds={cfg.cap_seeds}, "
+         f"horizon_s={cfg.cap_horizon_s:g}, rel_tol={cfg.cap_tol:g})`.", "",
+         table(["scenario", "analytic req/s", "simulated req/s [95% CI]", "analytic / simulated",
+                "simulated / analytic", "lecture", "command"], rows), "",
+         "**Which way the lecture's ratio points.** SPEC §7 reads the lecture's figures as analytic / simulated, "
+         "which is what `CapacityResult.analytic_ratio` reports. The lecture's own prose points the other way: "
+         "its §2.3 introduces them as the ratio of the analytic capacity to the simulated one, but its §6 "
+         "(pitfalls) says the analytic model is optimistic for long tails and queueing, with the coding agent's "
+         "analytic capacity 1/0.69 times the simulated one, and that it can also be conservative (offline batch). "
+         "Both statements hold only if 0.69 and 1.11 are simulated / analytic. Read that way, the lecture's "
+         "analytic model is 10% optimistic for chat, 11% conservative for offline batch and 45% optimistic for "
+         "the coding agent; the column `simulated / analytic` is the one to set beside it.", "",
+         "What binds at the capacity, and three ablations (same instance and seeds; Python calls in "
+         "`tools/make_reproduction.py::capacity_runs`): (a) the TTFT target moved out of reach, so that only "
+         "the TPOT target and the overload test bind: the simulator's throughput limit; (b) every prompt and "
+         "output at its mean length: no tail; (c) judged on attainment alone, without the overload test; and "
+         "the prompt-attention work the simulator charges beyond the analytic step (a chunk attends to the "
+         "earlier chunks of its prompt: 2 L h P^2 per prompt in all, where SPEC §5's screen charges "
+         "2 L h c^2 per chunk), as a fraction of a mean request's matmul work.", "",
+         table(["scenario", "at the first failing probe", "fails on", "(a) throughput limit, req/s",
+                "(b) mean lengths, req/s", "(c) attainment only, req/s", "extra prompt attention"], rows2), ""]
+    return "\n".join(s), res
+
+
+def _lone_ttft(plan, prompt_tokens, cat, model):
+    """Seconds to the first token of one prompt alone on an idle colocated instance (simulator's costs)."""
+    from fastsim.stepmodel import StepConstants, step_params, step_time
+    pp = step_params(model, cat.gpu(plan.gpu), cat.precision(plan.precision), plan.tp, StepConstants())
+    L, h, c = model.layers, model.hidden, float(plan.chunk_tokens)
+    t, done, P = 0.0, 0.0, float(prompt_tokens)
+    while done < P:
+        x = min(c, P - done)
+        t += float(step_time(pp, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
+        done += x
+    return t
+
+
+def capacity_explanation(runs: Runs, res):
+    if not res:
+        return ""
+    cat = runs.cat
+    out = []
+    for name, r in res.items():
+        m, plan, s, slo = r["main"], r["plan"], r["scenario"], r["slo"]
+        model = cat.model(s.model)
+        an, sim = plan.capacity_req_per_s, m.rate_req_per_s
+        v = r["at_hi"]
+        d = Demand.from_scenario(s)
+        lone = _lone_ttft(plan, d.latency_prompt_tokens, cat, model)
+        sg = s.prompt.sigma
+        p99 = math.exp(math.log(s.prompt.mean) - sg * sg / 2 + 2.3263 * sg)
+        rel, fx, ao = r["relaxed"].rate_req_per_s, r["fixed"].rate_req_per_s, r["att_only"]
+        lo_ci, hi_ci = (x / an for x in m.ci95)
+        lec = LECTURE_RATIO[name]
+        common = (f"The screen sized batch {plan.batch} and chunk {plan.chunk_tokens}, the balanced batch "
+                  f"b = c x mean O / mean P at which every step carries a full chunk: its capacity "
+                  f"{an:.2f} req/s is the instance at 100% of its step budget, with no queueing term (SPEC §5); "
+                  f"its TTFT check only asks that the lone P90 prompt ({d.latency_prompt_tokens:,.0f} tokens, "
+                  f"{math.ceil(d.latency_prompt_tokens / plan.chunk_tokens)} chunks) prefill within TTFT / 2 "
+                  f"(alone it takes {lone:.2f} s in the simulator).")
+        fails = " and ".join(("the " + b) if b == "overload test" else b for b in r["binding"]) or "attainment"
+        hi_txt = (f"At the first failing probe ({m.bracket[1]:.2f} req/s) the pooled TTFT P90 is "
+                  f"{f(v.ttft_p90_s, 2)} s (target {slo.ttft_s:g} s) and the TPOT P90 {f(v.tpot_p90_s * 1e3, 1)} ms "
+                  f"(target {slo.tpot_s * 1e3:g} ms), overloaded: {'yes' if v.overloaded else 'no'}; it fails on "
+                  f"{fails}." if v is not None else "")
+        if name == "chat":
+            within = lo_ci <= lec <= hi_ci
+            out.append(
+                f"**Chat ({sim:.2f} req/s simulated, {an:.2f} analytic).** {hi_txt} {common} Without the TTFT "
+                f"target the simulated instance carries {rel:.2f} req/s ({rel / an:.2f} x analytic, to the 1% "
+                f"tolerance; the extra prompt attention is {r['extra_frac']:+.1%} of the work), so it "
+                f"sustains {sim / rel:.0%} of its own throughput limit before the queue of prompts waiting for "
+                f"the chunk slot pushes the TTFT P90 past {slo.ttft_s:g} s; the TPOT stays well inside its "
+                f"target because the step is sized for it. With every length at its mean it sustains {fx:.2f} "
+                f"req/s. Read as simulated / analytic, fastsim's {sim / an:.2f} (95% interval {lo_ci:.2f} - "
+                f"{hi_ci:.2f}) is {'within' if within else 'next to'} the lecture's {lec:.2f}: both simulators "
+                "find the analytic model about 10% optimistic for chat, for the same reason (queueing near full "
+                "load).")
+        elif name == "offline-batch":
+            out.append(
+                f"**Offline batch ({sim:.2f} req/s simulated, {an:.2f} analytic).** {hi_txt} With a 60-s TTFT "
+                f"target the latency targets do not bind: the capacity is where the backlog starts to grow, the "
+                f"simulator's throughput limit ({rel:.2f} req/s with the TTFT out of reach), {1 - sim / an:.1%} "
+                f"below the analytic capacity, about the extra prompt attention ({r['extra_frac']:+.1%}). Judged "
+                f"on attainment alone, the same {runs.cfg.cap_horizon_s:g}-s runs pass up to {ao:.2f} req/s, "
+                f"{ao / an:.2f} x analytic: the measured requests arrive by 80% of the window, and at a 10% "
+                f"overload they have waited about 0.1 x {0.8 * runs.cfg.cap_horizon_s:g} s "
+                f"= {0.08 * runs.cfg.cap_horizon_s:.0f} s, under 60 s (exercise 7). The lecture's 1.11 (simulated / "
+                f"analytic: its analytic model 'conservative' for offline batch) is what a {runs.cfg.cap_horizon_s:g}-s "
+                f"simulator that judges on attainment alone measures, and fastsim's attainment-only figure is "
+                f"{ao / an:.2f}; this is the likeliest reading of the lecture's figure. fastsim's overload test "
+                "rejects those rates (lesson three), and its analytic model, which is the throughput limit itself, "
+                f"comes out {an / sim - 1:+.1%} optimistic instead.")
+        else:
+            out.append(
+                f"**Coding agent ({sim:.2f} req/s simulated, {an:.2f} analytic).** {hi_txt} {common} Three "
+                "things lie between the screen and the simulation. (1) Work: the simulator charges each chunk's "
+                f"attention to the earlier chunks of its prompt, {r['extra_frac']:+.1%} of a mean request's work "
+                f"for these long prompts (E[P^2] = mean P^2 x e^(sigma^2)); with the TTFT out of reach the "
+                f"instance carries {rel:.2f} req/s ({rel / an:.2f} x analytic). (2) The tail: with every prompt at "
+                f"8,000 tokens the TTFT target holds up to {fx:.2f} req/s ({fx / an:.2f} x analytic); the "
+                f"lognormal prompts (P90 {d.latency_prompt_tokens:,.0f}, P99 {p99:,.0f} tokens) each hold the chunk slot "
+                f"for seconds, and the requests behind them wait. (3) Queueing at all: the lone P90 prompt already "
+                f"spends {lone:.2f} s of its {slo.ttft_s:g}-s budget on its own prefill, so the P90 request may "
+                f"wait only about {max(slo.ttft_s - lone, 0):.1f} s; the instance sustains {sim / rel:.0%} of its "
+                f"throughput limit. Read as simulated / analytic, fastsim's {sim / an:.2f} (95% interval "
+                f"{lo_ci:.2f} - {hi_ci:.2f}) and the lecture's {lec:.2f} agree in direction (the analytic model is "
+                f"optimistic for the long tail, lecture §6) but fastsim's simulation is harsher: the lecture's "
+                f"figure lies between fastsim's {sim / an:.2f} (lognormal prompts) and {fx / an:.2f} (every prompt "
+                "at its mean), so the lecture's simulator saw less prompt work or less of the tail than fastsim's. "
+                "One plausible source, which the lecture's prose cannot confirm: its screen and its simulator both "
+                "took step times from lecture 5's step model, and if the simulator, like the screen, charged a "
+                f"chunk only its own c^2 attention, (1) is absent there ({1 - rel / an:.0%} of the throughput "
+                "here). fastsim's simulator follows SPEC §6 (each step's real token and KV counts); the constants "
+                "were not tuned to close the gap.")
+    return "\n\n".join(out)
+
+
+def summary_section(runs: Runs, grids, res):
+    rows = []
+    for name, lec in (("chat", 0.444), ("coding-agent", 1.389), ("offline-batch", 0.556), ("low-latency-8b", 0.139)):
+        g = grids[name]
+        a = g[g.feasible].iloc[0].usd_per_million_output_tokens
+        ver = "-"
+        if runs.sim:
+            top = runs.plan(name).deployments[0]
+            ver = f"{top.usd_per_million_output_tokens:.3f} ({top.plan.describe()})"
+        lv = {"coding-agent": "2.083 (3 x B200)"}.get(name, f"{lec:.3f} (as planned)")
+        rows.append([f"{name}: $ per million output tokens, analytic / verified", f"{lec:.3f} / {lv}",
+                     f"{a:.3f} / {ver}", "section 3"])
+    g = grids["chat"]
+    r = g[(g.gpu == "B200") & (g.precision == "FP8") & (g["mode"] == "colocated") & (g.tp == 1)].iloc[0]
+    rows.append(["one B200 FP8 TP1 chat instance, analytic req/s", "16.2", f"{r.instance_capacity_req_per_s:.2f}",
+                 "section 3"])
+    rows.append(["B200 efficiency cost, chat", "0.274", f"{r.efficiency_usd_per_million_output_tokens:.3f}",
+                 "section 3"])
+    if res:
+        for name, x in res.items():
+            m = x["main"]
+            an = x["plan"].capacity_req_per_s
+            rows.append([f"{name}: one instance, simulated / analytic capacity (analytic / simulated)",
+                         f"{LECTURE_RATIO[name]:.2f}",
+                         f"{1 / m.analytic_ratio:.2f} ({m.analytic_ratio:.2f}); {m.rate_req_per_s:.2f} of {an:.2f} "
+                         f"req/s, 95% CI {m.ci95[0]:.2f} - {m.ci95[1]:.2f}", "section 6"])
+    return (HEADING["summary"] + "\n\n"
+            + table(["figure", "lecture", "fastsim", "details"], rows))
 
 
 def whatif_section(frames_a, frames_v):
@@ -196,9 +669,10 @@ def whatif_section(frames_a, frames_v):
              f" ({xv.plan.iloc[i]})") if xv is not None else "-"
         rows.append([f"traffic {r.rate_req_per_s:g} req/s (integer / efficiency)", lec, a, v,
                      "`fastsim whatif --study traffic`"])
-    return ("## 5. What-if studies (chat unless named; $ per million output tokens)\n\n"
+    return (HEADING["whatif"] + "\n\n"
             "The lecture's what-if figures were verified and repaired in its simulator. fastsim's are shown "
-            "from the analytic screen (`--no-verify`) and, when the simulator is available, verified.\n\n"
+            "from the analytic screen (`--no-verify`) and, when the simulator is available, verified (the top "
+            "plans of each setting simulated, repaired and re-ranked; the seeds are in the command).\n\n"
             + table(["figure", "lecture", "fastsim, analytic", "fastsim, verified", "command"], rows))
 
 
@@ -231,7 +705,7 @@ def investigations(cat, frames_a, frames_v):
     xv = frames_v.get("traffic") if frames_v else None
     mv = frames_v.get("model-size") if frames_v else None
 
-    s = ["## 6. Where fastsim differs, and why", ""]
+    s = [HEADING["differences"], ""]
     s += ["### TPOT target 10 ms (lecture: H200 FP8 disaggregated, 3 x TP1 prefill + 1 x TP4 decode, $1.011)", "",
           f"fastsim's cheapest plan at 10 ms is {b4.plan.describe()} at ${b4.usd_per_million_output_tokens:.3f}: "
           f"one B200 FP8 TP4 instance carries {b4.instance_capacity_req_per_s:.1f} req/s (batch {b4.batch}, "
@@ -256,7 +730,7 @@ def investigations(cat, frames_a, frames_v):
           + (f" Verified in fastsim's simulator, the 10 ms winner is {tv.plan.iloc[-1]} at "
              f"${tv.usd_per_million_output_tokens.iloc[-1]:.3f} (attainment {tv.attainment.iloc[-1]:.1%})."
              if tv is not None else ""), ""]
-    s += ["### TPOT target 100 ms (lecture $0.444; fastsim analytic $0.433)", "",
+    s += [f"### TPOT target 100 ms (lecture $0.444; fastsim analytic ${h100ms.usd_per_million_output_tokens:.3f})", "",
           f"The analytic screen picks {h100ms.plan} at ${h100ms.usd_per_million_output_tokens:.3f}: three H200 FP8 "
           f"instances carry {h100ms.capacity_req_per_s:.2f} req/s against 20, a "
           f"{h100ms.capacity_req_per_s / 20 - 1:.1%} margin. With the lecture's H200 capacity (about 6.56 req/s, "
@@ -308,32 +782,72 @@ def investigations(cat, frames_a, frames_v):
     return "\n".join(s)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--horizon", type=float, default=600.0)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "REPRODUCTION.md"))
-    args = ap.parse_args(argv)
+
+
+def build(cfg: Config = Config(), only=None) -> str:
+    """The report's text (all sections, or the keys in ``only``)."""
+    import re
+    keys = [k for k, _ in SECTIONS]
+    want = set(keys if not only else only)
+    unknown = want - set(keys)
+    if unknown:
+        raise SystemExit(f"unknown section(s) {sorted(unknown)}; choose from {keys}")
     cat = default_catalog()
-    frames_a = W.run_studies("all", verify=False, catalog=cat)
-    sim = W.simulator_available()
-    frames_v = W.run_studies("all", verify=True, seeds=args.seeds, horizon_s=args.horizon, catalog=cat) if sim else {}
-    parts = [
+    runs = Runs(cat, cfg)
+    parts = {}
+    if want & {"ledger", "ladder"}:
+        led, lad = ledger_section().split("\n\n" + HEADING["ladder"] + "\n\n")
+        parts["ledger"], parts["ladder"] = led, HEADING["ladder"] + "\n\n" + lad
+    grids, res = None, None
+    if want & {"planner", "summary"}:
+        parts["planner"], grids = planner_section(runs)
+    if "verification" in want:
+        parts["verification"] = verification_section(runs)
+    if "lesson3" in want:
+        parts["lesson3"] = lesson3_section(runs)
+    if want & {"capacity", "summary"}:
+        text, res = capacity_section(runs)
+        parts["capacity"] = text + ("\n" + capacity_explanation(runs, res) if res else "")
+    if "summary" in want:
+        parts["summary"] = summary_section(runs, grids, res)
+    if want & {"whatif", "differences"}:
+        frames_a = W.run_studies("all", verify=False, catalog=cat)
+        frames_v = (W.run_studies("all", verify=True, seeds=cfg.whatif_seeds, horizon_s=cfg.horizon_s,
+                                  top_k=cfg.whatif_top_k, catalog=cat) if runs.sim else {})
+        wf = whatif_section(frames_a, frames_v)
+        wf = re.sub(r"`fastsim whatif --study ([a-z0-9-]+)`",
+                    lambda mm: f"`fastsim whatif --study {mm.group(1)} --seeds {cfg.whatif_seeds}"
+                               + (f" --horizon {cfg.horizon_s:g} --top-k {cfg.whatif_top_k}"
+                                  if (cfg.horizon_s, cfg.whatif_top_k) != (600.0, 3) else "") + "`", wf)
+        parts["whatif"] = wf
+        parts["differences"] = investigations(cat, frames_a, frames_v)
+    head = [
         "# Reproducing lecture 16",
         "",
         "Every figure the lecture prints (SPEC §9) beside fastsim's, with the command that produces it and, "
         "where they differ, why. Generated by `python tools/make_reproduction.py` from fastsim's own output; "
-        "do not edit by hand." + ("" if sim else " The simulator was not available: verified columns are empty."),
+        "do not edit by hand (`tests/test_reproduction.py` checks its sections against the generator)."
+        + ("" if runs.sim else " The simulator was not available: verified columns are empty."),
         "",
         "Exercises 1-10 of lecture §7 are tests (`tests/test_ledger.py`, `tests/test_analytic.py`); the what-if "
         "directions the lecture states are tests in `tests/test_whatif.py`, which also pins fastsim's own value "
-        "wherever it differs from the lecture.",
-        "",
-        ledger_section(), "", planner_section(cat), "", verification_section(cat, args.seeds, args.horizon), "",
-        whatif_section(frames_a, frames_v), "", investigations(cat, frames_a, frames_v),
+        "wherever it differs from the lecture; the verification lessons are tests in `tests/test_capacity.py`.",
     ]
-    Path(args.out).write_text("\n".join(parts) + "\n", encoding="utf-8")
-    print(f"wrote {Path(args.out).name}")
+    if cfg != Config():
+        head += ["", f"Reduced effort for a quick check ({cfg}); these figures are not the report's."]
+    body = [parts[k] for k in keys if k in want]
+    return "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "REPRODUCTION.md"))
+    ap.add_argument("--fast", action="store_true", help="tiny simulations (for tests); not the report's figures")
+    ap.add_argument("--only", nargs="+", metavar="KEY", help=f"sections to write: {[k for k, _ in SECTIONS]}")
+    args = ap.parse_args(argv)
+    text = build(FAST if args.fast else Config(), args.only)
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
