@@ -738,7 +738,7 @@ def _cmd_capacity(args):
         print(tabulate(rows, headers=["probe", "rate req/s", "attainment", "overloaded", "SLO"], disable_numparse=True))
         print(f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (bracket {res.bracket[0]:.3f} - {res.bracket[1]:.3f}); "
               f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}; analytic {res.analytic_req_per_s:.3f} req/s, "
-              f"analytic / simulated = {res.analytic_ratio:.2f}")
+              f"analytic / simulated = {res.analytic_ratio:.2f} (simulated / analytic = {res.simulated_ratio:.2f})")
     else:
         _emit(args, [rec], [], [])
     if args.plot:
