@@ -7,7 +7,8 @@ Targets on 2 cores:
 
 - one 600-s chat run at 20 req/s on 2 x B200 FP8 TP1 colocated, chunk 512: <= 5 ms, and >= 5
   million simulated requests per second per core;
-- 16 seeds x 8 rates (128 runs) in parallel: <= 0.3 s, and >= 1.7x faster on 2 threads than on 1;
+- 16 seeds x 8 rates (128 runs) in parallel: <= 0.3 s, and >= 1.7x faster on 2 threads than on 1
+  (``numba.set_num_threads`` in the same process, interleaved calls);
 - >= 200x the plain-Python reference per simulated request (reference on the first 60 s);
 - a fresh process loading the cached kernels and running one simulation: <= 2 s; compiling
   every kernel from an empty cache: <= 30 s (subprocesses with their own ``NUMBA_CACHE_DIR``).
@@ -61,6 +62,7 @@ def test_chat_600s_20rps_2xB200(benchmark, warm, chat):
         benchmark.extra_info["requests"] = int(w.n)
         benchmark.extra_info["requests_per_s_per_core"] = w.n / med
         benchmark.extra_info["ms_per_run"] = med * 1e3
+        print(f"\nchat run: {med * 1e3:.2f} ms, {w.n / med / 1e6:.2f} million requests/s per core")
 
 
 @pytest.mark.parametrize("threads", ["all", 1])
@@ -82,13 +84,19 @@ def test_batch_16_seeds_x_8_rates(benchmark, warm, grid, threads):
 
 
 def test_parallel_speedup(request, warm, grid):
-    """Median of interleaved 1-thread and all-thread grid runs (the ratio is the figure)."""
-    rounds = 5 if _enabled(request) else 1
+    """The grid on 2 threads against 1 thread, same process: medians of interleaved calls.
+
+    Target (2 cores): speed-up >= 1.7 and <= 0.3 s on 2 threads; the figures are printed, and
+    asserted loosely (a second core busy with other work lowers them) only when benchmarking.
+    """
+    rounds = 9 if _enabled(request) else 1
+    t2 = min(2, numba.config.NUMBA_NUM_THREADS)
     t1, tn = [], []
     before = numba.get_num_threads()
     try:
+        simulate_batch([PLAN], grid, **KW)
         for _ in range(rounds):
-            for t, acc in ((1, t1), (numba.config.NUMBA_NUM_THREADS, tn)):
+            for t, acc in ((1, t1), (t2, tn)):
                 numba.set_num_threads(t)
                 t0 = time.perf_counter()
                 simulate_batch([PLAN], grid, **KW)
@@ -96,9 +104,9 @@ def test_parallel_speedup(request, warm, grid):
     finally:
         numba.set_num_threads(before)
     speedup = np.median(t1) / np.median(tn)
-    print(f"\ngrid: {np.median(t1):.3f} s on 1 thread, {np.median(tn):.3f} s on "
-          f"{numba.config.NUMBA_NUM_THREADS}; speed-up {speedup:.2f}x")
-    if _enabled(request) and numba.config.NUMBA_NUM_THREADS >= 2:
+    print(f"\ngrid: {np.median(t1):.3f} s on 1 thread, {np.median(tn):.3f} s on {t2}; "
+          f"speed-up {speedup:.2f}x")
+    if _enabled(request) and t2 >= 2:
         assert speedup > 1.2
 
 

@@ -94,7 +94,7 @@ def test_every_accepted_request_finishes_or_is_running_at_the_horizon(x):
     rej = long.status == RequestStatus.REJECTED
     assert np.all(long.status[~rej] == RequestStatus.FINISHED)
     assert np.all(np.isfinite(long.finish_s[~rej]))
-    h = max(float(a[-1]), float(np.nanmax(long.finish_s, initial=0.0)) * cut)
+    h = max(float(a[-1]), float(np.nanmax(long.finish_s, initial=0.0)) * cut, 1e-3)  # a horizon is > 0
     short = simulate(plan, a, P, O, horizon_s=h, sample_dt_s=h / 7, **kw)
     np.testing.assert_array_equal(short.status == RequestStatus.REJECTED, rej)
     done = short.status == RequestStatus.FINISHED

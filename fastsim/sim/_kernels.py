@@ -23,6 +23,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import njit, prange
+from numba.typed import List
 
 from ..stepmodel import (P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_NV, P_HBM_BW, P_HIDDEN, P_KVPG, P_LAYERS,
                          P_MATMUL, P_NET_BW, P_NVLINK, P_OVERHEAD, P_PEAK, P_TP, P_WBYTES,
@@ -55,9 +56,9 @@ N_ICOLS = 24
 N_FCOLS = 13
 
 # int64 columns of the per-run table.
-(R_REQ_OFF, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
- R_N_SAMP, R_ISAMP_OFF, R_ROUTING, R_MAX_TOTAL, R_MAX_PROMPT) = range(13)
-N_RCOLS = 13
+(R_WORK, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
+ R_N_SAMP, R_ISAMP_OFF, R_ROUTING, R_MAX_TOTAL, R_MAX_PROMPT, R_OUT_OFF) = range(14)
+N_RCOLS = 14
 # float64 columns of the per-run table.
 (RF_HORIZON, RF_DT, RF_MEAS_LO, RF_MEAS_HI, RF_TTFT_SLO, RF_TPOT_SLO, RF_OVER_FRAC,
  RF_OVER_MIN) = range(8)
@@ -69,6 +70,87 @@ N_MFCOLS = 8
 # ... and int64 columns
 (MI_REJECTED, MI_FINISHED, MI_MEASURED, MI_OVERLOADED) = range(4)
 N_MICOLS = 4
+
+# input check of a workload by the check kernels: 0 = valid, else the first array at fault
+(IN_OK, IN_ARRIVAL, IN_PROMPT, IN_OUTPUT) = range(4)
+
+
+@njit(cache=True, inline="always")
+def _check_one_nb(arrival, prompt, output, horizon, max_tokens):
+    """Check one workload; returns ``(IN_* code, longest output)``.
+
+    Accepts exactly what the engine's checks accept: arrival times non-decreasing in
+    ``[0, horizon]`` (so finite: ``horizon`` is), token counts in ``[1, max_tokens]``. Loops
+    without early exits, so that they vectorize.
+    """
+    n = arrival.shape[0]
+    if n == 0:
+        return IN_OK, 0
+    ok = arrival[0] >= 0.0 and arrival[n - 1] <= horizon
+    for r in range(1, n):
+        ok &= arrival[r] >= arrival[r - 1]
+    if not ok:
+        return IN_ARRIVAL, 0
+    lo = prompt[0]
+    hi = lo
+    for r in range(1, n):
+        x = prompt[r]
+        lo = min(lo, x)
+        hi = max(hi, x)
+    if lo < 1 or hi > max_tokens:
+        return IN_PROMPT, 0
+    lo = output[0]
+    hi = lo
+    for r in range(1, n):
+        x = output[r]
+        lo = min(lo, x)
+        hi = max(hi, x)
+    if lo < 1 or hi > max_tokens:
+        return IN_OUTPUT, 0
+    return IN_OK, hi
+
+
+_RO_F64 = numba.types.Array(numba.types.float64, 1, "C", readonly=True)
+_RO_I64 = numba.types.Array(numba.types.int64, 1, "C", readonly=True)
+
+
+@njit(cache=True)
+def check_one_nb(arrival, prompt, output, horizon, max_tokens, info):
+    """One workload: :func:`_check_one_nb` into ``info[0] = (code, longest output)``.
+
+    Returns the three arrays as one-element typed lists of read-only arrays (the argument
+    types of :func:`simulate_runs_nb`), built here: much cheaper than from Python.
+    """
+    code, mo = _check_one_nb(arrival, prompt, output, horizon, max_tokens)
+    info[0, 0] = code
+    info[0, 1] = mo
+    la, lp, lo = new_lists_nb()
+    append_nb(la, lp, lo, arrival, prompt, output)
+    return la, lp, lo
+
+
+@njit(cache=True)
+def new_lists_nb():
+    """Three empty typed lists, of read-only float64 and int64 arrays (for the workloads)."""
+    return List.empty_list(_RO_F64), List.empty_list(_RO_I64), List.empty_list(_RO_I64)
+
+
+@njit(cache=True)
+def append_nb(la, lp, lo, arrival, prompt, output):
+    """Append one workload's arrays (compiled and cached, unlike the typed list's own methods)."""
+    la.append(arrival)
+    lp.append(prompt)
+    lo.append(output)
+
+
+@njit(cache=True, parallel=True)
+def check_nb(a_list, p_list, o_list, horizon, max_tokens, info):
+    """Check many workloads in parallel (typed lists of read-only arrays): ``info[k] = (code, longest output)``."""
+    for j in prange(info.shape[0]):
+        k = np.int64(j)     # the prange index is unsigned; typed lists take int64
+        code, mo = _check_one_nb(a_list[k], p_list[k], o_list[k], horizon, max_tokens)
+        info[k, 0] = code
+        info[k, 1] = mo
 
 
 @njit(cache=True, inline="always")
@@ -857,9 +939,9 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
 
 
 @njit(cache=True, parallel=True)
-def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first, finish, inst,
+def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, finish, inst,
                      dinst, status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s,
-                     buf_a, buf_b, met_f, met_i, run_status, full, cap, wheel_cap, samp_cap):
+                     buf_a, buf_b, met_f, met_i, run_status, order, full, cap, wheel_cap, samp_cap):
     """Run every row of the run table in a ``prange`` and compute each run's metrics.
 
     Each iteration writes only its own slices and its thread's working arrays. The body of a
@@ -873,10 +955,11 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first,
         Offsets, sizes and options of each run (``R_*`` and ``RF_*`` columns).
     pp : float64[:, N_PARAMS]; ist : int64[:, N_ICOLS]; fst : float64[:, N_FCOLS]
         Per-instance step parameters and state tables, all runs stacked.
-    arrival : float64[:]; prompt, output : int32[:]
-        Per-request inputs, all runs concatenated (offset ``R_REQ_OFF``).
+    a_list : typed list of float64[:]; p_list, o_list : typed lists of int64[:] (read-only)
+        Per-request inputs of each workload (checked by :func:`check_nb`); run k reads
+        workload ``R_WORK``, several runs may share one.
     first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
-        Per-request results: all runs concatenated when ``full`` (offset ``R_REQ_OFF``), else
+        Per-request results: all runs concatenated when ``full`` (offset ``R_OUT_OFF``), else
         one slice of ``cap`` per thread.
     nxt, done, wnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
         Working arrays, ``cap`` per thread (``n_threads * cap``).
@@ -893,25 +976,30 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first,
         Output: per-run metrics.
     run_status : int64[:]
         Output: ``RUN_*`` code per run.
+    order : int64[:]
+        The runs in the order to hand them out (longest first: less waiting for the last one).
     full : bool
         Keep every run's per-request results and samples.
     cap, wheel_cap, samp_cap : int
         Per-thread sizes of the working arrays.
     """
     n_threads = nxt.shape[0] // cap if cap > 0 else 0
-    for k in prange(run_i.shape[0]):
+    for j in prange(order.shape[0]):
+        k = order[j]
         tid = numba.get_thread_id()
         n = run_i[k, R_N_REQ]
         if tid >= n_threads or n > cap or run_i[k, R_WHEEL_LEN] > wheel_cap \
                 or run_i[k, R_N_SAMP] > samp_cap:
             run_status[k] = RUN_SCRATCH_OVERFLOW
             continue
-        a = run_i[k, R_REQ_OFF]
-        b = a + n
+        wk = run_i[k, R_WORK]
+        arrival = a_list[wk]
+        prompt = p_list[wk]
+        output = o_list[wk]
         w0 = tid * cap
         w1 = w0 + n
         if full:
-            o0 = a
+            o0 = run_i[k, R_OUT_OFF]
             s0 = run_i[k, R_SAMP_OFF]
         else:
             o0 = w0
@@ -925,7 +1013,7 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first,
         q0 = run_i[k, R_ISAMP_OFF]
         q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
         code = _run_nb(
-            pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival[a:b], prompt[a:b], output[a:b],
+            pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival, prompt, output,
             first[o0:o1], finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1],
             done[w0:w1], wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1],
             kv_s[q0:q1], sys_s[s0:s1], run_i[k, R_N_ENTRY], run_i[k, R_ROUTING],
@@ -933,5 +1021,5 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first,
             full)
         run_status[k] = code
         if code == RUN_OK:
-            _metrics_nb(arrival[a:b], output[a:b], first[o0:o1], finish[o0:o1], status[o0:o1],
+            _metrics_nb(arrival, output, first[o0:o1], finish[o0:o1], status[o0:o1],
                         sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_f[k], met_f[k], met_i[k])

@@ -1,12 +1,14 @@
 """Discrete-event simulation of a serving plan at one workload (SPEC section 6).
 
-The public functions check their input, normalise it to C-ordered arrays of fixed dtypes
-(float64 times, int32 token counts: the kernel compiles once), allocate the outputs and call
-the kernel of ``_kernels.py``: a ``prange`` over runs that also computes each run's metrics
-(percentiles by selection). Metrics-only batches keep per-request results in per-thread
-buffers, so a batch of many long runs touches little memory. Randomness is the caller's:
-arrivals and lengths come in as arrays (draw them from generators spawned from one
-``SeedSequence``).
+The public functions normalise their input to C-ordered arrays of fixed dtypes (float64
+times, int64 token counts: the kernels compile once), check the values in one parallel kernel
+call over the workloads (numpy names the fault only when there is one), build the run and
+instance tables vectorized over the runs, and call the kernel of ``_kernels.py``: a
+``prange`` over runs (longest first) that reads each workload's arrays in place, with no
+concatenation, and also computes each run's metrics (percentiles by selection). Metrics-only
+batches keep per-request results in per-thread buffers, so a batch of many long runs touches
+little memory. Randomness is the caller's: arrivals and lengths come in as arrays (draw them
+from generators spawned from one ``SeedSequence``).
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
 ---------------------------------------------------------------------------
@@ -106,7 +108,7 @@ __all__ = [
 ]
 
 OVERLOAD_SLOPE_FRACTION = 0.02
-MAX_TOKENS = 1 << 30          # token counts are int32 inside the kernels
+MAX_TOKENS = 1 << 30          # token sums and the kernels' int32 working arrays stay in range
 OVERLOAD_MIN_GROWTH = 10.0
 _UNLIMITED = 1 << 62
 _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
@@ -212,13 +214,13 @@ def _kv_floor(p: np.ndarray) -> int:
     return int(min(math.floor(v), _UNLIMITED))
 
 
-def _wheel_size(max_output: int) -> int:
-    """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1)."""
-    return 1 << max(0, int(max_output) - 1).bit_length()
+def _instances(plan, max_context: int):
+    """Per-instance rows of one plan, without the timing wheel (its size depends on the run).
 
-
-def _instances(plan, max_output: int, max_context: int):
-    """Per-instance rows (pp, int config) and the run's (n_entry, max_total, max_prompt, wheel_len)."""
+    Returns ``(pp, cfg, wheel_rank, n_entry, max_total, max_prompt)``: step parameters and int
+    configuration rows, the index of each instance among the plan's wheel-keeping (colocated or
+    decode) instances (-1 for a prefill instance), and the run constants.
+    """
     if isinstance(plan, ColocatedPlan):
         kvb = _kv_floor(plan.p)
         ni = plan.n_instances
@@ -226,13 +228,9 @@ def _instances(plan, max_output: int, max_context: int):
         cfg = np.zeros((ni, K.N_ICOLS), dtype=np.int64)
         cfg[:, K.I_KIND] = K.KIND_COLOCATED
         cfg[:, K.I_TOKENS] = plan.chunk_tokens
-        cap = plan.max_batch if plan.max_batch > 0 else _UNLIMITED
-        cfg[:, K.I_MAX_ADMIT] = cap
+        cfg[:, K.I_MAX_ADMIT] = plan.max_batch if plan.max_batch > 0 else _UNLIMITED
         cfg[:, K.I_KV_BUDGET] = kvb
-        w = _wheel_size(max_output)
-        cfg[:, K.I_WHEEL_MASK] = w - 1
-        cfg[:, K.I_WHEEL_OFF] = np.arange(ni, dtype=np.int64) * w
-        return pp, cfg, ni, min(max_context, kvb), _UNLIMITED, ni * w
+        return pp, cfg, np.arange(ni, dtype=np.int64), ni, min(max_context, kvb), _UNLIMITED
     if isinstance(plan, DisaggregatedPlan):
         kp = _kv_floor(plan.p_prefill)
         kd = _kv_floor(plan.p_decode)
@@ -246,22 +244,30 @@ def _instances(plan, max_output: int, max_context: int):
         cfg[:npf, K.I_MAX_ADMIT] = _UNLIMITED
         cfg[:npf, K.I_KV_BUDGET] = kp
         cfg[npf:, K.I_KIND] = K.KIND_DECODE
-        cap = plan.decode_max_batch if plan.decode_max_batch > 0 else _UNLIMITED
-        cfg[npf:, K.I_MAX_ADMIT] = cap
+        cfg[npf:, K.I_MAX_ADMIT] = plan.decode_max_batch if plan.decode_max_batch > 0 else _UNLIMITED
         cfg[npf:, K.I_KV_BUDGET] = kd
-        w = _wheel_size(max_output)
-        cfg[npf:, K.I_WHEEL_MASK] = w - 1
-        cfg[npf:, K.I_WHEEL_OFF] = np.arange(nd, dtype=np.int64) * w
-        return pp, cfg, npf, min(max_context, kd), kp, nd * w
+        rank = np.concatenate([np.full(npf, -1, np.int64), np.arange(nd, dtype=np.int64)])
+        return pp, cfg, rank, npf, min(max_context, kd), kp
     raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan or a DisaggregatedPlan")
 
 
-def _tokens(field: str, v, n: int | None) -> np.ndarray:
-    """Validated int64 token counts (the caller's array itself when it already is one: no copy)."""
+def _plan_rows(plan, max_context: int):
+    """:func:`_instances` of a plan, kept on the plan (it is immutable; the rows are only read)."""
+    if not isinstance(plan, (ColocatedPlan, DisaggregatedPlan)):
+        return _instances(plan, max_context)     # raises, naming the field
+    memo = plan.__dict__.get("_rows_memo")
+    if memo is None or memo[0] != max_context:
+        memo = (max_context, _instances(plan, max_context))
+        object.__setattr__(plan, "_rows_memo", memo)
+    return memo[1]
+
+
+def _token_array(field: str, v, n: int) -> np.ndarray:
+    """Token counts as a C-ordered int64 array (no copy when they already are); values unchecked."""
     a = np.asarray(v)
     if a.ndim != 1:
         raise FastsimInputError(field, f"shape {a.shape}", "a 1-d array")
-    if n is not None and a.shape[0] != n:
+    if a.shape[0] != n:
         raise FastsimInputError(field, f"length {a.shape[0]}", f"length {n} (as arrival_s)")
     if a.dtype.kind in "iu":
         out = a if a.dtype == np.int64 else a.astype(np.int64)
@@ -273,6 +279,12 @@ def _tokens(field: str, v, n: int | None) -> np.ndarray:
         out = np.zeros(0, dtype=np.int64)
     else:
         raise FastsimInputError(field, f"dtype {a.dtype}", "an integer array")
+    return np.ascontiguousarray(out)
+
+
+def _tokens(field: str, v, n: int) -> np.ndarray:
+    """Validated int64 token counts."""
+    out = _token_array(field, v, n)
     if out.size:
         lo, hi = int(out.min()), int(out.max())
         if lo < 1:
@@ -282,15 +294,31 @@ def _tokens(field: str, v, n: int | None) -> np.ndarray:
     return out
 
 
-def _workload(w, horizon_s: float):
+def _unpack(w):
     try:
         if hasattr(w, "arrival_s"):
-            arrival_s, prompt_tokens, output_tokens = w.arrival_s, w.prompt_tokens, w.output_tokens
-        else:
-            arrival_s, prompt_tokens, output_tokens = w
+            return w.arrival_s, w.prompt_tokens, w.output_tokens
+        arrival_s, prompt_tokens, output_tokens = w
+        return arrival_s, prompt_tokens, output_tokens
     except (TypeError, ValueError):
         raise FastsimInputError("workloads", type(w).__name__,
                                 "tuples (arrival_s, prompt_tokens, output_tokens)") from None
+
+
+def _arrays(w):
+    """A workload's arrays in the kernels' dtypes and C order (shapes checked, values not)."""
+    arrival_s, prompt_tokens, output_tokens = _unpack(w)
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if a.ndim != 1:
+        raise FastsimInputError("arrival_s", f"shape {a.shape}", "a 1-d array")
+    n = a.shape[0]
+    return (np.ascontiguousarray(a), _token_array("prompt_tokens", prompt_tokens, n),
+            _token_array("output_tokens", output_tokens, n))
+
+
+def _workload(w, horizon_s: float):
+    """Every check of one workload, in numpy (the kernels check the same; this names the fault)."""
+    arrival_s, prompt_tokens, output_tokens = _unpack(w)
     a = np.asarray(arrival_s, dtype=np.float64)
     if a.ndim != 1:
         raise FastsimInputError("arrival_s", f"shape {a.shape}", "a 1-d array")
@@ -303,6 +331,29 @@ def _workload(w, horizon_s: float):
         if a[-1] > horizon_s:
             raise FastsimInputError("arrival_s", float(a[-1]), f"times <= horizon_s = {horizon_s}")
     return a, _tokens("prompt_tokens", prompt_tokens, a.shape[0]), _tokens("output_tokens", output_tokens, a.shape[0])
+
+
+def _check(works, raw, horizon_s: float):
+    """Check the workloads' values in one kernel call; the kernels' typed lists of them.
+
+    ``works`` are :func:`_arrays` triples, ``raw`` the caller's workloads (to name a fault).
+    Returns ``(arrivals, prompts, outputs, requests per workload, longest output per workload)``.
+    """
+    W = len(works)
+    info = np.empty((W, 2), np.int64)
+    if W == 1:
+        la, lp, lo = K.check_one_nb(*works[0], horizon_s, MAX_TOKENS, info)
+    else:
+        la, lp, lo = K.new_lists_nb()
+        for a, p, o in works:
+            K.append_nb(la, lp, lo, a, p, o)
+        K.check_nb(la, lp, lo, horizon_s, MAX_TOKENS, info)
+    bad = np.flatnonzero(info[:, 0] != K.IN_OK)
+    if bad.size:
+        _workload(raw[int(bad[0])], horizon_s)   # raises, naming the field
+        raise FastsimInputError("workloads", f"workload {int(bad[0])}", "valid arrays")
+    n = np.array([w[0].shape[0] for w in works], dtype=np.int64)
+    return la, lp, lo, n, info[:, 1].copy()
 
 
 def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
@@ -325,83 +376,124 @@ def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, mea
     return horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, _ROUTINGS[routing], (f0, f1), sample_dt_s
 
 
-def _run(pairs, opts, full: bool):
-    """Build the flattened tables for ``pairs`` of (plan, validated workload) and run the kernel.
+def _one_run_tables(plan, wk: int, w_n, w_max, max_context: int, n_samp: int, routing: int):
+    """:func:`_run`'s tables for a single run, with Python scalars (a few microseconds)."""
+    pp, cfg, rank, n_entry, max_total, max_prompt = _plan_rows(plan, max_context)
+    n = int(w_n[wk])
+    w = _wheel_size(min(int(w_max[wk]), max_context))
+    ist = cfg.copy()
+    keep = rank >= 0
+    ist[:, K.I_WHEEL_MASK] = np.where(keep, w - 1, 0)
+    ist[:, K.I_WHEEL_OFF] = np.where(keep, rank * w, 0)
+    ni = cfg.shape[0]
+    wheel_len = int(np.count_nonzero(keep)) * w
+    row = [0] * K.N_RCOLS
+    row[K.R_WORK] = wk
+    row[K.R_N_REQ] = n
+    row[K.R_N_INST] = ni
+    row[K.R_N_ENTRY] = n_entry
+    row[K.R_WHEEL_LEN] = wheel_len
+    row[K.R_N_SAMP] = n_samp
+    row[K.R_ROUTING] = routing
+    row[K.R_MAX_TOTAL] = max_total
+    row[K.R_MAX_PROMPT] = max_prompt
+    return (np.array([row], dtype=np.int64), pp, ist, np.array([n], dtype=np.int64),
+            np.array([wheel_len], dtype=np.int64))
 
-    Returns the run table, the per-instance tables, the kernel's outputs and per-run metrics.
+
+def _wheel_size(max_output: int) -> int:
+    """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1)."""
+    return 1 << max(0, int(max_output) - 1).bit_length()
+
+
+def _run(plans, pk, wk, work, opts, full: bool):
+    """Build the run and instance tables of runs (``plans[pk[k]]`` on workload ``wk[k]``), run the kernel.
+
+    ``work`` is :func:`_check`'s output. Everything per run is vectorized over the runs.
+    Returns the run table, the per-instance tables, the kernel's outputs and ``n_samp``.
     """
     horizon_s, ttft_slo_s, tpot_slo_s, max_context, routing, window, dt = opts
-    R = len(pairs)
+    la, lp, lo, w_n, w_max = work
+    R = pk.shape[0]
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
-    run_i = np.zeros((R, K.N_RCOLS), dtype=np.int64)
-    run_f = np.zeros((R, K.N_RFCOLS), dtype=np.float64)
-    run_f[:, K.RF_HORIZON] = horizon_s
-    run_f[:, K.RF_DT] = dt
-    run_f[:, K.RF_MEAS_LO] = window[0]
-    run_f[:, K.RF_MEAS_HI] = window[1]
-    run_f[:, K.RF_TTFT_SLO] = ttft_slo_s
-    run_f[:, K.RF_TPOT_SLO] = tpot_slo_s
-    run_f[:, K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
-    run_f[:, K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
-    pps, cfgs = [], []
-    req_off = inst_off = isamp_off = 0
-    cap = wheel_cap = 1
-    for k, (plan, w) in enumerate(pairs):
-        n = w[0].shape[0]
-        # longest output that can be admitted (others are rejected)
-        max_out = min(int(w[2].max()), max_context) if n else 1
-        pp, cfg, n_entry, max_total, max_prompt, wheel_len = _instances(plan, max_out, max_context)
-        ni = cfg.shape[0]
-        run_i[k, K.R_REQ_OFF] = req_off
-        run_i[k, K.R_N_REQ] = n
-        run_i[k, K.R_INST_OFF] = inst_off
-        run_i[k, K.R_N_INST] = ni
-        run_i[k, K.R_N_ENTRY] = n_entry
-        run_i[k, K.R_WHEEL_LEN] = wheel_len
-        run_i[k, K.R_SAMP_OFF] = k * n_samp
-        run_i[k, K.R_N_SAMP] = n_samp
-        run_i[k, K.R_ISAMP_OFF] = isamp_off
-        run_i[k, K.R_ROUTING] = routing
-        run_i[k, K.R_MAX_TOTAL] = max_total
-        run_i[k, K.R_MAX_PROMPT] = max_prompt
-        pps.append(pp)
-        cfgs.append(cfg)
-        req_off += n
-        inst_off += ni
-        isamp_off += n_samp * ni
-        cap = max(cap, n)
-        wheel_cap = max(wheel_cap, wheel_len)
-    N = req_off
-    pp = np.ascontiguousarray(np.concatenate(pps))
-    ist = np.ascontiguousarray(np.concatenate(cfgs))
-    fst = np.zeros((inst_off, K.N_FCOLS), dtype=np.float64)
-    # fresh writable copies (a read-only input would compile the kernel a second time); token
-    # counts as int32 (the wrapper of the workload checked them; a smaller working set)
-    arrival = np.concatenate([w[0] for _, w in pairs]) if R > 1 else np.array(pairs[0][1][0], np.float64)
-    prompt = np.concatenate([w[1] for _, w in pairs], dtype=np.int32, casting="same_kind")
-    output = np.concatenate([w[2] for _, w in pairs], dtype=np.int32, casting="same_kind")
     if R == 1:
-        threads = 1
+        run_i, pp, ist, n_req, wheel_len = _one_run_tables(plans[int(pk[0])], int(wk[0]), w_n, w_max,
+                                                           max_context, n_samp, routing)
     else:
-        threads = numba.get_num_threads()
+        temps = [_plan_rows(pl, max_context) for pl in plans]
+        t_ni = np.array([t[1].shape[0] for t in temps], dtype=np.int64)
+        t_row0 = np.zeros(len(temps), dtype=np.int64)
+        np.cumsum(t_ni[:-1], out=t_row0[1:])
+        t_nwheel = np.array([int(np.count_nonzero(t[2] >= 0)) for t in temps], dtype=np.int64)
+        t_const = np.array([t[3:6] for t in temps], dtype=np.int64)
+        # per run: its workload's requests and the wheel size (a power of two >= the longest output
+        # that can be admitted, at least 1)
+        n_req = w_n[wk]
+        m = np.maximum(np.minimum(w_max[wk], max_context) - 1, 0)
+        wheel = np.left_shift(np.int64(1), np.frexp(m.astype(np.float64))[1].astype(np.int64))
+        ni = t_ni[pk]
+        inst_off = np.zeros(R, dtype=np.int64)
+        np.cumsum(ni[:-1], out=inst_off[1:])
+        n_inst = int(inst_off[-1] + ni[-1])
+        rows = np.repeat(t_row0[pk] - inst_off, ni) + np.arange(n_inst, dtype=np.int64)
+        pp = np.concatenate([t[0] for t in temps])[rows]
+        ist = np.concatenate([t[1] for t in temps])[rows]
+        rank = np.concatenate([t[2] for t in temps])[rows]
+        w_row = np.repeat(wheel, ni)
+        ist[:, K.I_WHEEL_MASK] = np.where(rank >= 0, w_row - 1, 0)
+        ist[:, K.I_WHEEL_OFF] = np.where(rank >= 0, rank * w_row, 0)
+        wheel_len = t_nwheel[pk] * wheel
+        run_i = np.empty((R, K.N_RCOLS), dtype=np.int64)
+        run_i[:, K.R_WORK] = wk
+        run_i[:, K.R_N_REQ] = n_req
+        run_i[:, K.R_INST_OFF] = inst_off
+        run_i[:, K.R_N_INST] = ni
+        run_i[:, K.R_N_ENTRY] = t_const[pk, 0]
+        run_i[:, K.R_WHEEL_OFF] = 0
+        run_i[:, K.R_WHEEL_LEN] = wheel_len
+        run_i[:, K.R_SAMP_OFF] = np.arange(R, dtype=np.int64) * n_samp
+        run_i[:, K.R_N_SAMP] = n_samp
+        run_i[:, K.R_ISAMP_OFF] = inst_off * n_samp
+        run_i[:, K.R_ROUTING] = routing
+        run_i[:, K.R_MAX_TOTAL] = t_const[pk, 1]
+        run_i[:, K.R_MAX_PROMPT] = t_const[pk, 2]
+        run_i[:, K.R_OUT_OFF] = 0
+        np.cumsum(n_req[:-1], out=run_i[1:, K.R_OUT_OFF])
+    rf = [0.0] * K.N_RFCOLS
+    rf[K.RF_HORIZON] = horizon_s
+    rf[K.RF_DT] = dt
+    rf[K.RF_MEAS_LO] = window[0]
+    rf[K.RF_MEAS_HI] = window[1]
+    rf[K.RF_TTFT_SLO] = ttft_slo_s
+    rf[K.RF_TPOT_SLO] = tpot_slo_s
+    rf[K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
+    rf[K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
+    run_f = np.array([rf] * R, dtype=np.float64)
+    fst = np.zeros((ist.shape[0], K.N_FCOLS), dtype=np.float64)
+    cap = max(1, int(n_req.max()))
+    wheel_cap = max(1, int(wheel_len.max()))
+    threads = 1 if R == 1 else numba.get_num_threads()
     nw = threads * cap                  # per-thread working arrays
-    no = N if full else nw              # per-request results
+    no = int(n_req.sum()) if full else nw   # per-request results
+    n_isamp = ist.shape[0] * n_samp
     out = dict(
         first=np.empty(no, np.float64), finish=np.empty(no, np.float64),
         inst=np.empty(no, np.int32), dinst=np.empty(no, np.int32), status=np.empty(no, np.int8),
-        wait_s=np.empty(isamp_off if full else 0, np.int64),
-        kv_s=np.empty(isamp_off if full else 0, np.int64),
+        wait_s=np.empty(n_isamp if full else 0, np.int64),
+        kv_s=np.empty(n_isamp if full else 0, np.int64),
         sys_s=np.empty(R * n_samp if full else threads * n_samp, np.int64),
         met_f=np.empty((R, K.N_MFCOLS), np.float64), met_i=np.empty((R, K.N_MICOLS), np.int64),
-        run_status=np.empty(R, np.int64), prompt=prompt, output=output,
+        run_status=np.empty(R, np.int64),
     )
-    disagg = any(isinstance(pl, DisaggregatedPlan) for pl, _ in pairs)
-    args = (run_i, run_f, pp, ist, fst, arrival, prompt, output, out["first"], out["finish"],
+    disagg = any(isinstance(pl, DisaggregatedPlan) for pl in plans)
+    # longest runs first: the last run handed out is a short one
+    order = np.argsort(-n_req, kind="stable") if R > 1 else np.zeros(1, np.int64)
+    args = (run_i, run_f, pp, ist, fst, la, lp, lo, out["first"], out["finish"],
             out["inst"], out["dinst"], out["status"], np.empty(nw, np.int32), np.empty(nw, np.int32),
             np.empty(threads * wheel_cap, np.int32), np.empty(nw, np.int32),
             np.empty(nw if disagg else 1, np.float64), np.empty(nw if disagg else 1, np.int32),
             out["wait_s"], out["kv_s"], out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64),
-            out["met_f"], out["met_i"], out["run_status"], bool(full), cap, wheel_cap, n_samp)
+            out["met_f"], out["met_i"], out["run_status"], order, bool(full), cap, wheel_cap, n_samp)
     if R == 1:
         # one run: skip the thread pool (a busy machine can delay its wake-up by milliseconds)
         before = numba.get_num_threads()
@@ -417,55 +509,51 @@ def _run(pairs, opts, full: bool):
     if bad.size:
         raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
                            f"on run {int(bad[0])}; this is a bug in fastsim")
-    return run_i, arrival, ist, fst, out, n_samp
+    return run_i, ist, fst, out, n_samp
 
 
-def _instance_metrics(ist, fst, horizon_s):
-    """Utilisation, mean batch and KV peak of every instance of every run (rows of ``ist``)."""
+def _all_metrics(run_i, ist, fst, out, horizon_s) -> list:
+    """The :class:`SimMetrics` of every run, from the kernel's metric rows (vectorized over runs)."""
     steps = ist[:, K.I_STEP]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_batch = np.where(steps > 0, ist[:, K.I_BATCH_SUM] / np.maximum(steps, 1), np.nan)
-    return fst[:, K.F_BUSY] / horizon_s, mean_batch, ist[:, K.I_KV_PEAK].copy(), ist[:, K.I_TOKENS_OUT].copy()
+    mean_batch = ist[:, K.I_BATCH_SUM] / np.maximum(steps, 1)
+    mean_batch[steps == 0] = np.nan
+    util = fst[:, K.F_BUSY] / horizon_s
+    kv_peak = ist[:, K.I_KV_PEAK].copy()
+    i0 = run_i[:, K.R_INST_OFF]
+    i1 = (i0 + run_i[:, K.R_N_INST]).tolist()
+    n = run_i[:, K.R_N_REQ]
+    rejected = out["met_i"][:, K.MI_REJECTED]
+    thr = (np.add.reduceat(ist[:, K.I_TOKENS_OUT], i0).astype(np.float64) / horizon_s).tolist()
+    rate = ((n - rejected).astype(np.float64) / horizon_s).tolist()
+    mf = out["met_f"].tolist()
+    mi = out["met_i"].tolist()
+    n = n.tolist()
+    i0 = i0.tolist()
+    res = []
+    for k in range(len(n)):
+        f = mf[k]
+        rej, fin, meas, over = mi[k]
+        a, b = i0[k], i1[k]
+        res.append(SimMetrics(f[K.M_ATTAIN], f[K.M_TTFT50], f[K.M_TTFT90], f[K.M_TTFT99],
+                              f[K.M_TPOT50], f[K.M_TPOT90], f[K.M_TPOT99], thr[k], rej,
+                              n[k] - rej - fin, fin, meas, n[k], over != 0, f[K.M_SLOPE], rate[k],
+                              util[a:b], mean_batch[a:b], kv_peak[a:b]))
+    return res
 
 
-def _metrics(k, run_i, inst_m, out, horizon_s) -> SimMetrics:
-    """The :class:`SimMetrics` of run k from the kernel's metric rows and the instance metrics."""
-    mf = out["met_f"][k].tolist()
-    mi = out["met_i"][k].tolist()
-    n = int(run_i[k, K.R_N_REQ])
+def _result(k, m, works, run_i, fst, out, n_samp, dt) -> SimResult:
+    w = int(run_i[k, K.R_WORK])
+    o0 = int(run_i[k, K.R_OUT_OFF])
+    o1 = o0 + int(run_i[k, K.R_N_REQ])
     i0 = int(run_i[k, K.R_INST_OFF])
-    rows = slice(i0, i0 + int(run_i[k, K.R_N_INST]))
-    util, mean_batch, kv_peak, tokens_out = inst_m
-    rejected, finished = mi[K.MI_REJECTED], mi[K.MI_FINISHED]
-    return SimMetrics(
-        attainment=mf[K.M_ATTAIN],
-        ttft_p50_s=mf[K.M_TTFT50], ttft_p90_s=mf[K.M_TTFT90], ttft_p99_s=mf[K.M_TTFT99],
-        tpot_p50_s=mf[K.M_TPOT50], tpot_p90_s=mf[K.M_TPOT90], tpot_p99_s=mf[K.M_TPOT99],
-        throughput_tokens_per_s=float(tokens_out[rows].sum()) / horizon_s,
-        rejected=rejected, unfinished=n - rejected - finished, finished=finished,
-        measured=mi[K.MI_MEASURED], n_requests=n, overloaded=bool(mi[K.MI_OVERLOADED]),
-        queue_slope_req_per_s=mf[K.M_SLOPE], arrival_rate_req_per_s=(n - rejected) / horizon_s,
-        utilisation=util[rows], mean_batch=mean_batch[rows], kv_peak_tokens=kv_peak[rows],
-    )
-
-
-def _result(k, inst_m, run_i, arrival, fst, out, n_samp, opts, full: bool):
-    horizon_s, dt = opts[0], opts[6]
-    m = _metrics(k, run_i, inst_m, out, horizon_s)
-    if not full:
-        return m
-    a = run_i[k, K.R_REQ_OFF]
-    b = a + run_i[k, K.R_N_REQ]
-    i0 = run_i[k, K.R_INST_OFF]
-    ni = run_i[k, K.R_N_INST]
-    s0 = run_i[k, K.R_SAMP_OFF]
-    q0 = run_i[k, K.R_ISAMP_OFF]
+    ni = int(run_i[k, K.R_N_INST])
+    s0 = int(run_i[k, K.R_SAMP_OFF])
+    q0 = int(run_i[k, K.R_ISAMP_OFF])
     return SimResult(
-        arrival_s=arrival[a:b], prompt_tokens=out["prompt"][a:b].astype(np.int64),
-        output_tokens=out["output"][a:b].astype(np.int64),
-        first_token_s=out["first"][a:b], finish_s=out["finish"][a:b],
-        instance=out["inst"][a:b].astype(np.int64), decode_instance=out["dinst"][a:b].astype(np.int64),
-        status=out["status"][a:b].astype(np.int64),
+        arrival_s=works[w][0].copy(), prompt_tokens=works[w][1].copy(), output_tokens=works[w][2].copy(),
+        first_token_s=out["first"][o0:o1], finish_s=out["finish"][o0:o1],
+        instance=out["inst"][o0:o1].astype(np.int64), decode_instance=out["dinst"][o0:o1].astype(np.int64),
+        status=out["status"][o0:o1].astype(np.int64),
         sample_t_s=np.arange(n_samp, dtype=np.float64) * dt,
         queue_len=out["wait_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
         kv_tokens=out["kv_s"][q0:q0 + n_samp * ni].reshape(n_samp, ni),
@@ -509,11 +597,13 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         non-positive horizon / SLOs / sample step, unknown routing, bad window, bad plan.
     """
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
-    w = _workload((arrival_s, prompt_tokens, output_tokens), opts[0])
-    _instances(plan, 1, opts[3])  # type check before allocating
-    pairs = [(plan, w)]
-    run_i, arrival, ist, fst, out, n_samp = _run(pairs, opts, True)
-    return _result(0, _instance_metrics(ist, fst, opts[0]), run_i, arrival, fst, out, n_samp, opts, True)
+    raw = (arrival_s, prompt_tokens, output_tokens)
+    works = [_arrays(raw)]
+    work = _check(works, [raw], opts[0])
+    one = np.zeros(1, np.int64)
+    run_i, ist, fst, out, n_samp = _run([plan], one, one, work, opts, True)
+    m = _all_metrics(run_i, ist, fst, out, opts[0])[0]
+    return _result(0, m, works, run_i, fst, out, n_samp, opts[6])
 
 
 def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
@@ -551,33 +641,48 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     """
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
     plans = list(plans)
-    works = [_workload(w, opts[0]) for w in workloads]
+    raw = list(workloads)
+    works = [_arrays(w) for w in raw]
     if not plans:
         raise FastsimInputError("plans", plans, "at least one plan")
     if not works:
         raise FastsimInputError("workloads", workloads, "at least one workload")
+    work = _check(works, raw, opts[0])
     for pl in plans:
-        _instances(pl, 1, opts[3])
+        _instances(pl, opts[3])
+    P, W = len(plans), len(works)
     if product:
-        pairs = [(pl, w) for pl in plans for w in works]
-    elif len(plans) == 1:
-        pairs = [(plans[0], w) for w in works]
+        pk = np.repeat(np.arange(P, dtype=np.int64), W)
+        wk = np.tile(np.arange(W, dtype=np.int64), P)
+    elif P == 1:
+        pk = np.zeros(W, np.int64)
+        wk = np.arange(W, dtype=np.int64)
     else:
-        if len(plans) != len(works):
-            raise FastsimInputError("plans", f"{len(plans)} plans",
-                                    f"one plan, or one per workload ({len(works)})")
-        pairs = list(zip(plans, works))
-    run_i, arrival, ist, fst, out, n_samp = _run(pairs, opts, full)
-    inst_m = _instance_metrics(ist, fst, opts[0])
-    return [_result(k, inst_m, run_i, arrival, fst, out, n_samp, opts, full) for k in range(len(pairs))]
+        if P != W:
+            raise FastsimInputError("plans", f"{P} plans", f"one plan, or one per workload ({W})")
+        pk = wk = np.arange(W, dtype=np.int64)
+    run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full)
+    ms = _all_metrics(run_i, ist, fst, out, opts[0])
+    if not full:
+        return ms
+    return [_result(k, m, works, run_i, fst, out, n_samp, opts[6]) for k, m in enumerate(ms)]
 
 
 def warmup() -> None:
-    """Compile (or load from cache) the simulator kernel with a tiny run of each plan kind."""
+    """Compile (or load from cache) the simulator kernels with a tiny run of each plan kind.
+
+    Covers writable and read-only input arrays (a :class:`fastsim.workload.Workload` holds
+    read-only ones), so neither compiles later.
+    """
     p = np.ones(N_PARAMS)
     p[P_KV_BUDGET_TOKENS] = 1000.0
     a = np.array([0.0, 0.5])
     pt = np.array([10, 20])
     ot = np.array([2, 3])
-    simulate_batch([ColocatedPlan(p, 1, 8), DisaggregatedPlan(p, 1, p, 1)], [(a, pt, ot)],
-                   horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=1.0, product=True)
+    kw = dict(horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=1.0)
+    simulate_batch([ColocatedPlan(p, 1, 8), DisaggregatedPlan(p, 1, p, 1)], [(a, pt, ot)] * 2, product=True, **kw)
+    simulate(ColocatedPlan(p, 1, 8), a, pt, ot, **kw)
+    ro = [x.copy() for x in (a, pt, ot)]
+    for x in ro:
+        x.setflags(write=False)
+    simulate(ColocatedPlan(p, 1, 8), *ro, **kw)
