@@ -702,6 +702,21 @@ def _cmd_simulate(args):
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
              "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["utilisation"]),
              "pass" if r["passed"] else "FAIL"] for r in records]
+    if len(results) > 1:
+        # the verdict over all seeds together, as `plan` and `capacity` judge a plan
+        from .search import SLO, _pooled
+        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon)
+        pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
+                  "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
+                  "attainment": v.attainment, "ttft_p90_s": (v.ttft_p90_s if math.isfinite(v.ttft_p90_s) else None), "tpot_p90_s": (v.tpot_p90_s if math.isfinite(v.tpot_p90_s) else None),
+                  "rejected": v.rejected, "overloaded": v.overloaded, "passed": v.passed}
+        records.append(pooled)
+        rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
+                     "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
+                     sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "",
+                     "pass" if v.passed else "FAIL"])
+        notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
+                               "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
                "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "utilisation", "SLO"]
     if args.format == "table":
@@ -710,7 +725,7 @@ def _cmd_simulate(args):
     _emit(args, records, rows, headers, notes)
     if args.plot:
         from .plots import plot_simulation
-        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
+        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
                         title=f"{plan.describe()}, {demand.rate_req_per_s:g} req/s")
     return 0
 
