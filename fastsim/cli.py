@@ -182,6 +182,9 @@ def _resolve_workload(args, cat):
                 raise FastsimInputError(flag, None, "a P90 target in seconds (required with --trace)")
         model = cat.model(args.model)
         wl = W.read_trace(args.trace)
+        if wl.n < 2 or not wl.duration_s > 0:
+            raise FastsimInputError("--trace", args.trace, "a trace with at least two requests at distinct "
+                                    f"times (it has {wl.n}), so that it has a rate")
         if args.rate:
             wl = wl.rescaled(args.rate)
         too_long = wl.exceeding_context(model.max_context_tokens)
@@ -751,8 +754,10 @@ def _cmd_capacity(args):
                 for i, (r, a, o, p) in enumerate(res.probes)]
         from tabulate import tabulate
         print(tabulate(rows, headers=["probe", "rate req/s", "attainment", "overloaded", "SLO"], disable_numparse=True))
+        ci = (f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if res.seeds > 1
+              else "no interval with one seed (use --seeds >= 2)")
         print(f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (bracket {res.bracket[0]:.3f} - {res.bracket[1]:.3f}); "
-              f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}; analytic {res.analytic_req_per_s:.3f} req/s, "
+              f"{ci}; analytic {res.analytic_req_per_s:.3f} req/s, "
               f"analytic / simulated = {res.analytic_ratio:.2f} (simulated / analytic = {res.simulated_ratio:.2f})")
     else:
         _emit(args, [rec], [], [])
