@@ -413,6 +413,15 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                 efficiency_usd_per_million_output_tokens=float(eff), feasible=bool(ok), reason=reason,
                 plan=plan))
     df = pd.DataFrame(out)
+    longest = demand.latency_prompt_tokens + demand.latency_output_tokens
+    if len(df) and longest > model.max_context_tokens:
+        # more than a tenth of the requests cannot be served by any plan: a P90 SLO cannot hold
+        df["feasible"] = False
+        df["reason"] = (f"the latency-quantile request ({longest:,.0f} tokens of prompt + output) is longer than "
+                        f"{model.name}'s context of {model.max_context_tokens:,} tokens")
+        df["plan"] = None
+        for col in ("usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens"):
+            df[col] = np.inf
     if len(df):
         df = df.sort_values(["feasible", "usd_per_million_output_tokens",
                              "efficiency_usd_per_million_output_tokens", "gpus"],

@@ -279,7 +279,18 @@ def _cmd_plan(args):
                      "-" if rep is None else f"{rep} -> {v['instances_after_repair']}",
                      "-" if not v else f"{v['rejected_requests']:,}"])
     if not records:
-        report.notes.append("no configuration of the grid meets these SLOs analytically")
+        reasons = report.grid["reason"].value_counts() if len(report.grid) else {}
+        report.notes.append("no configuration of the grid meets these SLOs analytically"
+                            + ("; most common reasons: " + "; ".join(f"{r} ({n} configurations)"
+                                                                     for r, n in list(reasons.items())[:3])
+                               if len(reasons) else ""))
+    for i, d in enumerate(report.deployments, 1):
+        r = d.repair
+        if r is not None and not r.passed:
+            report.notes.append(f"plan {i} fails verification: " + (r.reason or "attainment below 0.90"))
+        elif r is not None and r.verification.rejected:
+            report.notes.append(f"plan {i} passes but rejects {r.verification.rejected:,} requests "
+                                "(longer than the model's context or an instance's KV cache)")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
                "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
     if args.no_verify:  # analytic ranking only: drop the simulation columns

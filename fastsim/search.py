@@ -58,6 +58,8 @@ class Verification:
         Simulations pooled (seeds).
     measured, rejected : int
         Measured requests; requests rejected (too long for the instance or the model).
+    requests : int
+        All requests simulated.
     """
 
     attainment: float
@@ -68,6 +70,7 @@ class Verification:
     runs: int
     measured: int
     rejected: int
+    requests: int = 0
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -116,12 +119,30 @@ def pooled_overload(metrics, horizon_s: float) -> bool:
     return bool(b > OVERLOAD_SLOPE_FRACTION * lam and b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
 
 
+def _p90(a: np.ndarray) -> float:
+    """P90 by linear interpolation with +inf allowed, the same arithmetic as the simulator's kernel."""
+    n = a.size
+    if n == 0:
+        return float("nan")
+    pos = 0.9 * (n - 1)
+    lo = int(np.floor(pos))
+    frac = pos - lo
+    srt = np.sort(a)
+    x, y = srt[lo], srt[min(lo + 1, n - 1)]
+    if frac == 0.0 or x == y:
+        return float(x)
+    if np.isinf(y):
+        return float("inf")
+    return float(x + (y - x) * frac)
+
+
 def _pooled(results, slo: SLO, measure_window, horizon_s):
     ttft_all, tpot_all = [], []
-    met = measured = rejected = 0
+    met = measured = rejected = requests = 0
     overloaded = pooled_overload([r.metrics for r in results], horizon_s) if results else False
     for r in results:
         rejected += int(r.metrics.rejected)
+        requests += int(r.metrics.n_requests)
         lo, hi = measure_window[0] * horizon_s, measure_window[1] * horizon_s
         sel = (r.arrival_s >= lo) & (r.arrival_s < hi)
         first, fin, o = r.first_token_s[sel], r.finish_s[sel], r.output_tokens[sel]
@@ -138,11 +159,11 @@ def _pooled(results, slo: SLO, measure_window, horizon_s):
         tpot_all.append(tpot[o > 1])
     ttft_all = np.concatenate(ttft_all) if ttft_all else np.empty(0)
     tpot_all = np.concatenate(tpot_all) if tpot_all else np.empty(0)
-    q = lambda a: float(np.quantile(a, 0.9, method="inverted_cdf")) if a.size else float("nan")  # noqa: E731
+    q = _p90
     att = met / measured if measured else 0.0
     return Verification(attainment=att, ttft_p90_s=q(ttft_all), tpot_p90_s=q(tpot_all),
                         passed=bool(att >= slo.attainment and not overloaded), overloaded=overloaded,
-                        runs=len(results), measured=measured, rejected=rejected)
+                        runs=len(results), measured=measured, rejected=rejected, requests=requests)
 
 
 def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalog | None = None,
@@ -285,6 +306,10 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     if v.passed:
         return RepairResult(plan, v, True, None, "", history)
     why = lone_request_check(plan, latency_prompt_tokens, latency_output_tokens, slo, catalog, constants, model)
+    if not why and v.requests and v.rejected / v.requests > 1.0 - slo.attainment:
+        why = (f"{v.rejected:,} requests are rejected (longer than {model.name}'s context of "
+               f"{model.max_context_tokens:,} tokens or than an instance's KV cache): more instances of the "
+               "same kind cannot serve them")
     if why:
         return RepairResult(plan, v, False, None, "no instance count can pass: " + why, history)
     start = _instances(plan)
