@@ -219,7 +219,8 @@ def plot_capacity(result, path: str, *, title: str = "") -> str:
     ax.scatter(rates[~ok], att[~ok], color="tab:red", marker="x", label="probe failed", zorder=3)
     ax.axhline(0.9, color="k", ls="--", lw=1, label="attainment target")
     ax.axvline(result.rate_req_per_s, color="tab:blue", lw=1.5, label=f"capacity {result.rate_req_per_s:.2f} req/s")
-    ax.axvspan(result.ci95[0], result.ci95[1], color="tab:blue", alpha=0.15, label="95% CI across seeds")
+    if np.isfinite(result.ci95[0]) and np.isfinite(result.ci95[1]):
+        ax.axvspan(result.ci95[0], result.ci95[1], color="tab:blue", alpha=0.15, label="95% CI across seeds")
     if result.analytic_req_per_s > 0:
         ax.axvline(result.analytic_req_per_s, color="tab:orange", ls=":", label="analytic capacity")
     ax.set(xlabel="rate (req/s)", ylabel="SLO attainment (pooled)", title=title)

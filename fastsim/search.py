@@ -344,9 +344,11 @@ class CapacityResult:
         Final (pass, fail) rates; ``(hi - lo) / lo <= rel_tol`` unless the probe budget ran out.
     ci95 : (float, float)
         95% bootstrap interval across seeds: seeds are resampled with replacement (2,000
-        resamples); for each resample the pooled attainment at every probed rate is recomputed
-        from the per-seed results already simulated, and its capacity is the largest probed rate
-        that passes below the smallest that fails. No extra simulation is run.
+        resamples); for each resample the pooled attainment and backlog slope at every probed rate
+        are recomputed from the per-seed results already simulated, and its capacity is found
+        between the largest passing and the smallest failing probe by linear interpolation of the
+        failing criterion (:func:`_capacity_from`). No extra simulation is run. ``(nan, nan)``
+        with one seed.
     probes : list of (rate, attainment, overloaded, passed)
         Every probe in order.
     per_seed_attainment : ndarray(float64) of shape (probes, seeds)
@@ -380,7 +382,7 @@ class CapacityResult:
 
     def to_dict(self) -> dict:
         return {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
-                "ci95_req_per_s": list(self.ci95),
+                "ci95_req_per_s": [x if math.isfinite(x) else None for x in self.ci95],
                 "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
                 "analytic_req_per_s": self.analytic_req_per_s,
                 "analytic_ratio": self.analytic_ratio if math.isfinite(self.analytic_ratio) else None,
@@ -422,23 +424,42 @@ class _CRN:
 
 
 def _capacity_from(rates, met, measured, over, target, horizon_s):
-    """Largest passing probed rate below the smallest failing one, from per-seed results.
+    """Capacity of one (re)sample of seeds from the probes already simulated.
 
-    rates (k,); met / measured (k, S) counts; over (k, S, 3) = slope, accepted rate, run flag.
-    A resample is judged as :func:`pooled_overload` judges the probe itself.
+    rates (k,); met / measured (k, S) counts; over (k, S, 3) = backlog slope, accepted rate, run flag.
+    Each probe is judged as the search judges it (pooled attainment, :func:`pooled_overload`). The
+    answer lies between the largest passing rate below the smallest failing one (lo) and that
+    failing rate (hi), interpolated linearly on whichever criterion fails at hi: the attainment's
+    crossing of the target, or the backlog slope's crossing of its threshold. 0 when every probe
+    fails (the capacity lies below them); the largest passing rate when none fails.
     """
     from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
     att = met.sum(axis=1) / np.maximum(measured.sum(axis=1), 1.0)
     if over.shape[1] == 1:
+        ratio = np.where(over[:, 0, 2] > 0, 2.0, 0.0)
         flagged = over[:, 0, 2] > 0
     else:
         b = over[:, :, 0].mean(axis=1)
-        flagged = (b > OVERLOAD_SLOPE_FRACTION * over[:, :, 1].mean(axis=1)) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
+        lam = over[:, :, 1].mean(axis=1)
+        ratio = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
+        flagged = (ratio > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
     ok = (att >= target) & ~flagged
-    fail_rates = rates[~ok]
-    ceiling = fail_rates.min() if fail_rates.size else np.inf
-    good = rates[ok & (rates < ceiling)]
-    return float(good.max()) if good.size else 0.0
+    if not ok.any():
+        return 0.0
+    fails = np.flatnonzero(~ok)
+    if fails.size == 0:
+        return float(rates[ok].max())
+    j = fails[np.argmin(rates[fails])]
+    below = np.flatnonzero(ok & (rates < rates[j]))
+    if below.size == 0:
+        return 0.0
+    i = below[np.argmax(rates[below])]
+    t = 1.0
+    if att[j] < target and att[i] > att[j]:
+        t = min(t, (att[i] - target) / (att[i] - att[j]))
+    if flagged[j] and ratio[j] > ratio[i]:
+        t = min(t, (1.0 - ratio[i]) / (ratio[j] - ratio[i]))
+    return float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
 
 
 def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizon_s: float = 600.0,
@@ -531,7 +552,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
             caps[b] = _capacity_from(rates, met_a[:, idx], mea_a[:, idx], over_a[:, idx], slo.attainment, horizon_s)
         return caps
 
-    ci = (float(lo or 0.0), float(lo or 0.0))
+    ci = (float("nan"), float("nan"))
     if S >= 2 and bootstrap > 0 and lo is not None:
         # a resample that fails at every probed rate has its capacity below the lowest probe:
         # probe lower (at most three times) until the interval's lower end is not censored
