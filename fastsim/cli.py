@@ -93,6 +93,14 @@ def _add_plan_args(sp):
     g.add_argument("--chunk", type=_pos_int("--chunk"), help="chunked-prefill tokens per step (colocated)")
 
 
+def _add_arrival_args(sp):
+    sp.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded",
+                    help="request routing across instances (default: fewest outstanding tokens)")
+    sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
+                    help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
+    sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command."""
     ap = _Parser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
@@ -120,13 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=1, help="replications (default 1)")
-    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None,
+                    help="replications (default 1; a trace replays once)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
+                    help="simulated seconds (default 600; a trace replays over its own duration)")
     sp.add_argument("--seed", type=int, default=0, help="root seed")
-    sp.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded")
-    sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
-                    help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
-    sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
+    _add_arrival_args(sp)
     sp.add_argument("--lengths", default="lognormal", metavar="lognormal|fixed|trace:NAME",
                     help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
                          "resampled from a trace (azure-conv, azure-code or a file)")
@@ -146,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
     sp.add_argument("--tol", type=_positive("--tol"), default=0.01, help="relative tolerance (default 0.01)")
     sp.add_argument("--seed", type=int, default=0, help="root seed")
+    _add_arrival_args(sp)
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
     sp.set_defaults(func=_cmd_capacity)
     _add_ledger_commands(sub)
@@ -161,17 +169,50 @@ def _catalog(args):
     return cat
 
 
+def _read_plan_json(args):
+    """The plan object chosen by --from-plan / --plan-index (read once), or None."""
+    if not getattr(args, "from_plan", None):
+        return None
+    if getattr(args, "_plan_json", None) is None:
+        try:
+            text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
+        except OSError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
+        if isinstance(data, dict):
+            data = [data]
+        if not isinstance(data, list) or not data:
+            raise FastsimInputError("--from-plan", args.from_plan, "a non-empty JSON list of plans")
+        if not (0 <= args.plan_index < len(data)):
+            raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
+        if not isinstance(data[args.plan_index], dict):
+            raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+        args._plan_json = data[args.plan_index]
+    return args._plan_json
+
+
 def _resolve_workload(args, cat):
-    """(model, demand, source, notes) from --scenario / --trace and overrides."""
+    """(model, demand, source, notes) from --scenario / --trace and overrides.
+
+    With --from-plan, the plan's own rate and SLO targets apply unless given on the command line.
+    """
     from .analytic import Demand
     from . import workload as W
+    planned = _read_plan_json(args)
+    if planned is not None:
+        for attr, key in (("rate", "rate_req_per_s"), ("ttft", "ttft_slo_s"), ("tpot", "tpot_slo_s")):
+            if getattr(args, attr, None) is None and isinstance(planned.get(key), (int, float)) and planned[key] > 0:
+                setattr(args, attr, float(planned[key]))
     q = None if getattr(args, "mean_lengths", False) else 0.9
     notes = []
     if args.tpot is not None and args.tpot > 1.0:
         notes.append(f"--tpot {args.tpot:g} s per output token is unusually large: targets are in seconds "
                      "(50 ms is --tpot 0.05)")
     horizon = getattr(args, "horizon", None)
-    if horizon is not None and horizon < 60.0 and not args.trace:
+    if horizon is not None and horizon < 300.0 and not args.trace:
         notes.append(f"--horizon {horizon:g} s is short: an overloaded system can look stable for minutes "
                      "(lecture §2.3, lesson three); 600 s is the default")
     if args.trace:
@@ -556,6 +597,10 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print(f"fastsim {args.command}: interrupted" + ("; rerun with --resume to continue"
+                                                        if args.command == "sweep" else ""), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
@@ -581,23 +626,7 @@ def _plan_from_args(args, cat, model, demand):
 def _plan_from_args_inner(args, cat, model, demand):
     from .analytic import plan_for
     if args.from_plan:
-        try:
-            text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
-        except OSError as exc:
-            raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
-        if isinstance(data, dict):
-            data = [data]
-        if not isinstance(data, list) or not data:
-            raise FastsimInputError("--from-plan", args.from_plan, "a non-empty JSON list of plans")
-        if not (0 <= args.plan_index < len(data)):
-            raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
-        d = data[args.plan_index]
-        if not isinstance(d, dict):
-            raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+        d = _read_plan_json(args)
         if d.get("model") is not None:
             plan_model = cat.model(d["model"])
             if args.model and cat.model(args.model).name != plan_model.name:
@@ -689,9 +718,13 @@ def _cmd_simulate(args):
     model, demand, source, notes = _resolve_workload(args, cat)
     plan, model = _plan_from_args(args, cat, model, demand)
     if isinstance(source, W.Workload):
+        if args.seeds is not None or args.horizon is not None:
+            notes = list(notes) + ["a trace replays once over its own duration: --seeds and --horizon do not apply"]
         wls = [source]
         horizon = float(np.nextafter(source.duration_s, np.inf))
     else:
+        args.seeds = 1 if args.seeds is None else args.seeds
+        args.horizon = 600.0 if args.horizon is None else args.horizon
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
         horizon = args.horizon
     sp = sim_plan(plan, cat, model=model)
@@ -732,7 +765,7 @@ def _cmd_simulate(args):
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
-               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "utilisation", "SLO"]
+               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "SLO"]
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
@@ -754,8 +787,14 @@ def _cmd_capacity(args):
         raise FastsimInputError("--trace", args.trace, "a scenario for capacity search (a trace fixes its own "
                                 "arrivals); use `fastsim simulate --trace ... --rate R` to probe a trace")
     plan, model = _plan_from_args(args, cat, model, demand)
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
     res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
-                               horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model)
+                               horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model,
+                               rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
+                               cv=1.0 if args.cv is None else args.cv)
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     if args.format == "table":

@@ -40,6 +40,8 @@ class PlannedDeployment:
     efficiency_usd_per_million_output_tokens: float
     rate_req_per_s: float
     mean_output_tokens: float
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
 
     @property
     def plan(self) -> Plan:
@@ -68,7 +70,8 @@ class PlannedDeployment:
                  capacity_req_per_s=p.capacity_req_per_s,
                  instance_capacity_req_per_s=(self.analytic.instance_capacity_req_per_s
                                               if p.mode == "colocated" else None),
-                 price_usd_per_hour=p.price_usd_per_hour)
+                 price_usd_per_hour=p.price_usd_per_hour, rate_req_per_s=self.rate_req_per_s,
+                 ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
         r = self.repair
         if r is None:
             d["verification"] = None
@@ -192,7 +195,8 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
             progress()
         deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),
                                              float(row.efficiency_usd_per_million_output_tokens),
-                                             demand.rate_req_per_s, demand.mean_output_tokens))
+                                             demand.rate_req_per_s, demand.mean_output_tokens,
+                                             demand.ttft_s, demand.tpot_s))
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))

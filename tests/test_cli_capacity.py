@@ -44,3 +44,25 @@ def test_capacity_bad_input(capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "--gpu" in err and len(err.strip().splitlines()) == 1
+
+
+def test_from_plan_keeps_the_plans_targets_and_model(capsys, tmp_path):
+    assert main(["plan", "--scenario", "low-latency-8b", "--tpot", "0.02", "--no-verify", "--format", "json",
+                 "--top-k", "1"]) == 0
+    f = tmp_path / "p.json"
+    f.write_text(capsys.readouterr().out)
+    assert main(["simulate", "--scenario", "low-latency-8b", "--from-plan", str(f), "--horizon", "60"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "llama-3.1-8b" in head and "TPOT <= 20 ms" in head
+
+
+def test_capacity_takes_arrival_options(capsys):
+    rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
+              "--arrival", "gamma", "--cv", "3", "--seeds", "2", "--horizon", "300", "--tol", "0.05",
+              "--format", "json"])
+    assert rc == 0
+    bursty = json.loads(capsys.readouterr().out)[0]["rate_req_per_s"]
+    rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
+              "--seeds", "2", "--horizon", "300", "--tol", "0.05", "--format", "json"])
+    poisson = json.loads(capsys.readouterr().out)[0]["rate_req_per_s"]
+    assert bursty < poisson
