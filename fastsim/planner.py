@@ -122,7 +122,8 @@ class PlanReport:
             for k, v in ver.items():
                 row[f"verified_{k}" if not k.startswith("repaired") else k] = v
             rows.append(row)
-        return pd.DataFrame(rows)
+        # nullable dtypes: integer columns stay integers where a value is missing (disaggregated rows)
+        return pd.DataFrame(rows).convert_dtypes()
 
 
 def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int):

@@ -116,17 +116,10 @@ _RO_I64 = numba.types.Array(numba.types.int64, 1, "C", readonly=True)
 
 @njit(cache=True)
 def check_one_nb(arrival, prompt, output, horizon, max_tokens, info):
-    """One workload: :func:`_check_one_nb` into ``info[0] = (code, longest output)``.
-
-    Returns the three arrays as one-element typed lists of read-only arrays (the argument
-    types of :func:`simulate_runs_nb`), built here: much cheaper than from Python.
-    """
+    """One workload (read-only arrays): :func:`_check_one_nb` into ``info[0] = (code, longest output)``."""
     code, mo = _check_one_nb(arrival, prompt, output, horizon, max_tokens)
     info[0, 0] = code
     info[0, 1] = mo
-    la, lp, lo = new_lists_nb()
-    append_nb(la, lp, lo, arrival, prompt, output)
-    return la, lp, lo
 
 
 @njit(cache=True)
@@ -383,175 +376,6 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
 
 
 @njit(cache=True, inline="always")
-def _coloc_run_nb(i, ta, lim, pp, ist, fst, prompt, output, first, finish, status, nxt, done,
-                  wheel, wnext):
-    """Colocated fast path: instance i's boundaries from ``fst[i, F_NEXT_T]`` on, in one loop.
-
-    Does exactly what :func:`_batch_boundary_nb` does at each boundary (complete the step,
-    admit, compose and start the next), with the instance's state in registers, for every
-    boundary strictly before ``ta`` and at or before ``lim``; the first one must qualify.
-    The float operations are the boundary's, in the same order (the step time as in
-    :func:`fastsim.stepmodel.step_time_nb`, its step-independent parts computed once per run
-    into the ``F_WEIGHT_S`` .. ``F_C4`` columns: the same values), so the results are bit for bit those of the generic boundary. Returns the number of
-    requests finished.
-    """
-    woff = ist[i, I_WHEEL_OFF]
-    mask = ist[i, I_WHEEL_MASK]
-    cap = ist[i, I_MAX_ADMIT]
-    budget = ist[i, I_KV_BUDGET]
-    chunk = ist[i, I_TOKENS]
-    pf_head = ist[i, I_PF_HEAD]
-    wait_head = ist[i, I_WAIT_HEAD]
-    n_wait = ist[i, I_N_WAIT]
-    n_admit = ist[i, I_N_ADMIT]
-    reserved = ist[i, I_RESERVED]
-    nd = ist[i, I_N_DECODE]
-    ctx = ist[i, I_CTX_SUM]
-    active = ist[i, I_ACTIVE]
-    step = ist[i, I_STEP]
-    pf_tokens = ist[i, I_STEP_PF_TOKENS]
-    nfin = ist[i, I_STEP_N_FIN]
-    outstanding = ist[i, I_OUTSTANDING]
-    kv_peak = ist[i, I_KV_PEAK]
-    batch_sum = ist[i, I_BATCH_SUM]
-    tokens_out = ist[i, I_TOKENS_OUT]
-    busy = fst[i, F_BUSY]
-    start = fst[i, F_STEP_START]
-    tb = fst[i, F_NEXT_T]
-    # step_time_nb's parts that do not depend on the step (computed once per run by _run_nb)
-    tp = pp[i, P_TP]
-    kvpg = pp[i, P_KVPG]
-    hid = pp[i, P_HIDDEN]
-    overhead = pp[i, P_OVERHEAD]
-    weight_s = fst[i, F_WEIGHT_S]
-    d_bw = fst[i, F_D_BW]
-    matmul2 = fst[i, F_MATMUL2]
-    d_c = fst[i, F_D_C]
-    lay2 = fst[i, F_LAY2]
-    ar_a = fst[i, F_AR_A]
-    ar_b = fst[i, F_AR_B]
-    d_nv = fst[i, F_D_NV]
-    c2 = fst[i, F_C2]
-    c4 = fst[i, F_C4]
-    n_done = 0
-    while True:
-        if active != 0:
-            # complete the step ending at tb
-            gen = nd + nfin
-            outstanding -= pf_tokens + gen
-            tokens_out += gen
-            ctx += nd
-            b = woff + (step & mask)
-            r = wheel[b]
-            if r >= 0:
-                wheel[b] = -1
-                while r >= 0:
-                    finish[r] = tb
-                    status[r] = REQ_FINISHED
-                    po = prompt[r] + output[r]
-                    ctx -= po
-                    reserved -= po
-                    nd -= 1
-                    n_admit -= 1
-                    n_done += 1
-                    r = wnext[r]
-            r = pf_head
-            for _ in range(nfin):
-                first[r] = tb
-                o = output[r]
-                if o == 1:
-                    finish[r] = tb
-                    status[r] = REQ_FINISHED
-                    reserved -= prompt[r] + 1
-                    n_admit -= 1
-                    n_done += 1
-                else:
-                    b = woff + ((step + o - 1) & mask)
-                    wnext[r] = wheel[b]
-                    wheel[b] = r
-                    nd += 1
-                    ctx += prompt[r] + 1
-                r = nxt[r]
-            pf_head = r
-            active = 0
-        # admission: strict FCFS while the KV reservation and the batch cap allow
-        r = wait_head
-        if r >= 0:
-            while r >= 0 and n_admit < cap:
-                need = prompt[r] + output[r]
-                if reserved + need > budget:
-                    break
-                reserved += need
-                n_admit += 1
-                n_wait -= 1
-                r = nxt[r]
-            wait_head = r
-            if reserved > kv_peak:
-                kv_peak = reserved
-        if n_admit == 0:
-            tb = np.inf
-            break
-        # compose: every decode + up to ``chunk`` prompt tokens, FCFS
-        ctxf = float(ctx)
-        attn = c4 * ctxf
-        kvt = ctx
-        pf_tokens = 0
-        nfin = 0
-        pieces = 0
-        left = chunk
-        r = pf_head
-        while left > 0 and r != wait_head:
-            s = done[r]
-            rem = prompt[r] - s
-            x = rem if rem < left else left
-            kvt += s
-            xf = float(x)
-            attn += c2 * xf * xf + c4 * xf * float(s)
-            done[r] = s + x
-            pf_tokens += x
-            left -= x
-            pieces += 1
-            if x == rem:
-                nfin += 1
-                r = nxt[r]
-            else:
-                break
-        n_tok = float(nd + pf_tokens)
-        kv_s = float(kvt) * kvpg / d_bw
-        comp_s = (matmul2 * n_tok + attn) / tp / d_c
-        comm_s = lay2 * (ar_a + ar_b * (n_tok * hid * 2.0) / d_nv)
-        a = weight_s + kv_s
-        dt = (a if a >= comp_s else comp_s) + comm_s + overhead
-        step += 1
-        active = 1
-        batch_sum += nd + pieces
-        start = tb
-        busy += dt
-        tb = tb + dt
-        if not (tb < ta and tb <= lim):
-            break
-    ist[i, I_PF_HEAD] = pf_head
-    ist[i, I_WAIT_HEAD] = wait_head
-    ist[i, I_N_WAIT] = n_wait
-    ist[i, I_N_ADMIT] = n_admit
-    ist[i, I_RESERVED] = reserved
-    ist[i, I_N_DECODE] = nd
-    ist[i, I_CTX_SUM] = ctx
-    ist[i, I_ACTIVE] = active
-    ist[i, I_STEP] = step
-    ist[i, I_STEP_PF_TOKENS] = pf_tokens
-    ist[i, I_STEP_N_FIN] = nfin
-    ist[i, I_OUTSTANDING] = outstanding
-    ist[i, I_KV_PEAK] = kv_peak
-    ist[i, I_BATCH_SUM] = batch_sum
-    ist[i, I_TOKENS_OUT] = tokens_out
-    fst[i, F_BUSY] = busy
-    fst[i, F_STEP_START] = start
-    fst[i, F_NEXT_T] = tb
-    return n_done
-
-
-@njit(cache=True, inline="always")
 def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     """Step boundary of a disaggregated prefill instance at time t.
 
@@ -705,7 +529,12 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             break
         # samples at grid times strictly before this event see the state after earlier events
         while ms < n_samp and ms * dt_sample < t:
-            _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full)
+            # _record_nb, written out
+            if full:
+                for i in range(ni):
+                    wait_s[ms * ni + i] = ist[i, I_N_WAIT]
+                    kv_s[ms * ni + i] = ist[i, I_RESERVED]
+            sys_s[ms] = in_sys
             ms += 1
 
         if ev == 0:
@@ -716,14 +545,34 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             if p + o > max_total or p > max_prompt:
                 status[r] = REQ_REJECTED
                 continue
-            b = _route_nb(ist, 0, n_entry, routing, rr_e)
+            # _route_nb and _enqueue_nb, written out: an inlined helper taking arrays costs
+            # reference counting at every call
+            if routing == ROUTE_ROUND_ROBIN:
+                b = rr_e % n_entry
+            else:
+                b = 0
+                bo = ist[0, I_OUTSTANDING]
+                for i in range(1, n_entry):
+                    v = ist[i, I_OUTSTANDING]
+                    if v < bo:
+                        bo = v
+                        b = i
             rr_e += 1
             inst[r] = b
             if ist[b, I_KIND] == KIND_PREFILL:
                 ist[b, I_OUTSTANDING] += p
             else:
                 ist[b, I_OUTSTANDING] += p + o
-            _enqueue_nb(ist, nxt, b, r)
+            nxt[r] = -1
+            tail = ist[b, I_TAIL]
+            if tail >= 0:
+                nxt[tail] = r
+            ist[b, I_TAIL] = r
+            if ist[b, I_WAIT_HEAD] < 0:
+                ist[b, I_WAIT_HEAD] = r
+                if ist[b, I_PF_HEAD] < 0:
+                    ist[b, I_PF_HEAD] = r
+            ist[b, I_N_WAIT] += 1
             in_sys += 1
             if fst[b, F_NEXT_T] == np.inf:
                 fst[b, F_NEXT_T] = t
@@ -761,8 +610,170 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 lim = ms * dt_sample if ms < n_samp else np.inf
                 if horizon < lim:
                     lim = horizon
-                in_sys -= _coloc_run_nb(ii, ta, lim, pp, ist, fst, prompt, output, first, finish,
-                                        status, nxt, done, wheel, wnext)
+                woff = ist[ii, I_WHEEL_OFF]
+                mask = ist[ii, I_WHEEL_MASK]
+                cap = ist[ii, I_MAX_ADMIT]
+                budget = ist[ii, I_KV_BUDGET]
+                chunk = ist[ii, I_TOKENS]
+                pf_head = ist[ii, I_PF_HEAD]
+                wait_head = ist[ii, I_WAIT_HEAD]
+                n_wait = ist[ii, I_N_WAIT]
+                n_admit = ist[ii, I_N_ADMIT]
+                reserved = ist[ii, I_RESERVED]
+                nd = ist[ii, I_N_DECODE]
+                ctx = ist[ii, I_CTX_SUM]
+                active = ist[ii, I_ACTIVE]
+                step = ist[ii, I_STEP]
+                pf_tokens = ist[ii, I_STEP_PF_TOKENS]
+                nfin = ist[ii, I_STEP_N_FIN]
+                outstanding = ist[ii, I_OUTSTANDING]
+                kv_peak = ist[ii, I_KV_PEAK]
+                batch_sum = ist[ii, I_BATCH_SUM]
+                tokens_out = ist[ii, I_TOKENS_OUT]
+                busy = fst[ii, F_BUSY]
+                start = fst[ii, F_STEP_START]
+                tb = fst[ii, F_NEXT_T]
+                # step_time_nb's parts that do not depend on the step (computed once per run by _run_nb)
+                tp = pp[ii, P_TP]
+                kvpg = pp[ii, P_KVPG]
+                hid = pp[ii, P_HIDDEN]
+                overhead = pp[ii, P_OVERHEAD]
+                weight_s = fst[ii, F_WEIGHT_S]
+                d_bw = fst[ii, F_D_BW]
+                matmul2 = fst[ii, F_MATMUL2]
+                d_c = fst[ii, F_D_C]
+                lay2 = fst[ii, F_LAY2]
+                ar_a = fst[ii, F_AR_A]
+                ar_b = fst[ii, F_AR_B]
+                d_nv = fst[ii, F_D_NV]
+                c2 = fst[ii, F_C2]
+                c4 = fst[ii, F_C4]
+                # exact shortcuts of the step time, same bits: x / 1.0 == x; and with ar_b == 0 the
+                # all-reduce term is the same signed zero product for every step (finite, nonzero
+                # divisor, the token term keeps hid's sign), so it is computed once
+                div_tp = tp != 1.0
+                comm_fixed = ar_b == 0.0 and d_nv != 0.0 and abs(hid) < 1e280
+                comm_c = lay2 * (ar_a + ar_b * (1.0 * hid * 2.0) / d_nv) if comm_fixed else 0.0
+                n_done = 0
+                while True:
+                    if active != 0:
+                        # complete the step ending at tb
+                        gen = nd + nfin
+                        outstanding -= pf_tokens + gen
+                        tokens_out += gen
+                        ctx += nd
+                        bk = woff + (step & mask)
+                        r = wheel[bk]
+                        if r >= 0:
+                            wheel[bk] = -1
+                            while r >= 0:
+                                finish[r] = tb
+                                status[r] = REQ_FINISHED
+                                po = prompt[r] + output[r]
+                                ctx -= po
+                                reserved -= po
+                                nd -= 1
+                                n_admit -= 1
+                                n_done += 1
+                                r = wnext[r]
+                        r = pf_head
+                        for _ in range(nfin):
+                            first[r] = tb
+                            o = output[r]
+                            if o == 1:
+                                finish[r] = tb
+                                status[r] = REQ_FINISHED
+                                reserved -= prompt[r] + 1
+                                n_admit -= 1
+                                n_done += 1
+                            else:
+                                bk = woff + ((step + o - 1) & mask)
+                                wnext[r] = wheel[bk]
+                                wheel[bk] = r
+                                nd += 1
+                                ctx += prompt[r] + 1
+                            r = nxt[r]
+                        pf_head = r
+                        active = 0
+                    # admission: strict FCFS while the KV reservation and the batch cap allow
+                    r = wait_head
+                    if r >= 0:
+                        while r >= 0 and n_admit < cap:
+                            need = prompt[r] + output[r]
+                            if reserved + need > budget:
+                                break
+                            reserved += need
+                            n_admit += 1
+                            n_wait -= 1
+                            r = nxt[r]
+                        wait_head = r
+                        if reserved > kv_peak:
+                            kv_peak = reserved
+                    if n_admit == 0:
+                        tb = np.inf
+                        break
+                    # compose: every decode + up to ``chunk`` prompt tokens, FCFS
+                    ctxf = float(ctx)
+                    attn = c4 * ctxf
+                    kvt = ctx
+                    pf_tokens = 0
+                    nfin = 0
+                    pieces = 0
+                    left = chunk
+                    r = pf_head
+                    while left > 0 and r != wait_head:
+                        s = done[r]
+                        rem = prompt[r] - s
+                        px = rem if rem < left else left
+                        kvt += s
+                        xf = float(px)
+                        attn += c2 * xf * xf + c4 * xf * float(s)
+                        done[r] = s + px
+                        pf_tokens += px
+                        left -= px
+                        pieces += 1
+                        if px == rem:
+                            nfin += 1
+                            r = nxt[r]
+                        else:
+                            break
+                    n_tok = float(nd + pf_tokens)
+                    kv_time = float(kvt) * kvpg / d_bw
+                    num = matmul2 * n_tok + attn
+                    comp_s = (num / tp if div_tp else num) / d_c
+                    if comm_fixed:
+                        comm_s = comm_c
+                    else:
+                        comm_s = lay2 * (ar_a + ar_b * (n_tok * hid * 2.0) / d_nv)
+                    aw = weight_s + kv_time
+                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                    step += 1
+                    active = 1
+                    batch_sum += nd + pieces
+                    start = tb
+                    busy += dt_step
+                    tb = tb + dt_step
+                    if not (tb < ta and tb <= lim):
+                        break
+                ist[ii, I_PF_HEAD] = pf_head
+                ist[ii, I_WAIT_HEAD] = wait_head
+                ist[ii, I_N_WAIT] = n_wait
+                ist[ii, I_N_ADMIT] = n_admit
+                ist[ii, I_RESERVED] = reserved
+                ist[ii, I_N_DECODE] = nd
+                ist[ii, I_CTX_SUM] = ctx
+                ist[ii, I_ACTIVE] = active
+                ist[ii, I_STEP] = step
+                ist[ii, I_STEP_PF_TOKENS] = pf_tokens
+                ist[ii, I_STEP_N_FIN] = nfin
+                ist[ii, I_OUTSTANDING] = outstanding
+                ist[ii, I_KV_PEAK] = kv_peak
+                ist[ii, I_BATCH_SUM] = batch_sum
+                ist[ii, I_TOKENS_OUT] = tokens_out
+                fst[ii, F_BUSY] = busy
+                fst[ii, F_STEP_START] = start
+                fst[ii, F_NEXT_T] = tb
+                in_sys -= n_done
 
     while ms < n_samp:
         _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full)
@@ -820,33 +831,128 @@ def _select_nb(x, lo, hi, k):
             return
 
 
+# Buckets of the radix pass of _percentiles_nb (and one more for +inf); below _RADIX_MIN
+# values, plain selection.
+_N_BUCKETS = 2048
+_RADIX_MIN = 1024
+_KEY_INF = 0x7FF0000000000000     # bit pattern of +inf, the order key of +inf
+
+
 @njit(cache=True, inline="always")
-def _percentiles_nb(x, n, out, col):
+def _gather_nb(x, n, ranks, hist):
+    """Move the values of ``x[:n]`` whose order ranks include ``ranks`` to the front of ``x``.
+
+    One radix pass over order-preserving integer keys of the values (their float64 bit
+    patterns, negatives flipped; keys rise with the value, so buckets of key ranges are
+    buckets of value ranges), then a pass that moves every value of the buckets holding the
+    wanted ranks to ``x[:f]``. Rewrites ``ranks`` (ascending) as ranks within ``x[:f]``;
+    returns ``f``. ``hist`` (int64, ``_N_BUCKETS + 1``) is scratch.
+    """
+    u = x[:n].view(np.int64)
+    flip = np.int64(0x7FFFFFFFFFFFFFFF)
+    kmin = np.int64(_KEY_INF)
+    kmax = np.int64(-0x7FFFFFFFFFFFFFFF) - 1
+    for m in range(n):
+        k = u[m]
+        if k < 0:
+            k ^= flip
+        if k < kmin:
+            kmin = k
+        if k < _KEY_INF and k > kmax:
+            kmax = k
+    if kmax < kmin:
+        kmax = kmin     # nothing finite: all in bucket 0
+    s = 0 if kmin >= 0 else 1    # no overflow of kmax - kmin
+    while (kmax >> s) - (kmin >> s) >= _N_BUCKETS:
+        s += 1
+    k0 = kmin >> s
+    for c in range(_N_BUCKETS + 1):
+        hist[c] = 0
+    for m in range(n):
+        k = u[m]
+        if k < 0:
+            k ^= flip
+        c = _N_BUCKETS if k > kmax else (k >> s) - k0
+        hist[c] += 1
+    # buckets of the ranks (ascending), with the number of values before them
+    nr = ranks.shape[0]
+    bucket = np.empty(nr, np.int64)
+    before = np.empty(nr, np.int64)
+    j = 0
+    acc = 0
+    for c in range(_N_BUCKETS + 1):
+        nxt_acc = acc + hist[c]
+        while j < nr and ranks[j] < nxt_acc:
+            bucket[j] = c
+            before[j] = acc
+            j += 1
+        if j == nr:
+            break
+        acc = nxt_acc
+    # rank within the gathered values = values of earlier wanted buckets + rank in the bucket
+    kept = 0
+    for j in range(nr):
+        if j == 0 or bucket[j] != bucket[j - 1]:
+            c = bucket[j]
+            cnt = hist[c]
+            hist[c] = -1 - kept     # mark: a wanted bucket
+            kept += cnt
+        ranks[j] = -1 - hist[bucket[j]] + ranks[j] - before[j]
+    f = 0
+    for m in range(n):
+        k = u[m]
+        if k < 0:
+            k ^= flip
+        c = _N_BUCKETS if k > kmax else (k >> s) - k0
+        if hist[c] < 0:
+            v = x[m]
+            x[m] = x[f]
+            x[f] = v
+            f += 1
+    return f
+
+
+@njit(cache=True, inline="always")
+def _percentiles_nb(x, n, out, col, hist):
     """Linear-interpolation P50, P90, P99 of ``x[:n]`` (may hold +inf) into ``out[col:col+3]``.
 
-    Same arithmetic as numpy's linear method; nan when ``n == 0``. Reorders ``x[:n]``.
+    Same arithmetic as numpy's linear method; nan when ``n == 0``. Reorders ``x[:n]``. The
+    order statistics are exact: from ``_RADIX_MIN`` values on, :func:`_gather_nb` first moves
+    the few values that can be them to the front, then selection runs there.
     """
     if n == 0:
         for j in range(3):
             out[col + j] = np.nan
         return
+    # ranks lo and hi of P50, P90, P99 (ascending)
+    ranks = np.empty(6, np.int64)
+    for j in range(3):
+        q = 50 if j == 0 else (90 if j == 1 else 99)
+        pos = q / 100.0 * (n - 1)
+        lo = int(np.floor(pos))
+        ranks[2 * j] = lo
+        ranks[2 * j + 1] = lo + 1 if lo + 1 < n else n - 1
+    f = n
+    if n >= _RADIX_MIN:
+        f = _gather_nb(x, n, ranks, hist)
     start = 0
     for j in range(3):
         q = 50 if j == 0 else (90 if j == 1 else 99)
         pos = q / 100.0 * (n - 1)
         lo = int(np.floor(pos))
-        hi = lo + 1 if lo + 1 < n else n - 1
         frac = pos - lo
-        _select_nb(x, start, n, lo)
-        a = x[lo]
+        kl = ranks[2 * j]
+        kh = ranks[2 * j + 1]
+        _select_nb(x, start, f, kl)
+        a = x[kl]
         b = a
-        if hi > lo:
+        if kh > kl:
             # the smallest of the elements after rank lo
-            b = x[hi]
-            for m in range(hi + 1, n):
+            b = x[kh]
+            for m in range(kh + 1, f):
                 if x[m] < b:
                     b = x[m]
-        start = lo
+        start = kl
         if frac == 0.0 or a == b:
             out[col + j] = a
         elif np.isinf(b):
@@ -902,8 +1008,9 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
             if good:
                 ok += 1
     mf[M_ATTAIN] = ok / nm if nm > 0 else np.nan
-    _percentiles_nb(buf_a, nm, mf, M_TTFT50)
-    _percentiles_nb(buf_b, nt, mf, M_TPOT50)
+    hist = np.empty(_N_BUCKETS + 1, np.int64)
+    _percentiles_nb(buf_a, nm, mf, M_TTFT50, hist)
+    _percentiles_nb(buf_b, nt, mf, M_TPOT50, hist)
     # overload: least-squares slope of the number in system over samples at t >= horizon / 2
     dt = rf[RF_DT]
     ns = sys_s.shape[0]
@@ -936,6 +1043,26 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
     mi[MI_FINISHED] = finished
     mi[MI_MEASURED] = nm
     mi[MI_OVERLOADED] = 1 if over else 0
+
+
+@njit(cache=True)
+def simulate_one_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst,
+                    status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b,
+                    met_f, met_i, run_status, full):
+    """One run and its metrics, on the calling thread: :func:`simulate_runs_nb` for a single row.
+
+    The same arguments, except that the workload's arrays come directly (read-only, checked by
+    :func:`check_one_nb`) and every working array is the run's own (no per-thread slices). No
+    thread pool: a single run does not wait for the pool's threads to wake up.
+    """
+    code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
+                   done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, run_i[0, R_N_ENTRY],
+                   run_i[0, R_ROUTING], run_i[0, R_MAX_TOTAL], run_i[0, R_MAX_PROMPT],
+                   run_f[0, RF_HORIZON], run_f[0, RF_DT], full)
+    run_status[0] = code
+    if code == RUN_OK:
+        _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, run_f[0], met_f[0],
+                    met_i[0])
 
 
 @njit(cache=True, parallel=True)
@@ -1012,13 +1139,19 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, 
         h1 = h0 + run_i[k, R_WHEEL_LEN]
         q0 = run_i[k, R_ISAMP_OFF]
         q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
+        # the run's instance rows in private copies: the rows of runs on other threads can share
+        # a cache line with them, and the event loop writes its rows at every event
+        ist_k = ist[i0:i1].copy()
+        fst_k = fst[i0:i1].copy()
         code = _run_nb(
-            pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival, prompt, output,
+            pp[i0:i1], ist_k, fst_k, arrival, prompt, output,
             first[o0:o1], finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1],
             done[w0:w1], wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1],
             kv_s[q0:q1], sys_s[s0:s1], run_i[k, R_N_ENTRY], run_i[k, R_ROUTING],
             run_i[k, R_MAX_TOTAL], run_i[k, R_MAX_PROMPT], run_f[k, RF_HORIZON], run_f[k, RF_DT],
             full)
+        ist[i0:i1] = ist_k
+        fst[i0:i1] = fst_k
         run_status[k] = code
         if code == RUN_OK:
             _metrics_nb(arrival, output, first[o0:o1], finish[o0:o1], status[o0:o1],

@@ -333,27 +333,40 @@ def _workload(w, horizon_s: float):
     return a, _tokens("prompt_tokens", prompt_tokens, a.shape[0]), _tokens("output_tokens", output_tokens, a.shape[0])
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a``, or a read-only view of it: the kernels take read-only inputs (one compiled version)."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _check(works, raw, horizon_s: float):
-    """Check the workloads' values in one kernel call; the kernels' typed lists of them.
+    """Check the workloads' values in one kernel call.
 
     ``works`` are :func:`_arrays` triples, ``raw`` the caller's workloads (to name a fault).
-    Returns ``(arrivals, prompts, outputs, requests per workload, longest output per workload)``.
+    Returns ``(lists, one, requests per workload, longest output per workload)``: for several
+    workloads, the kernels' typed lists of their arrays (``one`` is None); for one, the
+    read-only arrays ``one`` (``lists`` is None; :func:`_run` makes lists if it needs them).
     """
     W = len(works)
     info = np.empty((W, 2), np.int64)
+    lists = one = None
     if W == 1:
-        la, lp, lo = K.check_one_nb(*works[0], horizon_s, MAX_TOKENS, info)
+        one = tuple(_readonly(x) for x in works[0])
+        K.check_one_nb(*one, horizon_s, MAX_TOKENS, info)
     else:
-        la, lp, lo = K.new_lists_nb()
+        lists = K.new_lists_nb()
         for a, p, o in works:
-            K.append_nb(la, lp, lo, a, p, o)
-        K.check_nb(la, lp, lo, horizon_s, MAX_TOKENS, info)
+            K.append_nb(*lists, a, p, o)
+        K.check_nb(*lists, horizon_s, MAX_TOKENS, info)
     bad = np.flatnonzero(info[:, 0] != K.IN_OK)
     if bad.size:
         _workload(raw[int(bad[0])], horizon_s)   # raises, naming the field
         raise FastsimInputError("workloads", f"workload {int(bad[0])}", "valid arrays")
     n = np.array([w[0].shape[0] for w in works], dtype=np.int64)
-    return la, lp, lo, n, info[:, 1].copy()
+    return lists, one, n, info[:, 1].copy()
 
 
 def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
@@ -413,7 +426,7 @@ def _run(plans, pk, wk, work, opts, full: bool):
     Returns the run table, the per-instance tables, the kernel's outputs and ``n_samp``.
     """
     horizon_s, ttft_slo_s, tpot_slo_s, max_context, routing, window, dt = opts
-    la, lp, lo, w_n, w_max = work
+    lists, one, w_n, w_max = work
     R = pk.shape[0]
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
     if R == 1:
@@ -486,25 +499,28 @@ def _run(plans, pk, wk, work, opts, full: bool):
         run_status=np.empty(R, np.int64),
     )
     disagg = any(isinstance(pl, DisaggregatedPlan) for pl in plans)
-    # longest runs first: the last run handed out is a short one
-    order = np.argsort(-n_req, kind="stable") if R > 1 else np.zeros(1, np.int64)
-    args = (run_i, run_f, pp, ist, fst, la, lp, lo, out["first"], out["finish"],
-            out["inst"], out["dinst"], out["status"], np.empty(nw, np.int32), np.empty(nw, np.int32),
-            np.empty(threads * wheel_cap, np.int32), np.empty(nw, np.int32),
-            np.empty(nw if disagg else 1, np.float64), np.empty(nw if disagg else 1, np.int32),
-            out["wait_s"], out["kv_s"], out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64),
-            out["met_f"], out["met_i"], out["run_status"], order, bool(full), cap, wheel_cap, n_samp)
+    work_arrays = (np.empty(nw, np.int32), np.empty(nw, np.int32), np.empty(threads * wheel_cap, np.int32),
+                   np.empty(nw, np.int32), np.empty(nw if disagg else 1, np.float64),
+                   np.empty(nw if disagg else 1, np.int32))
     if R == 1:
-        # one run: skip the thread pool (a busy machine can delay its wake-up by milliseconds)
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            K.simulate_runs_nb(*args)
-        finally:
-            numba.set_num_threads(before)
+        # one run: a plain call on this thread (no thread pool, whose wake-up a busy machine
+        # can delay by milliseconds), the workload's arrays passed directly
+        K.simulate_one_nb(run_i, run_f, pp, ist, fst, *one, out["first"], out["finish"], out["inst"],
+                          out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"],
+                          out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64), out["met_f"],
+                          out["met_i"], out["run_status"], bool(full))
     else:
+        if lists is None:
+            lists = K.new_lists_nb()
+            K.append_nb(*lists, *one)
+        # longest runs first: the last run handed out is a short one
+        order = np.argsort(-n_req, kind="stable")
         with numba.parallel_chunksize(1):   # runs differ in cost: hand them out one by one
-            K.simulate_runs_nb(*args)
+            K.simulate_runs_nb(run_i, run_f, pp, ist, fst, *lists, out["first"], out["finish"], out["inst"],
+                               out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"],
+                               out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64),
+                               out["met_f"], out["met_i"], out["run_status"], order, bool(full), cap,
+                               wheel_cap, n_samp)
     bad = np.flatnonzero(out["run_status"] != RUN_OK)
     if bad.size:
         raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
