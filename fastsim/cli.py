@@ -571,9 +571,11 @@ def _add_sweep_command(sub):
     sp.add_argument("--horizon", type=_positive("--horizon"), help="simulated seconds (default 600)")
     sp.add_argument("--seed", type=_nonneg_int("--seed"), help="root seed (default 0)")
     sp.add_argument("--capacity", action="store_true", help="also bisect each verified point for its max sustainable rate")
-    sp.add_argument("--out", metavar="FILE", help="write the table: .parquet (needs pyarrow), .csv, .json/.jsonl")
+    sp.add_argument("--out", metavar="FILE", help="write the table: .parquet (needs pyarrow), .csv, .jsonl/.json (JSON Lines)")
     sp.add_argument("--resume", action="store_true", help="keep the points already in --out and do the rest")
-    sp.add_argument("--plot", metavar="DIR", help="write Pareto plots (PNG) to this directory")
+    sp.add_argument("--plot", metavar="DIR", help="write Pareto plots (PNG) to this directory, one per question")
+    sp.add_argument("--plot-max", type=_pos_int("--plot-max"), default=12, metavar="N",
+                    help="plot the first N questions (workload x rate x TTFT x TPOT x price) only (default 12)")
     sp.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786")
     sp.add_argument("--workers", type=_pos_int("--workers"), help="start a local Dask cluster of N worker processes")
     sp.add_argument("--rows", type=_pos_int("--rows"), default=20, help="rows shown in the table output (default 20)")

@@ -49,7 +49,7 @@ from .stepmodel import N_PARAMS, P_KVPG, P_NET_BW, StepConstants, step_params
 
 __all__ = [
     "AXES", "SweepGrid", "SweepSettings", "load_grid", "make_grid", "parse_axis", "analytic_table",
-    "run_sweep", "read_table", "pareto_front", "plot_sweep", "COLUMNS",
+    "run_sweep", "read_table", "pareto_front", "plot_sweep", "questions", "COLUMNS", "QUESTION",
 ]
 
 #: Axes a grid may give, in the canonical order of the product (the first varies slowest).
@@ -76,12 +76,15 @@ _REASONS = np.array([
     "decode: no batch meets the TPOT target",
 ], dtype=object)
 
-#: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars).
+#: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
+#: ``Int64`` columns are pandas nullable integers, missing where they do not apply: ``tp``,
+#: ``instances`` and ``chunk_tokens`` on disaggregated rows, the ``prefill_*`` / ``decode_*`` ones on
+#: colocated rows.
 COLUMNS = (
     ("point_id", "str"), ("point", "int64"),
     ("model", "str"), ("gpu", "str"), ("precision", "str"), ("mode", "str"),
-    ("tp", "int64"), ("prefill_tp", "int64"), ("decode_tp", "int64"), ("chunk_tokens", "int64"),
-    ("max_batch", "int64"), ("instances", "int64"), ("prefill_instances", "int64"), ("decode_instances", "int64"),
+    ("tp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("chunk_tokens", "Int64"),
+    ("max_batch", "int64"), ("instances", "Int64"), ("prefill_instances", "Int64"), ("decode_instances", "Int64"),
     ("workload", "str"), ("rate_req_per_s", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
     ("price", "str"), ("price_usd_per_gpu_hour", "float64"),
     ("mean_prompt_tokens", "float64"), ("mean_output_tokens", "float64"),
@@ -98,6 +101,16 @@ COLUMNS = (
     ("sim_capacity_ci95_hi_req_per_s", "float64"),
 )
 _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):])
+
+#: Version of the table's layout, recorded in ``FILE.sweep.json``; a resume refuses another one.
+#: 2: missing values (not 0) in the columns that do not apply to a row's mode.
+TABLE_VERSION = 2
+
+#: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
+QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
+
+#: Figures :func:`plot_sweep` writes by default (one per question, in grid order).
+MAX_PLOTS = 12
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,6 +165,15 @@ class SweepSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
                 raise FastsimInputError(name, v, f"an integer >= {lo}")
+        if not isinstance(self.capacity, (bool, np.bool_)):
+            raise FastsimInputError("capacity", self.capacity, "true or false")
+        for name in ("horizon_s", "capacity_tol", "tpot_margin", "ttft_tail"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise FastsimInputError(name, v, "a number")
+        if isinstance(self.chunk_tokens, (str, bytes)) or not hasattr(self.chunk_tokens, "__iter__") or any(
+                isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) for c in self.chunk_tokens):
+            raise FastsimInputError("chunk_tokens", self.chunk_tokens, "a list of integers >= 1")
         from .errors import require_positive
         require_positive("horizon_s", self.horizon_s)
         if not (0 < self.capacity_tol < 1):
@@ -216,6 +238,11 @@ class SweepGrid:
     def describe(self) -> dict:
         """The axes as given (JSON-able)."""
         return {a: [_jsonable(v) for v in self.axes["scenario" if a == "trace" else a]] for a in self.given}
+
+
+def _tuple(v):
+    """A list from a settings file as a tuple (anything else as is, for SweepSettings to reject)."""
+    return tuple(v) if isinstance(v, (list, tuple)) else v
 
 
 def _jsonable(v):
@@ -396,6 +423,8 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
             continue
         tv = []
         for v in vals:
+            if isinstance(v, (bool, np.bool_)):
+                raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64 (not a boolean)")
             try:
                 tv.append(require_tp(f"axis {name}", int(v) if isinstance(v, str) and v.strip().isdigit() else v))
             except (TypeError, FastsimInputError):
@@ -731,23 +760,24 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     model_names = np.array([m.name for m in T.models], dtype=object)
     src_labels = np.array([x.label for x in grid.sources], dtype=object)
     price_labels = np.array([_price_label(v) for v in A["price"]], dtype=object)
-    zero = np.zeros(n, dtype=np.int64)
+    col = ~disagg
     return {
         "point_id": _hex(_point_ids(grid, c, n)), "point": ix.astype(np.int64),
         "model": model_names[mi], "gpu": np.array(A["gpu"], dtype=object)[c["gpu"]],
         "precision": np.array(A["precision"], dtype=object)[c["precision"]],
         "mode": np.array(A["mode"], dtype=object)[c["mode"]],
-        "tp": np.where(disagg, dt, tp_vals), "prefill_tp": np.where(disagg, pt, zero),
-        "decode_tp": np.where(disagg, dt, zero), "chunk_tokens": chunk_eff.astype(np.int64), "max_batch": mb,
-        "instances": np.where(ok, np.where(disagg, n_p + n_d, n_c), 0).astype(np.int64),
-        "prefill_instances": np.where(ok & disagg, n_p, 0).astype(np.int64),
-        "decode_instances": np.where(ok & disagg, n_d, 0).astype(np.int64),
+        "tp": _nullable(tp_vals, col), "prefill_tp": _nullable(pt, disagg), "decode_tp": _nullable(dt, disagg),
+        "chunk_tokens": _nullable(chunk_eff, col), "max_batch": mb,
+        # as the screen: 0 instances where the point is infeasible
+        "instances": _nullable(np.where(ok, n_c, 0), col),
+        "prefill_instances": _nullable(np.where(ok, n_p, 0), disagg),
+        "decode_instances": _nullable(np.where(ok, n_d, 0), disagg),
         "workload": src_labels[src], "rate_req_per_s": rate, "ttft_s": T.ttft[src, c["ttft_s"]],
         "tpot_s": T.tpot[src, c["tpot_s"]], "price": price_labels[c["price"]], "price_usd_per_gpu_hour": price,
         "mean_prompt_tokens": T.mean_p[src], "mean_output_tokens": mean_o,
         "instance_capacity_req_per_s": np.where(disagg, cap_d, cap_c),
-        "prefill_capacity_req_per_s": np.where(disagg, cap_p, 0.0),
-        "decode_capacity_req_per_s": np.where(disagg, cap_d, 0.0),
+        "prefill_capacity_req_per_s": np.where(disagg, cap_p, np.nan),
+        "decode_capacity_req_per_s": np.where(disagg, cap_d, np.nan),
         "capacity_req_per_s": np.where(ok, capacity, 0.0),
         "batch": np.where(ok_peak, np.where(disagg, db[inv_a], cb[inv_a]), 0).astype(np.int64),
         "analytic_ttft_s": a_ttft, "analytic_tpot_s": a_tpot,
@@ -755,6 +785,12 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
         "usd_per_million_output_tokens": cost, "efficiency_usd_per_million_output_tokens": eff,
         "output_tokens_per_s_per_gpu": tok_gpu, "feasible": feasible, "reason": _REASONS[reason],
     }
+
+
+def _nullable(values: np.ndarray, valid: np.ndarray) -> pd.arrays.IntegerArray:
+    """A nullable Int64 column: ``values`` where ``valid``, missing elsewhere."""
+    valid = np.asarray(valid, dtype=bool)
+    return pd.arrays.IntegerArray(np.where(valid, values, 0).astype(np.int64), ~valid)
 
 
 def _empty_sim(n: int) -> dict:
@@ -775,6 +811,9 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
             out[name] = col.astype(object).where(col.notna(), "").astype(str).astype(object)
         elif dt == "bool":
             out[name] = col.astype(bool)
+        elif dt == "Int64":
+            out[name] = pd.array(col.astype(object).where(col.notna(), None), dtype="Int64") \
+                if col.dtype == object else col.astype("Int64")
         else:
             out[name] = col.astype(dt)
     return pd.DataFrame(out, index=df.index)
@@ -917,8 +956,8 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
     dis = (sub["mode"] == "disaggregated").to_numpy()
     return _Task(
         points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b,
-        n_a=np.where(dis, sub["decode_instances"], sub["instances"]).astype(np.int64),
-        n_b=sub["prefill_instances"].to_numpy(np.int64), chunk=sub["chunk_tokens"].to_numpy(np.int64),
+        n_a=np.where(dis, _ints(sub["decode_instances"]), _ints(sub["instances"])),
+        n_b=_ints(sub["prefill_instances"]), chunk=_ints(sub["chunk_tokens"]),
         max_batch=sub["max_batch"].to_numpy(np.int64),
         src=np.array([src_index[w] for w in sub["workload"]], dtype=np.int64),
         rate=sub["rate_req_per_s"].to_numpy(np.float64), ttft=sub["ttft_s"].to_numpy(np.float64),
@@ -927,6 +966,11 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
         capacity_analytic=sub["capacity_req_per_s"].to_numpy(np.float64),
         plans=tuple(plans), sources=grid.sources, models=tuple(models) if s.capacity else (),
         settings=s, catalog=cat if s.capacity else None, max_requests_per_call=int(max_requests_per_call))
+
+
+def _ints(col: pd.Series) -> np.ndarray:
+    """A nullable integer column as int64, missing values as 0 (the kernels' "does not apply")."""
+    return col.fillna(0).to_numpy(np.int64)
 
 
 def _run_task(task: _Task) -> dict:
@@ -1072,8 +1116,9 @@ def read_table(path: str) -> pd.DataFrame:
         return _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     if fmt == "csv":
         _repair_tail(path)
-        df = pd.read_csv(path, dtype={c: str for c, d in COLUMNS if d == "str"}, keep_default_na=False,
-                         na_values={c: ["nan"] for c, d in COLUMNS if d == "float64"})
+        df = pd.read_csv(path, dtype={c: (str if d == "str" else d) for c, d in COLUMNS if d in ("str", "Int64")},
+                         keep_default_na=False,
+                         na_values={c: ["", "nan"] for c, d in COLUMNS if d in ("float64", "Int64")})
     elif fmt == "jsonl":
         _repair_tail(path)
         with open(path, "r", encoding="utf-8") as fh:
@@ -1096,7 +1141,7 @@ def read_table(path: str) -> pd.DataFrame:
 def _write_chunk(path: str, fmt: str, df: pd.DataFrame, part: int) -> None:
     if fmt == "csv":
         header = not os.path.exists(path) or os.path.getsize(path) == 0
-        text = df.to_csv(index=False, header=header, na_rep="nan", float_format=None)
+        text = df.to_csv(index=False, header=header, na_rep="", float_format=None)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -1104,7 +1149,7 @@ def _write_chunk(path: str, fmt: str, df: pd.DataFrame, part: int) -> None:
     elif fmt == "jsonl":
         lines = []
         for rec in df.to_dict(orient="records"):
-            lines.append(json.dumps({k: (v.item() if hasattr(v, "item") else v) for k, v in rec.items()}))
+            lines.append(json.dumps({k: _py(v) for k, v in rec.items()}))
         with open(path, "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
             fh.flush()
@@ -1114,6 +1159,25 @@ def _write_chunk(path: str, fmt: str, df: pd.DataFrame, part: int) -> None:
         tmp = os.path.join(path, f".part-{part:06d}.tmp")
         df.to_parquet(tmp, index=False)
         os.replace(tmp, os.path.join(path, f"part-{part:06d}.parquet"))
+
+
+def _py(v):
+    """A table cell as a plain Python value for ``json`` (missing integers as None)."""
+    if v is pd.NA:
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _json_records(df: pd.DataFrame) -> list:
+    """The table as a list of dicts of plain Python values; NaN, inf and missing values as None."""
+    out = []
+    for rec in df.to_dict(orient="records"):
+        row = {}
+        for k, v in rec.items():
+            v = _py(v)
+            row[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        out.append(row)
+    return out
 
 
 def _meta_path(path: str) -> str:
@@ -1132,7 +1196,7 @@ def _client(scheduler, workers):
                                 "an installed Dask (pip install 'fastsim[dask]')") from None
     if scheduler:
         return Client(scheduler), None
-    cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=":0")  # any free port, never a clash
     return Client(cluster), cluster
 
 
@@ -1140,7 +1204,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
               out: str | None = None, resume: bool = False, scheduler: str | None = None,
               workers: int | None = None, progress: bool | None = None, chunk_points: int = 20_000,
               chunk_verify: int = 128, max_requests_per_call: int = 3_000_000,
-              plot_dir: str | None = None, **settings_kw) -> pd.DataFrame:
+              plot_dir: str | None = None, max_plots: int | None = MAX_PLOTS, **settings_kw) -> pd.DataFrame:
     """Run a sweep: analytic table, batched verification, optional capacity, written in chunks.
 
     Parameters
@@ -1171,6 +1235,8 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         Simulated requests per ``simulate_batch`` call (bounds memory: about 100 bytes each).
     plot_dir : str, optional
         Write the Pareto plots there (:func:`plot_sweep`).
+    max_plots : int or None, default 12
+        Plot the first ``max_plots`` questions only (None: every question).
 
     Returns
     -------
@@ -1194,7 +1260,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         kw = dict(file_settings)
         kw.update(settings_kw)
         if "chunk_tokens" in kw:
-            kw["chunk_tokens"] = tuple(kw["chunk_tokens"])
+            kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
         try:
             settings = SweepSettings(**kw)
         except TypeError as exc:
@@ -1207,12 +1273,16 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     if workers is not None and (isinstance(workers, bool) or int(workers) != workers or workers < 1):
         raise FastsimInputError("--workers", workers, "an integer >= 1")
     fmt = _format(out) if out else None
-    meta = {"axes": grid.describe(), "settings": s.to_dict()}
+    meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict()}
     if out:
         mp = _meta_path(out)
         if resume and os.path.exists(mp):
             with open(mp, "r", encoding="utf-8") as fh:
                 old = json.load(fh)
+            if old.get("table_version", 1) != TABLE_VERSION:
+                raise FastsimInputError("--resume", out, f"a table of this fastsim version (it was written with "
+                                        f"table version {old.get('table_version', 1)}, this is {TABLE_VERSION}); "
+                                        "start afresh without --resume")
             if old != json.loads(json.dumps(meta)):
                 raise FastsimInputError("--resume", out, "the grid and settings of the run that wrote it "
                                         f"(see {os.path.basename(mp)}); start afresh without --resume")
@@ -1309,7 +1379,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     else:
         full = table.iloc[:0]
     if plot_dir:
-        plot_sweep(full, plot_dir)
+        plot_sweep(full, plot_dir, max_plots=max_plots)
     return full
 
 
@@ -1354,42 +1424,91 @@ def pareto_front(x, y, *, maximize=(False, False)) -> np.ndarray:
     return mask
 
 
-def _chosen(df: pd.DataFrame):
-    """Index of the cheapest passing point (verified), else the cheapest feasible one."""
-    cand = df[df["verified"] & df["sim_passed"]] if df["verified"].any() else df[df["feasible"]]
+def questions(df: pd.DataFrame) -> list:
+    """The questions of a sweep table, in grid order of their first point.
+
+    A question is one setting of :data:`QUESTION` (model, workload, rate, TTFT and TPOT targets,
+    price): the plans of one question compete for one answer, and ``top-k-per-scenario`` verifies
+    the ``top_k`` cheapest of each.
+
+    Returns
+    -------
+    list of (dict, ndarray(int, ndim=1))
+        Per question its column values and the positions (``iloc``) of its rows.
+    """
+    if not len(df):
+        return []
+    grouped = df.groupby(list(QUESTION), sort=False, dropna=False).indices
+    out = [(dict(zip(QUESTION, key)), np.sort(rows)) for key, rows in grouped.items()]
+    pos = df["point"].to_numpy()
+    out.sort(key=lambda q: pos[q[1]].min())
+    return out
+
+
+def _chosen(g: pd.DataFrame):
+    """Label of the answer of one question: the cheapest verified passing point when any point of the
+    question was verified (None if none passed), else the cheapest analytically feasible one."""
+    cand = g[g["verified"] & g["sim_passed"]] if g["verified"].any() else g[g["feasible"]]
     if not len(cand):
         return None
     return cand.sort_values(["usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens", "gpus",
                              "point"], kind="stable").index[0]
 
 
-def plot_sweep(df: pd.DataFrame, out_dir: str) -> list:
-    """Pareto plots of a sweep table (matplotlib, Agg backend; nothing is shown).
+def _safe(text) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(text))
 
-    For each workload of the table, three PNG files: cost per million output tokens against P90
-    TPOT and against P90 TTFT (simulated where verified, else the analytic estimates
-    ``analytic_tpot_s`` / ``analytic_ttft_s``), and output tokens/s per GPU against tokens/s per
-    user (1 / TPOT). One point per feasible configuration, the Pareto frontier drawn as a line,
-    the chosen plan (cheapest passing, else cheapest feasible) circled.
+
+def _question_file(q: dict, with_model: bool) -> str:
+    parts = ["pareto"] + ([_safe(q["model"])] if with_model else []) + [
+        _safe(q["workload"]), f"{q['rate_req_per_s']:g}rps", f"ttft{q['ttft_s']:g}s",
+        f"tpot{q['tpot_s'] * 1e3:g}ms", _safe(q["price"])]
+    return "_".join(parts) + ".png"
+
+
+def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PLOTS) -> list:
+    """Pareto plots of a sweep table, one PNG per question (matplotlib, Agg backend).
+
+    A question is one model x workload x rate x TTFT target x TPOT target x price of the table
+    (:func:`questions`); only its own points are drawn, in three panels: cost per million output
+    tokens against P90 TPOT and against P90 TTFT, and output tokens/s per GPU against tokens/s per
+    user (1 / TPOT), latencies on log axes, the targets as dashed lines. Latencies are the
+    simulated P90 where a point was verified, the analytic estimate elsewhere. Verified points that
+    passed are drawn filled with a black edge, unverified feasible points faint, verified points
+    that failed as grey crosses; analytically infeasible points have no cost and are only counted
+    in the title. The Pareto frontier is over the points that did not fail; the chosen plan,
+    circled, is the cheapest passing point of the question when any was verified (none if none
+    passed), else its cheapest analytically feasible point.
 
     Parameters
     ----------
     df : pandas.DataFrame
-        A sweep table (:func:`run_sweep`, :func:`read_table`).
+        A sweep table (:func:`run_sweep`, :func:`read_table`), or a selection of its rows.
     out_dir : str
         Directory to write (created if needed).
+    max_plots : int or None, default 12
+        Plot only the first questions in grid order (None: all). Select rows to plot others.
 
     Returns
     -------
     list of str
-        The files written.
+        The files written, one per question plotted.
     """
     from .plots import _figure
+    if max_plots is not None and (isinstance(max_plots, bool) or int(max_plots) != max_plots or max_plots < 1):
+        raise FastsimInputError("max_plots", max_plots, "an integer >= 1 or None")
     os.makedirs(out_dir, exist_ok=True)
+    qs = questions(df)
+    if max_plots is not None:
+        qs = qs[:int(max_plots)]
+    with_model = df["model"].nunique() > 1
     paths = []
-    for wl, g in df[df["feasible"]].groupby("workload", sort=False):
-        g = g.reset_index(drop=True)
-        ver = g["verified"].to_numpy()
+    for q, rows in qs:
+        g = df.iloc[rows].reset_index(drop=True)
+        feas = g["feasible"].to_numpy(bool)
+        ver = g["verified"].to_numpy(bool)
+        passed = ver & g["sim_passed"].to_numpy(bool)
+        failed = ver & ~passed
         tpot = np.where(ver, g["sim_tpot_p90_s"], g["analytic_tpot_s"]).astype(np.float64)
         ttft = np.where(ver, g["sim_ttft_p90_s"], g["analytic_ttft_s"]).astype(np.float64)
         cost = g["usd_per_million_output_tokens"].to_numpy(np.float64)
@@ -1397,35 +1516,69 @@ def plot_sweep(df: pd.DataFrame, out_dir: str) -> list:
         with np.errstate(divide="ignore"):
             per_user = 1.0 / tpot
         ch = _chosen(g)
-        label = "simulated P90" if ver.all() else ("simulated P90 where verified, analytic elsewhere" if ver.any()
-                                                     else "analytic estimate")
-        safe = "".join(ch_ if ch_.isalnum() or ch_ in "-_." else "_" for ch_ in str(wl))
-        for name, x, y, xl, yl, mx in (
-                ("cost_vs_tpot", tpot * 1e3, cost, f"TPOT ms ({label})", "$ per million output tokens", (False, False)),
-                ("cost_vs_ttft", ttft, cost, f"TTFT s ({label})", "$ per million output tokens", (False, False)),
-                ("throughput", per_user, per_gpu, "tokens/s per user (1 / TPOT)", "output tokens/s per GPU",
-                 (True, True))):
-            fig, ax = _figure(1, 1, (7, 5))
-            front = pareto_front(x, y, maximize=mx)
-            for mode, mk in (("colocated", "o"), ("disaggregated", "s")):
-                sel = (g["mode"] == mode).to_numpy()
-                if sel.any():
-                    ax.scatter(x[sel], y[sel], s=10, alpha=0.45, marker=mk, label=mode)
+        disagg = (g["mode"] == "disaggregated").to_numpy()
+        fig, axes = _figure(1, 3, (17, 5.2))
+        for ax, x, y, xl, yl, mx, target in (
+                (axes[0], tpot * 1e3, cost, "P90 TPOT (ms)", "$ per million output tokens",
+                 (False, False), q["tpot_s"] * 1e3),
+                (axes[1], ttft, cost, "P90 TTFT (s)", "$ per million output tokens",
+                 (False, False), q["ttft_s"]),
+                (axes[2], per_user, per_gpu, "tokens/s per user (1 / P90 TPOT)",
+                 "output tokens/s per GPU", (True, True), 1.0 / q["tpot_s"])):
+            drawn = feas & np.isfinite(x) & (x > 0) & np.isfinite(y)
+            for mode_sel, mk, colour, mode in ((~disagg, "o", "C0", "colocated"), (disagg, "s", "C1", "disaggregated")):
+                m = drawn & mode_sel & ~ver
+                if m.any():
+                    ax.scatter(x[m], y[m], s=14, alpha=0.35, marker=mk, color=colour, label=f"{mode} (analytic)")
+                m = drawn & mode_sel & passed
+                if m.any():
+                    ax.scatter(x[m], y[m], s=34, marker=mk, color=colour, edgecolors="k", lw=0.8,
+                               label=f"{mode}, simulated: passed")
+            m = drawn & failed
+            if m.any():
+                ax.scatter(x[m], y[m], s=34, marker="x", color="0.55", lw=1.2, label="simulated: failed")
+            ok = drawn & ~failed
+            front = pareto_front(np.where(ok, x, np.nan), y, maximize=mx)
             o = np.flatnonzero(front)
             o = o[np.argsort(x[o])]
             if o.size:
-                ax.plot(x[o], y[o], "-", color="crimson", lw=1.5, marker=".", label="Pareto frontier")
-            if ch is not None:
-                ax.scatter([x[ch]], [y[ch]], s=160, facecolors="none", edgecolors="k", lw=2,
-                           label="chosen: " + _describe_row(g.loc[ch]))
-            ax.set(xlabel=xl, ylabel=yl, title=f"{wl}: {len(g)} configurations")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            p = os.path.join(out_dir, f"{name}_{safe}.png")
-            fig.savefig(p)
-            paths.append(p)
+                ax.plot(x[o], y[o], "-", color="crimson", lw=1.3, marker="+", ms=9,
+                        label="Pareto frontier (not failing)")
+            if ch is not None and drawn[ch]:
+                ax.scatter([x[ch]], [y[ch]], s=200, facecolors="none", edgecolors="k", lw=2,
+                           label=f"chosen: {_describe_row(g.loc[ch])}, ${cost[ch]:.3f}/M")
+            if drawn.any():
+                ax.axvline(target, color="k", ls="--", lw=1, label="target")
+                _log_x(ax)
+            else:
+                ax.text(0.5, 0.5, "no feasible configuration", ha="center", va="center", transform=ax.transAxes)
+            ax.set(xlabel=xl, ylabel=yl)
+            ax.grid(alpha=0.3, which="both")
+            if ax is axes[0] and drawn.any():
+                ax.legend(fontsize=7)
+        head = (f"{q['model']}: " if with_model else "") + (
+            f"{q['workload']} at {q['rate_req_per_s']:g} req/s, P90 TTFT <= {q['ttft_s']:g} s, "
+            f"P90 TPOT <= {q['tpot_s'] * 1e3:g} ms, price {q['price']}")
+        n_inf = int((~feas).sum())
+        sub = (f"{int(feas.sum())} feasible configurations ({int(ver.sum())} simulated: {int(passed.sum())} passed, "
+               f"{int(failed.sum())} failed), {n_inf} analytically infeasible (not drawn)")
+        if ch is None:
+            sub += "; no verified configuration passed" if ver.any() else "; nothing feasible"
+        fig.suptitle(head + "\n" + sub, fontsize=10)
+        fig.tight_layout()
+        p = os.path.join(out_dir, _question_file(q, with_model))
+        fig.savefig(p)
+        paths.append(p)
     return paths
+
+
+def _log_x(ax) -> None:
+    """Log x axis labelled with plain numbers at 1, 2, 5 x 10^k."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _describe_row(r) -> str:
@@ -1472,20 +1625,32 @@ def cli_sweep(args) -> int:
     if args.capacity:
         kw["capacity"] = True
     if "chunk_tokens" in kw:
-        kw["chunk_tokens"] = tuple(kw["chunk_tokens"])
+        kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
     try:
         settings = SweepSettings(**kw)
     except TypeError as exc:
         raise FastsimInputError("[sweep]", sorted(kw), f"fields of SweepSettings ({exc})") from None
     if args.resume and not args.out:
         raise FastsimInputError("--resume", True, "an --out FILE to resume")
+    max_plots = getattr(args, "plot_max", MAX_PLOTS)
     df = run_sweep(grid, settings=settings, out=args.out, resume=args.resume, scheduler=args.scheduler,
-                   workers=args.workers, plot_dir=args.plot)
+                   workers=args.workers, plot_dir=args.plot, max_plots=max_plots)
+    plot_note = None
+    if args.plot:
+        nq = len(questions(df))
+        plot_note = f"wrote Pareto plots of {min(nq, max_plots)} of {nq} questions to {args.plot}"
+        if nq > max_plots:
+            plot_note += (f" (the first {max_plots} in grid order; --plot-max N for more, or plot selected rows "
+                          "with fastsim.sweep.plot_sweep)")
     if args.format != "table" and not args.out:
+        if plot_note:
+            print("note: " + plot_note, file=sys.stderr)
         if args.format == "json":
-            sys.stdout.write(df.to_json(orient="records", lines=True))
+            # as every other command: one JSON array, full precision, NaN / inf / missing as null
+            json.dump(_json_records(df), sys.stdout, indent=2)
+            sys.stdout.write("\n")
         else:
-            df.to_csv(sys.stdout, index=False)
+            df.to_csv(sys.stdout, index=False, na_rep="")
         return 0
     from tabulate import tabulate
     show = df[df["feasible"]]
@@ -1514,6 +1679,6 @@ def cli_sweep(args) -> int:
                                   "verified", "sim max req/s"], disable_numparse=True))
     if args.out:
         print(f"note: wrote {n:,} rows to {args.out}")
-    if args.plot:
-        print(f"note: wrote Pareto plots to {args.plot}")
+    if plot_note:
+        print("note: " + plot_note)
     return 0

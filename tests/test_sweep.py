@@ -121,9 +121,9 @@ def test_grid_file_and_cli(tmp_path, capsys):
     assert main(["sweep", str(g), "--out", str(out), "--plot", str(tmp_path / "p")]) == 0
     df = SW.read_table(str(out))
     assert len(df) == 2 and df.verified.sum() == 1
-    assert sorted(os.listdir(tmp_path / "p")) == ["cost_vs_tpot_chat.png", "cost_vs_ttft_chat.png",
-                                                  "throughput_chat.png"]
-    assert "1 simulated" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "p")) == ["pareto_chat_20rps_ttft1s_tpot50ms_catalog.png"]
+    out_text = capsys.readouterr().out
+    assert "1 simulated" in out_text and "Pareto plots of 1 of 1 questions" in out_text
 
 
 # --- verification, resume, Dask ---------------------------------------------------------------
@@ -207,3 +207,198 @@ def test_capacity_column():
     r = df.iloc[0]
     assert r.verified and r.sim_capacity_req_per_s > 0
     assert r.sim_capacity_ci95_lo_req_per_s <= r.sim_capacity_ci95_hi_req_per_s
+
+
+# --- review fixes -----------------------------------------------------------------------------
+
+QUESTIONS4 = {"scenario": "chat", "gpu": ["H100", "H200", "B200"], "precision": ["BF16", "FP8"], "tp": [1, 2, 4, 8],
+              "mode": ["colocated", "disaggregated"], "rate_req_per_s": [10, 20, 30, 40]}
+
+
+@pytest.fixture(scope="module")
+def four_rates():
+    return SW.run_sweep(QUESTIONS4, verify="top-k-per-scenario", top_k=5, seeds=2, horizon_s=120.0, seed=0)
+
+
+def test_plots_one_figure_per_question_with_its_own_answer(tmp_path, monkeypatch, four_rates):
+    import matplotlib.axes
+    drawn = []
+    real_scatter = matplotlib.axes.Axes.scatter
+
+    def scatter(self, x, y, *a, **kw):
+        drawn.append((self, np.asarray(x, float), np.asarray(y, float), kw))
+        return real_scatter(self, x, y, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", scatter)
+    paths = SW.plot_sweep(four_rates, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == [f"pareto_chat_{r}rps_ttft1s_tpot50ms_catalog.png"
+                                                    for r in (10, 20, 30, 40)]
+    by_fig = {}
+    for ax, x, y, kw in drawn:
+        by_fig.setdefault(id(ax.figure), []).append((ax, x, y, kw))
+    assert len(by_fig) == 4
+    rate20 = list(by_fig.values())[1]
+    g = four_rates[four_rates.rate_req_per_s == 20]
+    # the circled plan of the rate-20 figure is that question's answer, $0.444 (not $0.30 of rate 30)
+    chosen = [(ax, x, y) for ax, x, y, kw in rate20 if kw.get("facecolors") == "none"]
+    assert len(chosen) == 3 and round(float(chosen[0][2][0]), 3) == 0.444
+    # only the points of that question are drawn; cost-axis values all belong to it
+    costs = np.concatenate([y for ax, x, y, kw in rate20 if ax is chosen[0][0]])
+    assert set(np.round(costs, 9)) <= set(np.round(g.usd_per_million_output_tokens, 9))
+    # latency axes are logarithmic
+    assert chosen[0][0].get_xscale() == "log" and chosen[1][0].get_xscale() == "log"
+    # failing points are drawn apart: grey crosses, never circled
+    fail = four_rates[four_rates.verified & ~four_rates.sim_passed]
+    assert len(fail)
+    crosses = [x for ax, x, y, kw in drawn if kw.get("marker") == "x"]
+    assert sum(len(x) for x in crosses) == 3 * len(fail)
+    assert all(kw.get("marker") != "x" or kw.get("color") == "0.55" for ax, x, y, kw in drawn)
+
+
+def test_plots_are_capped(tmp_path, four_rates, capsys):
+    paths = SW.plot_sweep(four_rates, str(tmp_path / "two"), max_plots=2)
+    assert len(paths) == 2 and len(os.listdir(tmp_path / "two")) == 2
+    assert len(SW.questions(four_rates)) == 4
+    rc = main(["sweep", "--axis", "gpu=B200", "--axis", "precision=FP8", "--axis", "tp=1",
+               "--axis", "rate_req_per_s=1,2,3,4,5", "--plot", str(tmp_path / "cap"), "--plot-max", "3"])
+    assert rc == 0 and len(os.listdir(tmp_path / "cap")) == 3
+    assert "Pareto plots of 3 of 5 questions" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("axis", ["tp", "prefill_tp", "decode_tp", "chunk_tokens", "max_batch", "instances",
+                                  "prefill_instances", "decode_instances", "rate_req_per_s", "ttft_s", "tpot_s",
+                                  "price"])
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_rejected_on_every_numeric_axis(axis, value):
+    with pytest.raises(FastsimInputError) as e:
+        SW.make_grid({axis: [value]})
+    assert f"axis {axis}" in e.value.field
+
+
+@pytest.mark.parametrize("key,value", [("horizon_s", True), ("tpot_margin", True), ("ttft_tail", True),
+                                       ("capacity_tol", True), ("chunk_tokens", [True]), ("chunk_tokens", 512),
+                                       ("capacity", "yes")])
+def test_booleans_and_wrong_types_rejected_in_settings(tmp_path, key, value, capsys):
+    with pytest.raises(FastsimInputError) as e:
+        SW.run_sweep({"gpu": "B200", "tp": 1}, **{key: value})
+    assert key in e.value.field
+    g = tmp_path / "g.json"
+    import json
+    g.write_text(json.dumps({"axes": {"gpu": "B200", "tp": 1}, "sweep": {key: value}}))
+    assert main(["sweep", str(g)]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_stdout_json_is_an_array_at_full_precision(capsys):
+    import json
+    axes = {"gpu": "B200", "precision": "FP8", "tp": [1, 2]}
+    assert main(["sweep", "--axis", "gpu=B200", "--axis", "precision=FP8", "--axis", "tp=1,2",
+                 "--format", "json"]) == 0
+    recs = json.loads(capsys.readouterr().out)
+    df = SW.run_sweep(axes)
+    assert isinstance(recs, list) and len(recs) == len(df) == 4
+    for rec, (_, r) in zip(recs, df.iterrows()):
+        assert rec["capacity_req_per_s"] == r.capacity_req_per_s            # exact, not 10 digits
+        assert rec["analytic_tpot_s"] == r.analytic_tpot_s
+        if r["mode"] == "colocated":
+            assert rec["prefill_tp"] is None and rec["tp"] == r.tp
+        else:
+            assert rec["tp"] is None and rec["instances"] is None and rec["prefill_instances"] >= 1
+        assert rec["sim_attainment"] is None                               # NaN -> null (standard JSON)
+
+
+def test_every_accepted_sweep_setting_is_documented():
+    keys = {f.name for f in __import__("dataclasses").fields(SW.SweepSettings)} - {"constants"}
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "SWEEPS.md"), encoding="utf-8").read()
+    section = doc[doc.index("[sweep]"):doc.index("## The table")]
+    for k in keys:
+        assert f"`{k}`" in section or f"\n{k} =" in section, k
+
+
+def test_missing_values_not_zeros(tmp_path, local_run):
+    df = SW.analytic_table(SMALL)
+    col, dis = df[df["mode"] == "colocated"], df[df["mode"] == "disaggregated"]
+    for c in ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances"):
+        assert str(df[c].dtype) == "Int64" and col[c].isna().all() and dis[c].notna().all()
+    for c in ("tp", "instances", "chunk_tokens"):
+        assert str(df[c].dtype) == "Int64" and dis[c].isna().all() and col[c].notna().all()
+    assert col.prefill_capacity_req_per_s.isna().all() and col.decode_capacity_req_per_s.isna().all()
+    # means are not pulled down by rows the column does not apply to
+    assert df.prefill_tp.mean() == dis.prefill_tp.mean() >= 1
+    # round trips in every format, and the CSV has empty cells
+    for ext in (".csv", ".jsonl") + ((".parquet",) if _has_pyarrow() else ()):
+        out = str(tmp_path / ("t" + ext))
+        SW.run_sweep(SMALL, out=out, chunk_verify=5, **SIM)
+        pd.testing.assert_frame_equal(SW.read_table(out), local_run)
+    import csv
+    import json
+    with open(tmp_path / "t.csv") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["mode"] == "colocated")
+    assert row["prefill_tp"] == "" and row["decode_instances"] == ""
+    # a file written before (zeros in those columns) is not resumed into a mixed table
+    meta = tmp_path / "t.csv.sweep.json"
+    old = json.loads(meta.read_text())
+    del old["table_version"]
+    meta.write_text(json.dumps(old))
+    with pytest.raises(FastsimInputError, match="table version 1"):
+        SW.run_sweep(SMALL, out=str(tmp_path / "t.csv"), resume=True, **SIM)
+
+
+def _has_pyarrow():
+    try:
+        import pyarrow  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_cli_interrupt_exits_130_and_resumes_to_the_same_table(tmp_path, monkeypatch, capsys, local_run):
+    """Ctrl-C mid-sweep (simulated after the first chunk): one-line message, exit 130, no traceback;
+    the partial output resumes to the table of an uninterrupted run (tqdm bar on)."""
+    import functools
+    out = str(tmp_path / "t.csv")
+    argv = ["sweep", "--axis", "scenario=chat", "--axis", "gpu=H100,B200", "--axis", "precision=FP8",
+            "--axis", "mode=colocated,disaggregated", "--axis", "tp=1,2", "--axis", "rate_req_per_s=10,20",
+            "--verify", "all", "--seeds", "2", "--horizon", "60", "--seed", "3", "--out", out]
+    real_sweep, real_task = SW.run_sweep, SW._run_task
+    monkeypatch.setattr(SW, "run_sweep", functools.partial(real_sweep, chunk_verify=2, progress=True))
+    calls = {"n": 0}
+
+    def flaky(task):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real_task(task)
+
+    monkeypatch.setattr(SW, "_run_task", flaky)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; rerun with --resume" in err and "Traceback" not in err
+    part = SW.read_table(out)
+    assert 0 < len(part) < len(local_run)
+    monkeypatch.setattr(SW, "_run_task", real_task)
+    assert main(argv + ["--resume"]) == 0
+    pd.testing.assert_frame_equal(SW.read_table(out), local_run)
+
+
+def test_interrupt_with_dask_propagates_and_resumes(tmp_path, monkeypatch, local_run):
+    """A Ctrl-C in the client while Dask runs chunks comes out as KeyboardInterrupt (not wrapped by
+    Dask), the cluster is shut down, and the output resumes to the same table."""
+    pytest.importorskip("dask.distributed")
+    out = str(tmp_path / "t.jsonl")
+    real = SW._write_chunk
+    calls = {"n": 0}
+
+    def flaky(*a):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(SW, "_write_chunk", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        SW.run_sweep(SMALL, out=out, workers=2, chunk_verify=2, **SIM)
+    monkeypatch.setattr(SW, "_write_chunk", real)
+    assert 0 < len(SW.read_table(out)) < len(local_run)
+    done = SW.run_sweep(SMALL, out=out, resume=True, chunk_verify=2, **SIM)
+    pd.testing.assert_frame_equal(done, local_run)
