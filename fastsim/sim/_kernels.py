@@ -1,9 +1,15 @@
 """Numba kernels of the serving simulator (SPEC section 6); the semantics are in ``engine.py``.
 
 Everything here only loops over preallocated arrays: no random numbers, no exceptions, a status
-code per run. One run is :func:`_run_nb`; :func:`simulate_runs_nb` runs many in a ``prange``,
-each iteration touching only its own slices of the flattened arrays. The helpers are inlined into :func:`_run_nb` (``inline="always"``): a call per
-event that passes arrays costs reference counting.
+code per run. One run is :func:`_run_nb`; :func:`simulate_one_nb` runs one on the calling
+thread, :func:`simulate_runs_nb` many in a ``prange`` of workers that take the runs one by one,
+each touching only its own slices of the flattened arrays.
+
+Reference counting: a helper inlined by numba (``inline="always"``) still increments and
+decrements the reference count of every array it is passed, at every call, unless the call is
+straight-line code (then numba prunes the pairs). The event loop of :func:`_run_nb` therefore
+has its colocated and arrival paths written out in place; the helpers remain for the
+disaggregated paths and the once-per-run work.
 
 Per-instance state lives in one int64 table ``ist`` (columns ``I_*``) and one float64 table
 ``fst`` (columns ``F_*``), one row per instance. The wrapper fills the configuration columns
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from numba.typed import List
 
 from ..stepmodel import (P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_NV, P_HBM_BW, P_HIDDEN, P_KVPG, P_LAYERS,
@@ -50,7 +58,7 @@ I_STATE0 = I_TAIL
 N_ICOLS = 24
 
 # float64 columns of the per-instance table: state, then the step-independent parts of the
-# step time (set by the kernel from the instance's parameters, see _coloc_run_nb)
+# step time (set by the kernel from the instance's parameters; see _run_nb's colocated path)
 (F_NEXT_T, F_STEP_START, F_BUSY, F_WEIGHT_S, F_D_BW, F_MATMUL2, F_D_C, F_LAY2, F_AR_A, F_AR_B,
  F_D_NV, F_C2, F_C4) = range(13)
 N_FCOLS = 13
@@ -136,14 +144,37 @@ def append_nb(la, lp, lo, arrival, prompt, output):
     lo.append(output)
 
 
+@intrinsic
+def _fetch_add_nb(typingctx, counter, index):
+    """``counter[index] += 1`` as one atomic operation (int64 array); returns the old value."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64
+            and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aty = signature.args[0]
+        ary = context.make_array(aty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aty, ary, [args[1]])
+        return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "seq_cst")
+
+    return types.int64(counter, index), codegen
+
+
 @njit(cache=True, parallel=True)
-def check_nb(a_list, p_list, o_list, horizon, max_tokens, info):
-    """Check many workloads in parallel (typed lists of read-only arrays): ``info[k] = (code, longest output)``."""
-    for j in prange(info.shape[0]):
-        k = np.int64(j)     # the prange index is unsigned; typed lists take int64
-        code, mo = _check_one_nb(a_list[k], p_list[k], o_list[k], horizon, max_tokens)
-        info[k, 0] = code
-        info[k, 1] = mo
+def check_nb(a_list, p_list, o_list, horizon, max_tokens, info, n_workers):
+    """Check many workloads in parallel (typed lists of read-only arrays): ``info[k] = (code, longest output)``.
+
+    ``n_workers`` workers take the workloads one by one (see :func:`simulate_runs_nb`).
+    """
+    taken = np.zeros(1, np.int64)
+    for _ in prange(n_workers):
+        while True:
+            k = _fetch_add_nb(taken, 0)
+            if k >= info.shape[0]:
+                break
+            code, mo = _check_one_nb(a_list[k], p_list[k], o_list[k], horizon, max_tokens)
+            info[k, 0] = code
+            info[k, 1] = mo
 
 
 @njit(cache=True, inline="always")
@@ -606,7 +637,13 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                              status, nxt, done, wheel, wnext)
             else:
                 # colocated fast path (see the docstring): this boundary and the instance's next
-                # ones while nothing else can happen before them, in one loop
+                # ones while nothing else can happen before them, in one loop, with the
+                # instance's state in locals. It does exactly what _batch_boundary_nb does at
+                # each boundary (complete the step, admit, compose and start the next), for every
+                # boundary strictly before ``ta`` and at or before ``lim``; the float operations
+                # are the boundary's, in the same order (the step time as in step_time_nb, its
+                # step-independent parts from the F_WEIGHT_S .. F_C4 columns: the same values),
+                # so the results are bit for bit those of the generic boundary
                 lim = ms * dt_sample if ms < n_samp else np.inf
                 if horizon < lim:
                     lim = horizon
@@ -1046,35 +1083,37 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
 
 
 @njit(cache=True)
-def simulate_one_nb(run_i, run_f, pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst,
-                    status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b,
-                    met_f, met_i, run_status, full):
-    """One run and its metrics, on the calling thread: :func:`simulate_runs_nb` for a single row.
+def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
+                    done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf, mi,
+                    full):
+    """One run and its metrics on the calling thread; returns the run's ``RUN_*`` code.
 
-    The same arguments, except that the workload's arrays come directly (read-only, checked by
-    :func:`check_one_nb`) and every working array is the run's own (no per-thread slices). No
-    thread pool: a single run does not wait for the pool's threads to wake up.
+    The engine calls it for a single run; :func:`simulate_runs_nb` calls it for each of many
+    (one compiled function for both, and a small ``prange`` body, which compiles much faster).
+    The arrays are the run's own (slices, for :func:`simulate_runs_nb`), as described there;
+    ``ri`` / ``rf`` are the run's rows of ``run_i`` / ``run_f``, ``mf`` / ``mi`` its rows of
+    ``met_f`` / ``met_i`` (written).
     """
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
-                   done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, run_i[0, R_N_ENTRY],
-                   run_i[0, R_ROUTING], run_i[0, R_MAX_TOTAL], run_i[0, R_MAX_PROMPT],
-                   run_f[0, RF_HORIZON], run_f[0, RF_DT], full)
-    run_status[0] = code
+                   done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
+                   ri[R_MAX_TOTAL], ri[R_MAX_PROMPT], rf[RF_HORIZON], rf[RF_DT], full)
     if code == RUN_OK:
-        _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, run_f[0], met_f[0],
-                    met_i[0])
+        _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
+    return code
 
 
 @njit(cache=True, parallel=True)
 def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, finish, inst,
                      dinst, status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s,
                      buf_a, buf_b, met_f, met_i, run_status, order, full, cap, wheel_cap, samp_cap):
-    """Run every row of the run table in a ``prange`` and compute each run's metrics.
+    """Run every row of the run table and compute each run's metrics, on all threads.
 
-    Each iteration writes only its own slices and its thread's working arrays. The body of a
-    ``prange`` is compiled with ``noalias`` array arguments, which lets LLVM keep the event
-    loop's state in registers; a single run goes through here too, with one thread. Results do
-    not depend on the thread count.
+    The ``prange`` is over workers (one per thread, as many as the working arrays have slices);
+    each takes the next run of ``order`` (an atomic counter) until none is left, so a worker
+    that finishes early, or starts late on a busy machine, takes more runs. (``prange``'s own
+    split of the runs is static and contiguous, in blocks of ``runs / threads``: with the
+    longest runs first, one thread would get all of them.) Each run writes only its own slices
+    and its worker's working arrays; results do not depend on the thread count.
 
     Parameters
     ----------
@@ -1087,18 +1126,18 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, 
         workload ``R_WORK``, several runs may share one.
     first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
         Per-request results: all runs concatenated when ``full`` (offset ``R_OUT_OFF``), else
-        one slice of ``cap`` per thread.
+        one slice of ``cap`` per worker.
     nxt, done, wnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
-        Working arrays, ``cap`` per thread (``n_threads * cap``).
+        Working arrays, ``cap`` per worker (``n_workers * cap``).
     wheel : int32[:]
-        Timing-wheel buckets, ``wheel_cap`` per thread (each instance's slice at its
+        Timing-wheel buckets, ``wheel_cap`` per worker (each instance's slice at its
         ``I_WHEEL_OFF``; ``I_WHEEL_MASK + 1`` buckets, a power of two >= the longest output).
     wait_s, kv_s : int64[:]
         ``full``: samples ``(n_samp, n_inst)`` per run, row-major, at offset ``R_ISAMP_OFF``;
         else empty.
     sys_s : int64[:]
         Samples of the number in system: at ``R_SAMP_OFF`` when ``full``, else ``samp_cap`` per
-        thread.
+        worker.
     met_f : float64[:, N_MFCOLS]; met_i : int64[:, N_MICOLS]
         Output: per-run metrics.
     run_status : int64[:]
@@ -1108,51 +1147,46 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, 
     full : bool
         Keep every run's per-request results and samples.
     cap, wheel_cap, samp_cap : int
-        Per-thread sizes of the working arrays.
+        Per-worker sizes of the working arrays.
     """
-    n_threads = nxt.shape[0] // cap if cap > 0 else 0
-    for j in prange(order.shape[0]):
-        k = order[j]
-        tid = numba.get_thread_id()
-        n = run_i[k, R_N_REQ]
-        if tid >= n_threads or n > cap or run_i[k, R_WHEEL_LEN] > wheel_cap \
-                or run_i[k, R_N_SAMP] > samp_cap:
-            run_status[k] = RUN_SCRATCH_OVERFLOW
-            continue
-        wk = run_i[k, R_WORK]
-        arrival = a_list[wk]
-        prompt = p_list[wk]
-        output = o_list[wk]
-        w0 = tid * cap
-        w1 = w0 + n
-        if full:
-            o0 = run_i[k, R_OUT_OFF]
-            s0 = run_i[k, R_SAMP_OFF]
-        else:
-            o0 = w0
-            s0 = tid * samp_cap
-        o1 = o0 + n
-        s1 = s0 + run_i[k, R_N_SAMP]
-        i0 = run_i[k, R_INST_OFF]
-        i1 = i0 + run_i[k, R_N_INST]
-        h0 = tid * wheel_cap
-        h1 = h0 + run_i[k, R_WHEEL_LEN]
-        q0 = run_i[k, R_ISAMP_OFF]
-        q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
-        # the run's instance rows in private copies: the rows of runs on other threads can share
-        # a cache line with them, and the event loop writes its rows at every event
-        ist_k = ist[i0:i1].copy()
-        fst_k = fst[i0:i1].copy()
-        code = _run_nb(
-            pp[i0:i1], ist_k, fst_k, arrival, prompt, output,
-            first[o0:o1], finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1],
-            done[w0:w1], wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1],
-            kv_s[q0:q1], sys_s[s0:s1], run_i[k, R_N_ENTRY], run_i[k, R_ROUTING],
-            run_i[k, R_MAX_TOTAL], run_i[k, R_MAX_PROMPT], run_f[k, RF_HORIZON], run_f[k, RF_DT],
-            full)
-        ist[i0:i1] = ist_k
-        fst[i0:i1] = fst_k
-        run_status[k] = code
-        if code == RUN_OK:
-            _metrics_nb(arrival, output, first[o0:o1], finish[o0:o1], status[o0:o1],
-                        sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_f[k], met_f[k], met_i[k])
+    n_workers = nxt.shape[0] // cap if cap > 0 else 0
+    # dynamic scheduling: each worker takes the next run of ``order`` when it is free (prange's
+    # own split is contiguous blocks, which would give one thread all the longest runs)
+    taken = np.zeros(1, np.int64)
+    for t in prange(n_workers):
+        tid = np.int64(t)       # the prange index is unsigned
+        while True:
+            j = _fetch_add_nb(taken, 0)
+            if j >= order.shape[0]:
+                break
+            k = order[j]
+            n = run_i[k, R_N_REQ]
+            if n > cap or run_i[k, R_WHEEL_LEN] > wheel_cap or run_i[k, R_N_SAMP] > samp_cap:
+                run_status[k] = RUN_SCRATCH_OVERFLOW
+                continue
+            wk = run_i[k, R_WORK]
+            arrival = a_list[wk]
+            prompt = p_list[wk]
+            output = o_list[wk]
+            w0 = tid * cap
+            w1 = w0 + n
+            if full:
+                o0 = run_i[k, R_OUT_OFF]
+                s0 = run_i[k, R_SAMP_OFF]
+            else:
+                o0 = w0
+                s0 = tid * samp_cap
+            o1 = o0 + n
+            s1 = s0 + run_i[k, R_N_SAMP]
+            i0 = run_i[k, R_INST_OFF]
+            i1 = i0 + run_i[k, R_N_INST]
+            h0 = tid * wheel_cap
+            h1 = h0 + run_i[k, R_WHEEL_LEN]
+            q0 = run_i[k, R_ISAMP_OFF]
+            q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
+            run_status[k] = simulate_one_nb(
+                pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival, prompt, output, first[o0:o1],
+                finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1], done[w0:w1],
+                wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1], kv_s[q0:q1],
+                sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_i[k], run_f[k], met_f[k], met_i[k],
+                full)

@@ -3,11 +3,11 @@
 The public functions normalise their input to C-ordered arrays of fixed dtypes (float64
 times, int64 token counts: the kernels compile once), check the values in one parallel kernel
 call over the workloads (numpy names the fault only when there is one), build the run and
-instance tables vectorized over the runs, and call the kernel of ``_kernels.py``: a
-``prange`` over runs (longest first) that reads each workload's arrays in place, with no
-concatenation, and also computes each run's metrics (percentiles by selection). Metrics-only
-batches keep per-request results in per-thread buffers, so a batch of many long runs touches
-little memory. Randomness is the caller's: arrivals and lengths come in as arrays (draw them
+instance tables vectorized over the runs, and call a kernel of ``_kernels.py``: for one run, a
+plain call on the calling thread; for many, a ``prange`` of workers that take the runs one by
+one (longest first). Both read each workload's arrays in place, with no concatenation, and also
+compute each run's metrics (percentiles by selection). Metrics-only batches keep per-request
+results in per-worker buffers, so a batch of many long runs touches little memory. Randomness is the caller's: arrivals and lengths come in as arrays (draw them
 from generators spawned from one ``SeedSequence``).
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
@@ -360,7 +360,7 @@ def _check(works, raw, horizon_s: float):
         lists = K.new_lists_nb()
         for a, p, o in works:
             K.append_nb(*lists, a, p, o)
-        K.check_nb(*lists, horizon_s, MAX_TOKENS, info)
+        K.check_nb(*lists, horizon_s, MAX_TOKENS, info, min(W, numba.get_num_threads()))
     bad = np.flatnonzero(info[:, 0] != K.IN_OK)
     if bad.size:
         _workload(raw[int(bad[0])], horizon_s)   # raises, naming the field
@@ -505,22 +505,20 @@ def _run(plans, pk, wk, work, opts, full: bool):
     if R == 1:
         # one run: a plain call on this thread (no thread pool, whose wake-up a busy machine
         # can delay by milliseconds), the workload's arrays passed directly
-        K.simulate_one_nb(run_i, run_f, pp, ist, fst, *one, out["first"], out["finish"], out["inst"],
-                          out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"],
-                          out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64), out["met_f"],
-                          out["met_i"], out["run_status"], bool(full))
+        out["run_status"][0] = K.simulate_one_nb(
+            pp, ist, fst, *one, out["first"], out["finish"], out["inst"], out["dinst"], out["status"],
+            *work_arrays, out["wait_s"], out["kv_s"], out["sys_s"], np.empty(nw, np.float64),
+            np.empty(nw, np.float64), run_i[0], run_f[0], out["met_f"][0], out["met_i"][0], bool(full))
     else:
         if lists is None:
             lists = K.new_lists_nb()
             K.append_nb(*lists, *one)
-        # longest runs first: the last run handed out is a short one
+        # longest runs first (the kernel hands them out one by one): the last one is a short one
         order = np.argsort(-n_req, kind="stable")
-        with numba.parallel_chunksize(1):   # runs differ in cost: hand them out one by one
-            K.simulate_runs_nb(run_i, run_f, pp, ist, fst, *lists, out["first"], out["finish"], out["inst"],
-                               out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"],
-                               out["sys_s"], np.empty(nw, np.float64), np.empty(nw, np.float64),
-                               out["met_f"], out["met_i"], out["run_status"], order, bool(full), cap,
-                               wheel_cap, n_samp)
+        K.simulate_runs_nb(run_i, run_f, pp, ist, fst, *lists, out["first"], out["finish"], out["inst"],
+                           out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"], out["sys_s"],
+                           np.empty(nw, np.float64), np.empty(nw, np.float64), out["met_f"], out["met_i"],
+                           out["run_status"], order, bool(full), cap, wheel_cap, n_samp)
     bad = np.flatnonzero(out["run_status"] != RUN_OK)
     if bad.size:
         raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
@@ -696,9 +694,10 @@ def warmup() -> None:
     pt = np.array([10, 20])
     ot = np.array([2, 3])
     kw = dict(horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=1.0)
-    simulate_batch([ColocatedPlan(p, 1, 8), DisaggregatedPlan(p, 1, p, 1)], [(a, pt, ot)] * 2, product=True, **kw)
-    simulate(ColocatedPlan(p, 1, 8), a, pt, ot, **kw)
     ro = [x.copy() for x in (a, pt, ot)]
     for x in ro:
         x.setflags(write=False)
-    simulate(ColocatedPlan(p, 1, 8), *ro, **kw)
+    simulate_batch([ColocatedPlan(p, 1, 8), DisaggregatedPlan(p, 1, p, 1)], [(a, pt, ot), tuple(ro)], product=True,
+                   **kw)
+    # one run (its inputs go to the kernel as read-only views, writable or not)
+    simulate(ColocatedPlan(p, 1, 8), a, pt, ot, **kw)
