@@ -537,11 +537,8 @@ def format_study(df: pd.DataFrame) -> str:
 
 
 def _figure(width=6.5, height=4.0):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots()
+    from .plots import _figure as figure
+    return figure(1, 1, (width, height))
 
 
 def _save(fig, ax, path, title, verified, **legend):
