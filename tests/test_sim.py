@@ -392,3 +392,21 @@ def test_kernel_percentiles_are_exact_on_large_runs_with_unfinished_requests(rat
         assert got == _np_percentile_with_inf(ttft, q)
     if rate == 40.0:
         assert np.isinf(ttft).any()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=small_workload(), which=st.integers(0, len(P_TP) - 1), disagg=st.booleans(), n=st.integers(1, 3),
+       chunk=st.sampled_from([7, 64, 512]))
+def test_first_token_no_earlier_than_the_prompts_own_compute(w, which, disagg, n, chunk):
+    """TTFT >= the prompt's own prefill FLOPs at the derated peak (SPEC §3), whatever else is running."""
+    from fastsim.stepmodel import P_ETA_C, P_HIDDEN, P_LAYERS, P_MATMUL, P_PEAK, P_TP
+    arrival, prompt, output, horizon, dt, max_context, routing = w
+    p = with_budget(P_TP[which], 1e6)
+    plan = DisaggregatedPlan(p, n, p, n, 512) if disagg else ColocatedPlan(p, n, chunk)
+    r = simulate(plan, arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5, tpot_slo_s=0.02,
+                 max_context_tokens=max_context, routing=routing, sample_dt_s=dt)
+    got = ~np.isnan(r.first_token_s)
+    P = prompt[got].astype(np.float64)
+    flops = 2.0 * p[P_MATMUL] * P + 2.0 * p[P_LAYERS] * p[P_HIDDEN] * P * P
+    own = flops / p[P_TP] / (p[P_ETA_C] * p[P_PEAK])
+    assert np.all(r.first_token_s[got] - arrival[got] >= own * (1 - 1e-12))
