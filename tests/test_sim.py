@@ -399,7 +399,8 @@ def test_kernel_percentiles_are_exact_on_large_runs_with_unfinished_requests(rat
        chunk=st.sampled_from([7, 64, 512]))
 def test_first_token_no_earlier_than_the_prompts_own_compute(w, which, disagg, n, chunk):
     """TTFT >= the prompt's own prefill FLOPs at the derated peak (SPEC §3), whatever else is running."""
-    from fastsim.stepmodel import P_ETA_C, P_HIDDEN, P_LAYERS, P_MATMUL, P_PEAK, P_TP
+    from fastsim.stepmodel import P_ETA_C, P_HIDDEN, P_LAYERS, P_MATMUL, P_PEAK
+    from fastsim.stepmodel import P_TP as TP_INDEX
     arrival, prompt, output, horizon, dt, max_context, routing = w
     p = with_budget(P_TP[which], 1e6)
     plan = DisaggregatedPlan(p, n, p, n, 512) if disagg else ColocatedPlan(p, n, chunk)
@@ -408,5 +409,5 @@ def test_first_token_no_earlier_than_the_prompts_own_compute(w, which, disagg, n
     got = ~np.isnan(r.first_token_s)
     P = prompt[got].astype(np.float64)
     flops = 2.0 * p[P_MATMUL] * P + 2.0 * p[P_LAYERS] * p[P_HIDDEN] * P * P
-    own = flops / p[P_TP] / (p[P_ETA_C] * p[P_PEAK])
+    own = flops / p[TP_INDEX] / (p[P_ETA_C] * p[P_PEAK])
     assert np.all(r.first_token_s[got] - arrival[got] >= own * (1 - 1e-12))
