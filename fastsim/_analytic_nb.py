@@ -82,6 +82,13 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         ``status`` / ``col_status`` codes (OK, NO_FIT, TPOT_UNREACHABLE, TTFT_UNREACHABLE), decode capacity
         (req/s), batch and step (s), prefill capacity, utilisation and step, colocated capacity, batch,
         chunk and step; each iteration writes its own slot only.
+
+    Returns
+    -------
+    None
+        Results are written into the ``out_*`` arrays. Inputs are not validated (the callers,
+        :func:`fastsim.analytic.instance_table` and :mod:`fastsim.sweep`, do that); the kernel
+        raises nothing and reports infeasibility through the status codes.
     """
     n = pidx.shape[0]
     for i in prange(n):

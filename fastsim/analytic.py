@@ -76,7 +76,26 @@ class Demand:
     @classmethod
     def from_scenario(cls, scenario: Scenario, *, rate_req_per_s=None, ttft_s=None, tpot_s=None,
                       latency_quantile: float | None = 0.9) -> "Demand":
-        """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one)."""
+        """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one).
+
+        Parameters
+        ----------
+        scenario : Scenario
+        rate_req_per_s, ttft_s, tpot_s : float, optional
+            Override the scenario's rate (req/s) and P90 targets (s).
+        latency_quantile : float or None
+            Quantile of the length distributions used for the latency checks (0.9, SPEC §5);
+            None uses the means.
+
+        Returns
+        -------
+        Demand
+
+        Raises
+        ------
+        FastsimInputError
+            An override that is not a finite number > 0.
+        """
         q = latency_quantile
         return cls(
             rate_req_per_s=float(rate_req_per_s if rate_req_per_s is not None else scenario.rate_req_per_s),
@@ -90,7 +109,30 @@ class Demand:
     @classmethod
     def from_lengths(cls, prompt_tokens, output_tokens, *, rate_req_per_s, ttft_s, tpot_s,
                      latency_quantile: float | None = 0.9) -> "Demand":
-        """Demand from empirical lengths (a trace): means and quantiles taken from the data itself."""
+        """Demand from empirical lengths (a trace): means and quantiles taken from the data itself.
+
+        Parameters
+        ----------
+        prompt_tokens, output_tokens : array_like of shape (n,)
+            Per-request lengths (tokens); converted to float64.
+        rate_req_per_s : float
+            Target rate (req/s).
+        ttft_s, tpot_s : float
+            P90 targets (s).
+        latency_quantile : float or None
+            Quantile of the data used for the latency checks (``numpy.quantile``, linear
+            interpolation); None uses the means.
+
+        Returns
+        -------
+        Demand
+
+        Raises
+        ------
+        FastsimInputError
+            ``prompt_tokens`` is empty, or a rate, target, mean or quantile is not a finite
+            number > 0.
+        """
         p = np.asarray(prompt_tokens, dtype=np.float64)
         o = np.asarray(output_tokens, dtype=np.float64)
         if p.size == 0:
@@ -122,6 +164,14 @@ class ScreenOptions:
     ttft_tail : float
         P90 wait ~ ``ttft_tail x W`` (2.3 ~ ln 10).
     constants : StepConstants
+        Efficiencies and overheads of the step model (SPEC §3).
+
+    Raises
+    ------
+    FastsimInputError
+        An empty ``tps`` or a TP that is not a power of two from 1 to 64; an unknown mode; a
+        chunk size that is not a positive integer; ``tpot_margin`` outside (0, 1]; or
+        ``ttft_tail`` not a finite number > 0.
     """
 
     gpus: tuple | None = None
@@ -156,7 +206,29 @@ class Plan:
     For a colocated plan ``tp``/``instances`` describe the instances; for a disaggregated plan
     ``prefill_tp``/``prefill_instances`` and ``decode_tp``/``decode_instances`` do (``tp`` and
     ``instances`` then repeat the decode side). Capacities in req/s, costs in US dollars per
-    million output tokens.
+    million output tokens. Fields are not validated (the screen and :func:`plan_for` build
+    valid plans; the simulator checks what it runs).
+
+    Attributes
+    ----------
+    model, gpu, precision : str
+        Catalog names.
+    mode : str
+        ``"colocated"`` or ``"disaggregated"``.
+    tp, instances : int
+        TP degree and count of the instances (for disaggregated plans: the decode side).
+    prefill_tp, prefill_instances, decode_tp, decode_instances : int
+        The two sides of a disaggregated plan (0 for colocated plans).
+    chunk_tokens : int
+        Prefill chunk of a colocated instance (tokens; 0 for disaggregated plans).
+    batch : int
+        Analytic decode batch per instance (requests).
+    instance_capacity_req_per_s : float
+        Analytic capacity of one instance (the decode side for disaggregated plans) (req/s).
+    prefill_capacity_req_per_s, decode_capacity_req_per_s : float
+        Analytic capacity of one prefill / decode instance (req/s; 0 for colocated plans).
+    price_usd_per_gpu_hour : float
+        Price of one GPU (US dollars per hour).
     """
 
     model: str
@@ -178,14 +250,14 @@ class Plan:
 
     @property
     def gpus(self) -> int:
-        """Total GPUs of the plan."""
+        """Total GPUs of the plan (int): ``tp x instances``, or the sum over both sides."""
         if self.mode == "disaggregated":
             return self.prefill_tp * self.prefill_instances + self.decode_tp * self.decode_instances
         return self.tp * self.instances
 
     @property
     def capacity_req_per_s(self) -> float:
-        """Analytic capacity of the whole plan (req/s)."""
+        """Analytic capacity of the whole plan (float, req/s); the smaller side for disaggregated plans."""
         if self.mode == "disaggregated":
             return min(self.prefill_instances * self.prefill_capacity_req_per_s,
                        self.decode_instances * self.decode_capacity_req_per_s)
@@ -193,11 +265,25 @@ class Plan:
 
     @property
     def price_usd_per_hour(self) -> float:
-        """What the plan's GPUs cost per hour."""
+        """What the plan's GPUs cost (float, US dollars per hour): ``gpus x price_usd_per_gpu_hour``."""
         return self.gpus * self.price_usd_per_gpu_hour
 
     def with_instances(self, instances=None, prefill_instances=None, decode_instances=None) -> "Plan":
-        """A copy with other instance counts (repair)."""
+        """A copy with other instance counts (repair, SPEC §7).
+
+        Parameters
+        ----------
+        instances : int, optional
+            New count of a colocated plan (ignored for disaggregated plans).
+        prefill_instances, decode_instances : int, optional
+            New counts of a disaggregated plan (ignored for colocated plans); ``instances``
+            follows ``decode_instances``.
+
+        Returns
+        -------
+        Plan
+            Capacities per instance are unchanged; counts are not validated.
+        """
         if self.mode == "disaggregated":
             d = self.decode_instances if decode_instances is None else int(decode_instances)
             return replace(self, prefill_instances=self.prefill_instances if prefill_instances is None
@@ -205,13 +291,26 @@ class Plan:
         return replace(self, instances=self.instances if instances is None else int(instances))
 
     def describe(self) -> str:
-        """A short human label, e.g. ``2 x B200 FP8 colocated TP1 x 2``."""
+        """A short human label.
+
+        Returns
+        -------
+        str
+            E.g. ``2 x B200 FP8 colocated TP1 x 2``.
+        """
         if self.mode == "disaggregated":
             return (f"{self.gpus} x {self.gpu} {self.precision} disaggregated: "
                     f"prefill TP{self.prefill_tp} x {self.prefill_instances} + decode TP{self.decode_tp} x {self.decode_instances}")
         return f"{self.gpus} x {self.gpu} {self.precision} colocated TP{self.tp} x {self.instances}"
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (for JSON).
+
+        Returns
+        -------
+        dict
+            Every field, plus the derived ``gpus`` and ``capacity_req_per_s``.
+        """
         d = asdict(self)
         d["gpus"] = self.gpus
         d["capacity_req_per_s"] = self.capacity_req_per_s
@@ -221,7 +320,25 @@ class Plan:
 def cost_usd_per_million_output_tokens(gpus, price_usd_per_gpu_hour, rate_req_per_s, mean_output_tokens):
     """Cost per million output tokens (SPEC §1; lecture exercise 2).
 
-    ``gpus x price / (rate x mean O x 3600) x 1e6``; broadcasts over arrays.
+    ``gpus x price / (rate x mean O x 3600) x 1e6``; broadcasts over arrays. Inputs are not
+    validated (a zero rate gives inf).
+
+    Parameters
+    ----------
+    gpus : int or array_like
+        GPUs of the plan.
+    price_usd_per_gpu_hour : float or array_like
+        Price of one GPU (US dollars per hour).
+    rate_req_per_s : float or array_like
+        Request rate served (req/s): the target rate for the integer cost, the capacity for the
+        efficiency cost.
+    mean_output_tokens : float or array_like
+        Mean output tokens per request.
+
+    Returns
+    -------
+    ndarray(float64)
+        US dollars per million output tokens, shape of the broadcast inputs (0-d for scalars).
 
     Examples
     --------
@@ -236,6 +353,19 @@ def instances_needed(rate_req_per_s, capacity_req_per_s):
     """Whole instances to carry a rate: ``ceil(rate / capacity)`` (lecture exercise 6: 20 / 16.2 -> 2).
 
     A relative tolerance of 1e-9 keeps 20 / 10 from rounding up to 3; capacity <= 0 gives 0 (infeasible).
+
+    Parameters
+    ----------
+    rate_req_per_s : float or array_like
+        Rate to carry (req/s).
+    capacity_req_per_s : float or array_like
+        Capacity of one instance (req/s).
+
+    Returns
+    -------
+    ndarray(int64)
+        Instances (>= 1 where capacity > 0, else 0), shape of the broadcast inputs (0-d for
+        scalars).
     """
     cap = np.asarray(capacity_req_per_s, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -266,20 +396,37 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
                    options: ScreenOptions = ScreenOptions()) -> pd.DataFrame:
     """Per-instance analytic capacities of every GPU x precision x TP of the grid (SPEC §5).
 
+    Decode capacity ``b / (step x mean O)``; prefill capacity ``rho / S_b`` from the M/D/1 wait
+    (lecture exercise 4); colocated capacity ``min(b / O, c / P) / step`` (Sarathi-Serve); see
+    the module docstring.
+
     Parameters
     ----------
     model : Model or str
+        A model or a catalog name / ``config.json`` path.
     demand : Demand
+        Rate, SLOs and length statistics.
     catalog : Catalog, optional
+        Defaults to the built-in catalog.
     options : ScreenOptions
+        The grid (GPUs, precisions, TPs, chunk sizes) and the screen's constants; ``modes`` is
+        not used here.
 
     Returns
     -------
     pandas.DataFrame
-        One row per GPU x precision x TP: ``gpu, precision, tp, status, kv_budget_tokens,
+        One row per GPU x precision x TP (pairs whose GPU has no peak for the precision are
+        skipped): ``gpu, precision, tp, price_usd_per_gpu_hour, status, kv_budget_tokens,
         decode_capacity_req_per_s, decode_batch, decode_step_s, prefill_capacity_req_per_s,
         prefill_utilisation, prefill_step_s, colocated_status, colocated_capacity_req_per_s,
-        colocated_batch, chunk_tokens, colocated_step_s`` (capacities 0 where infeasible).
+        colocated_batch, chunk_tokens, colocated_step_s`` (capacities 0 where infeasible;
+        ``status`` codes are those of :mod:`fastsim._analytic_nb`).
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown model, GPU or precision name, a model config that cannot be read, or no
+        selected GPU with a peak for any selected precision.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -340,7 +487,8 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     Raises
     ------
     FastsimInputError
-        Unknown names in the grid or the model.
+        Unknown names in the grid or the model, or no selected GPU with a peak for any selected
+        precision.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -438,13 +586,47 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
 
     Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
     (at least one). ``chunk_tokens`` None takes the screen's best chunk (512 when the colocated
-    configuration is analytically infeasible).
+    configuration is analytically infeasible). The capacities come from
+    :func:`instance_table` (SPEC §5): a given ``chunk_tokens`` is recorded in the plan but the
+    colocated capacity is the one of the best chunk in ``options.chunk_tokens``.
+
+    Parameters
+    ----------
+    model : Model or str
+        A model or a catalog name / ``config.json`` path.
+    demand : Demand
+        Rate (sizes the instance counts left as None), SLOs and length statistics.
+    gpu, precision : str
+        Catalog names.
+    mode : str
+        ``"colocated"`` or ``"disaggregated"``.
+    tp : int
+        TP of a colocated instance; default TP of both sides of a disaggregated plan.
+    instances : int, optional
+        Colocated instances.
+    prefill_tp, decode_tp : int, optional
+        TP of each side of a disaggregated plan (default ``tp``).
+    prefill_instances, decode_instances : int, optional
+        Instances of each side of a disaggregated plan.
+    chunk_tokens : int, optional
+        Prefill chunk of a colocated instance (tokens).
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    options : ScreenOptions
+        Screen constants; its GPU, precision and TP lists are replaced by the named ones.
+
+    Returns
+    -------
+    Plan
+        Analytically infeasible configurations are returned too, with capacity 0 (and one
+        instance unless given): the simulator decides.
 
     Raises
     ------
     FastsimInputError
-        Unknown names, TP not a power of two, a mode other than colocated / disaggregated,
-        instance counts or chunk < 1.
+        Unknown names, TP not a power of two from 1 to 64, a mode other than colocated /
+        disaggregated, instance counts or chunk not integers >= 1, or a GPU without a peak for
+        the precision.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):

@@ -102,7 +102,17 @@ def _add_arrival_args(sp):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every sub-command."""
+    """The argparse parser of every sub-command.
+
+    Sub-commands: ``plan``, ``simulate``, ``bench``, ``capacity``, ``ledger``, ``ladder``,
+    ``whatif``, ``sweep``; each sets ``func`` (the handler) and ``command`` on the parsed
+    namespace.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        Its ``error`` prints one line and exits with status 2 (no usage dump).
+    """
     ap = _Parser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
                                  "simulation, repair and maximum sustainable rate.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -589,7 +599,24 @@ def _cmd_sweep(args):
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``fastsim`` console script; returns the exit status."""
+    """Entry point of the ``fastsim`` console script (also ``python -m fastsim``).
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        Exit status: the handler's (0 on success), 2 after a :class:`FastsimInputError` (printed
+        on one line to stderr), 0 on a broken pipe, 130 on Ctrl-C.
+
+    Raises
+    ------
+    SystemExit
+        From argparse: status 2 on a malformed command line, 0 after ``--help``.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

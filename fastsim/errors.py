@@ -27,7 +27,26 @@ class FastsimInputError(ValueError):
 
 
 def require_positive(field: str, value: float) -> float:
-    """Return ``float(value)`` or raise :class:`FastsimInputError` unless it is finite and > 0."""
+    """Check that a value is a finite number > 0.
+
+    Parameters
+    ----------
+    field : str
+        Name of the field, used in the error message.
+    value : object
+        Anything ``float()`` accepts.
+
+    Returns
+    -------
+    float
+        ``float(value)``.
+
+    Raises
+    ------
+    FastsimInputError
+        ``value`` does not convert to a float, or is not finite and > 0 (NaN, zero, negative
+        or infinite).
+    """
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -38,7 +57,27 @@ def require_positive(field: str, value: float) -> float:
 
 
 def require_tp(field: str, value: int) -> int:
-    """Return ``int(value)`` or raise unless it is a power of two between 1 and 64."""
+    """Check that a tensor-parallel degree is a power of two from 1 to 64.
+
+    Parameters
+    ----------
+    field : str
+        Name of the field, used in the error message.
+    value : object
+        Anything ``int()`` accepts; it must equal its integer conversion (``2.0`` passes,
+        ``2.5`` does not).
+
+    Returns
+    -------
+    int
+        ``int(value)``.
+
+    Raises
+    ------
+    FastsimInputError
+        ``value`` does not convert to an integer, differs from it, or is not one of
+        1, 2, 4, ..., 64.
+    """
     try:
         v = int(value)
     except (TypeError, ValueError):

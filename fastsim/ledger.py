@@ -348,10 +348,12 @@ def md1_mean_wait_s(arrival_rate_req_per_s, service_s):
     Returns
     -------
     ndarray(float64) or float
-        Mean time spent waiting before service starts (s), shape of the broadcast inputs.
+        Mean time spent waiting before service starts (s), shape of the broadcast inputs (a numpy
+        float64 scalar for scalar inputs); NaN where ``rho`` is NaN.
 
     Notes
     -----
+    Inputs are not validated: nothing is raised (a negative input gives a meaningless wait).
     Source: SPEC §5 (prefill instance), lecture 16 §2.2 and its lecture 5 §4.
     """
     lam = np.asarray(arrival_rate_req_per_s, dtype=np.float64)

@@ -32,6 +32,14 @@ class PlannedDeployment:
     repair : RepairResult or None
         Its simulation, repair and final plan (None when not verified).
     analytic_usd_per_million_output_tokens, efficiency_usd_per_million_output_tokens : float
+        Integer cost of the analytic plan at the target rate, and efficiency cost (capacity,
+        fractional instances), in US dollars per million output tokens (SPEC §1).
+    rate_req_per_s : float
+        Target rate (req/s).
+    mean_output_tokens : float
+        Mean output tokens per request (for the cost).
+    ttft_slo_s, tpot_slo_s : float or None
+        P90 targets (s), reported in :meth:`to_dict`.
     """
 
     analytic: Plan
@@ -45,18 +53,26 @@ class PlannedDeployment:
 
     @property
     def plan(self) -> Plan:
-        """The final plan (repaired when a repair was made)."""
+        """The final plan (:class:`~fastsim.analytic.Plan`; repaired when a repair was made)."""
         return self.repair.plan if self.repair is not None else self.analytic
 
     @property
     def usd_per_million_output_tokens(self) -> float:
-        """Integer cost of the final plan at the target rate."""
+        """Integer cost of the final plan at the target rate (float, US dollars per million output
+        tokens; SPEC §1 cost formula)."""
         p = self.plan
         return float(cost_usd_per_million_output_tokens(p.gpus, p.price_usd_per_gpu_hour,
                                                         self.rate_req_per_s, self.mean_output_tokens))
 
     def to_dict(self) -> dict:
-        """The JSON object of ``fastsim plan --format json`` (seconds, US dollars)."""
+        """The JSON object of ``fastsim plan --format json`` (seconds, US dollars).
+
+        Returns
+        -------
+        dict
+            The final plan's layout, GPUs, costs, capacity, price, rate and targets, and a
+            ``verification`` dict (None when not verified); non-finite P90s become None.
+        """
         p = self.plan
         d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
         if p.mode == "disaggregated":
@@ -104,6 +120,7 @@ class PlanReport:
     grid : pandas.DataFrame
         The whole analytic screen (see :func:`fastsim.analytic.screen`).
     demand : Demand
+        The demand that was screened.
     notes : list of str
         Facts about the input a user must know (e.g. requests longer than the model's context).
     """
@@ -114,7 +131,14 @@ class PlanReport:
     notes: list = field(default_factory=list)
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per deployment, columns flattened (``verification.*`` become ``verified_*``)."""
+        """One row per deployment, columns flattened (``verification.*`` become ``verified_*``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            The :meth:`PlannedDeployment.to_dict` fields with nullable dtypes
+            (``DataFrame.convert_dtypes``); empty when there are no deployments.
+        """
         rows = []
         for d in self.deployments:
             row = d.to_dict()
@@ -144,14 +168,19 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     max_added: int | None = None, progress=None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
+    The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
+    ``top_k`` feasible plans verified and repaired in simulation, re-ranked by verified cost.
+
     Parameters
     ----------
     model : Model or str
+        A model or a catalog name / ``config.json`` path.
     demand : Demand
         Rate, P90 targets and the length statistics for the screen.
-    source : Scenario or fastsim.workload.Workload
-        What the simulator replays: a scenario (synthetic Poisson arrivals and lognormal lengths,
-        ``seeds`` runs of ``horizon_s`` seconds) or a trace (its own arrivals and lengths, one run).
+    source : Scenario, str or fastsim.workload.Workload
+        What the simulator replays: a scenario or its name (synthetic Poisson arrivals and
+        lognormal lengths at ``demand.rate_req_per_s``, ``seeds`` runs of ``horizon_s`` seconds)
+        or a trace (its own arrivals and lengths, one run).
     top_k : int
         Feasible analytic plans to verify (>= 1).
     seeds : int
@@ -160,15 +189,30 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         Simulated arrival window per run (s), 600 by default (lecture §2.3, lesson three).
     verify : bool
         False returns the analytic ranking only.
+    seed : int
+        Root seed of the synthetic workloads (:func:`fastsim.workload.seeds_for`).
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    options : ScreenOptions
+        The grid and the screen's constants (its step constants are used in simulation too).
+    max_added : int, optional
+        Passed to :func:`fastsim.search.repair`.
+    progress : callable, optional
+        Called with no arguments after each plan is handled.
 
     Returns
     -------
     PlanReport
+        ``deployments`` best first: passing (or unverified) plans by verified integer cost, then
+        the failing ones.
 
     Raises
     ------
     FastsimInputError
-        ``top_k`` or ``seeds`` < 1, a non-positive horizon, unknown names.
+        ``top_k`` or ``seeds`` not an integer >= 1, a non-positive horizon, unknown names, or
+        anything :func:`fastsim.analytic.screen` or :func:`fastsim.search.repair` rejects.
+    RuntimeError
+        A simulator kernel reported an internal failure.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):

@@ -153,10 +153,14 @@ def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float,
     Parameters
     ----------
     results : sequence of fastsim.sim.SimResult
+        One per run (seed), each drawn as one curve.
     path : str
-        Image file to write (checked with :func:`check_plot_path` by the command line).
+        Image file to write, its format taken from the extension (checked with
+        :func:`check_plot_path` by the command line, not here).
     ttft_slo_s, tpot_slo_s : float
         Targets drawn as vertical lines (s).
+    title : str
+        Figure title.
     horizon_s : float, optional
         Arrival window of the runs; default: the end of the sample grid.
     measure_window : (float, float)
@@ -166,6 +170,12 @@ def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float,
     -------
     str
         The path written.
+
+    Raises
+    ------
+    ValueError, OSError
+        From matplotlib, for an unknown extension or a path that cannot be written (call
+        :func:`check_plot_path` first to get a :class:`FastsimInputError` instead).
     """
     fig, (a1, a2, a3) = _figure(1, 3, (14, 4))
     for i, r in enumerate(results):
@@ -202,12 +212,22 @@ def plot_capacity(result, path: str, *, title: str = "") -> str:
     Parameters
     ----------
     result : fastsim.search.CapacityResult
+        From :func:`fastsim.search.max_sustainable_rate`.
     path : str
-        PNG file to write.
+        Image file to write, its format taken from the extension (.png, .pdf, .svg, ...; not
+        checked here: see :func:`check_plot_path`).
+    title : str
+        Axes title.
 
     Returns
     -------
     str
+        The path written.
+
+    Raises
+    ------
+    ValueError, OSError
+        From matplotlib, for an unknown extension or a path that cannot be written.
     """
     fig, ax = _figure(1, 1, (7, 4.5))
     rates = np.array([p[0] for p in result.probes])

@@ -25,12 +25,14 @@ __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", 
 
 @dataclass(frozen=True)
 class SLO:
-    """P90 latency targets and the pass threshold.
+    """P90 latency targets and the pass threshold (SPEC §1: a plan passes at attainment >= 0.90).
+
+    Fields are not validated here; the simulator rejects non-positive targets when it runs.
 
     Attributes
     ----------
     ttft_s, tpot_s : float
-        Targets (s).
+        TTFT and TPOT targets (s).
     attainment : float
         Fraction of measured requests that must meet both targets (0.90).
     """
@@ -51,9 +53,10 @@ class Verification:
     ttft_p90_s, tpot_p90_s : float
         P90 over the pooled measured requests (inf when a measured request never got a token).
     passed : bool
-        ``attainment >= SLO.attainment`` and no run overloaded.
+        ``attainment >= SLO.attainment`` and the runs, judged together, not overloaded.
     overloaded : bool
-        Some run's waiting queue grew without bound.
+        The runs, judged together by :func:`pooled_overload`, show the number of requests in
+        the system growing without bound.
     runs : int
         Simulations pooled (seeds).
     measured, rejected : int
@@ -73,13 +76,45 @@ class Verification:
     requests: int = 0
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            Every field; non-finite floats (inf, nan) become None.
+        """
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                 for k, v in self.__dict__.items()}
 
 
 def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
              model: Model | None = None):
-    """The simulator's plan object for an analytic :class:`~fastsim.analytic.Plan`."""
+    """The simulator's plan object for an analytic :class:`~fastsim.analytic.Plan`.
+
+    Parameters
+    ----------
+    plan : Plan
+    catalog : Catalog, optional
+        Resolves the plan's GPU, precision and (unless ``model`` is given) model; defaults to
+        the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry (e.g. read from a ``config.json``).
+
+    Returns
+    -------
+    ColocatedPlan or DisaggregatedPlan
+        With step parameters from :func:`fastsim.stepmodel.step_params`; the plan's
+        ``chunk_tokens`` for a colocated plan, the default prefill token budget (8192) for a
+        disaggregated one.
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names, a TP that is not a power of two, a GPU without a peak for the precision,
+        or instance counts / chunk below 1.
+    """
     from .sim import ColocatedPlan, DisaggregatedPlan
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
@@ -105,11 +140,19 @@ def pooled_overload(metrics, horizon_s: float) -> bool:
     Parameters
     ----------
     metrics : sequence of SimMetrics
+        One per replication, non-empty.
     horizon_s : float
+        Simulated seconds of each run.
 
     Returns
     -------
     bool
+        With one run, that run's own flag.
+
+    Raises
+    ------
+    IndexError
+        ``metrics`` is empty (nothing is validated otherwise).
     """
     from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
     if len(metrics) == 1:
@@ -175,10 +218,20 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     ----------
     plan : Plan
     workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
-        One per seed: float64[n] ascending, int64[n], int64[n].
+        One per seed: ``ndarray(float64) of shape (n,)`` ascending arrival times (s) and two
+        ``ndarray(int64) of shape (n,)`` token counts.
     slo : SLO
     horizon_s : float
         Arrival window simulated (s).
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry.
+    measure_window : (float, float)
+        Fractions of the arrival window bounding the measured requests (SPEC §1).
+    routing : {"least-loaded", "round-robin"}
     drain_s : float
         Extra simulated time after the last arrival so that the measured requests can finish
         (default 0: the run ends with the arrival window, as SPEC §6 defines it). The measured
@@ -187,6 +240,15 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     Returns
     -------
     Verification
+        Pooled over the runs; ``attainment`` is 0 when nothing was measured.
+
+    Raises
+    ------
+    FastsimInputError
+        A negative or non-finite ``drain_s``; unknown names in the plan; anything
+        :func:`fastsim.sim.simulate` rejects (bad arrays, horizon, SLO targets, window, routing).
+    RuntimeError
+        A simulator kernel reported an internal failure.
     """
     from .errors import require_positive
     from .sim import simulate
@@ -209,8 +271,34 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
     """Why a request of these lengths misses its SLO even alone on an idle instance ('' if it does not).
 
     TTFT alone = the prompt's prefill steps (chunks of ``chunk_tokens`` for colocated plans, one
-    step plus the KV transfer for disaggregated ones); TPOT alone = one decode step at its context.
-    More instances cannot fix either (lecture §2.3, lesson one).
+    step plus the KV transfer for disaggregated ones); TPOT alone = one decode step at context
+    ``P + O / 2`` (SPEC §3 step model). More instances cannot fix either (lecture §2.3, lesson
+    one).
+
+    Parameters
+    ----------
+    plan : Plan
+        A colocated plan must have ``chunk_tokens >= 1``.
+    prompt_tokens, output_tokens : float
+        Lengths of the request (tokens; the latency quantiles in :func:`repair`).
+    slo : SLO
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry.
+
+    Returns
+    -------
+    str
+        The reasons, joined by ``"; "``, or ``""`` when the lone request meets both targets.
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names, a TP that is not a power of two, a GPU without a peak for the
+        precision, or a colocated plan with ``chunk_tokens`` < 1.
     """
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
@@ -224,6 +312,8 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
     else:
         pd_ = step_params(model, g, pr, plan.tp, constants)
         c = float(plan.chunk_tokens)
+        if not c >= 1.0:        # a zero chunk would never finish the prompt
+            raise FastsimInputError("chunk_tokens", plan.chunk_tokens, "an integer >= 1 (a colocated plan)")
         ttft, done = 0.0, 0.0
         while done < P:
             x = min(c, P - done)
@@ -250,6 +340,7 @@ class RepairResult:
     verification : Verification
         Its simulation result.
     passed : bool
+        The final plan passes its verification.
     repaired_from_instances : int or None
         Total instances before repair (None when the plan passed as planned).
     reason : str
@@ -281,21 +372,36 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     Before adding anything, a request of the latency-quantile lengths is checked alone on an idle
     instance: if it already misses the SLO, no count can pass and the plan is reported unrepairable.
 
+    A plan is also reported unrepairable when more than ``1 - slo.attainment`` of its requests
+    are rejected (longer than the context or an instance's KV cache).
+
     Parameters
     ----------
     plan : Plan
     workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
+        As for :func:`verify`.
     slo : SLO
     horizon_s : float
+        Arrival window simulated (s).
     latency_prompt_tokens, latency_output_tokens : float
         Lengths for the lone-request check (the P90s).
     max_added : int, optional
-        Instances that may be added before giving up; default ``max(8, instances)`` (up to a
-        doubling of a large plan).
+        Instance-adding rounds before giving up; default ``max(8, instances)`` (up to a doubling
+        of a large plan).
+    catalog, constants, model, measure_window, routing
+        As for :func:`verify`.
 
     Returns
     -------
     RepairResult
+        ``passed`` False with a ``reason`` when no count can pass or the rounds ran out.
+
+    Raises
+    ------
+    FastsimInputError
+        As for :func:`verify`.
+    RuntimeError
+        A simulator kernel reported an internal failure.
     """
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
@@ -352,8 +458,13 @@ class CapacityResult:
     probes : list of (rate, attainment, overloaded, passed)
         Every probe in order.
     per_seed_attainment : ndarray(float64) of shape (probes, seeds)
+        Attainment of each seed's run at each probe (0 when it measured nothing).
     analytic_req_per_s : float
         The analytic capacity of the plan; ``analytic_ratio`` = analytic / simulated.
+    seeds : int
+        Replications per probe.
+    horizon_s : float
+        Simulated seconds per run.
     """
 
     rate_req_per_s: float
@@ -367,7 +478,7 @@ class CapacityResult:
 
     @property
     def analytic_ratio(self) -> float:
-        """Analytic capacity / simulated capacity (> 1: the analytic screen is optimistic); inf at 0."""
+        """Analytic capacity / simulated capacity (float; > 1: the analytic screen is optimistic); inf at 0."""
         return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
 
     @property
@@ -376,11 +487,22 @@ class CapacityResult:
 
         The lecture (§2.3, §6) measured 0.91 chat, 1.11 offline batch, 0.69 coding agent, and says
         the analytic capacity of the coding agent is 1/0.69 times the simulated one, so its figures
-        are simulated / analytic (see docs/REPRODUCTION.md).
+        are simulated / analytic (see docs/REPRODUCTION.md). Returns a float, nan when the
+        analytic capacity is 0.
         """
         return self.rate_req_per_s / self.analytic_req_per_s if self.analytic_req_per_s > 0 else float("nan")
 
     def to_dict(self) -> dict:
+        """The result as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            ``rate_req_per_s``, ``bracket_req_per_s``, ``ci95_req_per_s``, ``probes`` (list of
+            dicts), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``, ``seeds``,
+            ``horizon_s``, ``ci_method``; non-finite interval ends and ratios become None
+            (``per_seed_attainment`` is left out).
+        """
         return {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
                 "ci95_req_per_s": [x if math.isfinite(x) else None for x in self.ci95],
                 "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
@@ -481,8 +603,9 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     Parameters
     ----------
     plan : Plan
-    dists : Scenario or (LengthDist, LengthDist)
-        Length distributions of the synthetic workload.
+    dists : Scenario, str or (LengthDist, LengthDist)
+        Length distributions of the synthetic workload (as for
+        :func:`fastsim.workload.synthesize`).
     slo : SLO
     seeds : int
         Replications per probe (>= 1; >= 2 for an interval).
@@ -490,17 +613,42 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         Simulated seconds per run (600 by default: lecture §2.3 lesson three).
     rel_tol : float
         Relative width of the final bracket, in (0, 1).
+    rate_hint_req_per_s : float, optional
+        First probe (req/s); default the plan's analytic capacity (1 req/s when it is 0).
+    seed : int
+        Root seed of the per-seed workloads and of the bootstrap.
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry.
+    measure_window : (float, float)
+        Fractions of the horizon bounding the measured requests (SPEC §1).
+    routing : {"least-loaded", "round-robin"}
+    arrival : {'poisson', 'gamma'}
+        Arrival process, with inter-arrival coefficient of variation ``cv`` (1 for Poisson).
+    cv : float
     max_probes : int
-        Probe budget; the bracket reached is reported when it runs out.
+        Probe budget; the bracket reached is reported when it runs out (up to three more probes
+        may extend the bootstrap below the lowest probe).
+    bootstrap : int
+        Bootstrap resamples for the interval; 0 skips it.
 
     Returns
     -------
     CapacityResult
+        ``rate_req_per_s`` 0 and bracket ``(0, hi)`` when every probe failed; ``hi`` inf when
+        none did.
 
     Raises
     ------
     FastsimInputError
-        ``seeds`` < 1, ``rel_tol`` outside (0, 1), a non-positive horizon or rate hint.
+        ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1), a non-positive horizon or
+        rate hint, unknown names in the plan, a bad length distribution, seed, arrival process
+        or cv, or anything :func:`fastsim.sim.simulate_batch` rejects.
+    RuntimeError
+        A simulator kernel reported an internal failure.
     """
     from .errors import require_positive
     from .sim import simulate_batch

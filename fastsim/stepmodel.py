@@ -81,6 +81,23 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
 
     ``budget = TP x mem_util x HBM bytes - total_params x weight_bytes``;
     ``tokens = budget / (TP x KV bytes per token per GPU)``.
+
+    Parameters
+    ----------
+    model : Model
+    precision : Precision
+        Gives the weight and KV bytes per element.
+    gpu : GPU
+        Gives the HBM capacity (bytes).
+    tp : int
+        Tensor-parallel degree (not validated here).
+    constants : StepConstants
+        Gives ``memory_utilization``.
+
+    Returns
+    -------
+    float
+        KV tokens per instance (not rounded; <= 0 when the weights alone do not fit).
     """
     budget = tp * constants.memory_utilization * gpu.hbm_bytes - model.total_params * precision.weight_bytes
     return budget / (tp * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp))
@@ -88,17 +105,29 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
 
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
                 constants: StepConstants = StepConstants()) -> np.ndarray:
-    """Pack one instance's constants into the vector the kernels read.
+    """Pack one instance's constants into the vector the kernels read (SPEC §3).
+
+    Parameters
+    ----------
+    model : Model
+    gpu : GPU
+    precision : Precision
+    tp : int
+        Tensor-parallel degree: a power of two from 1 to 64.
+    constants : StepConstants
+        Efficiencies, all-reduce latency, per-step overhead and memory utilisation.
 
     Returns
     -------
     ndarray(float64) of shape (N_PARAMS,)
-        Indexed by the ``P_*`` constants of this module.
+        Indexed by the ``P_*`` constants of this module; ``P_KV_BUDGET_TOKENS`` holds
+        :func:`kv_budget_tokens` (may be <= 0 when the model does not fit: infeasible, not an
+        error).
 
     Raises
     ------
     FastsimInputError
-        TP not a power of two, or a precision the GPU has no peak for.
+        TP not a power of two from 1 to 64, or a precision the GPU has no peak for.
     """
     tp = require_tp("tp", tp)
     if precision.flops_key not in gpu.peak_flops_per_s:
@@ -125,12 +154,38 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
 
 
 def decode_attn_flops(layers, hidden, context_tokens):
-    """Attention FLOPs of decode tokens: ``4 x layers x context x hidden`` summed over tokens (SPEC §3)."""
+    """Attention FLOPs of decode tokens: ``4 x layers x context x hidden`` summed over tokens (SPEC §3).
+
+    Parameters
+    ----------
+    layers, hidden : float or ndarray(float64)
+        Transformer layers and hidden size.
+    context_tokens : float or ndarray(float64)
+        Context tokens attended to, summed over the decode tokens of the step.
+
+    Returns
+    -------
+    float or ndarray(float64)
+        FLOPs (whole model, before the division by TP), shape of the broadcast inputs.
+    """
     return 4.0 * layers * hidden * context_tokens
 
 
 def prefill_attn_flops(layers, hidden, chunk_tokens):
-    """Causal attention FLOPs of a prefill chunk of c tokens: ``2 x layers x c^2 x hidden`` (SPEC §3)."""
+    """Causal attention FLOPs of a prefill chunk of c tokens: ``2 x layers x c^2 x hidden`` (SPEC §3).
+
+    Parameters
+    ----------
+    layers, hidden : float or ndarray(float64)
+        Transformer layers and hidden size.
+    chunk_tokens : float or ndarray(float64)
+        Prompt tokens in the chunk (c).
+
+    Returns
+    -------
+    float or ndarray(float64)
+        FLOPs (whole model, before the division by TP), shape of the broadcast inputs.
+    """
     return 2.0 * layers * hidden * chunk_tokens * chunk_tokens
 
 
@@ -145,7 +200,11 @@ def _parts(matmul, wbytes, tp, hbm_bw, peak, kvpg, layers, hidden, nvlink, eta_c
 
 
 def step_parts(p, n_tokens, kv_tokens, attn_flops):
-    """The four parts of a step, vectorized (numpy broadcasting over configurations).
+    """The four parts of a step, vectorized (numpy broadcasting over configurations; SPEC §3).
+
+    Roofline terms (Williams, Waterman, Patterson 2009) and a ring all-reduce alpha-beta cost
+    (Thakur, Rabenseifner, Gropp 2005), two all-reduces per layer; see the module docstring.
+    Inputs are not validated.
 
     Parameters
     ----------
@@ -169,12 +228,19 @@ def step_parts(p, n_tokens, kv_tokens, attn_flops):
 def step_time(p, n_tokens, kv_tokens, attn_flops):
     """Step time in seconds, vectorized: ``max(weight + KV, compute) + all-reduce + overhead`` (SPEC §3).
 
-    Parameters and broadcasting as in :func:`step_parts`.
+    Inputs are not validated.
+
+    Parameters
+    ----------
+    p : ndarray(float64) of shape (N_PARAMS,) or (n, N_PARAMS)
+        Packed parameters from :func:`step_params` (stacked for a grid).
+    n_tokens, kv_tokens, attn_flops : float or ndarray(float64), broadcastable against ``p[..., 0]``
+        New tokens in the step, cached tokens read, attention FLOPs (as in :func:`step_parts`).
 
     Returns
     -------
     ndarray(float64)
-        Seconds per step, shape of the broadcast inputs.
+        Seconds per step, shape of the broadcast inputs (a 0-d value for scalar inputs).
     """
     p = np.asarray(p, dtype=np.float64)
     w, kv, comp, comm = step_parts(p, n_tokens, kv_tokens, attn_flops)
@@ -186,12 +252,16 @@ _parts_nb = njit(cache=True, inline="always")(_parts)
 
 @njit(cache=True)
 def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
-    """Scalar step time for kernels; same formula and float operations as :func:`step_time`.
+    """Scalar step time for kernels; same formula and float operations as :func:`step_time` (SPEC §3).
+
+    Inputs are not validated (a numba kernel: it raises nothing).
 
     Parameters
     ----------
-    p : float64[:] of shape (N_PARAMS,)
+    p : ndarray(float64) of shape (N_PARAMS,)
+        Packed parameters from :func:`step_params`.
     n_tokens, kv_tokens, attn_flops : float64
+        New tokens in the step, cached tokens read, attention FLOPs.
 
     Returns
     -------

@@ -144,6 +144,15 @@ class SweepSettings:
     chunk_tokens : tuple of int
         Chunk sizes searched where the ``chunk_tokens`` axis is ``"auto"``.
     constants : StepConstants
+        Step-model constants (SPEC §3), for the screen and the simulator.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown ``verify`` mode; ``top_k`` or ``seeds`` not an integer >= 1 or ``seed`` not
+        an integer >= 0 (booleans rejected); ``capacity`` not a boolean; a non-numeric or
+        non-positive ``horizon_s``; ``capacity_tol`` outside (0, 1); chunk sizes, margin or
+        tail that :class:`fastsim.analytic.ScreenOptions` rejects.
     """
 
     verify: str = "none"
@@ -181,7 +190,13 @@ class SweepSettings:
         ScreenOptions(chunk_tokens=self.chunk_tokens, tpot_margin=self.tpot_margin, ttft_tail=self.ttft_tail)
 
     def to_dict(self) -> dict:
-        """Plain JSON-able form (the ``constants`` as a dict)."""
+        """Plain JSON-able form.
+
+        Returns
+        -------
+        dict
+            Every field; ``constants`` as a dict, ``chunk_tokens`` as a list.
+        """
         d = dataclasses.asdict(self)
         d["chunk_tokens"] = list(self.chunk_tokens)
         return d
@@ -212,11 +227,15 @@ class SweepGrid:
     Attributes
     ----------
     axes : dict[str, tuple]
+        Canonical values of every axis of :data:`AXES`.
     given : tuple of str
+        Axes the user gave.
     catalog : Catalog
+        The catalog the names were resolved against.
     sources : tuple of _Source
         The workload axis (scenario or trace values), resolved.
     models : dict[str, Model]
+        The models of the ``model`` axis, by value.
     """
 
     axes: dict
@@ -227,16 +246,23 @@ class SweepGrid:
 
     @property
     def shape(self) -> tuple:
-        """Values per axis, in :data:`AXES` order (the workload axis counted once, under ``scenario``)."""
+        """Values per axis (tuple of int), in :data:`AXES` order (the workload axis counted once, under ``scenario``)."""
         return tuple(len(self.axes[a]) for a in AXES)
 
     @property
     def n_points(self) -> int:
-        """Number of points of the product."""
+        """Number of points of the product (int)."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     def describe(self) -> dict:
-        """The axes as given (JSON-able)."""
+        """The axes as given (JSON-able).
+
+        Returns
+        -------
+        dict of str to list
+            For each axis in :attr:`given`, its canonical values (price tables as dicts of
+            floats).
+        """
         return {a: [_jsonable(v) for v in self.axes["scenario" if a == "trace" else a]] for a in self.given}
 
 
@@ -467,6 +493,17 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
 def parse_axis(text: str) -> tuple:
     """Parse a command-line axis ``NAME=V1,V2,...`` into ``(name, [values])`` (strings).
 
+    Parameters
+    ----------
+    text : str
+        ``NAME=V1,V2,...``; ``-`` in the name reads as ``_``; blank values are dropped.
+
+    Returns
+    -------
+    (str, list of str)
+        The axis name (one of :data:`AXES`) and its values, unconverted (:func:`make_grid`
+        converts and checks them).
+
     Raises
     ------
     FastsimInputError
@@ -486,6 +523,11 @@ def parse_axis(text: str) -> tuple:
 
 def load_grid(path: str) -> tuple:
     """Read a grid file: TOML (or JSON) with an ``[axes]`` table and an optional ``[sweep]`` table.
+
+    Parameters
+    ----------
+    path : str
+        The file; a ``.json`` extension reads JSON, anything else TOML.
 
     Returns
     -------
@@ -1401,6 +1443,10 @@ def pareto_front(x, y, *, maximize=(False, False)) -> np.ndarray:
     -------
     ndarray(bool) of shape (n,)
         True on the frontier. Ties: of identical points all are kept.
+
+    Notes
+    -----
+    Inputs are not validated; ``x`` and ``y`` must have the same length.
     """
     x = np.asarray(x, dtype=np.float64) * (-1.0 if maximize[0] else 1.0)
     y = np.asarray(y, dtype=np.float64) * (-1.0 if maximize[1] else 1.0)
@@ -1431,10 +1477,17 @@ def questions(df: pd.DataFrame) -> list:
     price): the plans of one question compete for one answer, and ``top-k-per-scenario`` verifies
     the ``top_k`` cheapest of each.
 
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A sweep table (columns of :data:`COLUMNS`, at least those of :data:`QUESTION` and
+        ``point``).
+
     Returns
     -------
-    list of (dict, ndarray(int, ndim=1))
-        Per question its column values and the positions (``iloc``) of its rows.
+    list of (dict, ndarray(int64) of shape (k,))
+        Per question its column values and the positions (``iloc``) of its k rows, sorted;
+        empty for an empty table.
     """
     if not len(df):
         return []
@@ -1493,6 +1546,13 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
     -------
     list of str
         The files written, one per question plotted.
+
+    Raises
+    ------
+    FastsimInputError
+        ``max_plots`` not None nor an integer >= 1.
+    OSError
+        ``out_dir`` cannot be created or a file cannot be written.
     """
     from .plots import _figure
     if max_plots is not None and (isinstance(max_plots, bool) or int(max_plots) != max_plots or max_plots < 1):
@@ -1596,6 +1656,11 @@ def cli_sweep(args) -> int:
     """Run ``fastsim sweep`` from parsed arguments (see :func:`fastsim.cli.build_parser`).
 
     Prints a summary table (or the whole table as JSON / CSV with ``--format`` and no ``--out``).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed ``fastsim sweep`` arguments.
 
     Returns
     -------

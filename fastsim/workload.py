@@ -173,17 +173,17 @@ class Workload:
 
     @property
     def n(self) -> int:
-        """Number of requests."""
+        """Number of requests (int)."""
         return int(self.arrival_s.shape[0])
 
     @property
     def duration_s(self) -> float:
-        """Length of the arrival window in seconds: ``horizon_s`` (a trace: its last arrival)."""
+        """Length of the arrival window (float, s): ``horizon_s`` (a trace: its last arrival)."""
         return float(self.horizon_s)
 
     @property
     def mean_rate_req_per_s(self) -> float:
-        """Requests per second over the arrival window, ``n / duration_s`` (NaN when it is empty)."""
+        """Requests per second over the arrival window (float, req/s), ``n / duration_s`` (NaN when it is empty)."""
         d = self.duration_s
         if d <= 0.0:
             return float("nan")
@@ -191,7 +191,7 @@ class Workload:
 
     @property
     def interarrival_cv(self) -> float:
-        """Coefficient of variation of the gaps between arrivals (1 for Poisson; NaN below 3 requests)."""
+        """Coefficient of variation of the gaps between arrivals (float; 1 for Poisson; NaN below 3 requests)."""
         if self.n < 3:
             return float("nan")
         g = np.diff(self.arrival_s)
@@ -228,21 +228,43 @@ class Workload:
         return self._quantile(self.prompt_tokens, q, "prompt quantile")
 
     def output_quantile(self, q: float) -> float:
-        """Empirical q-quantile of the output tokens; see :meth:`prompt_quantile`."""
+        """Empirical q-quantile of the output tokens (``numpy.quantile``, linear interpolation).
+
+        Parameters
+        ----------
+        q : float
+            Probability in [0, 1] (0.9 for P90).
+
+        Returns
+        -------
+        float
+            Tokens (may fall between two integers).
+
+        Raises
+        ------
+        FastsimInputError
+            q outside [0, 1] or an empty workload.
+        """
         return self._quantile(self.output_tokens, q, "output quantile")
 
     @property
     def mean_prompt_tokens(self) -> float:
-        """Mean prompt tokens per request (NaN when empty)."""
+        """Mean prompt tokens per request (float; NaN when empty)."""
         return float(self.prompt_tokens.mean()) if self.n else float("nan")
 
     @property
     def mean_output_tokens(self) -> float:
-        """Mean output tokens per request (NaN when empty)."""
+        """Mean output tokens per request (float; NaN when empty)."""
         return float(self.output_tokens.mean()) if self.n else float("nan")
 
     def total_tokens(self) -> np.ndarray:
-        """P + O per request: ndarray(int64) of shape ``(n,)``, the KV tokens a request reserves."""
+        """P + O per request, the KV tokens a request reserves.
+
+        Returns
+        -------
+        ndarray(int64) of shape (n,)
+            A new array (tokens).
+        """
         return self.prompt_tokens + self.output_tokens
 
     def exceeding_context(self, max_context_tokens: int) -> int:
@@ -312,7 +334,8 @@ class Workload:
         dict
             Keys ``n``, ``duration_s``, ``mean_rate_req_per_s``, ``interarrival_cv`` and, for
             ``prompt`` and ``output``, ``{kind}_mean``, ``{kind}_p50``, ``{kind}_p90``,
-            ``{kind}_p99``, ``{kind}_max`` (tokens, float).
+            ``{kind}_p99``, ``{kind}_max`` (tokens, float; NaN for an empty workload, which
+            raises nothing).
         """
         out = {"n": self.n, "duration_s": self.duration_s,
                "mean_rate_req_per_s": self.mean_rate_req_per_s, "interarrival_cv": self.interarrival_cv}
@@ -616,7 +639,7 @@ class UnitDraws:
 
     @property
     def n(self) -> int:
-        """Number of requests drawn."""
+        """Number of requests drawn (int)."""
         return int(self.gaps.shape[0])
 
 

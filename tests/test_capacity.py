@@ -141,3 +141,14 @@ def test_disaggregated_tpot_failure_is_repaired_on_the_decode_side(cat):
     assert r.passed
     assert r.plan.prefill_instances == plan.prefill_instances
     assert r.plan.decode_instances > plan.decode_instances
+
+
+def test_lone_request_check_rejects_a_zero_chunk():
+    """A colocated plan without a chunk is an input error, not an endless prefill loop."""
+    from dataclasses import replace
+
+    from fastsim.errors import FastsimInputError
+    s = default_catalog().scenario("chat")
+    plan = replace(plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1), chunk_tokens=0)
+    with pytest.raises(FastsimInputError, match="chunk_tokens"):
+        lone_request_check(plan, 1000.0, 250.0, SLO(s.ttft_s, s.tpot_s))

@@ -35,11 +35,12 @@ def _pos(kind: str, name: str, field_: str, v, *, integer: bool = False, allow_z
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator.
+    """One accelerator (SPEC §2; figures from the NVIDIA H100/H200/B200 datasheets, see ``source``).
 
     Attributes
     ----------
     name : str
+        Catalog key, e.g. ``"H100"``.
     peak_flops_per_s : dict[str, float]
         Dense tensor-core peak in FLOP/s per precision key (``"bf16"``, ``"fp8"``).
     hbm_bw_bytes_per_s, hbm_bytes : float
@@ -49,11 +50,21 @@ class GPU:
     network_bw_bytes_per_s : float
         Scale-out bandwidth per GPU used for KV transfer between disaggregated instances (bytes/s).
     price_usd_per_hour, power_w : float
+        Assumed rental price per GPU (US dollars per hour; the lecture's comparison values) and
+        board power (W).
+    description : str
+        Free text shown in listings.
     source : str
         Datasheet the figures come from.
     default_grid : bool
         True when the GPU belongs to the planner's default grid (:meth:`Catalog.default_gpus`);
         other GPUs are chosen by name (or ``--gpu all``).
+
+    Raises
+    ------
+    FastsimInputError
+        ``peak_flops_per_s`` is not a non-empty mapping, or any peak, bandwidth, capacity, price
+        or power is not a finite number > 0.
     """
 
     name: str
@@ -81,7 +92,28 @@ class GPU:
 
 @dataclass(frozen=True)
 class Precision:
-    """A numeric format for weights and KV cache (bytes per element) and the peak it runs at."""
+    """A numeric format for weights and KV cache (bytes per element) and the peak it runs at.
+
+    Built-in entries (SPEC §2): ``BF16`` (2-byte weights and KV, ``bf16`` peak) and ``FP8``
+    (1-byte weights and KV, ``fp8`` peak).
+
+    Attributes
+    ----------
+    name : str
+        Catalog key, e.g. ``"FP8"``.
+    weight_bytes : float
+        Bytes per weight element.
+    kv_bytes : float
+        Bytes per KV-cache element.
+    flops_key : str
+        Key into :attr:`GPU.peak_flops_per_s` giving the matmul peak at this precision.
+
+    Raises
+    ------
+    FastsimInputError
+        ``weight_bytes`` or ``kv_bytes`` is not a finite number > 0, or ``flops_key`` is not a
+        non-empty string.
+    """
 
     name: str
     weight_bytes: float
@@ -103,6 +135,24 @@ class Model:
     Parameter counts follow the Llama architecture: per layer q/o projections
     ``2 hidden heads head_dim``, k/v projections ``2 hidden kv_heads head_dim``, gated MLP
     ``3 hidden ffn`` and two RMSNorms; plus input embedding, LM head (unless tied) and final norm.
+    The built-in Llama-3.1 entries use the configs published with the weights (SPEC §2).
+
+    Attributes
+    ----------
+    name : str
+        Catalog key, e.g. ``"llama-3.1-70b"``.
+    layers, hidden, heads, kv_heads, head_dim, ffn, vocab : int
+        Transformer layers, hidden size, attention heads, KV heads (GQA), head dimension, MLP
+        intermediate size and vocabulary size.
+    tied_embeddings : bool
+        True when the LM head shares the input embedding matrix.
+    max_context_tokens : int
+        Longest context the model accepts (tokens).
+
+    Raises
+    ------
+    FastsimInputError
+        A size is not an integer > 0, or ``kv_heads`` does not divide ``heads``.
     """
 
     name: str
@@ -125,6 +175,8 @@ class Model:
 
     @property
     def layer_params(self) -> float:
+        """Parameters of one transformer layer (float, count): attention projections, gated MLP
+        and two RMSNorm weight vectors (the Llama layout above)."""
         attn = 2 * self.hidden * self.heads * self.head_dim + 2 * self.hidden * self.kv_heads * self.head_dim
         return float(attn + 3 * self.hidden * self.ffn + 2 * self.hidden)
 
@@ -137,7 +189,7 @@ class Model:
 
     @property
     def matmul_params(self) -> float:
-        """Parameters read per forward pass: total minus the input embedding (SPEC §2).
+        """Parameters read per forward pass (float, count): total minus the input embedding (SPEC §2).
 
         With tied embeddings the shared matrix is read once, as the LM head.
         """
@@ -146,21 +198,73 @@ class Model:
         return self.total_params - self.vocab * self.hidden
 
     def kv_heads_per_gpu(self, tp: int) -> int:
-        """KV heads held by one GPU under TP: ``max(kv_heads // tp, 1)`` (replicated when TP > KV heads)."""
+        """KV heads held by one GPU under TP (SPEC §2, §3).
+
+        Parameters
+        ----------
+        tp : int
+            Tensor-parallel degree (GPUs per instance); not validated here.
+
+        Returns
+        -------
+        int
+            ``max(kv_heads // tp, 1)``: heads are replicated, not split, when TP > KV heads.
+        """
         return max(self.kv_heads // tp, 1)
 
     def kv_bytes_per_token(self, kv_bytes: float) -> float:
-        """KV bytes per token, whole model: ``2 x layers x kv_heads x head_dim x kv_bytes`` (SPEC §2)."""
+        """KV-cache bytes per token for the whole model (SPEC §2; 70B at BF16: 327,680).
+
+        Parameters
+        ----------
+        kv_bytes : float
+            Bytes per KV element (:attr:`Precision.kv_bytes`).
+
+        Returns
+        -------
+        float
+            ``2 x layers x kv_heads x head_dim x kv_bytes`` (bytes per token).
+        """
         return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bytes
 
     def kv_bytes_per_token_per_gpu(self, kv_bytes: float, tp: int) -> float:
-        """KV bytes per token held on one GPU under TP (heads replicated, not split, past kv_heads)."""
+        """KV-cache bytes per token held on one GPU under TP (SPEC §2, §3).
+
+        Parameters
+        ----------
+        kv_bytes : float
+            Bytes per KV element (:attr:`Precision.kv_bytes`).
+        tp : int
+            Tensor-parallel degree.
+
+        Returns
+        -------
+        float
+            ``2 x layers x kv_heads_per_gpu(tp) x head_dim x kv_bytes`` (bytes per token per GPU;
+            heads replicated, not split, past ``kv_heads``).
+        """
         return 2.0 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * kv_bytes
 
 
 @dataclass(frozen=True)
 class LengthDist:
-    """A token-length distribution: ``lognormal`` (mean, sigma of the underlying normal) or ``fixed``."""
+    """A token-length distribution: ``lognormal`` (mean, sigma of the underlying normal) or ``fixed``.
+
+    Attributes
+    ----------
+    kind : str
+        ``"lognormal"`` or ``"fixed"``.
+    mean : float
+        Mean length (tokens); for ``fixed``, every length.
+    sigma : float
+        Standard deviation of the underlying normal (dimensionless; ignored for ``fixed``).
+
+    Raises
+    ------
+    FastsimInputError
+        ``kind`` is neither kind, ``mean`` is not a finite number > 0 or ``sigma`` is not a
+        finite number >= 0.
+    """
 
     kind: str
     mean: float
@@ -174,11 +278,23 @@ class LengthDist:
 
     @property
     def mu(self) -> float:
-        """Location of the underlying normal: ``ln(mean) - sigma^2 / 2``."""
+        """Location of the underlying normal (float): ``ln(mean) - sigma^2 / 2``, so the lognormal's mean is ``mean``."""
         return math.log(self.mean) - self.sigma ** 2 / 2.0
 
     def quantile(self, q: float) -> float:
-        """The q-quantile in tokens (lecture exercise 5: mean 8000, sigma 0.8 -> P90 16,195)."""
+        """The q-quantile of the length (lecture exercise 5: mean 8000, sigma 0.8 -> P90 16,195).
+
+        Parameters
+        ----------
+        q : float
+            Probability in (0, 1); not validated (0 and 1 give 0 and inf for ``lognormal``).
+
+        Returns
+        -------
+        float
+            ``exp(mu + Phi^-1(q) sigma)`` tokens (not rounded) for ``lognormal``; ``mean`` for
+            ``fixed``.
+        """
         if self.kind == "fixed":
             return float(self.mean)
         from scipy.stats import norm
@@ -187,7 +303,28 @@ class LengthDist:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A workload with its SLOs: model, length distributions, P90 TTFT and TPOT targets, rate."""
+    """A workload with its SLOs: model, length distributions, P90 TTFT and TPOT targets, rate.
+
+    The built-in scenarios are SPEC §9's table (chat, coding-agent, offline-batch, low-latency-8b).
+
+    Attributes
+    ----------
+    name : str
+        Catalog key, e.g. ``"chat"``.
+    model : str
+        Model name (a key of :attr:`Catalog.models`) or a ``config.json`` path.
+    prompt, output : LengthDist
+        Prompt and output token-length distributions.
+    ttft_s, tpot_s : float
+        P90 TTFT and TPOT targets (s).
+    rate_req_per_s : float
+        Target request rate (req/s).
+
+    Raises
+    ------
+    FastsimInputError
+        ``ttft_s``, ``tpot_s`` or ``rate_req_per_s`` is not a finite number > 0.
+    """
 
     name: str
     model: str
@@ -208,7 +345,16 @@ def _norm(name: str) -> str:
 
 @dataclass
 class Catalog:
-    """Named GPUs, precisions, models and scenarios; lookups are case-insensitive."""
+    """Named GPUs, precisions, models and scenarios; lookups are case-insensitive.
+
+    Attributes
+    ----------
+    gpus : dict[str, GPU]
+    precisions : dict[str, Precision]
+    models : dict[str, Model]
+    scenarios : dict[str, Scenario]
+        Entries keyed by name, in load order.
+    """
 
     gpus: dict = field(default_factory=dict)
     precisions: dict = field(default_factory=dict)
@@ -227,29 +373,107 @@ class Catalog:
 
         The built-in default grid is the lecture's {H100, H200, B200}; the other built-in GPUs
         (``gpus_extra.toml``) are chosen by name.
+
+        Returns
+        -------
+        list of str
         """
         return [k for k, g in self.gpus.items() if g.default_grid]
 
     def gpu(self, name: str) -> GPU:
-        """Look up a GPU by name; raises :class:`FastsimInputError` naming the known ones."""
+        """Look up a GPU by name (case-insensitive).
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        GPU
+
+        Raises
+        ------
+        FastsimInputError
+            No GPU has that name; the message lists the known ones.
+        """
         return self._get(self.gpus, "gpu", name)
 
     def precision(self, name: str) -> Precision:
-        """Look up a precision (``BF16``, ``FP8``)."""
+        """Look up a precision (``BF16``, ``FP8``; case-insensitive).
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        Precision
+
+        Raises
+        ------
+        FastsimInputError
+            No precision has that name; the message lists the known ones.
+        """
         return self._get(self.precisions, "precision", name)
 
     def model(self, name_or_path: str) -> Model:
-        """Look up a model by name, or load it from a Hugging Face ``config.json`` path."""
+        """Look up a model by name, or load it from a Hugging Face ``config.json`` path.
+
+        Parameters
+        ----------
+        name_or_path : str
+            A catalog name (case-insensitive), or a path: anything containing a path separator
+            or ending in ``.json`` is read with :func:`model_from_hf_config`.
+
+        Returns
+        -------
+        Model
+
+        Raises
+        ------
+        FastsimInputError
+            No model has that name, or the config file is missing or malformed.
+        """
         if os.path.sep in str(name_or_path) or str(name_or_path).endswith(".json"):
             return model_from_hf_config(name_or_path)
         return self._get(self.models, "model", name_or_path)
 
     def scenario(self, name: str) -> Scenario:
-        """Look up a built-in or user scenario."""
+        """Look up a built-in or user scenario (case-insensitive).
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        Scenario
+
+        Raises
+        ------
+        FastsimInputError
+            No scenario has that name; the message lists the known ones.
+        """
         return self._get(self.scenarios, "scenario", name)
 
     def with_prices(self, prices_usd_per_hour: Mapping[str, float]) -> "Catalog":
-        """A copy with some GPU prices replaced (what-if studies)."""
+        """A copy with some GPU prices replaced (what-if studies, SPEC §8).
+
+        Parameters
+        ----------
+        prices_usd_per_hour : mapping of str to float
+            GPU name -> new price per GPU (US dollars per hour).
+
+        Returns
+        -------
+        Catalog
+            A new catalog; ``self`` is unchanged.
+
+        Raises
+        ------
+        FastsimInputError
+            A GPU name is unknown, or a price is not a finite number > 0.
+        """
         new = dataclasses.replace(self, gpus=dict(self.gpus))
         for name, price in prices_usd_per_hour.items():
             g = self.gpu(name)
@@ -381,7 +605,14 @@ _DEFAULT: Catalog | None = None
 
 
 def default_catalog() -> Catalog:
-    """The built-in catalog, loaded once."""
+    """The built-in catalog, loaded once and cached (SPEC §2 and §9 entries).
+
+    Returns
+    -------
+    Catalog
+        The shared instance; treat it as read-only (use :meth:`Catalog.with_prices` or
+        :func:`load_catalog` for a modified copy).
+    """
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = load_catalog()
@@ -397,12 +628,27 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     Reads ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``num_key_value_heads`` (GQA; defaults to the attention heads), ``head_dim`` (when given; else
     ``hidden_size / num_attention_heads``), ``intermediate_size``, ``vocab_size``,
-    ``tie_word_embeddings`` and ``max_position_embeddings``.
+    ``tie_word_embeddings`` and ``max_position_embeddings``. Multimodal configs are read from
+    their ``text_config``.
+
+    Parameters
+    ----------
+    path : str
+        Path of the ``config.json`` file.
+    name : str, optional
+        Name of the model; defaults to the name of the directory holding the file.
+
+    Returns
+    -------
+    Model
 
     Raises
     ------
     FastsimInputError
-        The file is missing or not JSON, or a required key is missing or not a positive integer.
+        The file is missing or not a JSON object; a required key is missing or not a positive
+        integer; ``head_dim`` is absent and ``hidden_size`` is not divisible by
+        ``num_attention_heads``; the config describes a mixture-of-experts model; or the
+        resulting :class:`Model` is invalid (e.g. KV heads not dividing the heads).
     """
     try:
         with open(path, "r", encoding="utf-8") as fh:

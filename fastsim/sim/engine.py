@@ -139,7 +139,11 @@ def _count(field: str, v, minimum: int) -> int:
 class ColocatedPlan:
     """``n_instances`` identical colocated instances with chunked prefill (SPEC section 6).
 
-    Parameters
+    Chunked prefill as in Sarathi-Serve (Agrawal et al., OSDI 2024); step semantics in the
+    module docstring. The fields are validated and normalised at construction (``p`` becomes a
+    read-only C-ordered float64 copy).
+
+    Attributes
     ----------
     p : ndarray(float64) of shape (N_PARAMS,)
         Step parameters of one instance, from :func:`fastsim.stepmodel.step_params`.
@@ -153,7 +157,9 @@ class ColocatedPlan:
     Raises
     ------
     FastsimInputError
-        Naming the field that is out of range.
+        Naming the field that is out of range: ``p`` not of shape (N_PARAMS,) or with a
+        non-finite entry before ``P_KV_BUDGET_TOKENS``, or a count that is not an integer at
+        least its minimum.
     """
 
     p: np.ndarray
@@ -172,7 +178,11 @@ class ColocatedPlan:
 class DisaggregatedPlan:
     """Prefill instances and decode instances with a KV transfer between them (SPEC section 6).
 
-    Parameters
+    Disaggregated prefill and decode as in DistServe (Zhong et al., OSDI 2024); step semantics
+    in the module docstring. The fields are validated and normalised at construction (the
+    parameter vectors become read-only C-ordered float64 copies).
+
+    Attributes
     ----------
     p_prefill, p_decode : ndarray(float64) of shape (N_PARAMS,)
         Step parameters of a prefill / decode instance (:func:`fastsim.stepmodel.step_params`);
@@ -187,7 +197,9 @@ class DisaggregatedPlan:
     Raises
     ------
     FastsimInputError
-        Naming the field that is out of range.
+        Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,) or
+        with a non-finite entry before ``P_KV_BUDGET_TOKENS``, or a count that is not an
+        integer at least its minimum.
     """
 
     p_prefill: np.ndarray
@@ -585,19 +597,22 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     plan : ColocatedPlan or DisaggregatedPlan
     arrival_s : ndarray(float64) of shape (n,)
         Arrival times (s), ascending, in ``[0, horizon_s]``.
-    prompt_tokens, output_tokens : ndarray(int) of shape (n,)
-        Prompt tokens P >= 1 and output tokens O >= 1 (O includes the first token).
+    prompt_tokens, output_tokens : ndarray(int64) of shape (n,)
+        Prompt tokens P >= 1 and output tokens O >= 1 (O includes the first token); any integer
+        dtype, or floats holding whole numbers, is converted to int64.
     horizon_s : float
         Simulated seconds; no event after it is processed.
     ttft_slo_s, tpot_slo_s : float
         TTFT and TPOT targets (s) for SLO attainment.
     max_context_tokens : int
-        Requests with P + O above it are rejected.
+        Requests with P + O above it are rejected (>= 2).
     routing : {"least-loaded", "round-robin"}
+        Routing of arrivals to instances (SPEC §6).
     measure_window : (float, float)
-        Fractions of the horizon bounding the arrivals of measured requests.
+        Fractions ``(f0, f1)`` of the horizon bounding the arrivals of measured requests,
+        ``0 <= f0 < f1 <= 1`` (SPEC §1: the middle 60%).
     sample_dt_s : float
-        Step of the sampling grid (s).
+        Step of the sampling grid (s); at most 1e7 samples per run.
 
     Returns
     -------
@@ -607,8 +622,12 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     Raises
     ------
     FastsimInputError
-        Unsorted or out-of-range arrivals, token counts < 1 or not whole, mismatched lengths,
-        non-positive horizon / SLOs / sample step, unknown routing, bad window, bad plan.
+        Unsorted, negative, non-finite or past-the-horizon arrivals; token counts < 1, above
+        2**30 or not whole; arrays not 1-d or of mismatched lengths; a non-positive horizon,
+        SLO or sample step, or more than 1e7 samples; ``max_context_tokens`` < 2; an unknown
+        routing; a bad window; a plan of another type.
+    RuntimeError
+        A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
     raw = (arrival_s, prompt_tokens, output_tokens)
@@ -634,7 +653,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     plans : sequence of ColocatedPlan or DisaggregatedPlan
         One per workload (run k is ``plans[k]`` on ``workloads[k]``), or a single plan for all.
     workloads : sequence of (arrival_s, prompt_tokens, output_tokens) or of ``Workload``
-        Arrays as in :func:`simulate` (e.g. one per seed x rate, drawn with common random numbers).
+        Arrays as in :func:`simulate`: ``ndarray(float64) of shape (n,)`` arrival times (s) and
+        ``ndarray(int64) of shape (n,)`` token counts, ``n`` per workload (e.g. one per seed x
+        rate, drawn with common random numbers).
     product : bool
         True: every plan with every workload instead, plan-major
         (``len(plans) * len(workloads)`` runs).
@@ -651,7 +672,10 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     Raises
     ------
     FastsimInputError
-        As :func:`simulate`, plus empty or mismatched ``plans`` / ``workloads``.
+        As :func:`simulate`, plus empty or mismatched ``plans`` / ``workloads`` and workloads
+        that are neither triples nor ``Workload`` objects.
+    RuntimeError
+        A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
     plans = list(plans)
@@ -687,6 +711,10 @@ def warmup() -> None:
 
     Covers writable and read-only input arrays (a :class:`fastsim.workload.Workload` holds
     read-only ones), so neither compiles later.
+
+    Returns
+    -------
+    None
     """
     p = np.ones(N_PARAMS)
     p[P_KV_BUDGET_TOKENS] = 1000.0

@@ -26,7 +26,18 @@ RUN_SCRATCH_OVERFLOW = 3
 
 
 class RequestStatus(IntEnum):
-    """What happened to one request by the end of the horizon."""
+    """What happened to one request by the end of the horizon (``SimResult.status`` codes).
+
+    Attributes
+    ----------
+    UNFINISHED : int
+        0: accepted, but without its last token by the horizon.
+    FINISHED : int
+        1: produced its last token within the horizon.
+    REJECTED : int
+        2: could never run (P + O above the context or an instance's whole KV budget); counted,
+        never queued (SPEC §6).
+    """
 
     UNFINISHED = REQ_UNFINISHED
     FINISHED = REQ_FINISHED
@@ -34,7 +45,17 @@ class RequestStatus(IntEnum):
 
 
 class RunStatus(IntEnum):
-    """Outcome of one kernel run; anything but ``OK`` is a bug in fastsim, not in the input."""
+    """Outcome of one kernel run; anything but ``OK`` is a bug in fastsim, not in the input.
+
+    Attributes
+    ----------
+    OK : int
+        0: the run completed.
+    TRANSFER_OVERFLOW : int
+        2: the KV-transfer queue outgrew its preallocated capacity.
+    SCRATCH_OVERFLOW : int
+        3: a per-run working array outgrew its preallocated capacity.
+    """
 
     OK = RUN_OK
     TRANSFER_OVERFLOW = RUN_TRANSFER_OVERFLOW
@@ -65,7 +86,8 @@ class SimMetrics(NamedTuple):
     overloaded : bool
         The number of requests in the system grows without bound (see the engine docstring).
     queue_slope_req_per_s : float
-        Least-squares slope of the sampled number in system over the second half of the run.
+        Least-squares slope of the sampled number in system over the second half of the run
+        (requests per second).
     arrival_rate_req_per_s : float
         Accepted (not rejected) requests divided by the horizon.
     utilisation : ndarray(float64) of shape (n_instances,)
@@ -103,7 +125,9 @@ class SimResult(NamedTuple):
     Attributes
     ----------
     arrival_s : ndarray(float64) of shape (n,)
+        Arrival times (s), as given.
     prompt_tokens, output_tokens : ndarray(int64) of shape (n,)
+        Token counts, as given.
     first_token_s, finish_s : ndarray(float64) of shape (n,)
         Times of the first and the last output token (s); nan when not reached by the horizon.
     instance : ndarray(int64) of shape (n,)
@@ -121,8 +145,9 @@ class SimResult(NamedTuple):
     in_system : ndarray(int64) of shape (m,)
         Accepted requests not yet finished, at each sample time.
     busy_s : ndarray(float64) of shape (n_instances,)
-        Busy time within the horizon per instance.
+        Busy time within the horizon per instance (s).
     metrics : SimMetrics
+        The run's summary.
     """
 
     arrival_s: np.ndarray
@@ -142,12 +167,24 @@ class SimResult(NamedTuple):
 
     @property
     def ttft_s(self) -> np.ndarray:
-        """TTFT per request (s), nan when no first token was produced."""
+        """TTFT per request (SPEC §1): ``first_token_s - arrival_s``.
+
+        Returns
+        -------
+        ndarray(float64) of shape (n,)
+            Seconds; nan when no first token was produced (rejected or too late).
+        """
         return self.first_token_s - self.arrival_s
 
     @property
     def tpot_s(self) -> np.ndarray:
-        """TPOT per request (s per token); nan for O == 1 or unfinished requests."""
+        """TPOT per request (SPEC §1): ``(finish_s - first_token_s) / (O - 1)``.
+
+        Returns
+        -------
+        ndarray(float64) of shape (n,)
+            Seconds per token; nan for O == 1 or unfinished requests.
+        """
         with np.errstate(divide="ignore", invalid="ignore"):
             o = self.output_tokens.astype(np.float64) - 1.0
             return np.where(o > 0, (self.finish_s - self.first_token_s) / np.where(o > 0, o, 1.0), np.nan)
