@@ -34,7 +34,7 @@ def require_positive(field: str, value: float) -> float:
     field : str
         Name of the field, used in the error message.
     value : object
-        Anything ``float()`` accepts.
+        A number (Python or numpy); booleans and strings are refused, not converted.
 
     Returns
     -------
@@ -44,9 +44,11 @@ def require_positive(field: str, value: float) -> float:
     Raises
     ------
     FastsimInputError
-        ``value`` does not convert to a float, or is not finite and > 0 (NaN, zero, negative
-        or infinite).
+        ``value`` is a boolean or a string, does not convert to a float, or is not finite and
+        > 0 (NaN, zero, negative or infinite).
     """
+    if isinstance(value, (bool, str, bytes)):
+        raise FastsimInputError(field, value, "a finite number > 0")
     try:
         v = float(value)
     except (TypeError, ValueError):

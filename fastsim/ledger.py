@@ -49,7 +49,7 @@ import numpy as np
 
 from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
-from .errors import FastsimInputError, require_tp
+from .errors import FastsimInputError, require_positive, require_tp
 from .stepmodel import (P_LAYERS, P_TP, StepConstants, decode_attn_flops, kv_budget_tokens,
                         prefill_attn_flops, step_params, step_parts)
 
@@ -289,9 +289,9 @@ def joules_per_token(power_w: float, gpus: int, tokens_per_s_per_gpu: float) -> 
 
 
 def _positive(field: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
+    if not isinstance(value, Real):
         raise FastsimInputError(field, value, "a finite number > 0")
-    return float(value)
+    return require_positive(field, value)
 
 
 def cost_usd_per_million_output_tokens(gpus: int, price_usd_per_gpu_hour: float, rate_req_per_s: float,

@@ -75,3 +75,10 @@ def test_bad_hf_configs(tmp_path, extra, field):
     p.write_text(json.dumps(cfg))
     with pytest.raises(FastsimInputError, match=field):
         model_from_hf_config(str(p))
+
+
+@pytest.mark.parametrize("value", [True, "3", b"3", float("nan"), float("inf"), 0, -1.0])
+def test_require_positive_refuses_non_numbers_and_non_positive(value):
+    from fastsim.errors import require_positive
+    with pytest.raises(FastsimInputError, match="rate"):
+        require_positive("rate", value)
