@@ -1,2 +1,47 @@
-"""The plain-Python reference simulator lives in the package (``fastsim.sim.reference``)."""
+"""The plain-Python reference simulator (it lives in the package as ``fastsim.sim.reference``) and
+the check that a kernel run agrees with it to the bit."""
+import numpy as np
+from hypothesis import event
+from hypothesis.errors import InvalidArgument
+
+from fastsim.sim import RequestStatus
 from fastsim.sim.reference import simulate_reference  # noqa: F401
+
+
+def _event(label):
+    """Record a hypothesis event when running under ``@given``; outside it, do nothing."""
+    try:
+        event(label)
+    except InvalidArgument:
+        pass
+
+
+def check_against_reference(res, ref, plan_budget):
+    np.testing.assert_array_equal(res.first_token_s, np.array(ref["first"]))
+    np.testing.assert_array_equal(res.finish_s, np.array(ref["finish"]))
+    np.testing.assert_array_equal(res.instance, np.array(ref["instance"]))
+    np.testing.assert_array_equal(res.decode_instance, np.array(ref["decode_instance"]))
+    np.testing.assert_array_equal(res.status, np.array(ref["status"]))
+    np.testing.assert_array_equal(res.queue_len, np.array(ref["wait"]))
+    np.testing.assert_array_equal(res.kv_tokens, np.array(ref["kv"]))
+    np.testing.assert_array_equal(res.in_system, np.array(ref["in_system"]))
+    np.testing.assert_array_equal(res.busy_s, np.array(ref["busy"]))
+    np.testing.assert_array_equal(res.metrics.kv_peak_tokens, np.array(ref["kv_peak"]))
+    steps = np.array(ref["steps"])
+    mb = np.where(steps > 0, np.array(ref["batch_sum"]) / np.maximum(steps, 1), np.nan)
+    np.testing.assert_array_equal(res.metrics.mean_batch, mb)
+    # invariants
+    a = res.arrival_s
+    got_first = ~np.isnan(res.first_token_s)
+    assert np.all(res.first_token_s[got_first] >= a[got_first])
+    done = res.status == RequestStatus.FINISHED
+    assert np.all(res.finish_s[done] >= res.first_token_s[done])
+    assert np.all(np.isnan(res.finish_s[~done]))
+    assert np.all(res.kv_tokens <= plan_budget[None, :])
+    assert np.all(res.metrics.kv_peak_tokens <= plan_budget)
+    rej = res.status == RequestStatus.REJECTED
+    assert np.all(res.instance[rej] == -1) and np.all(res.instance[~rej] >= 0)
+    _event(f"rejected: {bool(rej.any())}")
+    _event(f"unfinished: {bool((res.status == RequestStatus.UNFINISHED).any())}")
+    _event(f"instances used: {len(set(res.instance[~rej]) | set(res.decode_instance[res.decode_instance >= 0]))}")
+    _event(f"queueing: {bool(res.queue_len.max() > 0)}")

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastsim.catalog import default_catalog
@@ -14,7 +14,7 @@ from fastsim.sim import (ColocatedPlan, DisaggregatedPlan, RequestStatus, SimMet
                          simulate_batch)
 from fastsim.stepmodel import P_KV_BUDGET_TOKENS, P_NET_BW, step_params, step_time
 
-from reference_sim import simulate_reference
+from reference_sim import check_against_reference, simulate_reference
 
 CAT = default_catalog()
 P8 = step_params(CAT.model("llama-3.1-8b"), CAT.gpu("H100"), CAT.precision("BF16"), 1)
@@ -61,37 +61,6 @@ def with_budget(p, kv, net_bw=None):
     if net_bw is not None:
         q[P_NET_BW] = net_bw
     return q
-
-
-def check_against_reference(res, ref, plan_budget):
-    np.testing.assert_array_equal(res.first_token_s, np.array(ref["first"]))
-    np.testing.assert_array_equal(res.finish_s, np.array(ref["finish"]))
-    np.testing.assert_array_equal(res.instance, np.array(ref["instance"]))
-    np.testing.assert_array_equal(res.decode_instance, np.array(ref["decode_instance"]))
-    np.testing.assert_array_equal(res.status, np.array(ref["status"]))
-    np.testing.assert_array_equal(res.queue_len, np.array(ref["wait"]))
-    np.testing.assert_array_equal(res.kv_tokens, np.array(ref["kv"]))
-    np.testing.assert_array_equal(res.in_system, np.array(ref["in_system"]))
-    np.testing.assert_array_equal(res.busy_s, np.array(ref["busy"]))
-    np.testing.assert_array_equal(res.metrics.kv_peak_tokens, np.array(ref["kv_peak"]))
-    steps = np.array(ref["steps"])
-    mb = np.where(steps > 0, np.array(ref["batch_sum"]) / np.maximum(steps, 1), np.nan)
-    np.testing.assert_array_equal(res.metrics.mean_batch, mb)
-    # invariants
-    a = res.arrival_s
-    got_first = ~np.isnan(res.first_token_s)
-    assert np.all(res.first_token_s[got_first] >= a[got_first])
-    done = res.status == RequestStatus.FINISHED
-    assert np.all(res.finish_s[done] >= res.first_token_s[done])
-    assert np.all(np.isnan(res.finish_s[~done]))
-    assert np.all(res.kv_tokens <= plan_budget[None, :])
-    assert np.all(res.metrics.kv_peak_tokens <= plan_budget)
-    rej = res.status == RequestStatus.REJECTED
-    assert np.all(res.instance[rej] == -1) and np.all(res.instance[~rej] >= 0)
-    event(f"rejected: {bool(rej.any())}")
-    event(f"unfinished: {bool((res.status == RequestStatus.UNFINISHED).any())}")
-    event(f"instances used: {len(set(res.instance[~rej]) | set(res.decode_instance[res.decode_instance >= 0]))}")
-    event(f"queueing: {bool(res.queue_len.max() > 0)}")
 
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
