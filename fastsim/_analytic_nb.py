@@ -6,7 +6,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .stepmodel import step_time_nb
+from .stepmodel import (P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_NET_BW, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC,
+                        P_WINDOW, step_time_nb)
 
 # status codes of one configuration
 OK = 0
@@ -16,15 +17,24 @@ TTFT_UNREACHABLE = 3  # the P90 prompt cannot be prefilled within the TTFT targe
 
 
 @njit(cache=True)
+def _held_nb(p, tokens):
+    """Full-context-equivalent KV tokens of a sequence of ``tokens`` (sliding layers keep the window; SPEC §10)."""
+    w = p[P_WINDOW]
+    if w > 0.0 and tokens > w:
+        return tokens - p[P_SLIDE_FRAC] * (tokens - w)
+    return tokens
+
+
+@njit(cache=True)
 def _decode_step_nb(p, b, ctx_tokens, layers, hidden):
     kv = b * ctx_tokens
-    return step_time_nb(p, b, kv, 4.0 * layers * hidden * kv)
+    return step_time_nb(p, b, kv, 4.0 * layers * p[P_QDIM_DEC] * kv)
 
 
 @njit(cache=True)
 def _coloc_step_nb(p, b, c, ctx_tokens, layers, hidden):
     kv = b * ctx_tokens
-    return step_time_nb(p, b + c, kv, 4.0 * layers * hidden * kv + 2.0 * layers * hidden * c * c)
+    return step_time_nb(p, b + c, kv, 4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * c)
 
 
 @njit(cache=True)
@@ -93,11 +103,11 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
     n = pidx.shape[0]
     for i in prange(n):
         p = params[pidx[i]]
-        L = p[6]
-        h = p[7]
-        kv_tok = p[14]
-        kvpg = p[5]
-        net_bw = p[15]
+        L = p[P_LAYERS]
+        h = p[P_QDIM_PF]
+        kv_tok = p[P_KV_BUDGET_TOKENS]
+        kvpg = p[P_KVPG]
+        net_bw = p[P_NET_BW]
         d = demand[didx[i]]
         mean_p = d[0]
         mean_o = d[1]
@@ -107,7 +117,8 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         tpot = d[5]
         margin = d[6]
         tail = d[7]
-        ctx = mean_p + mean_o / 2.0
+        # KV held and read per sequence: the full-context equivalent (sliding windows, SPEC §10)
+        ctx = _held_nb(p, mean_p + mean_o / 2.0)
         out_dec_cap[i] = 0.0
         out_dec_b[i] = 0
         out_dec_step[i] = np.nan
@@ -118,13 +129,13 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         out_col_b[i] = 0
         out_col_c[i] = 0
         out_col_step[i] = np.nan
-        if kv_tok < lat_p + lat_o:
+        if kv_tok < _held_nb(p, lat_p + lat_o):
             out_status[i] = NO_FIT
             out_col_status[i] = NO_FIT
             continue
         out_status[i] = OK
         step_limit = margin * tpot
-        b_cap = int(math.floor(kv_tok / (mean_p + mean_o)))
+        b_cap = int(math.floor(kv_tok / _held_nb(p, mean_p + mean_o)))
         if max_batch[i] > 0 and max_batch[i] < b_cap:
             b_cap = max_batch[i]
         # decode instance

@@ -49,9 +49,9 @@ import numpy as np
 
 from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
-from .errors import FastsimInputError, require_positive, require_tp
-from .stepmodel import (P_LAYERS, P_TP, StepConstants, decode_attn_flops, kv_budget_tokens,
-                        prefill_attn_flops, step_params, step_parts)
+from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
+from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_LAYERS, P_WDENSE, StepConstants, decode_attn_flops,
+                        kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
 
 __all__ = [
     "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder",
@@ -80,13 +80,20 @@ class LedgerResult(NamedTuple):
     Attributes
     ----------
     weight_read_s, kv_read_s, compute_s, allreduce_s : float
-        The four parts of SPEC §3 (:func:`fastsim.stepmodel.step_parts`).
+        The four parts of SPEC §3 (:func:`fastsim.stepmodel.step_parts`); for a MoE model the
+        weight read includes the routed experts the step touches.
+    expert_read_s : float
+        The part of ``weight_read_s`` that reads routed experts: ``E x (1 - (1 - k/E)^T)``
+        distinct experts per MoE layer for T tokens (SPEC §10); 0 for a dense model.
+    alltoall_s : float
+        Expert-parallel dispatch and combine (two all-to-alls per MoE layer; 0 without EP).
     launch_s : float
         Total kernel-launch time of the step: ``layers x kernels_per_layer x launch time``.
     step_s : float
-        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + launch_s``.
+        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + launch_s``.
     binding : str
-        The largest of memory side (weight + KV), compute, all-reduce and launch: one of
+        The largest of memory side (weight + KV), compute, communication (all-reduce +
+        all-to-all) and launch: one of
         ``'memory'``, ``'compute'``, ``'communication'``, ``'launch'`` (ties go to the earlier).
     n_tokens : float
         Tokens processed in the step (decode: batch; prefill: batch x prompt tokens).
@@ -129,6 +136,8 @@ class LedgerResult(NamedTuple):
     memory_limit_per_gpu_bytes: float
     kv_budget_tokens: float
     fits: bool
+    expert_read_s: float = 0.0
+    alltoall_s: float = 0.0
 
 
 class SpeculativeResult(NamedTuple):
@@ -390,7 +399,7 @@ def weight_read_lower_bound_s(model, gpu, precision, tp: int, constants: StepCon
     """
     m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
     tp = require_tp("tp", tp)
-    return m.matmul_params * pr.weight_bytes / tp / (constants.eta_bw * g.hbm_bw_bytes_per_s)
+    return m.active_matmul_params * pr.weight_bytes / tp / (constants.eta_bw * g.hbm_bw_bytes_per_s)
 
 
 def min_tp_for_tpot(model, gpu, precision, tpot_s: float,
@@ -431,7 +440,8 @@ def min_tp_for_tpot(model, gpu, precision, tpot_s: float,
 # the ledger
 
 
-def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepConstants = StepConstants()):
+def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepConstants = StepConstants(),
+                   *, layout: str = "tp"):
     """HBM one GPU of a TP instance needs: weights / TP + KV cache of ``kv_tokens`` tokens (bytes).
 
     Parameters
@@ -443,19 +453,23 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
         Tokens whose KV cache the instance holds (all sequences together), >= 0.
     constants : StepConstants
         ``memory_utilization`` is the fraction of HBM the engine may use.
+    layout : str, default "tp"
+        Instance layout, as in :func:`ledger`.
 
     Returns
     -------
     dict
         ``memory_per_gpu_bytes`` (``total params x weight bytes / TP + kv_tokens x KV bytes per
-        token per GPU``), ``memory_limit_per_gpu_bytes`` (``memory_utilization x HBM``),
+        token per GPU``; with a ``layout`` the dense weights are split by the attention TP, the
+        routed experts by the GPUs, the KV by the data-parallel ranks, SPEC §10),
+        ``memory_limit_per_gpu_bytes`` (``memory_utilization x HBM``),
         ``kv_budget_tokens`` (:func:`fastsim.stepmodel.kv_budget_tokens`) and ``fits``
         (``kv_tokens <= kv_budget_tokens``); arrays of the shape of ``kv_tokens``.
 
     Raises
     ------
     FastsimInputError
-        Unknown names, TP not a power of two.
+        Unknown names, a GPU count outside 1..4096, an unknown layout.
 
     Examples
     --------
@@ -464,10 +478,16 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
     (101.5, False)
     """
     m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
-    tp = require_tp("tp", tp)
+    tp = _gpu_count("tp", tp)
+    dp, ep = layout_degrees(layout, tp)
+    tp_attn = tp // dp
     held = np.asarray(kv_tokens, dtype=np.float64)
-    used = m.total_params * pr.weight_bytes / tp + held * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp)
-    budget = kv_budget_tokens(m, pr, g, tp, constants)
+    wb = pr.weight_bytes
+    routed = m.routed_expert_params
+    share = (float(-(-m.n_experts // tp)) / m.n_experts if ep > 1 else 1.0 / tp) if m.is_moe else 0.0
+    used = ((m.total_params - routed) * wb / tp_attn + routed * wb * share
+            + held / dp * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp_attn))
+    budget = kv_budget_tokens(m, pr, g, tp, constants, dp=dp, ep=ep)
     return dict(memory_per_gpu_bytes=used,
                 memory_limit_per_gpu_bytes=np.full_like(used, constants.memory_utilization * g.hbm_bytes),
                 kv_budget_tokens=np.full_like(used, budget), fits=held <= budget)
@@ -475,36 +495,59 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
 
 def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate):
     """Vectorized ledger arithmetic; every argument broadcasts (arrays of float64)."""
-    w, kv, comp, comm = step_parts(p, n_tokens, kv_tokens, attn_flops)
+    w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
     p = np.asarray(p, dtype=np.float64)
-    tp = p[..., P_TP]
+    gpus = p[..., P_GPUS]
+    expert = w - p[..., P_WDENSE] / (p[..., P_ETA_BW] * p[..., P_HBM_BW])
     launch = p[..., P_LAYERS] * kernels_per_layer * launch_s
     mem = w + kv
+    comm = ar + a2a
     step = np.maximum(mem, comp) + comm + launch
     stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
-    tps = n_tokens / step / tp
+    tps = n_tokens / step / gpus
     util = rate * step
     wait = md1_mean_wait_s(rate, step)
-    return dict(weight_read_s=w, kv_read_s=kv, compute_s=comp, allreduce_s=comm, launch_s=launch,
+    return dict(weight_read_s=w, kv_read_s=kv, compute_s=comp, allreduce_s=ar, launch_s=launch,
                 step_s=step, binding_code=code, n_tokens=n_tokens, tokens_per_s_per_gpu=tps,
-                utilization=util, queue_wait_s=wait)
+                utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a)
 
 
-def _work(layers, hidden, batch, context, prefill):
+def _causal_pairs(m: Model, tokens):
+    """Query-key pairs of causal attention over ``tokens``, per layer averaged over the layers.
+
+    A full layer has ``T^2 / 2`` (SPEC §3 counts ``2 x layers x T^2 x d`` FLOPs = 4 d per pair); a
+    sliding layer of window W has ``T^2 / 2`` up to W and ``W^2 / 2 + (T - W) W`` past it.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    full = t * t / 2.0
+    if m.sliding_window <= 0:
+        return full
+    w = float(m.sliding_window)
+    slide = np.where(t > w, w * w / 2.0 + (t - w) * w, full)
+    return (1.0 - m.sliding_fraction) * full + m.sliding_fraction * slide
+
+
+def _work(m: Model, batch, context, prefill):
     """(n_tokens, kv_tokens, attention FLOPs, tokens held) of decode (prefill == 0) or prefill rows.
 
     Tokens held: the KV cache the step needs in memory, ``batch x context`` for decode and the
-    ``batch x prompt`` tokens a prefill writes."""
+    ``batch x prompt`` tokens a prefill writes, both as full-context equivalents
+    (:meth:`Model.kv_tokens_held`: a sliding layer keeps only its window). Attention uses the
+    model's attention widths (q_dim for GQA, SPEC §3; MLA's, SPEC §10), never the hidden size."""
     batch = np.asarray(batch, dtype=np.float64)
     context = np.asarray(context, dtype=np.float64)
     prefill = np.asarray(prefill, dtype=np.float64)
     is_pf = prefill > 0
     n = np.where(is_pf, batch * prefill, batch)
-    kv = np.where(is_pf, 0.0, batch * context)
-    attn = np.where(is_pf, batch * prefill_attn_flops(layers, hidden, prefill),
-                    decode_attn_flops(layers, hidden, batch * context))
-    return n, kv, attn, np.where(is_pf, n, kv)
+    ctx_held = m.kv_tokens_held(context)
+    kv = np.where(is_pf, 0.0, batch * ctx_held)
+    if m.sliding_window > 0:
+        pf_attn = 4.0 * m.layers * m.attn_dim_prefill * _causal_pairs(m, prefill)
+    else:
+        pf_attn = prefill_attn_flops(m.layers, m.attn_dim_prefill, prefill)
+    attn = np.where(is_pf, batch * pf_attn, decode_attn_flops(m.layers, m.attn_dim_decode, batch * ctx_held))
+    return n, kv, attn, np.where(is_pf, batch * m.kv_tokens_held(prefill), kv)
 
 
 def _result(d, i=()) -> LedgerResult:
@@ -521,7 +564,7 @@ def _check_launch(kernels_per_layer, launch_s):
 def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: int = 4096,
            prefill_tokens: int = 0, kernels_per_layer: int = KERNELS_PER_LAYER_FUSED,
            launch_s: float = LAUNCH_S_GRAPHS, constants: StepConstants = StepConstants(),
-           arrival_rate_req_per_s: float | None = None) -> LedgerResult:
+           arrival_rate_req_per_s: float | None = None, layout: str = "tp") -> LedgerResult:
     """The token ledger of one step: where the time goes (SPEC §4, lecture 16 §1.2).
 
     Decode (``prefill_tokens == 0``): ``n_tokens = batch``, ``kv_tokens = batch x context``,
@@ -558,6 +601,12 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
         It ignores that a real engine batches waiting requests into one step, so it is a
         pessimistic per-request view of a batch server.
 
+    layout : str, default "tp"
+        Instance layout (:data:`fastsim.stepmodel.LAYOUTS`): ``tp``, ``tp+ep`` (experts
+        expert-parallel over the ``tp`` GPUs) or ``dp+ep`` (data-parallel attention, one rank
+        per GPU; DeepSeek-V3's layout). ``tp`` is then the instance's GPU count, any integer from
+        1 to 4096 (EP144 is 18 nodes of 8).
+
     Returns
     -------
     LedgerResult
@@ -580,15 +629,25 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     (8.48, 'memory')
     """
     m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
-    tp = require_tp("tp", tp)
+    tp = _gpu_count("tp", tp)
+    dp, ep = layout_degrees(layout, tp)
     b = _int_at_least("batch", batch, 1)
     ctx = _within_context("context_tokens", _int_at_least("context_tokens", context_tokens, 0), m)
     pf = _within_context("prefill_tokens", _int_at_least("prefill_tokens", prefill_tokens, 0), m)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     rate = _rate(arrival_rate_req_per_s)
-    p = step_params(m, g, pr, tp, constants)
-    n, kv, attn, held = _work(m.layers, m.hidden, b, ctx, pf)
-    return _result(_core(p, n, kv, attn, kpl, ls, rate) | memory_per_gpu(m, g, pr, tp, held, constants))
+    p = step_params(m, g, pr, tp, constants, dp=dp, ep=ep)
+    n, kv, attn, held = _work(m, b, ctx, pf)
+    return _result(_core(p, n, kv, attn, kpl, ls, rate)
+                   | memory_per_gpu(m, g, pr, tp, held, constants, layout=layout))
+
+
+def _gpu_count(field: str, value) -> int:
+    """GPUs of an instance: an integer from 1 to 4096 (powers of two and whole nodes alike)."""
+    if isinstance(value, bool) or not isinstance(value, (Integral, float)) or int(value) != value \
+            or not 1 <= int(value) <= 4096:
+        raise FastsimInputError(field, value, "an integer from 1 to 4096 (GPUs of the instance)")
+    return int(value)
 
 
 def _as_list(field: str, value) -> list:
@@ -602,7 +661,8 @@ def _as_list(field: str, value) -> list:
 
 def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,), prefill_tokens=(0,),
                  kernels_per_layer: int = KERNELS_PER_LAYER_FUSED, launch_s: float = LAUNCH_S_GRAPHS,
-                 constants: StepConstants = StepConstants(), arrival_rate_req_per_s: float | None = None):
+                 constants: StepConstants = StepConstants(), arrival_rate_req_per_s: float | None = None,
+                 layout: str = "tp"):
     """The ledger over a grid of configurations, computed at once (numpy broadcasting).
 
     Every argument among ``gpu``, ``precision``, ``tp``, ``batch``, ``context_tokens`` and
@@ -617,7 +677,7 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     gpu, precision : str or catalog entry, or sequences of them
     tp : int or sequence of int
     batch, context_tokens, prefill_tokens : int or sequence of int
-    kernels_per_layer, launch_s, constants, arrival_rate_req_per_s
+    kernels_per_layer, launch_s, constants, arrival_rate_req_per_s, layout
         As in :func:`ledger` (one value for the whole table).
 
     Returns
@@ -640,7 +700,7 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     m = _lookup("model", model)
     gpus = [_lookup("gpu", x) for x in _as_list("gpu", gpu)]
     precs = [_lookup("precision", x) for x in _as_list("precision", precision)]
-    tps = [require_tp("tp", x) for x in _as_list("tp", tp)]
+    tps = [_gpu_count("tp", x) for x in _as_list("tp", tp)]
     bs = np.array([_int_at_least("batch", x, 1) for x in _as_list("batch", batch)], dtype=np.float64)
     cs = np.array([_within_context("context_tokens", _int_at_least("context_tokens", x, 0), m)
                    for x in _as_list("context_tokens", context_tokens)], dtype=np.float64)
@@ -650,7 +710,8 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     rate = _rate(arrival_rate_req_per_s)
 
     hw = [(g, pr, t) for g in gpus for pr in precs for t in tps]
-    P = np.stack([step_params(m, g, pr, t, constants) for g, pr, t in hw])        # (h, N_PARAMS)
+    P = np.stack([step_params(m, g, pr, t, constants, dp=layout_degrees(layout, t)[0],
+                              ep=layout_degrees(layout, t)[1]) for g, pr, t in hw])  # (h, N_PARAMS)
     B, C, F = np.meshgrid(bs, cs, ps, indexing="ij")
     B, C, F = B.ravel(), C.ravel(), F.ravel()
     C = np.where(F > 0, 0.0, C)                  # a prefill step reads no cached context
@@ -659,10 +720,10 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     batch_index = np.arange(B.size) // (cs.size * ps.size)
     keep = first[np.lexsort((first, F[first] > 0, batch_index[first]))]         # per batch: decode, prefill
     B, C, F = B[keep], C[keep], F[keep]                                          # (w,)
-    n, kv, attn, held = _work(m.layers, m.hidden, B, C, F)
+    n, kv, attn, held = _work(m, B, C, F)
     Pb = P[:, None, :]                                                           # (h, 1, N)
     d = _core(Pb, n[None, :], kv[None, :], attn[None, :], kpl, ls, rate)
-    mem = [memory_per_gpu(m, g, pr, t, held, constants) for g, pr, t in hw]
+    mem = [memory_per_gpu(m, g, pr, t, held, constants, layout=layout) for g, pr, t in hw]
     d |= {k: np.stack([x[k] for x in mem]) for k in mem[0]}                      # (h, w)
     h, w = len(hw), B.size
     cols = {
@@ -742,8 +803,9 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
                    constants=constants)
     p = step_params(m, gp, pr, tp, constants)
     n = float(b * (g_ + 1))
-    held = float(b * ctx)
-    verify = _result(_core(p, n, held, decode_attn_flops(m.layers, m.hidden, n * ctx), kpl, ls, math.nan)
+    held = float(b * m.kv_tokens_held(ctx))
+    verify = _result(_core(p, n, held, decode_attn_flops(m.layers, m.attn_dim_decode, n * m.kv_tokens_held(ctx)),
+                           kpl, ls, math.nan)
                      | memory_per_gpu(m, gp, pr, tp, held, constants))
     round_s = g_ * draft.step_s + verify.step_s
     used = verify.memory_per_gpu_bytes + draft.memory_per_gpu_bytes    # both models, both caches

@@ -304,7 +304,7 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
     g, pr = catalog.gpu(plan.gpu), catalog.precision(plan.precision)
-    L, h = model.layers, model.hidden
+    L, h, hd = model.layers, model.attn_dim_prefill, model.attn_dim_decode
     P, O = float(prompt_tokens), float(output_tokens)
     if plan.mode == "disaggregated":
         pp = step_params(model, g, pr, plan.prefill_tp, constants)
@@ -320,8 +320,8 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
             x = min(c, P - done)
             ttft += float(step_time(pd_, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
             done += x
-    ctx = P + O / 2.0
-    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * h * ctx))
+    ctx = float(model.kv_tokens_held(P + O / 2.0))
+    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * hd * ctx))
     why = []
     if ttft > slo.ttft_s:
         why.append(f"a {P:.0f}-token prompt alone takes {ttft:.2f} s to its first token (TTFT target {slo.ttft_s:g} s)")

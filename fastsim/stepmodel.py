@@ -1,12 +1,24 @@
-"""Roofline step-time model of one forward pass of one instance (SPEC section 3).
+"""Roofline step-time model of one forward pass of one instance (SPEC sections 3 and 10).
 
-For a step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached tokens on TP GPUs::
+An instance has G GPUs. Its attention runs tensor-parallel over ``tp = G / dp`` GPUs in each of
+``dp`` data-parallel attention ranks (``dp = 1``: plain TP over all G, SPEC §3); the routed
+experts of a mixture-of-experts model are spread over all G GPUs, either tensor-sharded
+(``ep = 1``, vLLM's default) or whole experts per GPU (``ep = G``, expert parallelism). For a
+step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached tokens, per GPU::
 
-    weight read = matmul_params x weight_bytes / TP / (eta_bw x HBM bytes/s)
-    KV read     = kv_tokens x KV bytes per token per GPU / (eta_bw x HBM bytes/s)
-    compute     = (2 x matmul_params x n_tokens + attention FLOPs) / TP / (eta_compute x peak FLOP/s)
-    all-reduce  = 2 x layers x [2 (p-1) alpha + 2 (p-1)/p x n_tokens x hidden x 2 B / (eta_nvlink x NVLink B/s)]
-    step        = max(weight read + KV read, compute) + all-reduce + fixed overhead
+    weight read = (dense matmul bytes / tp + routed-expert bytes / G x touched(n)) / (eta_bw x HBM B/s)
+                  touched(n) = 1 - (1 - k/E)^n      (expected fraction of experts a step touches, SPEC §10)
+    KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_bw x HBM B/s)
+    compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
+    all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
+    all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_link x link B/s)]
+    step        = max(weight read + KV read, compute) + all-reduce + all-to-all + fixed overhead
+
+``n_ar`` = 2 per dense layer, 2 per MoE layer with tensor-sharded experts and 1 per MoE layer under
+expert parallelism (whose dispatch and combine are the two all-to-alls, ``n_a2a`` = MoE layers).
+A group that fits in one node (``gpu.gpus_per_node``) runs at the NVLink bandwidth, a group that
+spans nodes at the slowest link it crosses, the scale-out bandwidth per GPU (SPEC §10). For a
+dense model with ``dp = ep = 1`` every term is SPEC §3's.
 
 The formula is written once, in plain arithmetic, so that it runs both on numpy arrays (the
 vectorized form over a grid of configurations) and inside numba kernels (the scalar form
@@ -14,7 +26,9 @@ vectorized form over a grid of configurations) and inside numba kernels (the sca
 
 Sources: roofline model (Williams, Waterman, Patterson, CACM 2009); ring all-reduce alpha-beta cost
 (Thakur, Rabenseifner, Gropp 2005); constants alpha = 0.43 us and eta = 0.85 fitted to the
-lecture's TP8 figures (SPEC §3).
+lecture's TP8 figures (SPEC §3); expected distinct experts under uniform routing (SPEC §10);
+expert parallelism with data-parallel attention as DeepSeek-V3 serves it (arXiv:2412.19437 §3.4)
+and as vLLM (``--enable-expert-parallel``, EP = TP x DP) and SGLang (``--enable-dp-attention``) run it.
 """
 from __future__ import annotations
 
@@ -24,17 +38,41 @@ import numpy as np
 from numba import njit
 
 from .catalog import GPU, Model, Precision
-from .errors import FastsimInputError, require_tp
+from .errors import FastsimInputError
 
 __all__ = [
-    "StepConstants", "step_params", "step_time", "step_parts", "step_time_nb",
-    "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
+    "StepConstants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
+    "instance_layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
-P_MATMUL, P_WBYTES, P_TP, P_HBM_BW, P_PEAK, P_KVPG, P_LAYERS, P_HIDDEN, P_NVLINK, \
-    P_ETA_C, P_ETA_BW, P_ALPHA, P_ETA_NV, P_OVERHEAD, P_KV_BUDGET_TOKENS, P_NET_BW = range(16)
-N_PARAMS = 16
+(P_MATMUL,        # active matmul parameters per token (compute)
+ P_WBYTES,        # bytes per weight element
+ P_TP,            # attention tensor-parallel degree (the all-reduce ring)
+ P_HBM_BW,        # HBM bytes/s per GPU
+ P_PEAK,          # peak FLOP/s per GPU at the precision
+ P_KVPG,          # KV bytes per token on one GPU of an attention TP group (full context)
+ P_LAYERS,        # transformer layers
+ P_HIDDEN,        # hidden size (activation messages)
+ P_NVLINK,        # link bandwidth of the attention TP group (bytes/s; slowest link it crosses)
+ P_ETA_C, P_ETA_BW, P_ALPHA, P_ETA_NV, P_OVERHEAD,
+ P_KV_BUDGET_TOKENS,  # KV tokens per instance (full-context tokens)
+ P_NET_BW,        # scale-out bytes/s per GPU (KV transfer between instances)
+ P_QDIM_PF,       # attention width of prefill tokens (Model.attn_dim_prefill)
+ P_QDIM_DEC,      # attention width of decode tokens (Model.attn_dim_decode)
+ P_WDENSE,        # dense matmul weight bytes read per GPU per step
+ P_WEXP,          # routed-expert weight bytes held per GPU (read in the touched fraction)
+ P_KFRAC,         # experts per token / routed experts (0 for a dense model)
+ P_DP,            # data-parallel attention ranks
+ P_GPUS,          # GPUs of the instance (G)
+ P_N_AR,          # all-reduces per step
+ P_N_A2A,         # MoE layers with a dispatch + combine all-to-all
+ P_TOPK,          # experts per token (all-to-all volume)
+ P_EP_BW,         # link bandwidth of the expert group (bytes/s)
+ P_WINDOW,        # sliding window (tokens; 0 = none)
+ P_SLIDE_FRAC,    # fraction of the layers that slide
+ ) = range(29)
+N_PARAMS = 29
 
 
 @dataclass(frozen=True)
@@ -75,12 +113,109 @@ class StepConstants:
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
 
 
-def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
-                     constants: StepConstants = StepConstants()) -> float:
-    """Tokens of KV cache an instance can hold (SPEC §3), may be <= 0 when the model does not fit.
+#: Instance layouts (SPEC §10): ``tp`` (everything tensor-parallel over the G GPUs), ``tp+ep``
+#: (attention TP over G, routed experts expert-parallel over G: vLLM ``--enable-expert-parallel``)
+#: and ``dp+ep`` (attention data-parallel, one rank per GPU, experts over G: DeepSeek-V3's serving
+#: layout, SGLang ``--enable-dp-attention``, vLLM ``--data-parallel-size G --enable-expert-parallel``).
+LAYOUTS = ("tp", "tp+ep", "dp+ep")
 
-    ``budget = TP x mem_util x HBM bytes - total_params x weight_bytes``;
-    ``tokens = budget / (TP x KV bytes per token per GPU)``.
+
+def layout_degrees(layout: str, gpus: int) -> tuple:
+    """``(dp, ep)`` of a layout on an instance of ``gpus`` GPUs.
+
+    Parameters
+    ----------
+    layout : str
+        One of :data:`LAYOUTS`.
+    gpus : int
+        GPUs of the instance.
+
+    Returns
+    -------
+    tuple of int
+        ``(1, 1)`` for ``tp``, ``(1, gpus)`` for ``tp+ep``, ``(gpus, gpus)`` for ``dp+ep``.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown layout.
+    """
+    if layout == "tp":
+        return 1, 1
+    if layout == "tp+ep":
+        return 1, int(gpus)
+    if layout == "dp+ep":
+        return int(gpus), int(gpus)
+    raise FastsimInputError("layout", layout, "one of " + ", ".join(LAYOUTS))
+
+
+def instance_layout_refusal(model: Model, gpu: GPU, gpus: int, dp: int = 1, ep: int = 1) -> str | None:
+    """Why an instance layout cannot serve a model, or None when it can (SPEC §10).
+
+    Parameters
+    ----------
+    model : Model
+    gpu : GPU
+        Gives ``gpus_per_node`` (not used for refusals today; groups may span nodes).
+    gpus : int
+        GPUs of the instance (G).
+    dp : int
+        Data-parallel attention ranks; must divide ``gpus``; attention TP = ``gpus / dp``.
+    ep : int
+        1 (experts tensor-sharded over the G GPUs, vLLM's default) or ``gpus`` (expert
+        parallelism; vLLM ``--enable-expert-parallel`` makes EP = TP x DP).
+
+    Returns
+    -------
+    str or None
+        A sentence naming what does not fit: TP not dividing the attention heads (vLLM refuses
+        it), EP other than 1 or G, EP or DP attention on a dense model (DP attention of a dense
+        model is just more instances), DP attention without EP, more expert-parallel GPUs than
+        experts.
+    """
+    if dp < 1 or gpus % dp:
+        return f"data-parallel attention ranks (dp = {dp}) must divide the instance's {gpus} GPUs"
+    why = model.tp_refusal(gpus // dp)
+    if why:
+        return why
+    if ep not in (1, gpus):
+        return f"expert parallelism must span 1 GPU or all {gpus} of the instance (got EP{ep})"
+    if not model.is_moe and (ep > 1 or dp > 1):
+        return f"{model.name} is dense: expert parallelism and data-parallel attention do not apply"
+    if dp > 1 and ep == 1:
+        return "data-parallel attention needs expert parallelism over the instance's GPUs (EP = G)"
+    if ep > 1 and ep > model.n_experts:
+        return f"EP{ep} spreads {model.name}'s {model.n_experts} experts over more GPUs than experts"
+    return None
+
+
+def _check_layout(model, gpu, gpus, dp, ep):
+    for name, v in (("gpus", gpus), ("dp", dp), ("ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 4096:
+            raise FastsimInputError(name, v, "an integer from 1 to 4096")
+    why = instance_layout_refusal(model, gpu, int(gpus), int(dp), int(ep))
+    if why:
+        raise FastsimInputError("instance layout", f"{gpus} GPUs, dp {dp}, ep {ep}", why)
+    return int(gpus), int(dp), int(ep)
+
+
+def _expert_share(model: Model, gpus: int, ep: int) -> float:
+    """Fraction of the routed experts' bytes one GPU holds: 1/G, or ceil(E/G)/E under EP."""
+    if not model.is_moe:
+        return 0.0
+    if ep > 1:
+        return float(-(-model.n_experts // gpus)) / model.n_experts
+    return 1.0 / gpus
+
+
+def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
+                     constants: StepConstants = StepConstants(), *, dp: int = 1, ep: int = 1) -> float:
+    """Tokens of KV cache an instance can hold (SPEC §3, §10), may be <= 0 when the model does not fit.
+
+    ``budget = G x mem_util x HBM bytes - dense params x weight_bytes x dp - routed-expert bytes
+    held``; ``tokens = budget / (G x KV bytes per token per GPU / dp)`` (full-context tokens; a
+    sliding-window model holds :meth:`Model.kv_tokens_held` of them per sequence). For a dense
+    model with ``dp = 1`` this is SPEC §3's ``(TP x 0.9 x HBM - params x bytes) / (TP x KV per GPU)``.
 
     Parameters
     ----------
@@ -90,22 +225,35 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     gpu : GPU
         Gives the HBM capacity (bytes).
     tp : int
-        Tensor-parallel degree (not validated here).
+        GPUs of the instance (G; the TP degree when ``dp = 1``). Not validated here.
     constants : StepConstants
         Gives ``memory_utilization``.
+    dp, ep : int
+        Data-parallel attention ranks and expert-parallel degree (see :func:`step_params`).
 
     Returns
     -------
     float
         KV tokens per instance (not rounded; <= 0 when the weights alone do not fit).
     """
-    budget = tp * constants.memory_utilization * gpu.hbm_bytes - model.total_params * precision.weight_bytes
-    return budget / (tp * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp))
+    g = tp
+    tp_attn = g // dp
+    routed = model.routed_expert_params * precision.weight_bytes * (_expert_share(model, g, ep) * g)
+    dense = model.total_params - model.routed_expert_params
+    budget = g * constants.memory_utilization * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
+    return budget / (g * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn) / dp)
+
+
+def _link_bw(gpu: GPU, group: int) -> float:
+    """Bandwidth per GPU of a group: NVLink inside one node, else the slowest link crossed (SPEC §10)."""
+    if group <= getattr(gpu, "gpus_per_node", 8):
+        return gpu.nvlink_bw_bytes_per_s
+    return min(gpu.nvlink_bw_bytes_per_s, gpu.network_bw_bytes_per_s)
 
 
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
-                constants: StepConstants = StepConstants()) -> np.ndarray:
-    """Pack one instance's constants into the vector the kernels read (SPEC §3).
+                constants: StepConstants = StepConstants(), *, dp: int = 1, ep: int = 1) -> np.ndarray:
+    """Pack one instance's constants into the vector the kernels read (SPEC §3, §10).
 
     Parameters
     ----------
@@ -113,9 +261,14 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     gpu : GPU
     precision : Precision
     tp : int
-        Tensor-parallel degree: a power of two from 1 to 64.
+        GPUs of the instance (G), 1 to 4096; the tensor-parallel degree when ``dp = 1``.
     constants : StepConstants
         Efficiencies, all-reduce latency, per-step overhead and memory utilisation.
+    dp : int, keyword-only
+        Data-parallel attention ranks (default 1); attention TP = ``tp / dp``. MoE models with
+        ``ep = tp`` only (DeepSeek-V3's serving layout).
+    ep : int, keyword-only
+        1 (routed experts tensor-sharded over the G GPUs) or ``tp`` (expert parallelism).
 
     Returns
     -------
@@ -127,106 +280,133 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     Raises
     ------
     FastsimInputError
-        TP not a power of two from 1 to 64, or a precision the GPU has no peak for.
+        A GPU count, ``dp`` or ``ep`` outside 1..4096; a layout :func:`instance_layout_refusal`
+        refuses (e.g. an attention TP that does not divide the heads); a precision the GPU has
+        no peak for.
     """
-    tp = require_tp("tp", tp)
+    g, dp, ep = _check_layout(model, gpu, tp, dp, ep)
     if precision.flops_key not in gpu.peak_flops_per_s:
         raise FastsimInputError("precision", precision.name,
                                 f"a precision {gpu.name} has a peak for: {', '.join(gpu.peak_flops_per_s)}")
+    tp_attn = g // dp
+    wb = precision.weight_bytes
     p = np.empty(N_PARAMS, dtype=np.float64)
-    p[P_MATMUL] = model.matmul_params
-    p[P_WBYTES] = precision.weight_bytes
-    p[P_TP] = tp
+    p[P_MATMUL] = model.active_matmul_params
+    p[P_WBYTES] = wb
+    p[P_TP] = tp_attn
     p[P_HBM_BW] = gpu.hbm_bw_bytes_per_s
     p[P_PEAK] = gpu.peak_flops_per_s[precision.flops_key]
-    p[P_KVPG] = model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp)
+    p[P_KVPG] = model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn)
     p[P_LAYERS] = model.layers
     p[P_HIDDEN] = model.hidden
-    p[P_NVLINK] = gpu.nvlink_bw_bytes_per_s
+    p[P_NVLINK] = _link_bw(gpu, tp_attn)
     p[P_ETA_C] = constants.eta_compute
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
     p[P_ETA_NV] = constants.eta_nvlink
     p[P_OVERHEAD] = constants.overhead_s
-    p[P_KV_BUDGET_TOKENS] = kv_budget_tokens(model, precision, gpu, tp, constants)
+    p[P_KV_BUDGET_TOKENS] = kv_budget_tokens(model, precision, gpu, g, constants, dp=dp, ep=ep)
     p[P_NET_BW] = gpu.network_bw_bytes_per_s
+    p[P_QDIM_PF] = model.attn_dim_prefill
+    p[P_QDIM_DEC] = model.attn_dim_decode
+    p[P_WDENSE] = model.dense_matmul_params * wb / tp_attn
+    p[P_WEXP] = model.routed_expert_params * wb * _expert_share(model, g, ep)
+    p[P_KFRAC] = model.experts_per_token / model.n_experts if model.is_moe else 0.0
+    p[P_DP] = dp
+    p[P_GPUS] = g
+    moe_ar = 2 if ep == 1 else 1
+    p[P_N_AR] = 2 * (model.layers - model.moe_layers) + moe_ar * model.moe_layers
+    p[P_N_A2A] = model.moe_layers if ep > 1 else 0
+    p[P_TOPK] = model.experts_per_token
+    p[P_EP_BW] = _link_bw(gpu, g)
+    p[P_WINDOW] = model.sliding_window
+    p[P_SLIDE_FRAC] = model.sliding_fraction
     return p
 
 
-def decode_attn_flops(layers, hidden, context_tokens):
-    """Attention FLOPs of decode tokens: ``4 x layers x context x hidden`` summed over tokens (SPEC §3).
+def decode_attn_flops(layers, attn_dim, context_tokens):
+    """Attention FLOPs of decode tokens: ``4 x layers x context x attn_dim`` summed over tokens (SPEC §3).
 
     Parameters
     ----------
-    layers, hidden : float or ndarray(float64)
-        Transformer layers and hidden size.
+    layers : float or ndarray(float64)
+        Transformer layers.
+    attn_dim : float or ndarray(float64)
+        Attention width of decode tokens, :attr:`Model.attn_dim_decode` (q_dim = heads x head_dim
+        for GQA; never the hidden size, SPEC §3 as revised).
     context_tokens : float or ndarray(float64)
-        Context tokens attended to, summed over the decode tokens of the step.
+        Context tokens attended to, summed over the decode tokens of the step (full-context
+        equivalent: :meth:`Model.kv_tokens_held` for sliding-window models).
 
     Returns
     -------
     float or ndarray(float64)
-        FLOPs (whole model, before the division by TP), shape of the broadcast inputs.
+        FLOPs (whole model, before the division by the GPUs), shape of the broadcast inputs.
     """
-    return 4.0 * layers * hidden * context_tokens
+    return 4.0 * layers * attn_dim * context_tokens
 
 
-def prefill_attn_flops(layers, hidden, chunk_tokens):
-    """Causal attention FLOPs of a prefill chunk of c tokens: ``2 x layers x c^2 x hidden`` (SPEC §3).
+def prefill_attn_flops(layers, attn_dim, chunk_tokens):
+    """Causal attention FLOPs of a prefill chunk of c tokens: ``2 x layers x c^2 x attn_dim`` (SPEC §3).
 
     Parameters
     ----------
-    layers, hidden : float or ndarray(float64)
-        Transformer layers and hidden size.
+    layers : float or ndarray(float64)
+        Transformer layers.
+    attn_dim : float or ndarray(float64)
+        Attention width of prefill tokens, :attr:`Model.attn_dim_prefill`.
     chunk_tokens : float or ndarray(float64)
         Prompt tokens in the chunk (c).
 
     Returns
     -------
     float or ndarray(float64)
-        FLOPs (whole model, before the division by TP), shape of the broadcast inputs.
+        FLOPs (whole model, before the division by the GPUs), shape of the broadcast inputs.
     """
-    return 2.0 * layers * hidden * chunk_tokens * chunk_tokens
+    return 2.0 * layers * attn_dim * chunk_tokens * chunk_tokens
 
 
-def _parts(matmul, wbytes, tp, hbm_bw, peak, kvpg, layers, hidden, nvlink, eta_c, eta_bw, alpha, eta_nv,
-           n_tokens, kv_tokens, attn_flops):
-    weight_s = matmul * wbytes / tp / (eta_bw * hbm_bw)
-    kv_s = kv_tokens * kvpg / (eta_bw * hbm_bw)
-    compute_s = (2.0 * matmul * n_tokens + attn_flops) / tp / (eta_c * peak)
-    msg_bytes = n_tokens * hidden * 2.0
-    comm_s = 2.0 * layers * (2.0 * (tp - 1.0) * alpha + 2.0 * (tp - 1.0) / tp * msg_bytes / (eta_nv * nvlink))
-    return weight_s, kv_s, compute_s, comm_s
+def _parts(c, n_tokens, kv_tokens, attn_flops):
+    # c: the packed parameters, indexable by P_* (a float64 vector, or a list of column arrays)
+    d_bw = c[P_ETA_BW] * c[P_HBM_BW]
+    weight_s = (c[P_WDENSE] + c[P_WEXP] * (1.0 - (1.0 - c[P_KFRAC]) ** n_tokens)) / d_bw
+    kv_s = kv_tokens * c[P_KVPG] / c[P_DP] / d_bw
+    compute_s = (2.0 * c[P_MATMUL] * n_tokens + attn_flops) / c[P_GPUS] / (c[P_ETA_C] * c[P_PEAK])
+    tp = c[P_TP]
+    g = c[P_GPUS]
+    ar_s = c[P_N_AR] * (2.0 * (tp - 1.0) * c[P_ALPHA]
+                        + 2.0 * (tp - 1.0) / tp * (n_tokens / c[P_DP] * c[P_HIDDEN] * 2.0) / (c[P_ETA_NV] * c[P_NVLINK]))
+    a2a_s = c[P_N_A2A] * 2.0 * ((g - 1.0) * c[P_ALPHA]
+                                + (g - 1.0) / g * (n_tokens * c[P_TOPK] / g * c[P_HIDDEN] * 2.0) / (c[P_ETA_NV] * c[P_EP_BW]))
+    return weight_s, kv_s, compute_s, ar_s, a2a_s
 
 
 def step_parts(p, n_tokens, kv_tokens, attn_flops):
-    """The four parts of a step, vectorized (numpy broadcasting over configurations; SPEC §3).
+    """The parts of a step, vectorized (numpy broadcasting over configurations; SPEC §3, §10).
 
-    Roofline terms (Williams, Waterman, Patterson 2009) and a ring all-reduce alpha-beta cost
-    (Thakur, Rabenseifner, Gropp 2005), two all-reduces per layer; see the module docstring.
-    Inputs are not validated.
+    Roofline terms (Williams, Waterman, Patterson 2009), a ring all-reduce alpha-beta cost
+    (Thakur, Rabenseifner, Gropp 2005) and the expert-parallel all-to-alls; see the module
+    docstring. Inputs are not validated.
 
     Parameters
     ----------
     p : ndarray(float64) of shape (N_PARAMS,) or (n, N_PARAMS)
         Packed parameters from :func:`step_params` (stacked for a grid).
     n_tokens, kv_tokens, attn_flops : float or ndarray(float64), broadcastable against ``p[..., 0]``
-        New tokens in the step, cached tokens read, attention FLOPs.
+        New tokens in the step, cached tokens read (full-context equivalent), attention FLOPs.
 
     Returns
     -------
     tuple of ndarray(float64)
-        ``(weight_read_s, kv_read_s, compute_s, allreduce_s)``, seconds.
+        ``(weight_read_s, kv_read_s, compute_s, allreduce_s, alltoall_s)``, seconds
+        (``alltoall_s`` is 0 without expert parallelism).
     """
     p = np.asarray(p, dtype=np.float64)
-    c = [p[..., i] for i in range(N_PARAMS)]
-    return _parts(c[P_MATMUL], c[P_WBYTES], c[P_TP], c[P_HBM_BW], c[P_PEAK], c[P_KVPG], c[P_LAYERS],
-                  c[P_HIDDEN], c[P_NVLINK], c[P_ETA_C], c[P_ETA_BW], c[P_ALPHA], c[P_ETA_NV],
-                  n_tokens, kv_tokens, attn_flops)
+    return _parts([p[..., i] for i in range(N_PARAMS)], n_tokens, kv_tokens, attn_flops)
 
 
 def step_time(p, n_tokens, kv_tokens, attn_flops):
-    """Step time in seconds, vectorized: ``max(weight + KV, compute) + all-reduce + overhead`` (SPEC §3).
+    """Step time in seconds, vectorized: ``max(weight + KV, compute) + all-reduce + all-to-all + overhead`` (SPEC §3).
 
     Inputs are not validated.
 
@@ -243,8 +423,8 @@ def step_time(p, n_tokens, kv_tokens, attn_flops):
         Seconds per step, shape of the broadcast inputs (a 0-d value for scalar inputs).
     """
     p = np.asarray(p, dtype=np.float64)
-    w, kv, comp, comm = step_parts(p, n_tokens, kv_tokens, attn_flops)
-    return np.maximum(w + kv, comp) + comm + p[..., P_OVERHEAD]
+    w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
+    return np.maximum(w + kv, comp) + (ar + a2a) + p[..., P_OVERHEAD]
 
 
 _parts_nb = njit(cache=True, inline="always")(_parts)
@@ -268,7 +448,6 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
     float64
         Seconds.
     """
-    w, kv, comp, comm = _parts_nb(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
-                                  p[11], p[12], n_tokens, kv_tokens, attn_flops)
+    w, kv, comp, ar, a2a = _parts_nb(p, n_tokens, kv_tokens, attn_flops)
     a = w + kv
-    return (a if a >= comp else comp) + comm + p[13]
+    return (a if a >= comp else comp) + (ar + a2a) + p[P_OVERHEAD]

@@ -435,7 +435,7 @@ def capacity_runs(runs: Runs):
         # prompt-attention work the simulator charges and the analytic step (SPEC §5) does not: a chunk's
         # attention to the earlier chunks of its own prompt (2 L h P^2 per prompt in all, against the
         # screen's 2 L h c^2 per chunk), relative to the matmul work of a request
-        L, h = model.layers, model.hidden
+        L, h = model.layers, model.attn_dim_prefill
         mP, sg = s.prompt.mean, s.prompt.sigma
         eP2 = mP * mP * math.exp(sg * sg) if s.prompt.kind == "lognormal" else mP * mP
         extra = 2.0 * L * h * (eP2 - mP * plan.chunk_tokens)
@@ -512,7 +512,7 @@ def _lone_ttft(plan, prompt_tokens, cat, model):
     """Seconds to the first token of one prompt alone on an idle colocated instance (simulator's costs)."""
     from fastsim.stepmodel import StepConstants, step_params, step_time
     pp = step_params(model, cat.gpu(plan.gpu), cat.precision(plan.precision), plan.tp, StepConstants())
-    L, h, c = model.layers, model.hidden, float(plan.chunk_tokens)
+    L, h, c = model.layers, model.attn_dim_prefill, float(plan.chunk_tokens)
     t, done, P = 0.0, 0.0, float(prompt_tokens)
     while done < P:
         x = min(c, P - done)

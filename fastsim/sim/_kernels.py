@@ -33,8 +33,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.typed import List
 
-from ..stepmodel import (P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_NV, P_HBM_BW, P_HIDDEN, P_KVPG, P_LAYERS,
-                         P_MATMUL, P_NET_BW, P_NVLINK, P_OVERHEAD, P_PEAK, P_TP, P_WBYTES,
+from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
+                         P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
+                         P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP,
                          step_time_nb)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
@@ -59,9 +60,9 @@ N_ICOLS = 24
 
 # float64 columns of the per-instance table: state, then the step-independent parts of the
 # step time (set by the kernel from the instance's parameters; see _run_nb's colocated path)
-(F_NEXT_T, F_STEP_START, F_BUSY, F_WEIGHT_S, F_D_BW, F_MATMUL2, F_D_C, F_LAY2, F_AR_A, F_AR_B,
- F_D_NV, F_C2, F_C4) = range(13)
-N_FCOLS = 13
+(F_NEXT_T, F_STEP_START, F_BUSY, F_WDENSE, F_D_BW, F_MATMUL2, F_D_C, F_N_AR, F_AR_A, F_AR_B,
+ F_D_NV, F_C2, F_C4, F_C4P, F_WEXP, F_KEEP, F_A2A_N2, F_A2A_A, F_A2A_B, F_D_EP) = range(20)
+N_FCOLS = 20
 
 # int64 columns of the per-run table.
 (R_WORK, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
@@ -368,8 +369,9 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
     nd = ist[i, I_N_DECODE]
     ctx = ist[i, I_CTX_SUM]
     lay = pp[i, P_LAYERS]
-    hid = pp[i, P_HIDDEN]
-    attn = 4.0 * lay * hid * float(ctx)
+    qdec = pp[i, P_QDIM_DEC]
+    qpf = pp[i, P_QDIM_PF]
+    attn = 4.0 * lay * qdec * float(ctx)
     kvt = ctx
     pf_tokens = 0
     nfin = 0
@@ -384,7 +386,7 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
             x = rem if rem < left else left
             kvt += s
             xf = float(x)
-            attn += 2.0 * lay * hid * xf * xf + 4.0 * lay * hid * xf * float(s)
+            attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * float(s)
             done[r] = s + x
             pf_tokens += x
             left -= x
@@ -432,9 +434,9 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
         fst[i, F_NEXT_T] = np.inf
         return ntr
     lay = pp[i, P_LAYERS]
-    hid = pp[i, P_HIDDEN]
+    qpf = pp[i, P_QDIM_PF]
     limit = ist[i, I_TOKENS]
-    attn = 4.0 * lay * hid * 0.0
+    attn = 4.0 * lay * qpf * 0.0
     tot = 0
     cnt = 0
     ist[i, I_STEP_FIRST] = r
@@ -443,7 +445,7 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
         if cnt > 0 and tot + x > limit:
             break
         xf = float(x)
-        attn += 2.0 * lay * hid * xf * xf + 4.0 * lay * hid * xf * 0.0
+        attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * 0.0
         tot += x
         cnt += 1
         r = nxt[r]
@@ -511,16 +513,24 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         fst[i, F_BUSY] = 0.0
         # the step-independent parts of step_time_nb, by the same expressions (same values)
         tp = pp[i, P_TP]
+        g = pp[i, P_GPUS]
         fst[i, F_D_BW] = pp[i, P_ETA_BW] * pp[i, P_HBM_BW]
-        fst[i, F_WEIGHT_S] = pp[i, P_MATMUL] * pp[i, P_WBYTES] / tp / fst[i, F_D_BW]
+        fst[i, F_WDENSE] = pp[i, P_WDENSE]
+        fst[i, F_WEXP] = pp[i, P_WEXP]
+        fst[i, F_KEEP] = 1.0 - pp[i, P_KFRAC]
         fst[i, F_MATMUL2] = 2.0 * pp[i, P_MATMUL]
         fst[i, F_D_C] = pp[i, P_ETA_C] * pp[i, P_PEAK]
-        fst[i, F_LAY2] = 2.0 * pp[i, P_LAYERS]
+        fst[i, F_N_AR] = pp[i, P_N_AR]
         fst[i, F_AR_A] = 2.0 * (tp - 1.0) * pp[i, P_ALPHA]
         fst[i, F_AR_B] = 2.0 * (tp - 1.0) / tp
         fst[i, F_D_NV] = pp[i, P_ETA_NV] * pp[i, P_NVLINK]
-        fst[i, F_C2] = 2.0 * pp[i, P_LAYERS] * pp[i, P_HIDDEN]
-        fst[i, F_C4] = 4.0 * pp[i, P_LAYERS] * pp[i, P_HIDDEN]
+        fst[i, F_C2] = 2.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
+        fst[i, F_C4] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_DEC]
+        fst[i, F_C4P] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
+        fst[i, F_A2A_N2] = pp[i, P_N_A2A] * 2.0
+        fst[i, F_A2A_A] = (g - 1.0) * pp[i, P_ALPHA]
+        fst[i, F_A2A_B] = (g - 1.0) / g
+        fst[i, F_D_EP] = pp[i, P_ETA_NV] * pp[i, P_EP_BW]
     for r in range(n):
         first[r] = np.nan
         finish[r] = np.nan
@@ -642,7 +652,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # each boundary (complete the step, admit, compose and start the next), for every
                 # boundary strictly before ``ta`` and at or before ``lim``; the float operations
                 # are the boundary's, in the same order (the step time as in step_time_nb, its
-                # step-independent parts from the F_WEIGHT_S .. F_C4 columns: the same values),
+                # step-independent parts from the F_WDENSE .. F_D_EP columns: the same values),
                 # so the results are bit for bit those of the generic boundary
                 lim = ms * dt_sample if ms < n_samp else np.inf
                 if horizon < lim:
@@ -671,26 +681,42 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 start = fst[ii, F_STEP_START]
                 tb = fst[ii, F_NEXT_T]
                 # step_time_nb's parts that do not depend on the step (computed once per run by _run_nb)
-                tp = pp[ii, P_TP]
+                g = pp[ii, P_GPUS]
+                dp = pp[ii, P_DP]
+                topk = pp[ii, P_TOPK]
                 kvpg = pp[ii, P_KVPG]
                 hid = pp[ii, P_HIDDEN]
                 overhead = pp[ii, P_OVERHEAD]
-                weight_s = fst[ii, F_WEIGHT_S]
+                wdense = fst[ii, F_WDENSE]
+                wexp = fst[ii, F_WEXP]
+                keep = fst[ii, F_KEEP]
                 d_bw = fst[ii, F_D_BW]
                 matmul2 = fst[ii, F_MATMUL2]
                 d_c = fst[ii, F_D_C]
-                lay2 = fst[ii, F_LAY2]
+                n_ar = fst[ii, F_N_AR]
                 ar_a = fst[ii, F_AR_A]
                 ar_b = fst[ii, F_AR_B]
                 d_nv = fst[ii, F_D_NV]
                 c2 = fst[ii, F_C2]
                 c4 = fst[ii, F_C4]
-                # exact shortcuts of the step time, same bits: x / 1.0 == x; and with ar_b == 0 the
-                # all-reduce term is the same signed zero product for every step (finite, nonzero
-                # divisor, the token term keeps hid's sign), so it is computed once
-                div_tp = tp != 1.0
-                comm_fixed = ar_b == 0.0 and d_nv != 0.0 and abs(hid) < 1e280
-                comm_c = lay2 * (ar_a + ar_b * (1.0 * hid * 2.0) / d_nv) if comm_fixed else 0.0
+                c4p = fst[ii, F_C4P]
+                a2a_n2 = fst[ii, F_A2A_N2]
+                a2a_a = fst[ii, F_A2A_A]
+                a2a_b = fst[ii, F_A2A_B]
+                d_ep = fst[ii, F_D_EP]
+                # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
+                # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
+                # ar_b == 0 and no all-to-all the communication is the same signed zero product
+                # for every step (finite, nonzero divisors, the token terms keep hid's sign), so
+                # it is computed once
+                div_g = g != 1.0
+                div_dp = dp != 1.0
+                moe_w = wexp != 0.0
+                weight_c = wdense / d_bw
+                comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
+                              and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
+                comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
+                          + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
                 n_done = 0
                 while True:
                     if active != 0:
@@ -764,7 +790,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         px = rem if rem < left else left
                         kvt += s
                         xf = float(px)
-                        attn += c2 * xf * xf + c4 * xf * float(s)
+                        attn += c2 * xf * xf + c4p * xf * float(s)
                         done[r] = s + px
                         pf_tokens += px
                         left -= px
@@ -775,13 +801,19 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         else:
                             break
                     n_tok = float(nd + pf_tokens)
-                    kv_time = float(kvt) * kvpg / d_bw
+                    if moe_w:
+                        weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
+                    else:
+                        weight_s = weight_c
+                    kvb = float(kvt) * kvpg
+                    kv_time = (kvb / dp if div_dp else kvb) / d_bw
                     num = matmul2 * n_tok + attn
-                    comp_s = (num / tp if div_tp else num) / d_c
+                    comp_s = (num / g if div_g else num) / d_c
                     if comm_fixed:
                         comm_s = comm_c
                     else:
-                        comm_s = lay2 * (ar_a + ar_b * (n_tok * hid * 2.0) / d_nv)
+                        comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
+                                  + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
                     aw = weight_s + kv_time
                     dt_step = (aw if aw >= comp_s else comp_s) + comm_s + overhead
                     step += 1

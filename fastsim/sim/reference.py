@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ..stepmodel import P_HIDDEN, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_NET_BW, step_time
+from ..stepmodel import P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_NET_BW, P_QDIM_DEC, P_QDIM_PF, step_time
 
 __all__ = ["simulate_reference"]
 
@@ -152,10 +152,10 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             inst.active = False
             inst.next_t = INF
             return
-        lay, hid = float(inst.p[P_LAYERS]), float(inst.p[P_HIDDEN])
+        lay, qdec, qpf = float(inst.p[P_LAYERS]), float(inst.p[P_QDIM_DEC]), float(inst.p[P_QDIM_PF])
         inst.decoders = [r for r in inst.admitted if r.prefilled == r.P]
         ctx = sum(r.P + r.generated for r in inst.decoders)
-        attn = 4.0 * lay * hid * float(ctx)
+        attn = 4.0 * lay * qdec * float(ctx)
         kvt = ctx
         inst.pieces = []
         left = inst.tokens if inst.kind == "colocated" else 0
@@ -167,7 +167,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             x = min(r.P - r.prefilled, left)
             s = r.prefilled
             kvt += s
-            attn += 2.0 * lay * hid * float(x) * float(x) + 4.0 * lay * hid * float(x) * float(s)
+            attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * float(s)
             inst.pieces.append((r, x))
             left -= x
         n_tok = len(inst.decoders) + sum(x for _, x in inst.pieces)
@@ -184,15 +184,15 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             inst.active = False
             inst.next_t = INF
             return
-        lay, hid = float(inst.p[P_LAYERS]), float(inst.p[P_HIDDEN])
-        attn = 4.0 * lay * hid * float(0)
+        lay, qpf = float(inst.p[P_LAYERS]), float(inst.p[P_QDIM_PF])
+        attn = 4.0 * lay * qpf * float(0)
         tot = 0
         while inst.queue:
             r = inst.queue[0]
             if inst.pieces and tot + r.P > inst.tokens:
                 break
             inst.queue.pop(0)
-            attn += 2.0 * lay * hid * float(r.P) * float(r.P) + 4.0 * lay * hid * float(r.P) * float(0)
+            attn += 2.0 * lay * qpf * float(r.P) * float(r.P) + 4.0 * lay * qpf * float(r.P) * float(0)
             tot += r.P
             inst.pieces.append((r, r.P))
         inst.kv_peak = max(inst.kv_peak, tot)
