@@ -152,7 +152,7 @@ class ScreenOptions:
     ----------
     gpus, precisions : tuple of str or None
         Catalog names; ``None`` means the catalog's default grid (:meth:`Catalog.default_gpus`,
-        H100, H200 and B200 built in) for GPUs and all entries for precisions.
+        H100, H200 and B200 built in) for GPUs and :meth:`Catalog.default_precisions` (BF16 and FP8) for precisions.
     tps : tuple of int
         Tensor-parallel degrees (powers of two).
     modes : tuple of str
@@ -375,7 +375,7 @@ def instances_needed(rate_req_per_s, capacity_req_per_s):
 
 def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
     gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
-    precs = [catalog.precision(p) for p in (options.precisions or list(catalog.precisions))]
+    precs = [catalog.precision(p) for p in (options.precisions or catalog.default_precisions())]
     rows = []
     for g in gpus:
         for pr in precs:

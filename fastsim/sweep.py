@@ -431,7 +431,7 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
         gpus.extend(list(catalog.gpus) if v.strip().lower() == "all" else [catalog.gpu(v).name])
     out["gpu"] = tuple(gpus)
     precs = []
-    for v in raw.get("precision", list(catalog.precisions)):
+    for v in raw.get("precision", catalog.default_precisions()):
         if not isinstance(v, str):
             raise FastsimInputError("axis precision", v, "a catalog precision name")
         precs.append(catalog.precision(v).name)

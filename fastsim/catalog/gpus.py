@@ -1,0 +1,78 @@
+"""Accelerators: dense tensor-core peaks, HBM, scale-up and scale-out bandwidth, node size, price (SPEC §2, §10)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import FastsimInputError
+from ._checks import _pos
+
+__all__ = ["GPU"]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator (SPEC §2, §10; figures from the vendors' datasheets, see ``source``).
+
+    Attributes
+    ----------
+    name : str
+        Catalog key, e.g. ``"H100"``.
+    peak_flops_per_s : dict[str, float]
+        Dense tensor-core peak in FLOP/s per precision key (``"bf16"``, ``"fp8"``, ``"fp4"``). A
+        GPU without a key has no configurations at the precisions that use it (A100: no FP8;
+        Hopper: no FP4).
+    hbm_bw_bytes_per_s, hbm_bytes : float
+        HBM bandwidth (bytes/s) and capacity (bytes).
+    nvlink_bw_bytes_per_s : float
+        NVLink (scale-up) bandwidth per GPU, one direction (bytes/s), within one NVLink domain
+        of ``gpus_per_node`` GPUs.
+    network_bw_bytes_per_s : float
+        Scale-out (inter-node) bandwidth per GPU, one direction (bytes/s): KV transfer between
+        disaggregated instances, and any TP or EP group larger than one node (SPEC §10).
+    price_usd_per_hour, power_w : float
+        Assumed rental price per GPU (US dollars per hour; the lecture's comparison values) and
+        board power (W).
+    description : str
+        Free text shown in listings.
+    source : str
+        Datasheet the figures come from.
+    default_grid : bool
+        True when the GPU belongs to the planner's default grid (:meth:`Catalog.default_gpus`);
+        other GPUs are chosen by name (or ``--gpu all``).
+    gpus_per_node : int
+        GPUs that share one NVLink domain: 8 in an HGX/DGX node (the default), 72 in a GB200
+        NVL72 rack (SPEC §10).
+
+    Raises
+    ------
+    FastsimInputError
+        ``peak_flops_per_s`` is not a non-empty mapping, any peak, bandwidth, capacity, price
+        or power is not a finite number > 0, or ``gpus_per_node`` is not an integer > 0.
+    """
+
+    name: str
+    peak_flops_per_s: Mapping[str, float]
+    hbm_bw_bytes_per_s: float
+    hbm_bytes: float
+    nvlink_bw_bytes_per_s: float
+    network_bw_bytes_per_s: float
+    price_usd_per_hour: float
+    power_w: float
+    description: str = ""
+    source: str = ""
+    default_grid: bool = True
+    gpus_per_node: int = 8
+
+    def __post_init__(self):
+        if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
+            raise FastsimInputError(f"gpu.{self.name}.peak_flops_per_s", self.peak_flops_per_s,
+                                    "a table of precision keys to FLOP/s, e.g. { bf16 = 989e12, fp8 = 1979e12 }")
+        for key, v in self.peak_flops_per_s.items():
+            _pos("gpu", self.name, f"peak_flops_per_s.{key}", v)
+        for f in ("hbm_bw_bytes_per_s", "hbm_bytes", "nvlink_bw_bytes_per_s", "network_bw_bytes_per_s",
+                  "price_usd_per_hour", "power_w"):
+            _pos("gpu", self.name, f, getattr(self, f))
+        _pos("gpu", self.name, "gpus_per_node", self.gpus_per_node, integer=True)
+        if not isinstance(self.default_grid, bool):
+            raise FastsimInputError(f"gpu.{self.name}.default_grid", self.default_grid, "true or false")

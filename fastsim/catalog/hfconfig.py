@@ -1,0 +1,447 @@
+"""Reading a Hugging Face ``config.json`` into a :class:`~fastsim.catalog.Model` (SPEC §2, §10).
+
+Every key that changes fastsim's arithmetic (parameters, FLOPs, KV bytes) is either modelled or
+refused with a one-line :class:`~fastsim.errors.FastsimInputError` that names the key: nothing
+that describes experts, latent attention, windows, chunked/linear attention or state-space
+layers is ever read as a dense, full-attention model. The key spellings are those of the
+``transformers`` configuration classes (``configuration_<model_type>.py``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from ..errors import FastsimInputError
+from .models import Model
+
+__all__ = ["model_from_hf_config"]
+
+# Sub-configs that hold the language model of a multimodal checkpoint.
+_TEXT_KEYS = ("text_config", "language_config", "llm_config")
+
+# transformers' default for a key the config leaves out, where the default is not "none": a
+# config of that model_type without the key would be misread, so it must be given explicitly.
+_TYPE_DEFAULTS = {
+    "deepseek_v2": ("n_routed_experts", "kv_lora_rank"),
+    "deepseek_v3": ("n_routed_experts", "kv_lora_rank"),
+    "kimi_k2": ("n_routed_experts", "kv_lora_rank"),
+    "mixtral": ("num_local_experts",),
+    "qwen2_moe": ("num_experts", "shared_expert_intermediate_size"),
+    "qwen3_moe": ("num_experts",),
+    "gpt_oss": ("num_local_experts", "layer_types"),
+    "llama4": ("num_local_experts", "attention_chunk_size"),
+    "llama4_text": ("num_local_experts", "attention_chunk_size"),
+}
+
+# Windows: every Nth layer full, the others sliding, by transformers' default for the type.
+_DEFAULT_PATTERN = {"gemma2": 2, "gpt_oss": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+
+# Model types whose MLP is not gated (two matrices, not three): the parameter count would be off.
+_UNGATED_MLP = {"gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gptj", "codegen", "opt", "bloom", "falcon",
+                "mpt", "phi", "starcoder2", "bert", "roberta", "t5", "bart"}
+
+# Keys that describe layers fastsim does not model (state-space, linear or sparse attention,
+# hybrid stacks, KV shared across layers, cross-attention, per-layer embeddings).
+_REFUSED_KEYS = {
+    "layers_block_type": "state-space / hybrid layer stacks",
+    "layer_block_types": "state-space / hybrid layer stacks",
+    "block_types": "recurrent / hybrid layer stacks",
+    "hybrid_override_pattern": "state-space / hybrid layer stacks",
+    "hybrid_layer_pattern": "hybrid layer stacks",
+    "attn_type_list": "linear / softmax attention hybrids",
+    "full_attn_layers": "linear / softmax attention hybrids",
+    "full_attention_interval": "linear / softmax attention hybrids",
+    "attn_layer_period": "state-space / attention hybrids",
+    "attn_layer_offset": "state-space / attention hybrids",
+    "expert_layer_period": "state-space / attention hybrids",
+    "ssm_cfg": "state-space layers",
+    "state_size": "state-space layers",
+    "time_step_rank": "state-space layers",
+    "conv_L_cache": "convolution / attention hybrids",
+    "sparse_attention_config": "sparse attention",
+    "index_topk": "sparse attention (a top-k token indexer)",
+    "index_n_heads": "sparse attention (a top-k token indexer)",
+    "attention_chunk_size": "chunked attention",
+    "num_kv_shared_layers": "KV caches shared across layers",
+    "kv_sharing_layer_map": "KV caches shared across layers",
+    "hidden_size_per_layer_input": "per-layer input embeddings",
+    "altup_num_inputs": "alternating-updates layers",
+    "cross_attention_layers": "cross-attention layers",
+    "num_global_key_value_heads": "KV heads that differ between layer types",
+    "global_head_dim": "head dimensions that differ between layer types",
+    "attention_window": "local attention windows",
+    "window_size": "local attention windows",
+    "sliding_window_size": "sliding windows under an unknown spelling",
+}
+_REFUSED_PREFIXES = ("mamba", "ssm", "linear_attn", "linear_key", "linear_value", "linear_num", "linear_conv")
+
+# Keys read below, and keys that name experts, windows or chunks yet change nothing fastsim counts.
+_READ = {
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "intermediate_size_mlp", "vocab_size", "tie_word_embeddings", "max_position_embeddings",
+    "attention_bias", "qkv_bias", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+    "v_head_dim", "qk_head_dim", "sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+    "sliding_window_pattern", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+    "experts_per_token", "moe_topk", "moe_intermediate_size", "n_shared_experts", "num_shared_experts",
+    "shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+    "mlp_only_layers", "moe_layers", "interleave_moe_layer_step", "mlp_layer_types", "num_nextn_predict_layers",
+    "model_type", "_name_or_path", "mlp_bias",
+}
+_HARMLESS = {"norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "routed_scaling_factor",
+             "moe_router_enable_expert_bias", "moe_router_use_sigmoid", "moe_aux_loss_coeff", "moe_z_loss_coeff",
+             "chunk_size_feed_forward", "cache_implementation"}
+
+
+def _refuse(where: str, key: str, value, allowed: str):
+    raise FastsimInputError(f"{where}: {key}", value, allowed)
+
+
+def _given(cfg: dict, key: str) -> bool:
+    """True when the config gives ``key`` a value other than null/false/0/empty."""
+    v = cfg.get(key)
+    return v is not None and v is not False and v != 0 and v != [] and v != {} and v != ""
+
+
+def _int(cfg: dict, key: str, where: str, default=None, *, zero: bool = False):
+    """A positive (>= 0 with zero) integer read from ``cfg[key]``; ``default`` when absent or null."""
+    v = cfg.get(key)
+    if v is None:
+        if default is None:
+            _refuse(where, key, None, "a positive integer (required)")
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and not zero):
+        _refuse(where, key, v, "an integer >= 0" if zero else "a positive integer")
+    return v
+
+
+def _one_value(cfg: dict, key: str, where: str):
+    """A per-layer list whose entries are all equal (Hunyuan's ``moe_topk``) reads as that entry."""
+    v = cfg.get(key)
+    if isinstance(v, list):
+        if not v or any(x != v[0] for x in v):
+            _refuse(where, key, v, "one value for every layer (per-layer values are not modelled)")
+        return {key: v[0]}
+    return cfg
+
+
+def _first(cfg: dict, keys: tuple, where: str):
+    """The key among ``keys`` the config gives (not null), or None; two given with different values is refused."""
+    given = [k for k in keys if cfg.get(k) is not None]
+    if len({json.dumps(cfg[k]) for k in given}) > 1:
+        _refuse(where, " and ".join(given), [cfg[k] for k in given], "one value (they name the same figure)")
+    return given[0] if given else None
+
+
+def _bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        _refuse(where, key, v, "true or false")
+    return v
+
+
+def _layer_list(cfg: dict, key: str, layers: int, where: str) -> set:
+    v = cfg.get(key) or []
+    if not isinstance(v, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers for i in v):
+        _refuse(where, key, v, f"a list of layer indices 0 to {layers - 1}")
+    return set(v)
+
+
+def _check_refused(cfg: dict, where: str) -> None:
+    mt = cfg.get("model_type")
+    if mt in _UNGATED_MLP:
+        _refuse(where, "model_type", mt, "a decoder with a gated MLP (gate, up and down projections); "
+                                         "this family's two-matrix MLP is not modelled")
+    for key in sorted(cfg):
+        if not _given(cfg, key) or key in _READ or key in _HARMLESS:
+            continue
+        if key in _REFUSED_KEYS:
+            _refuse(where, key, cfg[key], f"absent: {_REFUSED_KEYS[key]} are not modelled")
+        low = key.lower()
+        if low.startswith(_REFUSED_PREFIXES):
+            _refuse(where, key, cfg[key], "absent: state-space and linear-attention layers are not modelled")
+        if "expert" in low or low.startswith("moe") or "window" in low or "chunk" in low:
+            _refuse(where, key, cfg[key], "absent, or a spelling fastsim reads (see model_from_hf_config): "
+                                          "experts and attention windows are never read as dense, full attention")
+    for key in _TYPE_DEFAULTS.get(mt, ()):
+        if key not in cfg:
+            _refuse(where, key, None, f"given explicitly: transformers gives a {mt} config without it a non-trivial "
+                                      "default (null if the model has none)")
+
+
+def _windows(cfg: dict, layers: int, where: str) -> tuple:
+    """(sliding_window, sliding_layers) of the config."""
+    mt = str(cfg.get("model_type") or "")
+    types = cfg.get("layer_types")
+    n_layer_types = None
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers:
+            _refuse(where, "layer_types", types, f"a list of {layers} entries (one per layer)")
+        bad = sorted({t for t in types if t not in ("full_attention", "sliding_attention")}, key=str)
+        if bad:
+            _refuse(where, "layer_types", bad[0], "'full_attention' or 'sliding_attention' for every layer "
+                                                  "(chunked, linear, convolution and state-space layers are not modelled)")
+        n_layer_types = types.count("sliding_attention")
+    use = cfg.get("use_sliding_window")
+    if use is not None and not isinstance(use, bool):
+        _refuse(where, "use_sliding_window", use, "true or false")
+    if use is None and mt.startswith("qwen"):
+        use = False                                    # Qwen2/Qwen3 configs: no window unless enabled
+    window = cfg.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        _refuse(where, "sliding_window", window, "an integer >= 0 (tokens), or null")
+    if use is False or not window:
+        return 0, 0                                    # Qwen2: use_sliding_window false means no window
+    if n_layer_types is not None:
+        return (window, n_layer_types) if n_layer_types else (0, 0)
+    pattern = cfg.get("sliding_window_pattern", _DEFAULT_PATTERN.get(mt))
+    if pattern is not None:
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            _refuse(where, "sliding_window_pattern", pattern, "an integer >= 1 (every Nth layer is full attention)")
+        n = layers - layers // pattern                 # layer i slides unless (i + 1) % N == 0 (Gemma)
+        return (window, n) if n else (0, 0)
+    if use:
+        if mt == "qwen2_moe":
+            # transformers' Qwen2MoeConfig: layer i slides when i is even and i < max_window_layers.
+            mwl = min(_int(cfg, "max_window_layers", where, zero=True), layers)
+            n = (mwl + 1) // 2
+        else:
+            # Qwen2/Qwen3 config docs: the first max_window_layers layers use full attention, the rest slide.
+            n = layers - min(_int(cfg, "max_window_layers", where, zero=True), layers)
+        return (window, n) if n else (0, 0)
+    return window, layers                              # Mistral: every layer slides
+
+
+def _moe(cfg: dict, layers: int, hidden_ffn, where: str) -> dict:
+    """MoE fields of :class:`Model` (empty for a dense model)."""
+    mt = str(cfg.get("model_type") or "")
+    key = _first(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), where)
+    n_experts = _int(cfg, key, where, zero=True) if key else 0
+    if not n_experts:
+        return {}
+    topk_key = _first(cfg, ("num_experts_per_tok", "experts_per_token", "moe_topk"), where)
+    if topk_key is None:
+        _refuse(where, "num_experts_per_tok", None, f"the routed experts per token (the config has {key} = {n_experts})")
+    topk = _int(_one_value(cfg, topk_key, where), topk_key, where)
+    if cfg.get("moe_intermediate_size") is not None:
+        moe_ffn = _int(_one_value(cfg, "moe_intermediate_size", where), "moe_intermediate_size", where)
+    else:                                              # Mixtral, gpt-oss, Llama-4: experts are intermediate_size wide
+        if hidden_ffn is None:
+            _refuse(where, "moe_intermediate_size", None, "the routed experts' width (or intermediate_size)")
+        moe_ffn = hidden_ffn
+    shared = 0
+    sk = _first(cfg, ("n_shared_experts", "num_shared_experts"), where)
+    if sk:
+        shared += _int(cfg, sk, where, zero=True) * moe_ffn
+    if cfg.get("shared_expert_intermediate_size") is not None:
+        shared += _int(cfg, "shared_expert_intermediate_size", where, zero=True)
+    if mt.startswith("llama4"):
+        shared += moe_ffn                              # Llama-4: one shared expert as wide as a routed one
+    is_moe = [True] * layers
+    if "first_k_dense_replace" in cfg or "moe_layer_freq" in cfg:      # DeepSeek
+        k = _int(cfg, "first_k_dense_replace", where, 0, zero=True)
+        freq = _int(cfg, "moe_layer_freq", where, 1)
+        is_moe = [m and i >= k and i % freq == 0 for i, m in enumerate(is_moe)]
+    if "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:      # Qwen-MoE
+        step = _int(cfg, "decoder_sparse_step", where, 1)
+        dense = _layer_list(cfg, "mlp_only_layers", layers, where)
+        is_moe = [m and i not in dense and (i + 1) % step == 0 for i, m in enumerate(is_moe)]
+    if cfg.get("moe_layers") is not None:                             # Llama-4, explicit
+        listed = _layer_list(cfg, "moe_layers", layers, where)
+        is_moe = [m and i in listed for i, m in enumerate(is_moe)]
+    elif "interleave_moe_layer_step" in cfg:                          # Llama-4
+        step = _int(cfg, "interleave_moe_layer_step", where, 1)
+        is_moe = [m and i % step == step - 1 for i, m in enumerate(is_moe)]
+    if cfg.get("mlp_layer_types") is not None:                        # "dense" / "sparse" per layer
+        t = cfg["mlp_layer_types"]
+        if not isinstance(t, list) or len(t) != layers or set(t) - {"dense", "sparse"}:
+            _refuse(where, "mlp_layer_types", t, f"a list of {layers} entries 'dense' or 'sparse'")
+        is_moe = [m and x == "sparse" for m, x in zip(is_moe, t)]
+    moe_layers = sum(is_moe)
+    if moe_layers == 0:
+        _refuse(where, key, n_experts, "experts on at least one layer (the dense-layer keys leave none)")
+    return dict(n_experts=n_experts, experts_per_token=topk, moe_ffn=moe_ffn, shared_ffn=shared,
+                moe_layers=moe_layers, expert_bias=mt == "gpt_oss")
+
+
+def _mla(cfg: dict, hidden: int, heads: int, where: str) -> dict:
+    """MLA fields of :class:`Model` (empty for GQA/MHA)."""
+    if cfg.get("kv_lora_rank") is None:
+        for k in ("q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim"):
+            if _given(cfg, k):
+                _refuse(where, "kv_lora_rank", None, f"the latent KV rank (the config has {k}, a latent-attention key)")
+        return {}
+    out = dict(attention="mla", kv_lora_rank=_int(cfg, "kv_lora_rank", where),
+               qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where),
+               qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where),
+               q_lora_rank=_int(cfg, "q_lora_rank", where, 0, zero=True))
+    if cfg.get("v_head_dim") is None and cfg.get("model_type") == "minicpm3":
+        if hidden % heads:
+            _refuse(where, "v_head_dim", None, "given, or hidden_size divisible by num_attention_heads (MiniCPM3)")
+        out["v_head_dim"] = hidden // heads            # MiniCPM3's modelling code: hidden_size / heads
+    else:
+        out["v_head_dim"] = _int(cfg, "v_head_dim", where)
+    return out
+
+
+def _text_model(cfg: dict) -> dict:
+    for key in _TEXT_KEYS:
+        sub = cfg.get(key)
+        if isinstance(sub, dict) and "num_hidden_layers" in sub:
+            return sub
+    return cfg
+
+
+def _model_name(top: dict, path: str) -> str:
+    n = top.get("_name_or_path")
+    if isinstance(n, str) and n.strip().strip("/\\"):
+        return os.path.basename(os.path.normpath(n.strip()))
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    if folder:
+        return folder
+    for c in (top, _text_model(top)):
+        if isinstance(c.get("model_type"), str) and c["model_type"]:
+            return c["model_type"]
+    raise FastsimInputError("model name", path, "a config with _name_or_path or model_type, or a name given")
+
+
+def model_from_hf_config(path: str, name: str | None = None) -> Model:
+    """Load a model from a Hugging Face ``config.json`` on disk.
+
+    Multimodal configs are read from their language model (``text_config``, ``language_config``
+    or ``llm_config``); nothing about the vision or audio tower is read or refused, and its
+    weights are not counted (it runs once per image, not per token). Every key that changes
+    the parameters, FLOPs or KV bytes is either read (below) or refused, naming the key; keys
+    that change nothing fastsim computes (RoPE settings, norms' epsilon, dropout, token ids,
+    ``quantization_config``: the bytes per weight come from the plan's precision) are ignored.
+
+    **Read** (``transformers`` spellings):
+
+    - shape: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``
+      (required); ``num_key_value_heads`` (default: the attention heads); ``head_dim`` (used as
+      given; else ``hidden_size / num_attention_heads``, or ``qk_nope_head_dim +
+      qk_rope_head_dim`` under MLA); ``intermediate_size`` (dense MLP; required when a layer is
+      dense), Llama-4's ``intermediate_size_mlp`` for its dense layers; ``tie_word_embeddings``;
+      ``max_position_embeddings`` (default 131072); ``attention_bias`` (``qkv_bias``; Qwen2
+      types have q/k/v biases by construction).
+    - latent attention (DeepSeek-V2/V3, Kimi-K2, MiniCPM3): ``kv_lora_rank``, ``q_lora_rank``
+      (null = full-rank query), ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``
+      (MiniCPM3 has none: ``hidden_size / num_attention_heads``, as its modelling code).
+    - experts: count ``num_local_experts`` (Mixtral, gpt-oss, Llama-4), ``num_experts``
+      (Qwen-MoE), ``n_routed_experts`` (DeepSeek); top-k ``num_experts_per_tok``,
+      ``experts_per_token``, ``moe_topk``; width ``moe_intermediate_size`` else
+      ``intermediate_size``; shared experts ``n_shared_experts`` / ``num_shared_experts`` x
+      the expert width (DeepSeek), ``shared_expert_intermediate_size`` (Qwen2-MoE), Llama-4's one
+      shared expert; dense layers ``first_k_dense_replace`` + ``moe_layer_freq`` (DeepSeek: layer
+      i is MoE when i >= k and i % freq == 0), ``decoder_sparse_step`` + ``mlp_only_layers``
+      (Qwen-MoE), ``moe_layers`` or ``interleave_moe_layer_step`` (Llama-4),
+      ``mlp_layer_types`` ("dense"/"sparse"). gpt-oss's experts and router carry biases.
+    - windows: ``sliding_window`` (null or 0: none) on the layers ``layer_types`` marks
+      ``"sliding_attention"``; else, with ``use_sliding_window`` (Qwen types: false or absent
+      means no window; true: the first ``max_window_layers`` layers are full, the rest slide;
+      Qwen2-MoE: the even layers below ``max_window_layers`` slide, as transformers builds them);
+      else ``sliding_window_pattern`` N (layer i is full when (i + 1) % N == 0; Gemma2 and
+      gpt-oss default to 2, Gemma3 to 6, Cohere2 to 4); else every layer (Mistral).
+    - ``num_nextn_predict_layers`` is accepted: the multi-token-prediction layers are loaded
+      only for speculative decoding, and their weights are not counted. ``mlp_bias`` is
+      accepted and not counted (under 0.01% of the parameters), like Qwen3's q/k norms and
+      gpt-oss's attention sinks.
+
+    **Refused** (the error names the key): ``layer_types`` entries other than
+    ``"full_attention"``/``"sliding_attention"`` (``"chunked_attention"``,
+    ``"linear_attention"``, ``"conv"``, mamba...); ``attention_chunk_size`` (Llama-4 chunked
+    attention; a llama4 config must give it, null to serve without chunking); state-space,
+    linear-attention and hybrid stacks (``layers_block_type``, ``layer_block_types``,
+    ``block_types``, ``hybrid_override_pattern``, ``hybrid_layer_pattern``, ``attn_type_list``,
+    ``full_attn_layers``, ``full_attention_interval``, ``attn_layer_period``,
+    ``attn_layer_offset``, ``expert_layer_period``, ``ssm_cfg``, ``state_size``,
+    ``time_step_rank``, ``conv_L_cache``, any key starting ``mamba``, ``ssm``, ``linear_attn``,
+    ``linear_key``, ``linear_value``, ``linear_num`` or ``linear_conv``); sparse attention
+    (``index_topk``, ``index_n_heads``, ``sparse_attention_config``); KV shared across layers
+    (``num_kv_shared_layers``, ``kv_sharing_layer_map``); ``hidden_size_per_layer_input``,
+    ``altup_num_inputs``; ``cross_attention_layers``; ``num_global_key_value_heads``,
+    ``global_head_dim``; ``attention_window``, ``window_size``, ``sliding_window_size``; any
+    other key naming experts, MoE, windows or chunks with a value; per-layer lists of different
+    top-k or expert widths; a ``model_type`` whose MLP is not gated (GPT-2, GPT-NeoX, Falcon,
+    StarCoder2, Phi-1/2, OPT, BLOOM...); and, for model types whose ``transformers`` default
+    is not "none" (deepseek_v2/v3, kimi_k2, mixtral, qwen2_moe, qwen3_moe, gpt_oss, llama4),
+    a config that leaves out the expert count, ``kv_lora_rank``,
+    ``shared_expert_intermediate_size``, ``layer_types`` or ``attention_chunk_size``.
+
+    Parameters
+    ----------
+    path : str
+        Path of the ``config.json`` file.
+    name : str, optional
+        Name of the model. Defaults to the last part of ``_name_or_path``, else the name of the
+        directory holding the file, else ``model_type``.
+
+    Returns
+    -------
+    Model
+        With ``source`` naming the file.
+
+    Raises
+    ------
+    FastsimInputError
+        The file is missing or not a JSON object; a required key is missing or not a positive
+        integer; ``head_dim`` is absent and ``hidden_size`` is not divisible by
+        ``num_attention_heads``; a refused key (above); or the resulting :class:`Model` is
+        invalid (e.g. KV heads not dividing the heads).
+    """
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            top = json.load(fh)
+    except FileNotFoundError:
+        raise FastsimInputError("model", path, "a model name or an existing config.json file") from None
+    except (OSError, ValueError) as exc:
+        raise FastsimInputError("model config", path, f"a readable JSON file ({exc})") from None
+    if not isinstance(top, dict):
+        raise FastsimInputError("model config", path, "a JSON object")
+    cfg = _text_model(top)
+    where = str(path)
+    _check_refused(cfg, where)
+    layers = _int(cfg, "num_hidden_layers", where)
+    hidden = _int(cfg, "hidden_size", where)
+    heads = _int(cfg, "num_attention_heads", where)
+    vocab = _int(cfg, "vocab_size", where)
+    kv_heads = _int(cfg, "num_key_value_heads", where, heads)
+    mt = str(cfg.get("model_type") or "")
+    ffn_key = "intermediate_size_mlp" if mt.startswith("llama4") and "intermediate_size_mlp" in cfg else "intermediate_size"
+    expert_width = cfg.get("intermediate_size") if _given(cfg, "intermediate_size") else None
+    moe = _moe(cfg, layers, _int(cfg, "intermediate_size", where) if expert_width is not None else None, where)
+    dense_layers = layers - moe.get("moe_layers", 0)
+    if dense_layers or _given(cfg, ffn_key):
+        ffn = _int(cfg, ffn_key, where)
+    else:
+        ffn = 0                                        # every layer MoE and no dense width given
+    mla = _mla(cfg, hidden, heads, where)
+    if cfg.get("head_dim") is not None:
+        head_dim = _int(cfg, "head_dim", where)
+    elif mla:
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    else:
+        if hidden % heads:
+            _refuse(where, "head_dim", None, "head_dim, or hidden_size divisible by num_attention_heads")
+        head_dim = hidden // heads
+    if "attention_bias" in cfg:
+        attn_bias = _bool(cfg, "attention_bias", where, False)
+    elif "qkv_bias" in cfg:
+        attn_bias = _bool(cfg, "qkv_bias", where, False)
+    else:
+        attn_bias = mt.startswith("qwen2")             # Qwen2 / Qwen2-MoE / Qwen2-VL: q, k, v biases
+    window, sliding_layers = _windows(cfg, layers, where)
+    if "tie_word_embeddings" in cfg:
+        tied = _bool(cfg, "tie_word_embeddings", where, False)
+    else:
+        tied = _bool(top, "tie_word_embeddings", where, False)
+    label = name or _model_name(top, path)
+    return Model(
+        name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
+        vocab=vocab, tied_embeddings=tied,
+        max_context_tokens=_int(cfg, "max_position_embeddings", where, 131072),
+        attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
+        source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
+    )
