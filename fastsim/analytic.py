@@ -29,12 +29,17 @@ import pandas as pd
 from . import _analytic_nb as K
 from .catalog import Catalog, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
-from .stepmodel import StepConstants, step_params
+from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal,
+                        layout_degrees, step_params)
 
 __all__ = ["Demand", "ScreenOptions", "Plan", "screen", "instance_table", "plan_for", "cost_usd_per_million_output_tokens",
            "instances_needed"]
 
-_REASONS = {K.OK: "", K.NO_FIT: "weights + one request's KV do not fit in memory",
+#: Status of a grid row whose instance layout the model refuses (set here, not by the kernel).
+REFUSED = 4
+
+_REASONS = {REFUSED: "the layout does not fit the model (see the refusal column)",
+            K.OK: "", K.NO_FIT: "weights + one request's KV do not fit in memory",
             K.TPOT_UNREACHABLE: "no batch meets the TPOT target",
             K.TTFT_UNREACHABLE: "the latency-quantile prompt cannot be prefilled within the TTFT target"}
 
@@ -153,8 +158,14 @@ class ScreenOptions:
     gpus, precisions : tuple of str or None
         Catalog names; ``None`` means the catalog's default grid (:meth:`Catalog.default_gpus`,
         H100, H200 and B200 built in) for GPUs and :meth:`Catalog.default_precisions` (BF16 and FP8) for precisions.
-    tps : tuple of int
-        Tensor-parallel degrees (powers of two).
+    tps : tuple of int or None
+        GPUs per instance (powers of two; the TP degree of the ``tp`` layout). None: 1, 2, 4, 8
+        for a dense model (the lecture's grid) and 1 to 64 for a MoE model, whose instances may
+        span nodes (SPEC §10).
+    layouts : tuple of str or None
+        Instance layouts (:data:`fastsim.stepmodel.LAYOUTS`). None: ``tp`` for a dense model, all
+        three for a MoE model. Layouts a model refuses (EP on a dense model, TP not dividing
+        the heads) are rows with status :data:`REFUSED`, never plans.
     modes : tuple of str
         ``"colocated"`` and/or ``"disaggregated"``.
     chunk_tokens : tuple of int
@@ -176,7 +187,8 @@ class ScreenOptions:
 
     gpus: tuple | None = None
     precisions: tuple | None = None
-    tps: tuple = (1, 2, 4, 8)
+    tps: tuple | None = None
+    layouts: tuple | None = None
     modes: tuple = ("colocated", "disaggregated")
     chunk_tokens: tuple = (256, 512, 1024, 2048)
     tpot_margin: float = 0.85
@@ -184,10 +196,17 @@ class ScreenOptions:
     constants: StepConstants = field(default_factory=StepConstants)
 
     def __post_init__(self):
-        for t in self.tps:
-            require_tp("tp", t)
-        if not self.tps:
-            raise FastsimInputError("tps", self.tps, "at least one power of two")
+        if self.tps is not None:
+            for t in self.tps:
+                require_tp("tp", t)
+            if not self.tps:
+                raise FastsimInputError("tps", self.tps, "at least one power of two")
+        if self.layouts is not None:
+            if not self.layouts:
+                raise FastsimInputError("layouts", self.layouts, "at least one of " + ", ".join(LAYOUTS))
+            for x in self.layouts:
+                if x not in LAYOUTS:
+                    raise FastsimInputError("layout", x, "one of " + ", ".join(LAYOUTS))
         for m in self.modes:
             if m not in ("colocated", "disaggregated"):
                 raise FastsimInputError("mode", m, "colocated or disaggregated")
@@ -197,6 +216,40 @@ class ScreenOptions:
         if not (0 < self.tpot_margin <= 1):
             raise FastsimInputError("tpot_margin", self.tpot_margin, "a fraction in (0, 1]")
         require_positive("ttft_tail", self.ttft_tail)
+
+    def tps_for(self, model: Model) -> tuple:
+        """GPUs per instance to screen for a model: ``tps``, or its default.
+
+        Parameters
+        ----------
+        model : Model
+
+        Returns
+        -------
+        tuple of int
+            ``tps`` when given; else (1, 2, 4, 8) for a dense model and (1, ..., 64) for a MoE
+            model (instances may span nodes, SPEC §10).
+        """
+        if self.tps is not None:
+            return tuple(self.tps)
+        return (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1, 2, 4, 8)
+
+    def layouts_for(self, model: Model) -> tuple:
+        """Instance layouts to screen for a model: ``layouts``, or its default.
+
+        Parameters
+        ----------
+        model : Model
+
+        Returns
+        -------
+        tuple of str
+            ``layouts`` when given; else ``("tp",)`` for a dense model and every layout of
+            :data:`fastsim.stepmodel.LAYOUTS` for a MoE model.
+        """
+        if self.layouts is not None:
+            return tuple(self.layouts)
+        return LAYOUTS if model.is_moe else ("tp",)
 
 
 @dataclass(frozen=True)
@@ -229,6 +282,10 @@ class Plan:
         Analytic capacity of one prefill / decode instance (req/s; 0 for colocated plans).
     price_usd_per_gpu_hour : float
         Price of one GPU (US dollars per hour).
+    layout : str
+        Instance layout of every instance of the plan (:data:`fastsim.stepmodel.LAYOUTS`):
+        ``tp`` (SPEC §3), ``tp+ep`` or ``dp+ep`` (MoE models, SPEC §10); ``tp`` counts the
+        instance's GPUs in every layout.
     """
 
     model: str
@@ -247,6 +304,42 @@ class Plan:
     prefill_capacity_req_per_s: float = 0.0
     decode_capacity_req_per_s: float = 0.0
     price_usd_per_gpu_hour: float = 0.0
+    layout: str = "tp"
+
+    def layout_kwargs(self, gpus: int) -> dict:
+        """The data-parallel and expert-parallel degrees of this plan's layout.
+
+        Parameters
+        ----------
+        gpus : int
+            GPUs of the instance (``tp``, ``prefill_tp`` or ``decode_tp``).
+
+        Returns
+        -------
+        dict
+            ``dict(dp=..., ep=...)`` for :func:`fastsim.stepmodel.step_params`.
+        """
+        dp, ep = layout_degrees(self.layout, gpus)
+        return dict(dp=dp, ep=ep)
+
+    def label(self, tp: int) -> str:
+        """The label of an instance of this plan.
+
+        Parameters
+        ----------
+        tp : int
+            GPUs of the instance.
+
+        Returns
+        -------
+        str
+            ``TP8``, ``TP8+EP8`` or ``DP8+EP8`` for the ``tp``, ``tp+ep`` and ``dp+ep`` layouts.
+        """
+        if self.layout == "tp+ep":
+            return f"TP{tp}+EP{tp}"
+        if self.layout == "dp+ep":
+            return f"DP{tp}+EP{tp}"
+        return f"TP{tp}"
 
     @property
     def gpus(self) -> int:
@@ -300,8 +393,9 @@ class Plan:
         """
         if self.mode == "disaggregated":
             return (f"{self.gpus} x {self.gpu} {self.precision} disaggregated: "
-                    f"prefill TP{self.prefill_tp} x {self.prefill_instances} + decode TP{self.decode_tp} x {self.decode_instances}")
-        return f"{self.gpus} x {self.gpu} {self.precision} colocated TP{self.tp} x {self.instances}"
+                    f"prefill {self.label(self.prefill_tp)} x {self.prefill_instances} + "
+                    f"decode {self.label(self.decode_tp)} x {self.decode_instances}")
+        return f"{self.gpus} x {self.gpu} {self.precision} colocated {self.label(self.tp)} x {self.instances}"
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for JSON).
@@ -374,6 +468,10 @@ def instances_needed(rate_req_per_s, capacity_req_per_s):
 
 
 def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
+    """Rows ``(gpu, precision, tp, layout, refusal)`` of the grid and their step parameters.
+
+    A refused layout (``refusal`` a sentence) gets a parameter row with a negative KV budget,
+    so the kernel reports NO_FIT; :func:`instance_table` then marks it REFUSED."""
     gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
     precs = [catalog.precision(p) for p in (options.precisions or catalog.default_precisions())]
     rows = []
@@ -381,15 +479,26 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
         for pr in precs:
             if pr.flops_key not in g.peak_flops_per_s:
                 continue
-            for tp in options.tps:
-                rows.append((g, pr, int(tp)))
+            for tp in options.tps_for(model):
+                for lay in options.layouts_for(model):
+                    dp, ep = layout_degrees(lay, int(tp))
+                    rows.append((g, pr, int(tp), lay, instance_layout_refusal(model, g, int(tp), dp, ep)))
     if not rows:
         raise FastsimInputError("precision", ", ".join(p.name for p in precs),
                                 "a precision that a selected GPU (" + ", ".join(g.name for g in gpus)
                                 + ") has a peak for: " + ", ".join(sorted({k for g in gpus for k in g.peak_flops_per_s})))
-    params = np.stack([step_params(model, g, pr, tp, options.constants) for g, pr, tp in rows]) \
-        if rows else np.empty((0, 16))
-    return rows, np.ascontiguousarray(params)
+    refused = None
+    params = []
+    for g, pr, tp, lay, why in rows:
+        if why is None:
+            dp, ep = layout_degrees(lay, tp)
+            params.append(step_params(model, g, pr, tp, options.constants, dp=dp, ep=ep))
+        else:
+            if refused is None:
+                refused = np.ones(N_PARAMS)
+                refused[P_KV_BUDGET_TOKENS] = -1.0
+            params.append(refused)
+    return rows, np.ascontiguousarray(np.stack(params))
 
 
 def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
@@ -415,8 +524,10 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     Returns
     -------
     pandas.DataFrame
-        One row per GPU x precision x TP (pairs whose GPU has no peak for the precision are
-        skipped): ``gpu, precision, tp, price_usd_per_gpu_hour, status, kv_budget_tokens,
+        One row per GPU x precision x TP x layout (pairs whose GPU has no peak for the precision
+        are skipped): ``gpu, precision, tp, layout, refusal`` (why the model cannot run that
+        layout, e.g. a TP that does not divide its heads; "" when it can)``,
+        price_usd_per_gpu_hour, status, kv_budget_tokens,
         decode_capacity_req_per_s, decode_batch, decode_step_s, prefill_capacity_req_per_s,
         prefill_utilisation, prefill_step_s, colocated_status, colocated_capacity_req_per_s,
         colocated_batch, chunk_tokens, colocated_step_s`` (capacities 0 where infeasible;
@@ -448,10 +559,14 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
                        np.asarray(options.chunk_tokens, dtype=np.float64),
                        status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
                        col_status, col_cap, col_b, col_c, col_step)
+    refused = np.array([r[4] is not None for r in rows], dtype=bool)
+    status[refused] = REFUSED
+    col_status[refused] = REFUSED
     return pd.DataFrame(dict(
         gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
+        layout=[r[3] for r in rows], refusal=[r[4] or "" for r in rows],
         price_usd_per_gpu_hour=[r[0].price_usd_per_hour for r in rows],
-        status=status, kv_budget_tokens=params[:, 14] if n else f8(),
+        status=status, kv_budget_tokens=np.where(refused, np.nan, params[:, P_KV_BUDGET_TOKENS]) if n else f8(),
         decode_capacity_req_per_s=dec_cap, decode_batch=dec_b, decode_step_s=dec_step,
         prefill_capacity_req_per_s=pre_cap, prefill_utilisation=pre_rho, prefill_step_s=pre_s,
         colocated_status=col_status, colocated_capacity_req_per_s=col_cap, colocated_batch=col_b,
@@ -494,7 +609,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     if isinstance(model, str):
         model = catalog.model(model)
     t = instance_table(model, demand, catalog=catalog, options=options)
-    rows = [(catalog.gpu(g), catalog.precision(p), int(tp)) for g, p, tp in zip(t.gpu, t.precision, t.tp)]
+    rows = [(catalog.gpu(g), catalog.precision(p), int(tp), lay)
+            for g, p, tp, lay in zip(t.gpu, t.precision, t.tp, t.layout)]
+    refusal = t.refusal.tolist()
     status, col_status = t.status.to_numpy(), t.colocated_status.to_numpy()
     dec_cap, dec_b = t.decode_capacity_req_per_s.to_numpy(), t.decode_batch.to_numpy()
     pre_cap = t.prefill_capacity_req_per_s.to_numpy()
@@ -504,14 +621,15 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     out = []
     if "colocated" in options.modes:
         inst = instances_needed(rate, col_cap)
-        for i, (g, pr, tp) in enumerate(rows):
+        for i, (g, pr, tp, lay) in enumerate(rows):
             ok = col_status[i] == K.OK
             plan = Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=tp,
                         instances=int(inst[i]), chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                         instance_capacity_req_per_s=float(col_cap[i]),
-                        price_usd_per_gpu_hour=g.price_usd_per_hour) if ok else None
+                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay) if ok else None
             out.append(dict(
-                gpu=g.name, precision=pr.name, mode="colocated", tp=tp, instances=int(inst[i]) if ok else 0,
+                gpu=g.name, precision=pr.name, mode="colocated", layout=lay, tp=tp,
+                instances=int(inst[i]) if ok else 0,
                 prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0,
                 gpus=plan.gpus if ok else 0, chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                 instance_capacity_req_per_s=float(col_cap[i]),
@@ -520,12 +638,13 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
                 efficiency_usd_per_million_output_tokens=float(tp * g.price_usd_per_hour / (
                     col_cap[i] * mean_o * 3600.0) * 1e6) if ok else np.inf,
-                feasible=bool(ok), reason=_REASONS[int(col_status[i])], plan=plan))
+                feasible=bool(ok), reason=refusal[i] or _REASONS[int(col_status[i])], plan=plan))
     if "disaggregated" in options.modes:
         groups: dict = {}
-        for i, (g, pr, tp) in enumerate(rows):
-            groups.setdefault((g.name, pr.name), []).append(i)
-        for (gname, pname), idx in groups.items():
+        for i, (g, pr, tp, lay) in enumerate(rows):
+            if not refusal[i]:
+                groups.setdefault((g.name, pr.name, lay), []).append(i)
+        for (gname, pname, lay), idx in groups.items():
             g = catalog.gpu(gname)
             idx = np.asarray(idx)
             tps = np.array([rows[i][2] for i in idx], dtype=np.float64)
@@ -547,11 +666,11 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                         prefill_capacity_req_per_s=float(pre_cap[ip]),
                         decode_capacity_req_per_s=float(dec_cap[idd]),
                         instance_capacity_req_per_s=float(dec_cap[idd]),
-                        price_usd_per_gpu_hour=g.price_usd_per_hour) if ok else None
+                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay) if ok else None
             eff = (tp_p / pre_cap[ip] + tp_d / dec_cap[idd]) * g.price_usd_per_hour / (mean_o * 3600.0) * 1e6 \
                 if ok else np.inf
             out.append(dict(
-                gpu=gname, precision=pname, mode="disaggregated", tp=tp_d, instances=n_d,
+                gpu=gname, precision=pname, mode="disaggregated", layout=lay, tp=tp_d, instances=n_d,
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 gpus=plan.gpus if ok else 0, chunk_tokens=0, batch=int(dec_b[idd]),
                 instance_capacity_req_per_s=float(dec_cap[idd]),
@@ -581,7 +700,8 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
              tp: int = 1, instances: int | None = None, prefill_tp: int | None = None,
              decode_tp: int | None = None, prefill_instances: int | None = None,
              decode_instances: int | None = None, chunk_tokens: int | None = None,
-             catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions()) -> Plan:
+             catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
+             layout: str = "tp") -> Plan:
     """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
 
     Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
@@ -613,7 +733,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     catalog : Catalog, optional
         Defaults to the built-in catalog.
     options : ScreenOptions
-        Screen constants; its GPU, precision and TP lists are replaced by the named ones.
+        Screen constants; its GPU, precision, TP and layout lists are replaced by the named ones.
+    layout : str, default "tp"
+        Instance layout (:data:`fastsim.stepmodel.LAYOUTS`) of every instance of the plan.
 
     Returns
     -------
@@ -625,8 +747,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     ------
     FastsimInputError
         Unknown names, TP not a power of two from 1 to 64, a mode other than colocated /
-        disaggregated, instance counts or chunk not integers >= 1, or a GPU without a peak for
-        the precision.
+        disaggregated, instance counts or chunk not integers >= 1, a GPU without a peak for
+        the precision, or a layout the model refuses (e.g. a TP that does not divide its
+        attention heads, SPEC §10).
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -640,7 +763,12 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     g, pr = catalog.gpu(gpu), catalog.precision(precision)
     tps = tuple(sorted({require_tp("tp", tp), require_tp("prefill_tp", prefill_tp or tp),
                         require_tp("decode_tp", decode_tp or tp)}))
-    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps)
+    for t_ in tps:
+        dp, ep = layout_degrees(layout, t_)
+        why = instance_layout_refusal(model, g, t_, dp, ep)
+        if why:
+            raise FastsimInputError("tp" if layout == "tp" else "layout", t_ if layout == "tp" else layout, why)
+    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps, layouts=(layout,))
     t = instance_table(model, demand, catalog=catalog, options=opts).set_index("tp")
     rate = demand.rate_req_per_s
     if mode == "colocated":
@@ -649,7 +777,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         n = int(instances) if instances is not None else max(int(instances_needed(rate, cap)), 1)
         return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=int(tp), instances=n,
                     chunk_tokens=int(chunk_tokens or row.chunk_tokens or 512), batch=int(row.colocated_batch),
-                    instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour)
+                    instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout)
     tp_p, tp_d = int(prefill_tp or tp), int(decode_tp or tp)
     cap_p = float(t.loc[tp_p].prefill_capacity_req_per_s)
     cap_d = float(t.loc[tp_d].decode_capacity_req_per_s)
@@ -659,4 +787,4 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 batch=int(t.loc[tp_d].decode_batch), prefill_capacity_req_per_s=cap_p,
                 decode_capacity_req_per_s=cap_d, instance_capacity_req_per_s=cap_d,
-                price_usd_per_gpu_hour=g.price_usd_per_hour)
+                price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout)

@@ -12,6 +12,7 @@ import math
 import sys
 
 from .errors import FastsimInputError, require_positive, require_tp
+from .layouts import LAYOUTS
 
 __all__ = ["main", "build_parser"]
 
@@ -91,6 +92,9 @@ def _add_plan_args(sp):
     g.add_argument("--prefill-instances", type=_pos_int("--prefill-instances"))
     g.add_argument("--decode-instances", type=_pos_int("--decode-instances"))
     g.add_argument("--chunk", type=_pos_int("--chunk"), help="chunked-prefill tokens per step (colocated)")
+    g.add_argument("--layout", choices=LAYOUTS, default="tp",
+                   help="instance layout: tp (default), tp+ep (experts expert-parallel over the instance's GPUs) "
+                        "or dp+ep (data-parallel attention + expert parallelism); MoE models only for the EP layouts")
 
 
 def _add_arrival_args(sp):
@@ -123,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--gpu", action="append", help="restrict to these GPUs (repeatable; 'all' = every catalog GPU; "
                     "default H100, H200, B200)")
     sp.add_argument("--precision", action="append", choices=None, help="restrict to these precisions (repeatable)")
-    sp.add_argument("--tp", action="append", type=_tp, help="TP degrees to consider (repeatable; default 1 2 4 8)")
+    sp.add_argument("--tp", action="append", type=_tp, help="GPUs per instance to consider (repeatable; default "
+                    "1 2 4 8, and up to 64 for MoE models)")
+    sp.add_argument("--layout", action="append", choices=LAYOUTS,
+                    help="instance layouts to consider (repeatable; default tp, and all three for MoE models)")
     sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), default=10, help="plans to verify (default 10)")
     sp.add_argument("--seeds", type=_pos_int("--seeds"), default=8, help="simulation seeds per plan (default 8)")
@@ -295,7 +302,8 @@ def _cmd_plan(args):
         gpus = tuple(cat.gpus)
     opts = ScreenOptions(gpus=gpus,
                          precisions=tuple(args.precision) if args.precision else None,
-                         tps=tuple(args.tp) if args.tp else (1, 2, 4, 8),
+                         tps=tuple(args.tp) if args.tp else None,
+                         layouts=tuple(args.layout) if args.layout else None,
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"))
     for g in opts.gpus or ():
         cat.gpu(g)
@@ -316,7 +324,7 @@ def _cmd_plan(args):
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
         p = d.plan
-        tp = f"TP{p.tp}" if p.mode == "colocated" else f"P:TP{p.prefill_tp} D:TP{p.decode_tp}"
+        tp = p.label(p.tp) if p.mode == "colocated" else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}"
         inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
         rep = v.get("repaired_from_instances")
         rows.append([i, p.gpu, p.precision, p.mode, tp, inst, p.gpus,
@@ -383,6 +391,8 @@ def _add_ledger_commands(sub):
     sp.add_argument("--gpu", default="H100", help="catalog GPU (default H100)")
     sp.add_argument("--precision", default="BF16", help="catalog precision (default BF16)")
     sp.add_argument("--tp", type=_tp, default=8, help="tensor parallelism (default 8)")
+    sp.add_argument("--layout", choices=LAYOUTS, default="tp",
+                    help="instance layout (MoE models): tp (default), tp+ep or dp+ep over the --tp GPUs")
     sp.add_argument("--batch", type=_pos_int("--batch"), nargs="+", default=[1, 64],
                     help="sequences per step (one or more; default 1 64)")
     sp.add_argument("--context", type=_nonneg_int("--context"), nargs="+", default=[4096],
@@ -470,12 +480,15 @@ def _cmd_ledger(args):
     _check_context("--prefill", args.prefill, model)
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
-                      launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate)
+                      launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout)
     rows, notes = [], []
+    moe = model.is_moe
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp, r.batch, kind] + [_fmt(r[c] * 1e3, ".3f") for c in (
-            "weight_read_s", "kv_read_s", "compute_s", "allreduce_s", "launch_s", "step_s")]
+            ("weight_read_s", "expert_read_s", "kv_read_s", "compute_s", "allreduce_s", "alltoall_s", "launch_s",
+             "step_s") if moe else
+            ("weight_read_s", "kv_read_s", "compute_s", "allreduce_s", "launch_s", "step_s"))]
         row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f"), "yes" if r.fits else "NO"]
         what = f"batch {r.batch}, {kind}"
         if not r.fits:
@@ -488,13 +501,16 @@ def _cmd_ledger(args):
                              f"{1.0 / r.step_s:,.1f} steps/s (utilization {r.utilization:.2f} >= 1): the queue "
                              "is unstable and its wait grows without bound")
         rows.append(row)
-    headers = ["GPU", "prec", "TP", "batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms",
-               "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"]
+    headers = (["GPU", "prec", "TP", "batch", "step", "weight ms", "of it experts ms", "KV ms", "compute ms",
+                "all-reduce ms", "all-to-all ms", "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"] if moe else
+               ["GPU", "prec", "TP", "batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms",
+                "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"])
     if args.rate:
         headers += ["utilization", "queue wait ms"]
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
-              "step = max(weight + KV, compute) + all-reduce + launch")
+              + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
+                 f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch"))
     _emit(args, _records(df), rows, headers, notes)
     _notes_out(args, notes)
     if args.plot:
@@ -643,7 +659,7 @@ def _plan_from_args(args, cat, model, demand):
     g, pr = cat.gpu(plan.gpu), cat.precision(plan.precision)
     tps = (plan.prefill_tp, plan.decode_tp) if plan.mode == "disaggregated" else (plan.tp,)
     for tp in tps:
-        if kv_budget_tokens(model, pr, g, tp) < 1:
+        if kv_budget_tokens(model, pr, g, tp, **plan.layout_kwargs(tp)) < 1:
             need = model.total_params * pr.weight_bytes / tp / 1e9
             raise FastsimInputError("plan", plan.describe(),
                                     f"a configuration whose weights fit: {model.name} in {pr.name} needs "
@@ -666,9 +682,10 @@ def _plan_from_args_inner(args, cat, model, demand):
                 return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
                                 prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
                                 prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-                                catalog=cat), model
+                                catalog=cat, layout=d.get("layout", "tp")), model
             return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
-                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat), model
+                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat,
+                            layout=d.get("layout", "tp")), model
         except (KeyError, TypeError) as exc:
             raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
     missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
@@ -687,7 +704,7 @@ def _plan_from_args_inner(args, cat, model, demand):
     return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                    chunk_tokens=args.chunk, catalog=cat), model
+                    chunk_tokens=args.chunk, catalog=cat, layout=args.layout), model
 
 
 def _synthetic_workloads(args, scenario, rate):

@@ -120,9 +120,12 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
     model = model or catalog.model(plan.model)
     g, pr = catalog.gpu(plan.gpu), catalog.precision(plan.precision)
     if plan.mode == "disaggregated":
-        return DisaggregatedPlan(step_params(model, g, pr, plan.prefill_tp, constants), plan.prefill_instances,
-                                 step_params(model, g, pr, plan.decode_tp, constants), plan.decode_instances)
-    return ColocatedPlan(step_params(model, g, pr, plan.tp, constants), plan.instances, plan.chunk_tokens)
+        return DisaggregatedPlan(step_params(model, g, pr, plan.prefill_tp, constants,
+                                             **plan.layout_kwargs(plan.prefill_tp)), plan.prefill_instances,
+                                 step_params(model, g, pr, plan.decode_tp, constants,
+                                             **plan.layout_kwargs(plan.decode_tp)), plan.decode_instances)
+    return ColocatedPlan(step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp)),
+                         plan.instances, plan.chunk_tokens)
 
 
 def pooled_overload(metrics, horizon_s: float) -> bool:
@@ -307,11 +310,11 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
     L, h, hd = model.layers, model.attn_dim_prefill, model.attn_dim_decode
     P, O = float(prompt_tokens), float(output_tokens)
     if plan.mode == "disaggregated":
-        pp = step_params(model, g, pr, plan.prefill_tp, constants)
+        pp = step_params(model, g, pr, plan.prefill_tp, constants, **plan.layout_kwargs(plan.prefill_tp))
         ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P)) + P * pp[P_KVPG] / pp[P_NET_BW]
-        pd_ = step_params(model, g, pr, plan.decode_tp, constants)
+        pd_ = step_params(model, g, pr, plan.decode_tp, constants, **plan.layout_kwargs(plan.decode_tp))
     else:
-        pd_ = step_params(model, g, pr, plan.tp, constants)
+        pd_ = step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp))
         c = float(plan.chunk_tokens)
         if not c >= 1.0:        # a zero chunk would never finish the prompt
             raise FastsimInputError("chunk_tokens", plan.chunk_tokens, "an integer >= 1 (a colocated plan)")

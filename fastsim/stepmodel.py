@@ -39,6 +39,7 @@ from numba import njit
 
 from .catalog import GPU, Model, Precision
 from .errors import FastsimInputError
+from .layouts import LAYOUTS, layout_degrees
 
 __all__ = [
     "StepConstants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
@@ -113,42 +114,6 @@ class StepConstants:
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
 
 
-#: Instance layouts (SPEC §10): ``tp`` (everything tensor-parallel over the G GPUs), ``tp+ep``
-#: (attention TP over G, routed experts expert-parallel over G: vLLM ``--enable-expert-parallel``)
-#: and ``dp+ep`` (attention data-parallel, one rank per GPU, experts over G: DeepSeek-V3's serving
-#: layout, SGLang ``--enable-dp-attention``, vLLM ``--data-parallel-size G --enable-expert-parallel``).
-LAYOUTS = ("tp", "tp+ep", "dp+ep")
-
-
-def layout_degrees(layout: str, gpus: int) -> tuple:
-    """``(dp, ep)`` of a layout on an instance of ``gpus`` GPUs.
-
-    Parameters
-    ----------
-    layout : str
-        One of :data:`LAYOUTS`.
-    gpus : int
-        GPUs of the instance.
-
-    Returns
-    -------
-    tuple of int
-        ``(1, 1)`` for ``tp``, ``(1, gpus)`` for ``tp+ep``, ``(gpus, gpus)`` for ``dp+ep``.
-
-    Raises
-    ------
-    FastsimInputError
-        An unknown layout.
-    """
-    if layout == "tp":
-        return 1, 1
-    if layout == "tp+ep":
-        return 1, int(gpus)
-    if layout == "dp+ep":
-        return int(gpus), int(gpus)
-    raise FastsimInputError("layout", layout, "one of " + ", ".join(LAYOUTS))
-
-
 def instance_layout_refusal(model: Model, gpu: GPU, gpus: int, dp: int = 1, ep: int = 1) -> str | None:
     """Why an instance layout cannot serve a model, or None when it can (SPEC §10).
 
@@ -195,6 +160,8 @@ def _check_layout(model, gpu, gpus, dp, ep):
             raise FastsimInputError(name, v, "an integer from 1 to 4096")
     why = instance_layout_refusal(model, gpu, int(gpus), int(dp), int(ep))
     if why:
+        if dp == 1 and ep == 1:
+            raise FastsimInputError("tp", gpus, why)
         raise FastsimInputError("instance layout", f"{gpus} GPUs, dp {dp}, ep {ep}", why)
     return int(gpus), int(dp), int(ep)
 

@@ -45,7 +45,7 @@ from . import _analytic_nb as AK
 from .analytic import ScreenOptions, instances_needed
 from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError, require_tp
-from .stepmodel import N_PARAMS, P_KVPG, P_NET_BW, StepConstants, step_params
+from .stepmodel import N_PARAMS, P_KVPG, P_NET_BW, StepConstants, instance_layout_refusal, step_params
 
 __all__ = [
     "AXES", "SweepGrid", "SweepSettings", "load_grid", "make_grid", "parse_axis", "analytic_table",
@@ -62,7 +62,8 @@ _AUTO = "auto"
 MAX_POINTS = 50_000_000
 
 # reason codes of a point
-_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT = range(10)
+(_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
+ _R_LAYOUT) = range(11)
 _REASONS = np.array([
     "",
     "weights + one request's KV do not fit in memory",
@@ -74,6 +75,7 @@ _REASONS = np.array([
     "prefill: the TTFT target leaves no room for queueing",
     "decode: weights + one request's KV do not fit in memory",
     "decode: no batch meets the TPOT target",
+    "the TP does not divide the model's attention heads (or its KV heads), which vLLM refuses",
 ], dtype=object)
 
 #: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
@@ -652,6 +654,9 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 if pr.flops_key not in g.peak_flops_per_s:
                     continue
                 for t_i, tp in enumerate(tps):
+                    if instance_layout_refusal(m, g, tp) is not None:
+                        ptab[i, j, k, t_i] = -2         # not a plan (SPEC §10: TP divides the heads)
+                        continue
                     ptab[i, j, k, t_i] = len(rows)
                     rows.append(step_params(m, g, pr, tp, s.constants))
     params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
@@ -728,7 +733,8 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     nd = T.demand.shape[0] * nT * nP
     cu, cinv = np.unique(chunk, return_inverse=True)
     mu, minv = np.unique(mb, return_inverse=True)
-    ok_peak = row_a >= 0
+    ok_peak = (row_a >= 0) & ((row_b >= 0) | ~disagg)
+    refused = (row_a == -2) | (disagg & (row_b == -2))
     key_a = ((np.maximum(row_a, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
     key_b = ((np.maximum(row_b, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
     keys, inv = np.unique(np.concatenate([key_a, key_b]), return_inverse=True)
@@ -781,7 +787,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     dec_bad = disagg & ok_peak & (cap_p > 0) & ~(cap_d > 0)
     reason = np.where(pre_bad, np.where(st[inv_b] == AK.NO_FIT, _R_PRE_NOFIT, _R_PRE_TTFT), reason)
     reason = np.where(dec_bad, np.where(st[inv_a] == AK.NO_FIT, _R_DEC_NOFIT, _R_DEC_TPOT), reason)
-    reason = np.where(~ok_peak, _R_NOPEAK, reason)
+    reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, _R_NOPEAK), reason)
     below = ok & (capacity < rate * (1.0 - 1e-9))
     reason = np.where(below, _R_BELOW, reason)
     feasible = ok & ~below

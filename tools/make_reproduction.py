@@ -511,7 +511,8 @@ def capacity_section(runs: Runs):
 def _lone_ttft(plan, prompt_tokens, cat, model):
     """Seconds to the first token of one prompt alone on an idle colocated instance (simulator's costs)."""
     from fastsim.stepmodel import StepConstants, step_params, step_time
-    pp = step_params(model, cat.gpu(plan.gpu), cat.precision(plan.precision), plan.tp, StepConstants())
+    pp = step_params(model, cat.gpu(plan.gpu), cat.precision(plan.precision), plan.tp, StepConstants(),
+                     **plan.layout_kwargs(plan.tp))
     L, h, c = model.layers, model.attn_dim_prefill, float(plan.chunk_tokens)
     t, done, P = 0.0, 0.0, float(prompt_tokens)
     while done < P:

@@ -1,0 +1,44 @@
+"""Instance layouts: how the GPUs of one instance split attention and experts (SPEC §10).
+
+A light module (no numba) so that the command line can name the layouts without loading kernels.
+"""
+from __future__ import annotations
+
+from .errors import FastsimInputError
+
+__all__ = ["LAYOUTS", "layout_degrees"]
+
+#: Instance layouts (SPEC §10): ``tp`` (everything tensor-parallel over the G GPUs), ``tp+ep``
+#: (attention TP over G, routed experts expert-parallel over G: vLLM ``--enable-expert-parallel``)
+#: and ``dp+ep`` (attention data-parallel, one rank per GPU, experts over G: DeepSeek-V3's serving
+#: layout, SGLang ``--enable-dp-attention``, vLLM ``--data-parallel-size G --enable-expert-parallel``).
+LAYOUTS = ("tp", "tp+ep", "dp+ep")
+
+
+def layout_degrees(layout: str, gpus: int) -> tuple:
+    """``(dp, ep)`` of a layout on an instance of ``gpus`` GPUs.
+
+    Parameters
+    ----------
+    layout : str
+        One of :data:`LAYOUTS`.
+    gpus : int
+        GPUs of the instance.
+
+    Returns
+    -------
+    tuple of int
+        ``(1, 1)`` for ``tp``, ``(1, gpus)`` for ``tp+ep``, ``(gpus, gpus)`` for ``dp+ep``.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown layout.
+    """
+    if layout == "tp":
+        return 1, 1
+    if layout == "tp+ep":
+        return 1, int(gpus)
+    if layout == "dp+ep":
+        return int(gpus), int(gpus)
+    raise FastsimInputError("layout", layout, "one of " + ", ".join(LAYOUTS))
