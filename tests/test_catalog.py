@@ -61,7 +61,8 @@ def test_negative_price_is_a_cli_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,field", [
-    ({"num_local_experts": 8}, "num_local_experts"),
+    ({"num_local_experts": 8}, "num_experts_per_tok"),           # experts without a top-k
+    ({"num_local_experts": 8, "num_experts_per_tok": 2, "moe_topk": 4}, "num_experts_per_tok and moe_topk"),
     ({"num_key_value_heads": 128}, "kv_heads"),
     ({"num_key_value_heads": 3}, "kv_heads"),
     ({"num_hidden_layers": 0}, "num_hidden_layers"),
@@ -75,6 +76,17 @@ def test_bad_hf_configs(tmp_path, extra, field):
     p.write_text(json.dumps(cfg))
     with pytest.raises(FastsimInputError, match=field):
         model_from_hf_config(str(p))
+
+
+def test_moe_hf_config_is_modelled(tmp_path):
+    """A Mixtral-shaped config reads as a mixture of experts, not as a dense model."""
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = model_from_hf_config(str(p))
+    assert (m.n_experts, m.experts_per_token, m.moe_ffn, m.moe_layers) == (8, 2, 14336, 32)
+    assert m.total_params / m.active_params == pytest.approx(46.7 / 12.9, rel=0.015)   # Mixtral 8x7B
 
 
 @pytest.mark.parametrize("value", [True, "3", b"3", float("nan"), float("inf"), 0, -1.0])

@@ -29,13 +29,17 @@ _TYPE_DEFAULTS = {
     "mixtral": ("num_local_experts",),
     "qwen2_moe": ("num_experts", "shared_expert_intermediate_size"),
     "qwen3_moe": ("num_experts",),
-    "gpt_oss": ("num_local_experts", "layer_types"),
+    "gpt_oss": ("num_local_experts",),
     "llama4": ("num_local_experts", "attention_chunk_size"),
     "llama4_text": ("num_local_experts", "attention_chunk_size"),
 }
 
-# Windows: every Nth layer full, the others sliding, by transformers' default for the type.
+# Windows: every Nth layer full, the others sliding, by transformers' default for the type
+# (used when the config has no layer_types).
 _DEFAULT_PATTERN = {"gemma2": 2, "gpt_oss": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+
+# Model types whose configuration class ties the LM head to the input embedding by default.
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2"}
 
 # Model types whose MLP is not gated (two matrices, not three): the parameter count would be off.
 _UNGATED_MLP = {"gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gptj", "codegen", "opt", "bloom", "falcon",
@@ -323,7 +327,8 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       (required); ``num_key_value_heads`` (default: the attention heads); ``head_dim`` (used as
       given; else ``hidden_size / num_attention_heads``, or ``qk_nope_head_dim +
       qk_rope_head_dim`` under MLA); ``intermediate_size`` (dense MLP; required when a layer is
-      dense), Llama-4's ``intermediate_size_mlp`` for its dense layers; ``tie_word_embeddings``;
+      dense), Llama-4's ``intermediate_size_mlp`` for its dense layers; ``tie_word_embeddings``
+      (default false; true for the Gemma and Cohere types, as their configuration classes);
       ``max_position_embeddings`` (default 131072); ``attention_bias`` (``qkv_bias``; Qwen2
       types have q/k/v biases by construction).
     - latent attention (DeepSeek-V2/V3, Kimi-K2, MiniCPM3): ``kv_lora_rank``, ``q_lora_rank``
@@ -368,7 +373,7 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     StarCoder2, Phi-1/2, OPT, BLOOM...); and, for model types whose ``transformers`` default
     is not "none" (deepseek_v2/v3, kimi_k2, mixtral, qwen2_moe, qwen3_moe, gpt_oss, llama4),
     a config that leaves out the expert count, ``kv_lora_rank``,
-    ``shared_expert_intermediate_size``, ``layer_types`` or ``attention_chunk_size``.
+    ``shared_expert_intermediate_size`` or ``attention_chunk_size``.
 
     Parameters
     ----------
@@ -433,10 +438,11 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     else:
         attn_bias = mt.startswith("qwen2")             # Qwen2 / Qwen2-MoE / Qwen2-VL: q, k, v biases
     window, sliding_layers = _windows(cfg, layers, where)
+    tie_default = mt in _TIED_BY_DEFAULT
     if "tie_word_embeddings" in cfg:
-        tied = _bool(cfg, "tie_word_embeddings", where, False)
+        tied = _bool(cfg, "tie_word_embeddings", where, tie_default)
     else:
-        tied = _bool(top, "tie_word_embeddings", where, False)
+        tied = _bool(top, "tie_word_embeddings", where, tie_default)
     label = name or _model_name(top, path)
     return Model(
         name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
