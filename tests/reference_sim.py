@@ -4,7 +4,9 @@ import numpy as np
 from hypothesis import event
 from hypothesis.errors import InvalidArgument
 
-from fastsim.sim import RequestStatus
+import math
+
+from fastsim.sim import ColocatedPlan, DisaggregatedPlan, RequestStatus, simulate
 from fastsim.sim.reference import simulate_reference  # noqa: F401
 
 
@@ -45,3 +47,24 @@ def check_against_reference(res, ref, plan_budget):
     _event(f"unfinished: {bool((res.status == RequestStatus.UNFINISHED).any())}")
     _event(f"instances used: {len(set(res.instance[~rej]) | set(res.decode_instance[res.decode_instance >= 0]))}")
     _event(f"queueing: {bool(res.queue_len.max() > 0)}")
+
+
+def check_plan_against_reference(w, p, pd, disagg, n, chunk, kv):
+    """Simulate a small workload ``w`` (from test_sim.small_workload) on one plan, kernel and
+    reference, and check that they agree: colocated instances of ``p`` with ``chunk``, or
+    disaggregated prefill ``p`` / decode ``pd``, ``n`` of each, KV budget ``kv`` tokens."""
+    arrival, prompt, output, horizon, dt, max_context, routing = w
+    kw = dict(horizon=horizon, dt=dt, max_context=max_context, routing=routing)
+    if disagg:
+        res = simulate(DisaggregatedPlan(p, n, pd, n, 512), arrival, prompt, output, horizon_s=horizon,
+                       ttft_slo_s=0.5, tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing,
+                       sample_dt_s=dt)
+        ref = simulate_reference("disaggregated", arrival, prompt, output, p_prefill=p, n_prefill=n, p_decode=pd,
+                                 n_decode=n, prefill_budget=512, decode_max_batch=0, **kw)
+        check_against_reference(res, ref, np.full(2 * n, math.floor(kv)))
+    else:
+        res = simulate(ColocatedPlan(p, n, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
+                       tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing, sample_dt_s=dt)
+        ref = simulate_reference("colocated", arrival, prompt, output, p=p, n_instances=n, chunk=chunk,
+                                 max_batch=0, **kw)
+        check_against_reference(res, ref, np.full(n, math.floor(kv)))

@@ -3,8 +3,6 @@ attention widths (q_dim, MLA), sliding windows, TP refusals and groups across no
 simulator's exact agreement with the reference on such instances."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,11 +12,10 @@ from fastsim.analytic import REFUSED, Demand, ScreenOptions, instance_table, pla
 from fastsim.catalog import Model, default_catalog
 from fastsim.errors import FastsimInputError
 from fastsim.ledger import ledger
-from fastsim.sim import ColocatedPlan, DisaggregatedPlan, simulate
 from fastsim.stepmodel import (P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal, kv_budget_tokens,
                                step_params, step_parts, step_time, step_time_nb)
 
-from reference_sim import check_against_reference, simulate_reference
+from reference_sim import check_plan_against_reference
 from test_sim import small_workload, with_budget
 
 CAT = default_catalog()
@@ -156,23 +153,7 @@ P_MOE = [step_params(m, g, pr, tp, **kw) for m, g, pr, tp, kw in [
 @given(w=small_workload(), which=st.integers(0, len(P_MOE) - 1), dec=st.integers(0, len(P_MOE) - 1),
        disagg=st.booleans(), n=st.integers(1, 2), chunk=st.sampled_from([7, 64, 4096]), kv=st.floats(40.0, 3000.0))
 def test_moe_plans_match_reference(w, which, dec, disagg, n, chunk, kv):
-    arrival, prompt, output, horizon, dt, max_context, routing = w
-    p = with_budget(P_MOE[which], kv)
-    kw = dict(horizon=horizon, dt=dt, max_context=max_context, routing=routing)
-    if disagg:
-        pd = with_budget(P_MOE[dec], kv)
-        res = simulate(DisaggregatedPlan(p, n, pd, n, 512), arrival, prompt, output, horizon_s=horizon,
-                       ttft_slo_s=0.5, tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing,
-                       sample_dt_s=dt)
-        ref = simulate_reference("disaggregated", arrival, prompt, output, p_prefill=p, n_prefill=n, p_decode=pd,
-                                 n_decode=n, prefill_budget=512, decode_max_batch=0, **kw)
-        check_against_reference(res, ref, np.full(2 * n, math.floor(kv)))
-    else:
-        res = simulate(ColocatedPlan(p, n, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
-                       tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing, sample_dt_s=dt)
-        ref = simulate_reference("colocated", arrival, prompt, output, p=p, n_instances=n, chunk=chunk,
-                                 max_batch=0, **kw)
-        check_against_reference(res, ref, np.full(n, math.floor(kv)))
+    check_plan_against_reference(w, with_budget(P_MOE[which], kv), with_budget(P_MOE[dec], kv), disagg, n, chunk, kv)
 
 
 def test_moe_screen_offers_expert_parallel_and_multi_node_plans():

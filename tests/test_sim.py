@@ -14,7 +14,7 @@ from fastsim.sim import (ColocatedPlan, DisaggregatedPlan, RequestStatus, SimMet
                          simulate_batch)
 from fastsim.stepmodel import P_KV_BUDGET_TOKENS, P_NET_BW, step_params, step_time
 
-from reference_sim import check_against_reference, simulate_reference
+from reference_sim import check_against_reference, check_plan_against_reference, simulate_reference
 
 CAT = default_catalog()
 P8 = step_params(CAT.model("llama-3.1-8b"), CAT.gpu("H100"), CAT.precision("BF16"), 1)
@@ -319,23 +319,7 @@ P_TP = [step_params(CAT.model(m), CAT.gpu(g), CAT.precision(pr), tp)
        disagg=st.booleans(), n=st.integers(1, 2), chunk=st.sampled_from([7, 64, 4096]),
        kv=st.floats(40.0, 3000.0))
 def test_tensor_parallel_plans_match_reference(w, which, dec, disagg, n, chunk, kv):
-    arrival, prompt, output, horizon, dt, max_context, routing = w
-    p = with_budget(P_TP[which], kv)
-    kw = dict(horizon=horizon, dt=dt, max_context=max_context, routing=routing)
-    if disagg:
-        pd = with_budget(P_TP[dec], kv)
-        res = simulate(DisaggregatedPlan(p, n, pd, n, 512), arrival, prompt, output, horizon_s=horizon,
-                       ttft_slo_s=0.5, tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing,
-                       sample_dt_s=dt)
-        ref = simulate_reference("disaggregated", arrival, prompt, output, p_prefill=p, n_prefill=n, p_decode=pd,
-                                 n_decode=n, prefill_budget=512, decode_max_batch=0, **kw)
-        check_against_reference(res, ref, np.full(2 * n, math.floor(kv)))
-    else:
-        res = simulate(ColocatedPlan(p, n, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
-                       tpot_slo_s=0.02, max_context_tokens=max_context, routing=routing, sample_dt_s=dt)
-        ref = simulate_reference("colocated", arrival, prompt, output, p=p, n_instances=n, chunk=chunk,
-                                 max_batch=0, **kw)
-        check_against_reference(res, ref, np.full(n, math.floor(kv)))
+    check_plan_against_reference(w, with_budget(P_TP[which], kv), with_budget(P_TP[dec], kv), disagg, n, chunk, kv)
 
 
 def _np_percentile_with_inf(x, q):
