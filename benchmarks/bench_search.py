@@ -36,3 +36,16 @@ def test_plan_chat_fresh_process_warm_cache(benchmark):
     """`fastsim plan --scenario chat`: top 10 verified (8 seeds x 600 s) and repaired, in a new process."""
     _plan_in_fresh_process()  # fill the numba cache
     benchmark.pedantic(_plan_in_fresh_process, rounds=3, iterations=1)
+
+
+def _plan_deepseek_in_fresh_process():
+    subprocess.run([sys.executable, "-m", "fastsim", "plan", "--model", "deepseek-v3", "--scenario", "chat",
+                    "--format", "json"], check=True, env=dict(os.environ), stdout=subprocess.DEVNULL)
+
+
+def test_plan_deepseek_v3_chat_verified(benchmark):
+    """`fastsim plan --model deepseek-v3 --scenario chat`, verified, warm (issue: <= 30 s)."""
+    _plan_deepseek_in_fresh_process()  # fill the numba cache
+    benchmark.pedantic(_plan_deepseek_in_fresh_process, rounds=1, iterations=1)
+    if not benchmark.disabled:
+        assert benchmark.stats.stats.median <= 30.0

@@ -44,6 +44,26 @@ def test_bench_analytic_100k_points(benchmark, warm):
         assert benchmark.stats.stats.median <= 1.0
 
 
+# MoE models with the expert-parallel axis (issue: >= 1e6 configurations per second)
+EP_AXES = {
+    "model": ["deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "mixtral-8x7b"], "gpu": ["H100", "H200", "B200", "H800"],
+    "precision": ["BF16", "FP8"], "mode": ["colocated", "disaggregated"], "tp": [1, 2, 4, 8, 16, 32, 64],
+    "layout": ["tp", "tp+ep", "dp+ep"], "chunk_tokens": ["auto", 512, 2048], "max_batch": [0, 128],
+    "scenario": ["chat", "coding-agent", "offline-batch"], "rate_req_per_s": [2, 5, 10, 20, 50],
+    "tpot_s": [0.02, 0.05, 0.1],
+}
+
+
+def test_bench_analytic_moe_ep_axis(benchmark, warm):
+    grid = SW.make_grid(EP_AXES)
+    assert grid.n_points == 362_880
+    df = benchmark(SW.analytic_table, grid)
+    assert len(df) == grid.n_points and df.point_id.is_unique
+    assert set(df.layout[df.feasible]) == {"tp", "tp+ep", "dp+ep"}
+    if not benchmark.disabled:
+        assert grid.n_points / benchmark.stats.stats.median >= 1e6
+
+
 def test_bench_verify_1200_configs_4_seeds_600s(benchmark, warm):
     horizon = 60.0 if benchmark.disabled else 600.0
     grid = SW.make_grid(VERIFY_AXES)

@@ -45,7 +45,8 @@ from . import _analytic_nb as AK
 from .analytic import ScreenOptions, instances_needed
 from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError, require_tp
-from .stepmodel import N_PARAMS, P_KVPG, P_NET_BW, StepConstants, instance_layout_refusal, step_params
+from .stepmodel import (LAYOUTS, N_PARAMS, P_KVPG, P_NET_BW, StepConstants, instance_layout_refusal,
+                        layout_degrees, step_params)
 
 __all__ = [
     "AXES", "SweepGrid", "SweepSettings", "load_grid", "make_grid", "parse_axis", "analytic_table",
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 #: Axes a grid may give, in the canonical order of the product (the first varies slowest).
-AXES = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "chunk_tokens", "max_batch",
+AXES = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "layout", "chunk_tokens", "max_batch",
         "instances", "prefill_instances", "decode_instances", "scenario", "trace", "rate_req_per_s",
         "ttft_s", "tpot_s", "price")
 
@@ -75,7 +76,8 @@ _REASONS = np.array([
     "prefill: the TTFT target leaves no room for queueing",
     "decode: weights + one request's KV do not fit in memory",
     "decode: no batch meets the TPOT target",
-    "the TP does not divide the model's attention heads (or its KV heads), which vLLM refuses",
+    "the model refuses this layout (a TP that does not divide its attention or KV heads, which vLLM "
+    "refuses, or expert parallelism on a dense model)",
 ], dtype=object)
 
 #: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
@@ -85,7 +87,7 @@ _REASONS = np.array([
 COLUMNS = (
     ("point_id", "str"), ("point", "int64"),
     ("model", "str"), ("gpu", "str"), ("precision", "str"), ("mode", "str"),
-    ("tp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("chunk_tokens", "Int64"),
+    ("tp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("layout", "str"), ("chunk_tokens", "Int64"),
     ("max_batch", "int64"), ("instances", "Int64"), ("prefill_instances", "Int64"), ("decode_instances", "Int64"),
     ("workload", "str"), ("rate_req_per_s", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
     ("price", "str"), ("price_usd_per_gpu_hour", "float64"),
@@ -105,8 +107,8 @@ COLUMNS = (
 _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):])
 
 #: Version of the table's layout, recorded in ``FILE.sweep.json``; a resume refuses another one.
-#: 2: missing values (not 0) in the columns that do not apply to a row's mode.
-TABLE_VERSION = 2
+#: 2: missing values (not 0) in the columns that do not apply to a row's mode. 3: the ``layout`` column.
+TABLE_VERSION = 3
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -387,7 +389,9 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
         Names from :data:`AXES`. Values: ``model`` catalog names or ``config.json`` paths;
         ``gpu`` names or ``"all"``; ``precision`` names; ``mode`` ``colocated`` /
         ``disaggregated``; ``tp``, ``prefill_tp``, ``decode_tp`` powers of two (the last two
-        default to ``tp``); ``chunk_tokens`` integers >= 1 or ``"auto"`` (the best of the chunk
+        default to ``tp``); ``layout`` instance layouts (:data:`fastsim.stepmodel.LAYOUTS`, default
+        ``tp``; the EP layouts apply to MoE models, other points are refused rows);
+        ``chunk_tokens`` integers >= 1 or ``"auto"`` (the best of the chunk
         set); ``max_batch`` integers >= 0 (0 = no cap); ``instances``, ``prefill_instances``,
         ``decode_instances`` integers >= 1 or ``"auto"`` (the planner's count; for disaggregated
         points ``instances`` sets both sides unless they are given); ``scenario`` names or
@@ -458,6 +462,12 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
             except (TypeError, FastsimInputError):
                 raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64") from None
         out[name] = tuple(tv)
+    lays = []
+    for v in raw.get("layout", ["tp"]):
+        if v not in LAYOUTS:
+            raise FastsimInputError("axis layout", v, "one of " + ", ".join(LAYOUTS))
+        lays.append(v)
+    out["layout"] = tuple(lays)
     out["chunk_tokens"] = tuple(_int_value("chunk_tokens", v, 1, auto=True) for v in raw.get("chunk_tokens", [_AUTO]))
     out["max_batch"] = tuple(_int_value("max_batch", v, 0) for v in raw.get("max_batch", [0]))
     out["instances"] = tuple(_int_value("instances", v, 1, auto=True) for v in raw.get("instances", [_AUTO]))
@@ -597,12 +607,20 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
             continue
         name = "trace" if a == "scenario" and "trace" in grid.given else a
         table = np.array([_h64(f"{name}={_canon(v)}") for v in grid.axes[a]], dtype=np.uint64)
+        if a == "layout":
+            # the plain TP layout leaves a point's id as it was before layouts existed
+            is_tp = np.array([v == "tp" for v in grid.axes[a]], dtype=bool)[codes[a]]
+            h = np.where(is_tp, h, _mix(h ^ table[codes[a]]))
+            continue
         h = _mix(h ^ table[codes[a]])
     return h
 
 
 def _hex(ids: np.ndarray) -> np.ndarray:
-    return np.array([f"{int(x):016x}" for x in ids], dtype=object)
+    """16-digit lower-case hex strings of uint64 ids (object array), without a Python loop per id."""
+    ids = np.ascontiguousarray(ids, dtype=np.uint64)
+    text = ids.astype(">u8").tobytes().hex().encode("ascii")
+    return np.frombuffer(text, dtype="S16").astype("U16").astype(object)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,7 +633,7 @@ class _Tables:
 
     models: list
     params: np.ndarray          # unique step-parameter rows
-    ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp) -> params row or -1
+    ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout) -> params row, -1 (no peak), -2 (refused)
     tps: list
     model_code_of_point_axis: np.ndarray   # (n_model_axis, n_source) -> index into models
     demand: np.ndarray          # (n_source, n_ttft, n_tpot, 8)
@@ -646,7 +664,8 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
     gpus = [cat.gpu(g) for g in A["gpu"]]
     precs = [cat.precision(p) for p in A["precision"]]
     tps = sorted({t for a in ("tp", "prefill_tp", "decode_tp") for t in A[a] if t})
-    ptab = np.full((len(models), len(gpus), len(precs), len(tps)), -1, dtype=np.int64)
+    lays = A["layout"]
+    ptab = np.full((len(models), len(gpus), len(precs), len(tps), len(lays)), -1, dtype=np.int64)
     rows = []
     for i, m in enumerate(models):
         for j, g in enumerate(gpus):
@@ -654,11 +673,13 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 if pr.flops_key not in g.peak_flops_per_s:
                     continue
                 for t_i, tp in enumerate(tps):
-                    if instance_layout_refusal(m, g, tp) is not None:
-                        ptab[i, j, k, t_i] = -2         # not a plan (SPEC §10: TP divides the heads)
-                        continue
-                    ptab[i, j, k, t_i] = len(rows)
-                    rows.append(step_params(m, g, pr, tp, s.constants))
+                    for l_i, lay in enumerate(lays):
+                        dp, ep = layout_degrees(lay, tp)
+                        if instance_layout_refusal(m, g, tp, dp, ep) is not None:
+                            ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10: TP divides the heads)
+                            continue
+                        ptab[i, j, k, t_i, l_i] = len(rows)
+                        rows.append(step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep))
     params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
     ns = len(srcs)
     ttfts = A["ttft_s"]
@@ -722,8 +743,8 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     dt = np.where(dt > 0, dt, tp_vals)
     disagg = np.array([m == "disaggregated" for m in A["mode"]])[c["mode"]]
     tp_a = np.where(disagg, dt, tp_vals)          # colocated instance or decode side
-    row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a)]
-    row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt)]
+    row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"]]
+    row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"]]
     nT, nP = len(A["ttft_s"]), len(A["tpot_s"])
     drow = (src * nT + c["ttft_s"]) * nP + c["tpot_s"]
     chunk_vals = np.array([0 if v == _AUTO else v for v in A["chunk_tokens"]], dtype=np.int64)
@@ -737,7 +758,16 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     refused = (row_a == -2) | (disagg & (row_b == -2))
     key_a = ((np.maximum(row_a, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
     key_b = ((np.maximum(row_b, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
-    keys, inv = np.unique(np.concatenate([key_a, key_b]), return_inverse=True)
+    both = np.concatenate([key_a, key_b])
+    space = max(T.params.shape[0], 1) * nd * len(cu) * len(mu)
+    if space <= max(8 * both.shape[0], 1 << 20):
+        # small key space: uniqueness by a presence table, O(n + space), no sort (same result as np.unique)
+        present = np.zeros(space, dtype=bool)
+        present[both] = True
+        keys = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[both]
+    else:
+        keys, inv = np.unique(both, return_inverse=True)
     inv_a, inv_b = inv[:n], inv[n:]
     k_mb = keys % len(mu)
     rest = keys // len(mu)
@@ -815,6 +845,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
         "precision": np.array(A["precision"], dtype=object)[c["precision"]],
         "mode": np.array(A["mode"], dtype=object)[c["mode"]],
         "tp": _nullable(tp_vals, col), "prefill_tp": _nullable(pt, disagg), "decode_tp": _nullable(dt, disagg),
+        "layout": np.array(A["layout"], dtype=object)[c["layout"]],
         "chunk_tokens": _nullable(chunk_eff, col), "max_batch": mb,
         # as the screen: 0 instances where the point is infeasible
         "instances": _nullable(np.where(ok, n_c, 0), col),
@@ -848,6 +879,22 @@ def _empty_sim(n: int) -> dict:
             "sim_tpot_p90_s": nan.copy(), "sim_overloaded": np.zeros(n, bool), "sim_passed": np.zeros(n, bool),
             "sim_capacity_req_per_s": nan.copy(), "sim_capacity_ci95_lo_req_per_s": nan.copy(),
             "sim_capacity_ci95_hi_req_per_s": nan.copy()}
+
+
+def _frame(cols: dict) -> pd.DataFrame:
+    """The table of freshly computed columns (:func:`_analytic_chunk`, :func:`_empty_sim`), typed
+    as :func:`_typed` types them but without its checks: the string columns are object arrays of
+    str with no missing value, the others already have their dtypes."""
+    out = {}
+    for name, dt in COLUMNS:
+        v = cols[name]
+        if dt == "str":
+            out[name] = pd.Series(v, dtype=object, copy=False)
+        elif dt == "Int64":
+            out[name] = pd.Series(v, dtype="Int64", copy=False)
+        else:
+            out[name] = pd.Series(np.asarray(v, dtype=dt), copy=False)
+    return pd.DataFrame(out, copy=False)
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -900,9 +947,8 @@ def analytic_table(grid, *, catalog: Catalog | None = None, settings: SweepSetti
         ix = np.arange(a, min(a + chunk_points, grid.n_points), dtype=np.int64)
         cols = _analytic_chunk(grid, s, T, ix)
         cols.update(_empty_sim(ix.shape[0]))
-        parts.append(pd.DataFrame(cols))
-    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    return _typed(df)
+        parts.append(_frame(cols))
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -978,9 +1024,11 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
     for j, r in enumerate(sub.itertuples(index=False)):
         m = grid.models.get(r.model) or cat.model(r.model)
         def prm(tp):
-            key = (r.model, r.gpu, r.precision, int(tp))
+            key = (r.model, r.gpu, r.precision, int(tp), r.layout)
             if key not in cache:
-                cache[key] = step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(tp), s.constants)
+                dp, ep = layout_degrees(r.layout, int(tp))
+                cache[key] = step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(tp), s.constants,
+                                         dp=dp, ep=ep)
             return cache[key]
         dis = r.mode == "disaggregated"
         p_a[j] = prm(r.decode_tp if dis else r.tp)
@@ -995,12 +1043,12 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
                                   batch=int(r.batch), prefill_capacity_req_per_s=float(r.prefill_capacity_req_per_s),
                                   decode_capacity_req_per_s=float(r.decode_capacity_req_per_s),
                                   instance_capacity_req_per_s=float(r.decode_capacity_req_per_s),
-                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour)))
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
             else:
                 plans.append(Plan(model=r.model, gpu=r.gpu, precision=r.precision, mode="colocated", tp=int(r.tp),
                                   instances=int(r.instances), chunk_tokens=int(r.chunk_tokens), batch=int(r.batch),
                                   instance_capacity_req_per_s=float(r.instance_capacity_req_per_s),
-                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour)))
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
     dis = (sub["mode"] == "disaggregated").to_numpy()
     return _Task(
         points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b,
@@ -1647,11 +1695,17 @@ def _log_x(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _inst_label(r, tp) -> str:
+    """``TP8``, ``TP8+EP8`` or ``DP8+EP8``: an instance of ``tp`` GPUs in the row's layout."""
+    lay = r["layout"] if "layout" in r else "tp"
+    return {"tp+ep": f"TP{tp}+EP{tp}", "dp+ep": f"DP{tp}+EP{tp}"}.get(lay, f"TP{tp}")
+
+
 def _describe_row(r) -> str:
     if r["mode"] == "disaggregated":
-        return (f"{r['gpus']} x {r['gpu']} {r['precision']} P:TP{r['prefill_tp']}x{r['prefill_instances']} "
-                f"D:TP{r['decode_tp']}x{r['decode_instances']}")
-    return f"{r['gpus']} x {r['gpu']} {r['precision']} TP{r['tp']} x {r['instances']}"
+        return (f"{r['gpus']} x {r['gpu']} {r['precision']} P:{_inst_label(r, r['prefill_tp'])}x{r['prefill_instances']} "
+                f"D:{_inst_label(r, r['decode_tp'])}x{r['decode_instances']}")
+    return f"{r['gpus']} x {r['gpu']} {r['precision']} {_inst_label(r, r['tp'])} x {r['instances']}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1733,7 +1787,8 @@ def cli_sweep(args) -> int:
                                 kind="stable")
     rows = []
     for _, r in show.head(args.rows).iterrows():
-        tp = f"TP{r.tp}" if r["mode"] == "colocated" else f"P:TP{r.prefill_tp} D:TP{r.decode_tp}"
+        tp = (_inst_label(r, r.tp) if r["mode"] == "colocated"
+              else f"P:{_inst_label(r, r.prefill_tp)} D:{_inst_label(r, r.decode_tp)}")
         inst = str(r.instances) if r["mode"] == "colocated" else f"{r.prefill_instances}+{r.decode_instances}"
         rows.append([r.workload, f"{r.rate_req_per_s:g}", r.gpu, r.precision, r["mode"], tp, inst, r.gpus,
                      _fmt(float(r.usd_per_million_output_tokens), ".3f"),
