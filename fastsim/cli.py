@@ -33,6 +33,17 @@ def _tp(text):
         raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
+def _gpus(text):
+    """GPUs of one instance for the ledger: any integer from 1 to 4096 (EP144 is 18 nodes of 8)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= 4096:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer from 1 to 4096 (GPUs of the instance)")
+    return v
+
+
 def _pos_int(field):
     def conv(text):
         try:
@@ -390,7 +401,8 @@ def _add_ledger_commands(sub):
     sp.add_argument("--model", default="llama-3.1-70b", help="catalog model or config.json path (default 70B)")
     sp.add_argument("--gpu", default="H100", help="catalog GPU (default H100)")
     sp.add_argument("--precision", default="BF16", help="catalog precision (default BF16)")
-    sp.add_argument("--tp", type=_tp, default=8, help="tensor parallelism (default 8)")
+    sp.add_argument("--tp", type=_gpus, default=8, help="GPUs of the instance: the TP degree of the tp layout "
+                    "(default 8; must divide the attention heads); any count up to 4096 for dp+ep (e.g. 144)")
     sp.add_argument("--layout", choices=LAYOUTS, default="tp",
                     help="instance layout (MoE models): tp (default), tp+ep or dp+ep over the --tp GPUs")
     sp.add_argument("--batch", type=_pos_int("--batch"), nargs="+", default=[1, 64],
@@ -478,6 +490,11 @@ def _cmd_ledger(args):
     model, gpu, prec = cat.model(args.model), cat.gpu(args.gpu), cat.precision(args.precision)
     _check_context("--context", args.context, model)
     _check_context("--prefill", args.prefill, model)
+    from .stepmodel import instance_layout_refusal, layout_degrees
+    why = instance_layout_refusal(model, gpu, args.tp, *layout_degrees(args.layout, args.tp))
+    if why:
+        raise FastsimInputError("--tp" if args.layout == "tp" else "--layout",
+                                args.tp if args.layout == "tp" else args.layout, why)
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout)
