@@ -9,7 +9,6 @@ layers is ever read as a dense, full-attention model. The key spellings are thos
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from ..errors import FastsimInputError
