@@ -161,17 +161,17 @@ def _check_refused(cfg: dict, where: str) -> None:
         if not _given(cfg, key) or key in _READ or key in _HARMLESS:
             continue
         if key in _REFUSED_KEYS:
-            _refuse(where, key, cfg[key], f"absent: {_REFUSED_KEYS[key]} are not modelled")
+            _refuse(where, key, cfg[key], f"absent or null ({_REFUSED_KEYS[key]}: not modelled)")
         low = key.lower()
         if low.startswith(_REFUSED_PREFIXES):
-            _refuse(where, key, cfg[key], "absent: state-space and linear-attention layers are not modelled")
+            _refuse(where, key, cfg[key], "absent or null (state-space and linear-attention layers: not modelled)")
         if "expert" in low or low.startswith("moe") or "window" in low or "chunk" in low:
             _refuse(where, key, cfg[key], "absent, or a spelling fastsim reads (see model_from_hf_config): "
                                           "experts and attention windows are never read as dense, full attention")
     for key in _TYPE_DEFAULTS.get(mt, ()):
         if key not in cfg:
-            _refuse(where, key, None, f"given explicitly: transformers gives a {mt} config without it a non-trivial "
-                                      "default (null if the model has none)")
+            _refuse(where, key, None, f"given explicitly, null if the model has none (transformers' {mt} default "
+                                      "for a missing value is not 'none')")
 
 
 def _windows(cfg: dict, layers: int, where: str) -> tuple:
