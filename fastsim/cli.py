@@ -211,9 +211,10 @@ def _read_plan_json(args):
         except ValueError as exc:
             raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
         if isinstance(data, dict):
-            data = [data]
+            data = data["plans"] if isinstance(data.get("plans"), list) else [data]
         if not isinstance(data, list) or not data:
-            raise FastsimInputError("--from-plan", args.from_plan, "a non-empty JSON list of plans")
+            raise FastsimInputError("--from-plan", args.from_plan, "a non-empty list of plans (the output of "
+                                    "`fastsim plan --format json`, or a JSON list of plan objects)")
         if not (0 <= args.plan_index < len(data)):
             raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
         if not isinstance(data[args.plan_index], dict):
@@ -272,35 +273,30 @@ def _resolve_workload(args, cat):
 
 
 def _fmt(x, spec):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return format(x, spec)
+    """A table cell: ``inf`` for +inf, ``n/a`` for a missing or undefined value (see :mod:`fastsim._output`)."""
+    from ._output import cell
+    return cell(x, spec)
 
 
-def _emit(args, records, table_rows, headers, notes=()):
+def _emit(args, records, table_rows, headers, notes=(), key="rows"):
+    """Print the records with the notes, or the table rows and the notes after them.
+
+    JSON: one object ``{key: records, "notes": [...]}`` (strict; see :mod:`fastsim._output`); a
+    dict ``records`` is the object itself, with ``notes`` added. CSV: one row per record, the
+    notes as a JSON array in a ``notes`` column of every row.
+    """
+    from ._output import csv_frame, dumps
+    notes = list(notes)
     if args.format == "json":
-        json.dump(records, sys.stdout, indent=2, default=_json_default)
-        sys.stdout.write("\n")
+        doc = dict(records, notes=notes) if isinstance(records, dict) else {key: records, "notes": notes}
+        sys.stdout.write(dumps(doc) + "\n")
     elif args.format == "csv":
-        import pandas as pd
-        frame = pd.json_normalize(records)
-        frame.convert_dtypes().to_csv(sys.stdout, index=False)
+        csv_frame([records] if isinstance(records, dict) else records, notes).to_csv(sys.stdout, index=False)
     else:
         from tabulate import tabulate
         print(tabulate(table_rows, headers=headers, disable_numparse=True))
         for n in notes:
             print("note: " + n)
-
-
-def _json_default(o):
-    import numpy as np
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    raise TypeError(type(o))
 
 
 def _cmd_plan(args):
@@ -375,10 +371,8 @@ def _cmd_plan(args):
                f"{d.mean_output_tokens:,.0f} tokens), not P90: see lecture §2.3 lesson one"))
     if args.format == "table":
         print(head)
-    _emit(args, records, rows, headers, report.notes)
-    if args.format != "table":
-        for n in report.notes:
-            print("note: " + n, file=sys.stderr)
+    _emit(args, records, rows, headers, report.notes, key="plans")
+    _notes_out(args, report.notes)
     return 0
 
 
@@ -445,11 +439,17 @@ def _add_ledger_commands(sub):
     sp.set_defaults(func=_cmd_whatif)
 
 
-def _records(df):
-    """DataFrame -> list of dicts for JSON (inf and NaN become null)."""
-    import numpy as np
-    return [{k: (None if isinstance(v, (float, np.floating)) and not math.isfinite(v) else v)
-             for k, v in rec.items()} for rec in df.to_dict(orient="records")]
+def _records(df, explain=None):
+    """DataFrame -> list of dicts, each with ``null_reasons`` for the fields JSON writes as null.
+
+    ``explain(field, value)`` gives a field's reason (None: ``infinite`` / ``not applicable``).
+    """
+    from ._output import null_reasons
+    out = []
+    for rec in df.to_dict(orient="records"):
+        rec["null_reasons"] = null_reasons(rec, explain)
+        out.append(rec)
+    return out
 
 
 def _check_plot(args, kind="file", files=()):
@@ -481,6 +481,22 @@ def _notes_out(args, notes):
     if args.format != "table":
         for n in notes:
             print("note: " + n, file=sys.stderr)
+
+
+def _ledger_reason(k, v):
+    """``explain`` of the ledger's null fields."""
+    if k in ("utilization", "queue_wait_s"):
+        if isinstance(v, float) and v == math.inf:
+            return "infinite: utilization >= 1, the queue grows without bound"
+        return "not applicable: no --rate given"
+    return None
+
+
+def _whatif_reason(k, v):
+    """``explain`` of the what-if studies' null fields."""
+    if k.startswith("lecture_"):
+        return "not applicable: the reference lecture prints no figure for this setting"
+    return None
 
 
 def _cmd_ledger(args):
@@ -528,7 +544,7 @@ def _cmd_ledger(args):
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
               + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
                  f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch"))
-    _emit(args, _records(df), rows, headers, notes)
+    _emit(args, _records(df, _ledger_reason), rows, headers, notes)
     _notes_out(args, notes)
     if args.plot:
         plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}")
@@ -562,7 +578,7 @@ def _cmd_ladder(args):
     if args.format == "table":
         print(f"{model.name} on {args.tp} x {gpu.name} (${gpu.price_usd_per_hour:g}/GPU-hour), "
               f"context {args.context}")
-    _emit(args, _records(df), rows, headers, notes)
+    _emit(args, _records(df), rows, headers, notes, key="levels")
     _notes_out(args, notes)
     return 0
 
@@ -575,26 +591,29 @@ def _cmd_whatif(args):
     _check_plot(args, "dir", files=[f"whatif_{k}.png" for k in studies])
     cat = _catalog(args)
     verify = False if args.no_verify else None
-    note = None
+    notes = []
     if verify is None and not W.simulator_available():
         verify = False
-        note = "the simulator is not available: analytic screen only (plans not verified)"
+        notes.append("the simulator is not available: analytic screen only (plans not verified)")
     frames = W.run_studies(studies, verify=verify, seeds=args.seeds, horizon_s=args.horizon,
                            top_k=args.top_k, seed=args.seed, catalog=cat)
     if args.format == "json":
-        json.dump({k: _records(v) for k, v in frames.items()}, sys.stdout, indent=2, default=_json_default)
-        sys.stdout.write("\n")
+        from ._output import dumps
+        sys.stdout.write(dumps({"studies": {k: _records(v, _whatif_reason) for k, v in frames.items()},
+                                "notes": notes}) + "\n")
     elif args.format == "csv":
-        import pandas as pd
-        pd.concat([v.assign(study=k) for k, v in frames.items()], ignore_index=True).to_csv(sys.stdout, index=False)
+        from ._output import csv_frame
+        recs = [dict(r, study=k) for k, v in frames.items() for r in _records(v, _whatif_reason)]
+        csv_frame(recs, notes).to_csv(sys.stdout, index=False)
     else:
         print("\n\n".join(W.format_study(v) for v in frames.values()))
+        for n in notes:
+            print("note: " + n)
     if args.plot:
         for k, v in frames.items():
             W.plot_study(v, os.path.join(args.plot, f"whatif_{k}.png"))
         print(f"wrote {len(frames)} PNG files to {args.plot}", file=sys.stderr)
-    if note:
-        print("note: " + note, file=sys.stderr)
+    _notes_out(args, notes)
     return 0
 
 
@@ -749,9 +768,10 @@ def _synthetic_workloads(args, scenario, rate):
 def _cmd_bench(args):
     from .bench import run_benchmarks
     res = run_benchmarks(quick=args.quick)
+    notes = ["--quick: short horizons, not comparable with a full run"] if res["quick"] else []
     if args.format == "json":
-        json.dump(res, sys.stdout, indent=2, default=_json_default)
-        sys.stdout.write("\n")
+        from ._output import dumps, null_reasons
+        sys.stdout.write(dumps(dict(res, null_reasons=null_reasons(res), notes=notes)) + "\n")
         return 0
     from tabulate import tabulate
     rows = [
@@ -766,9 +786,25 @@ def _cmd_bench(args):
          f"{res['reference_us_per_request']:.1f} vs {res['kernel_us_per_request']:.3f} us per request"],
     ]
     print(tabulate(rows, headers=["measure", "value", "detail"], disable_numparse=True))
-    if res["quick"]:
-        print("note: --quick: short horizons, not comparable with a full run")
+    for n in notes:
+        print("note: " + n)
     return 0
+
+
+def _sim_reason(rec):
+    """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record."""
+    from ._output import percentile_reason
+
+    def explain(k, v):
+        if k.startswith(("ttft_p", "tpot_p")):
+            return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
+        if k == "mean_batch":
+            idle = [i for i, x in enumerate(v) if not math.isfinite(x)]
+            return "not applicable for instance " + ", ".join(map(str, idle)) + ": it ran no step"
+        if k == "attainment":
+            return "not applicable: no request arrived in the measured window"
+        return None
+    return explain
 
 
 def _cmd_simulate(args):
@@ -794,6 +830,7 @@ def _cmd_simulate(args):
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
                         ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
                         max_context_tokens=model.max_context_tokens, routing=args.routing) for w in wls]
+    from ._output import null_reasons, percentile_reason
     records = []
     for i, r in enumerate(results):
         m = r.metrics
@@ -805,10 +842,11 @@ def _cmd_simulate(args):
                "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
                "utilisation": [float(x) for x in m.utilisation], "mean_batch": [float(x) for x in m.mean_batch],
                "passed": bool(m.attainment >= 0.9 and not m.overloaded)}
-        records.append({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()})
+        rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
+        records.append(rec)
     rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
              _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),
-             _fmt(None if r["tpot_p90_s"] is None else r["tpot_p90_s"] * 1e3, ".1f"),
+             _fmt(r["tpot_p90_s"] * 1e3, ".1f"),
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
              "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["utilisation"]),
              "pass" if r["passed"] else "FAIL"] for r in records]
@@ -818,8 +856,9 @@ def _cmd_simulate(args):
         v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon)
         pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                   "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
-                  "attainment": v.attainment, "ttft_p90_s": (v.ttft_p90_s if math.isfinite(v.ttft_p90_s) else None), "tpot_p90_s": (v.tpot_p90_s if math.isfinite(v.tpot_p90_s) else None),
+                  "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
                   "rejected": v.rejected, "overloaded": v.overloaded, "passed": v.passed}
+        pooled["null_reasons"] = null_reasons(pooled, _sim_reason(pooled))
         records.append(pooled)
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
                      "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
@@ -832,7 +871,8 @@ def _cmd_simulate(args):
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
-    _emit(args, records, rows, headers, notes)
+    _emit(args, records, rows, headers, notes, key="runs")
+    _notes_out(args, notes)
     if args.plot:
         from .plots import plot_simulation
         plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
@@ -872,8 +912,11 @@ def _cmd_capacity(args):
         print(f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (bracket {res.bracket[0]:.3f} - {res.bracket[1]:.3f}); "
               f"{ci}; analytic {res.analytic_req_per_s:.3f} req/s, "
               f"analytic / simulated = {res.analytic_ratio:.2f} (simulated / analytic = {res.simulated_ratio:.2f})")
+        for n in notes:
+            print("note: " + n)
     else:
-        _emit(args, [rec], [], [])
+        _emit(args, rec, [], [], notes)
+        _notes_out(args, notes)
     if args.plot:
         from .plots import plot_capacity
         plot_capacity(res, args.plot, title=plan.describe())

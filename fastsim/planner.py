@@ -71,7 +71,9 @@ class PlannedDeployment:
         -------
         dict
             The final plan's layout, GPUs, costs, capacity, price, rate and targets, and a
-            ``verification`` dict (None when not verified); non-finite P90s become None.
+            ``verification`` dict (None when not verified); non-finite P90s become None. Each
+            dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
+            value is +inf) or ``not applicable`` (no value exists).
         """
         p = self.plan
         d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
@@ -88,13 +90,14 @@ class PlannedDeployment:
                                               if p.mode == "colocated" else None),
                  price_usd_per_hour=p.price_usd_per_hour, rate_req_per_s=self.rate_req_per_s,
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
+        from ._output import null_reasons, percentile_reason
         r = self.repair
         if r is None:
             d["verification"] = None
         else:
             v = r.verification
-            d["verification"] = {
-                "attainment": v.attainment, "ttft_p90_s": _finite(v.ttft_p90_s), "tpot_p90_s": _finite(v.tpot_p90_s),
+            ver = {
+                "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
                 "passed": r.passed, "overloaded": v.overloaded,
                 "repaired_from_instances": r.repaired_from_instances,
                 "instances_after_repair": (p.prefill_instances + p.decode_instances if p.mode == "disaggregated"
@@ -102,6 +105,25 @@ class PlannedDeployment:
                 "runs": v.runs, "measured_requests": v.measured, "rejected_requests": v.rejected,
                 "unrepairable_reason": r.reason or None,
             }
+
+            def explain(k, x):
+                if k in ("ttft_p90_s", "tpot_p90_s"):
+                    return percentile_reason(k[:4].upper(), 0.9, x, v.measured)
+                if k == "repaired_from_instances":
+                    return "not applicable: the plan passed as planned (or no instance count can pass)"
+                if k == "unrepairable_reason":
+                    return "not applicable: the plan passes, or a repair was tried"
+                return None
+            ver["null_reasons"] = null_reasons(ver, explain)
+            d["verification"] = {k: (_finite(x) if isinstance(x, float) else x) for k, x in ver.items()}
+
+        def explain_top(k, x):
+            if k == "verification":
+                return "not applicable: not simulated (analytic ranking only, or below the verified top k)"
+            if k == "instance_capacity_req_per_s":
+                return "not applicable: a disaggregated plan (see prefill and decode capacities)"
+            return None
+        d["null_reasons"] = null_reasons(d, explain_top)
         return d
 
 

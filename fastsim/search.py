@@ -504,17 +504,33 @@ class CapacityResult:
         dict
             ``rate_req_per_s``, ``bracket_req_per_s``, ``ci95_req_per_s``, ``probes`` (list of
             dicts), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``, ``seeds``,
-            ``horizon_s``, ``ci_method``; non-finite interval ends and ratios become None
-            (``per_seed_attainment`` is left out).
+            ``horizon_s``, ``ci_method``; non-finite values (an unbounded bracket, a missing
+            interval, a ratio to 0) become None, each explained in ``null_reasons`` (field ->
+            reason starting with ``infinite`` or ``not applicable``); ``per_seed_attainment`` is
+            left out.
         """
-        return {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
-                "ci95_req_per_s": [x if math.isfinite(x) else None for x in self.ci95],
-                "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
-                "analytic_req_per_s": self.analytic_req_per_s,
-                "analytic_ratio": self.analytic_ratio if math.isfinite(self.analytic_ratio) else None,
-                "simulated_ratio": self.simulated_ratio if math.isfinite(self.simulated_ratio) else None,
-                "seeds": self.seeds, "horizon_s": self.horizon_s,
-                "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples)"}
+        from ._output import null_reasons, strict
+        d = {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
+             "ci95_req_per_s": list(self.ci95),
+             "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
+             "analytic_req_per_s": self.analytic_req_per_s,
+             "analytic_ratio": self.analytic_ratio, "simulated_ratio": self.simulated_ratio,
+             "seeds": self.seeds, "horizon_s": self.horizon_s,
+             "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples)"}
+
+        def explain(k, v):
+            if k == "bracket_req_per_s":
+                return "infinite: no probe failed, so the bracket has no upper end"
+            if k == "ci95_req_per_s":
+                return ("not applicable: one seed gives no interval (use 2 seeds or more)" if self.seeds < 2 else
+                        "not applicable: no probe passed, so there is nothing to resample")
+            if k == "analytic_ratio":
+                return "infinite: no probed rate passed (simulated capacity 0)"
+            if k == "simulated_ratio":
+                return "not applicable: the analytic screen finds the plan infeasible (analytic capacity 0)"
+            return None
+        d["null_reasons"] = null_reasons(d, explain)
+        return strict(d)
 
 
 class _CRN:

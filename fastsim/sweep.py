@@ -1218,7 +1218,7 @@ def read_table(path: str) -> pd.DataFrame:
     elif fmt == "jsonl":
         _repair_tail(path)
         with open(path, "r", encoding="utf-8") as fh:
-            recs = [json.loads(ln) for ln in fh if ln.strip()]
+            recs = [_from_json_row(json.loads(ln)) for ln in fh if ln.strip()]
         df = pd.DataFrame.from_records(recs, columns=[c for c, _ in COLUMNS])
         for c, d in COLUMNS:
             if d == "float64":
@@ -1245,7 +1245,7 @@ def _write_chunk(path: str, fmt: str, df: pd.DataFrame, part: int) -> None:
     elif fmt == "jsonl":
         lines = []
         for rec in df.to_dict(orient="records"):
-            lines.append(json.dumps({k: _py(v) for k, v in rec.items()}))
+            lines.append(json.dumps(_json_row(rec), allow_nan=False))
         with open(path, "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
             fh.flush()
@@ -1264,16 +1264,64 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
+#: Columns that only a colocated (resp. disaggregated) row has.
+_COLOCATED_ONLY = ("tp", "instances", "chunk_tokens", "instance_capacity_req_per_s")
+_DISAGGREGATED_ONLY = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances",
+                       "prefill_capacity_req_per_s", "decode_capacity_req_per_s")
+
+
+def _null_reason(rec: dict, k: str, v) -> str:
+    """Why one cell of a sweep row has no finite value (starts with ``infinite`` or ``not applicable``)."""
+    v = _py(v)
+    if isinstance(v, float) and math.isinf(v) and v > 0:
+        if k.startswith("sim_ttft") or k.startswith("sim_tpot"):
+            return "infinite: more than 10% of the measured requests never got that token (rejected or unfinished)"
+        if not rec.get("feasible", True):
+            return "infinite: the configuration is infeasible (see reason)"
+        if k == "sim_capacity_req_per_s" or k.startswith("sim_capacity_ci95"):
+            return "infinite: no capacity probe failed"
+        return "infinite"
+    if k in _COLOCATED_ONLY and rec.get("mode") == "disaggregated":
+        return "not applicable: a disaggregated row (see the prefill_ and decode_ columns)"
+    if k in _DISAGGREGATED_ONLY and rec.get("mode") == "colocated":
+        return "not applicable: a colocated row"
+    if k.startswith("sim_capacity"):
+        return ("not applicable: capacity not searched (--capacity and a verified point)" if k == "sim_capacity_req_per_s"
+                else "not applicable: no interval (capacity not searched, one seed, or no probe passed)")
+    if k.startswith("sim_") and not rec.get("verified", False):
+        return "not applicable: not simulated (verified is false)"
+    if k == "sim_tpot_p90_s":
+        return "not applicable: no measured request has more than one output token"
+    if not rec.get("feasible", True):
+        return "not applicable: the configuration is infeasible (see reason)"
+    return "not applicable"
+
+
+def _from_json_row(row: dict) -> dict:
+    """A JSON Lines row read back: a null whose reason starts with ``infinite`` is +inf again."""
+    for k, why in (row.pop("null_reasons", None) or {}).items():
+        if row.get(k) is None and str(why).startswith("infinite"):
+            row[k] = math.inf
+    return row
+
+
+def _json_row(rec: dict) -> dict:
+    """One row as strict-JSON values: non-finite and missing cells as None, explained in ``null_reasons``."""
+    row, why = {}, {}
+    for k, v in rec.items():
+        v = _py(v)
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            why[k] = _null_reason(rec, k, v)
+            v = None
+        row[k] = v
+    row["null_reasons"] = why
+    return row
+
+
 def _json_records(df: pd.DataFrame) -> list:
-    """The table as a list of dicts of plain Python values; NaN, inf and missing values as None."""
-    out = []
-    for rec in df.to_dict(orient="records"):
-        row = {}
-        for k, v in rec.items():
-            v = _py(v)
-            row[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-        out.append(row)
-    return out
+    """The table as a list of dicts of plain Python values; NaN, inf and missing values as None,
+    each explained in the row's ``null_reasons`` (field -> reason)."""
+    return [_json_row(rec) for rec in df.to_dict(orient="records")]
 
 
 def _meta_path(path: str) -> str:
@@ -1768,14 +1816,16 @@ def cli_sweep(args) -> int:
             plot_note += (f" (the first {max_plots} in grid order; --plot-max N for more, or plot selected rows "
                           "with fastsim.sweep.plot_sweep)")
     if args.format != "table" and not args.out:
-        if plot_note:
-            print("note: " + plot_note, file=sys.stderr)
+        notes = [plot_note] if plot_note else []
+        for n in notes:
+            print("note: " + n, file=sys.stderr)
         if args.format == "json":
-            # as every other command: one JSON array, full precision, NaN / inf / missing as null
-            json.dump(_json_records(df), sys.stdout, indent=2)
+            # as every other command: one object with the rows and the notes; full precision,
+            # NaN / inf / missing as null with the row's null_reasons
+            json.dump({"rows": _json_records(df), "notes": notes}, sys.stdout, indent=2, allow_nan=False)
             sys.stdout.write("\n")
         else:
-            df.to_csv(sys.stdout, index=False, na_rep="")
+            df.assign(notes=json.dumps(notes)).to_csv(sys.stdout, index=False, na_rep="")
         return 0
     from tabulate import tabulate
     show = df[df["feasible"]]

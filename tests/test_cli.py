@@ -61,7 +61,7 @@ def test_config_json_missing_key(capsys, tmp_path):
 def test_no_verify_json(capsys):
     rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--format", "json", "--top-k", "3")
     assert rc == 0
-    plans = json.loads(out)
+    plans = json.loads(out)["plans"]
     assert len(plans) == 3
     p = plans[0]
     assert (p["gpu"], p["precision"], p["mode"], p["tp"], p["instances"], p["gpus"]) == ("B200", "FP8", "colocated", 1, 2, 2)
@@ -76,4 +76,4 @@ def test_hf_config_model_plans(capsys, tmp_path):
     rc, out, err = run(capsys, "plan", "--scenario", "low-latency-8b", "--model", path, "--no-verify",
                        "--format", "json", "--top-k", "1")
     assert rc == 0, err
-    assert json.loads(out)[0]["usd_per_million_output_tokens"] == pytest.approx(0.139, rel=0.01)
+    assert json.loads(out)["plans"][0]["usd_per_million_output_tokens"] == pytest.approx(0.139, rel=0.01)

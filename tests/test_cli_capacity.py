@@ -10,7 +10,7 @@ def test_capacity_json_and_plot(capsys, tmp_path):
                "--instances", "1", "--seeds", "4", "--horizon", "300", "--tol", "0.02", "--format", "json",
                "--plot", str(png)])
     assert rc == 0
-    (res,) = json.loads(capsys.readouterr().out)
+    res = json.loads(capsys.readouterr().out)
     lo, hi = res["bracket_req_per_s"]
     assert res["rate_req_per_s"] == lo and hi <= lo * 1.02 + 1e-9
     assert res["ci95_req_per_s"][0] <= hi and res["ci95_req_per_s"][1] >= lo
@@ -61,8 +61,8 @@ def test_capacity_takes_arrival_options(capsys):
               "--arrival", "gamma", "--cv", "3", "--seeds", "2", "--horizon", "300", "--tol", "0.05",
               "--format", "json"])
     assert rc == 0
-    bursty = json.loads(capsys.readouterr().out)[0]["rate_req_per_s"]
+    bursty = json.loads(capsys.readouterr().out)["rate_req_per_s"]
     rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
               "--seeds", "2", "--horizon", "300", "--tol", "0.05", "--format", "json"])
-    poisson = json.loads(capsys.readouterr().out)[0]["rate_req_per_s"]
+    poisson = json.loads(capsys.readouterr().out)["rate_req_per_s"]
     assert bursty < poisson

@@ -61,7 +61,7 @@ def test_ledger_table_json_csv(capsys, tmp_path):
     rc, out, _ = run(capsys, "ledger")
     assert rc == 0 and "8.481" in out and "13.181" in out        # batch 1 / batch 64 steps (ms)
     rc, out, _ = run(capsys, "ledger", "--batch", "1", "--prefill", "0", "2048", "--format", "json")
-    rec = json.loads(out)
+    rec = json.loads(out)["rows"]
     assert rc == 0 and len(rec) == 2
     assert rec[1]["compute_s"] == pytest.approx(61.13e-3, rel=1e-3)
     assert rec[0]["queue_wait_s"] is None                         # no rate given
@@ -76,7 +76,7 @@ def test_ladder_outputs(capsys):
     rc, out, _ = run(capsys, "ladder")
     assert rc == 0 and "+ speculative decoding" in out
     rc, out, _ = run(capsys, "ladder", "--format", "json")
-    rec = json.loads(out)
+    rec = json.loads(out)["levels"]
     assert [r["level"] for r in rec] == [0, 1, 2, 3, 4, 5, 5]
     assert [r["control"] for r in rec] == [False] * 6 + [True]
     assert all(r["fits"] for r in rec)
@@ -103,7 +103,7 @@ def test_ladder_that_does_not_fit_says_so(capsys):
     assert "72.0 GB usable (0.9 x 80 GB of H100)" in notes[0] and "29.7 GB over" in notes[0]
     assert "level 3 (BF16, batch 64) does not fit" in notes[1]
     rc, out, err = run(capsys, "ladder", "--model", "llama-3.1-405b", "--format", "json")
-    rec = json.loads(out)
+    rec = json.loads(out)["levels"]
     assert [r["fits"] for r in rec] == [False] * 4 + [True] * 3
     assert rec[0]["memory_per_gpu_bytes"] - rec[0]["memory_limit_per_gpu_bytes"] == pytest.approx(29.7e9, rel=2e-3)
     assert "do not fit" in err                                           # notes on stderr beside JSON
@@ -116,12 +116,12 @@ def test_ledger_that_does_not_fit_says_so(capsys):
     assert "note: batch 1, decode ctx 4096 does not fit in memory: 813.8 GB per GPU" in out
     assert "741.8 GB over" in out
     rc, out, err = run(capsys, "ledger", "--model", "llama-3.1-405b", "--tp", "1", "--batch", "1", "--format", "json")
-    (rec,) = json.loads(out)
+    (rec,) = json.loads(out)["rows"]
     assert rec["fits"] is False and rec["memory_limit_per_gpu_bytes"] == 72e9
     assert rec["memory_per_gpu_bytes"] == pytest.approx(813.8e9, rel=1e-4)
     assert "does not fit" in err
     rc, out, err = run(capsys, "ledger", "--format", "json")
-    assert all(r["fits"] for r in json.loads(out)) and err == ""
+    assert all(r["fits"] for r in json.loads(out)["rows"]) and err == ""
 
 
 def test_ledger_overload_is_named(capsys):
@@ -138,14 +138,14 @@ def test_ledger_overload_is_named(capsys):
 def test_ledger_prefill_rows_not_repeated_per_context(capsys):
     rc, out, _ = run(capsys, "ledger", "--batch", "1", "64", "--context", "1024", "4096", "--prefill", "0", "2048",
                      "--format", "json")
-    rec = json.loads(out)
+    rec = json.loads(out)["rows"]
     keys = [(r["batch"], r["context_tokens"], r["prefill_tokens"]) for r in rec]
     assert keys == [(1, 1024, 0), (1, 4096, 0), (1, 0, 2048), (64, 1024, 0), (64, 4096, 0), (64, 0, 2048)]
 
 
 def test_whatif_outputs(capsys, tmp_path):
     rc, out, _ = run(capsys, "whatif", "--no-verify", "--study", "traffic", "--study", "fp8", "--format", "json")
-    rec = json.loads(out)
+    rec = json.loads(out)["studies"]
     assert rc == 0 and list(rec) == ["traffic", "fp8"]
     assert rec["traffic"][0]["usd_per_million_output_tokens"] == pytest.approx(0.5778, abs=1e-4)
     rc, out, _ = run(capsys, "whatif", "--no-verify", "--study", "model-size", "--plot", str(tmp_path))

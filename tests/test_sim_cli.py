@@ -15,7 +15,7 @@ PLAN = ["--gpu", "B200", "--precision", "FP8", "--instances", "2", "--chunk", "5
 def simulate_json(capsys, *extra):
     rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "40", "--format", "json", *PLAN, *extra)
     assert rc == 0, err
-    return json.loads(out)
+    return json.loads(out)["runs"]
 
 
 def test_gamma_arrivals_and_cv(capsys):
@@ -60,7 +60,7 @@ def test_plot_writes_png(capsys, tmp_path):
 def test_from_plan_reads_one_row_of_plan_json(capsys, tmp_path):
     rc, out, err = run(capsys, "plan", "--scenario", "chat", "--format", "json", "--no-verify")
     assert rc == 0, err
-    plans = json.loads(out)
+    plans = json.loads(out)["plans"]
     f = tmp_path / "plans.json"
     f.write_text(out)
     k = next(i for i, p in enumerate(plans) if p["mode"] == "colocated" and p["tp"] == 2)
@@ -74,7 +74,7 @@ def test_from_plan_reads_one_row_of_plan_json(capsys, tmp_path):
     rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "40", "--format", "json",
                        *named, "--tp", "2")
     assert rc == 0, err
-    direct = json.loads(out)
+    direct = json.loads(out)["runs"]
     assert f"TP{row['tp']}" in got[0]["plan"] and row["gpu"] in got[0]["plan"]
     assert got[0]["attainment"] == direct[0]["attainment"]
     assert got[0]["ttft_p90_s"] == direct[0]["ttft_p90_s"]

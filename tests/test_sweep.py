@@ -294,7 +294,7 @@ def test_stdout_json_is_an_array_at_full_precision(capsys):
     axes = {"gpu": "B200", "precision": "FP8", "tp": [1, 2]}
     assert main(["sweep", "--axis", "gpu=B200", "--axis", "precision=FP8", "--axis", "tp=1,2",
                  "--format", "json"]) == 0
-    recs = json.loads(capsys.readouterr().out)
+    recs = json.loads(capsys.readouterr().out)["rows"]
     df = SW.run_sweep(axes)
     assert isinstance(recs, list) and len(recs) == len(df) == 4
     for rec, (_, r) in zip(recs, df.iterrows()):

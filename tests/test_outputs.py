@@ -1,0 +1,164 @@
+"""Outputs that say exactly what happened: strict JSON, notes in every format, inf vs n/a, honest labels."""
+import json
+
+import pytest
+
+from cliutil import run
+
+
+def strict_loads(text):
+    """json.loads that refuses NaN, Infinity and -Infinity (as strict parsers do)."""
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+SIM = ("simulate", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "2")
+
+#: One invocation of every command, small enough for the test suite.
+COMMANDS = {
+    "plan": ("plan", "--scenario", "chat", "--top-k", "1", "--seeds", "1", "--horizon", "60"),
+    "plan-no-verify": ("plan", "--scenario", "chat", "--no-verify", "--top-k", "3"),
+    "simulate": SIM + ("--rate", "0.05", "--horizon", "60"),
+    "simulate-seeds": SIM + ("--horizon", "60", "--seeds", "2"),
+    "capacity": ("capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
+                 "--seeds", "2", "--horizon", "120", "--tol", "0.1"),
+    "ledger": ("ledger", "--rate", "1000"),
+    "ladder": ("ladder",),
+    "whatif": ("whatif", "--no-verify", "--study", "traffic", "--study", "fp8"),
+    "sweep": ("sweep", "--axis", "gpu=B200,H100", "--axis", "tp=1", "--verify", "all", "--seeds", "1",
+              "--horizon", "60"),
+    "bench": ("bench", "--quick"),
+}
+
+
+def _null_paths(obj, path=""):
+    """Every null in a JSON document, as a path."""
+    if obj is None:
+        yield path
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            if k != "null_reasons":
+                yield from _null_paths(v, f"{path}.{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _null_paths(v, f"{path}[{i}]")
+
+
+@pytest.fixture(scope="module")
+def json_outputs():
+    """stdout of every command with --format json (run once for the module)."""
+    import contextlib
+    import io
+    from fastsim.cli import main
+    out = {}
+    for name, argv in COMMANDS.items():
+        buf, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+            rc = main(list(argv) + ["--format", "json"])
+        assert rc == 0, (name, err.getvalue())
+        out[name] = buf.getvalue()
+    return out
+
+
+# ---- 1. strict JSON ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_prints_strict_json(json_outputs, name):
+    text = json_outputs[name]
+    assert "NaN" not in text and "Infinity" not in text
+    strict_loads(text)
+
+
+def test_idle_instance_mean_batch_is_null_with_a_reason(capsys):
+    """The issue's command: the second instance never runs a step at 0.05 req/s for 60 s."""
+    rc, out, _ = run(capsys, *COMMANDS["simulate"], "--format", "json")
+    assert rc == 0
+    (rec,) = strict_loads(out)["runs"]
+    assert rec["mean_batch"] == [1.0, None]
+    assert rec["null_reasons"]["mean_batch"] == "not applicable for instance 1: it ran no step"
+
+
+def _reason_for(doc, path):
+    """The null_reasons entry that covers ``path`` (a dotted path with [i] indices)."""
+    parts = path.replace("[", ".[").split(".")
+    node, reasons = doc, None
+    for p in parts:
+        if isinstance(node, dict) and "null_reasons" in node:
+            reasons = (node["null_reasons"], p)
+        node = node[int(p[1:-1])] if p.startswith("[") else node[p]
+    return reasons[0].get(reasons[1]) if reasons else None
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"bench"}))
+def test_every_null_says_why(json_outputs, name):
+    doc = strict_loads(json_outputs[name])
+    nulls = list(_null_paths(doc))
+    for path in nulls:
+        why = _reason_for(doc, path)
+        assert why and why.startswith(("infinite", "not applicable")), (path, why)
+
+
+# ---- 2. notes in machine formats ---------------------------------------------------------------
+
+#: The top-level key of each command's records in its JSON object.
+KEYS = {"plan": "plans", "plan-no-verify": "plans", "simulate": "runs", "simulate-seeds": "runs",
+        "ledger": "rows", "ladder": "levels", "whatif": "studies", "sweep": "rows"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_json_output_is_one_object_with_notes(json_outputs, name):
+    doc = strict_loads(json_outputs[name])
+    assert isinstance(doc, dict) and isinstance(doc["notes"], list)
+    assert all(isinstance(n, str) for n in doc["notes"])
+    if name in KEYS:
+        assert doc[KEYS[name]]
+
+
+def test_simulate_trace_notes_reach_json_and_csv(capsys):
+    argv = ("simulate", "--trace", "azure-code", "--model", "llama-3.1-70b", "--ttft", "2", "--tpot", "0.1",
+            "--gpu", "B200", "--precision", "FP8", "--instances", "2", "--seeds", "2")
+    rc, out, _ = run(capsys, *argv, "--format", "json")
+    assert rc == 0
+    notes = strict_loads(out)["notes"]
+    assert "a trace replays once over its own duration: --seeds and --horizon do not apply" in notes
+    assert any(n.startswith("trace azure-code: 8,819 requests") for n in notes)
+    rc, out, _ = run(capsys, *argv, "--format", "csv")
+    import csv
+    import io
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 1 and strict_loads(rows[0]["notes"]) == notes
+
+
+def test_plan_notes_in_json_not_only_on_stderr(capsys):
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--top-k", "1", "--horizon", "60",
+                       "--format", "json")
+    assert rc == 0
+    notes = strict_loads(out)["notes"]
+    assert any(n.startswith("--horizon 60 s is short") for n in notes)
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--top-k", "1", "--horizon", "60",
+                     "--format", "csv")
+    import csv
+    import io
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert strict_loads(rows[0]["notes"]) == notes
+
+
+def test_plan_with_no_feasible_configuration_keeps_its_note_in_csv(capsys):
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--tpot", "0.001", "--no-verify", "--format", "csv")
+    assert rc == 0
+    import csv
+    import io
+    (row,) = list(csv.DictReader(io.StringIO(out)))
+    assert strict_loads(row["notes"])[0].startswith("no configuration of the grid meets these SLOs analytically")
+
+
+def test_from_plan_reads_the_plan_object(capsys, tmp_path):
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--top-k", "2", "--format", "json")
+    f = tmp_path / "plans.json"
+    f.write_text(out)
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--plan-index", "1",
+                       "--horizon", "30", "--format", "json")
+    assert rc == 0, err
+    second = strict_loads(f.read_text())["plans"][1]
+    assert strict_loads(out)["runs"][0]["plan"].startswith(f"{second['gpus']} x {second['gpu']}")
