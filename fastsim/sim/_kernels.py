@@ -13,7 +13,7 @@ disaggregated paths and the once-per-run work.
 
 Per-instance state lives in one int64 table ``ist`` (columns ``I_*``) and one float64 table
 ``fst`` (columns ``F_*``), one row per instance. The wrapper fills the configuration columns
-(``I_KIND`` .. ``I_WHEEL_MASK``); the kernel initialises the state columns, which double as outputs.
+(``I_KIND`` .. ``I_N_LAYERS``); the kernel initialises the state columns, which double as outputs.
 
 Each instance keeps its requests in one singly linked list (``nxt``) in assignment order, with
 two cursors: ``I_PF_HEAD`` (first admitted request whose prompt is not finished) and
@@ -23,6 +23,19 @@ the step index of their last token: bucket ``finish_step & mask`` of the instanc
 bucket only ever holds requests finishing at the same step. With the running sums
 ``I_N_DECODE`` and ``I_CTX_SUM`` a step costs O(1) plus O(1) per admission and finish; nothing
 loops over the running batch.
+
+Sliding windows (``window.py``; W tokens, S sliding layers of L, fraction f). A decode's context
+grows by one token per step, and its excess over the window, ``max(ctx - W, 0)``, by one per step
+once ``ctx >= W``. Beside ``I_CTX_SUM`` the kernel keeps ``I_N_PAST`` (decodes with ``ctx > W``)
+and ``I_EX_SUM`` (the sum of their excesses): a step adds ``I_N_DECODE`` to the one and
+``I_N_PAST`` to the other. A decode that starts at or below the window (``P + 1 <= W``) and
+passes it before its last token (``P + O > W``) enters ``I_N_PAST`` at the end of step
+``k + W - P`` (k: the step at whose end it got its first token, or the last step before its
+admission on a decode instance), when its context goes from W to W + 1; a second wheel of the
+same size, right after the finish wheel in ``wheel`` and linked through ``xnext``, keys it by
+that step (``W - P <= O - 1``, so it fits as the finish does). A step reads
+``float(ctx sum) - f x float(excess sum)`` tokens. Without a window W is ``NO_WINDOW`` and
+f = 0.0: the excess stays 0, the window wheel empty, and every value is the windowless one.
 """
 from __future__ import annotations
 
@@ -35,8 +48,8 @@ from numba.typed import List
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
-                         P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP,
-                         step_time_nb)
+                         P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
+                         P_WEXP, step_time_nb)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW,
@@ -51,18 +64,22 @@ ROUTE_ROUND_ROBIN = 1
 
 # int64 columns of the per-instance table: configuration (set by the wrapper) ...
 (I_KIND, I_TOKENS, I_MAX_ADMIT, I_KV_BUDGET, I_WHEEL_OFF, I_WHEEL_MASK,
+ # the sliding window (``window.kv_window``: W tokens or NO_WINDOW, S sliding layers of L)
+ I_WINDOW, I_SLIDE_L, I_N_LAYERS,
  # ... then state (set here; read back as outputs)
  I_TAIL, I_PF_HEAD, I_WAIT_HEAD, I_N_WAIT, I_N_ADMIT, I_RESERVED, I_N_DECODE, I_CTX_SUM,
- I_ACTIVE, I_STEP, I_STEP_PF_TOKENS, I_STEP_N_FIN, I_STEP_FIRST, I_STEP_N,
- I_OUTSTANDING, I_KV_PEAK, I_BATCH_SUM, I_TOKENS_OUT) = range(24)
+ I_N_PAST, I_EX_SUM, I_ACTIVE, I_STEP, I_STEP_PF_TOKENS, I_STEP_N_FIN, I_STEP_FIRST, I_STEP_N,
+ I_OUTSTANDING, I_KV_PEAK, I_BATCH_SUM, I_TOKENS_OUT) = range(29)
 I_STATE0 = I_TAIL
-N_ICOLS = 24
+N_ICOLS = 29
 
 # float64 columns of the per-instance table: state, then the step-independent parts of the
 # step time (set by the kernel from the instance's parameters; see _run_nb's colocated path)
 (F_NEXT_T, F_STEP_START, F_BUSY, F_WDENSE, F_D_BW, F_MATMUL2, F_D_C, F_N_AR, F_AR_A, F_AR_B,
- F_D_NV, F_C2, F_C4, F_C4P, F_WEXP, F_KEEP, F_A2A_N2, F_A2A_A, F_A2A_B, F_D_EP) = range(20)
-N_FCOLS = 20
+ F_D_NV, F_C2, F_C4, F_C4P, F_WEXP, F_KEEP, F_A2A_N2, F_A2A_A, F_A2A_B, F_D_EP,
+ # the sliding fraction f of the KV read (0.0 without a window)
+ F_SLIDE) = range(21)
+N_FCOLS = 21
 
 # int64 columns of the per-run table.
 (R_WORK, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
@@ -255,8 +272,15 @@ def _route_nb(ist, lo, hi, routing, rr):
 
 
 @njit(cache=True, inline="always")
+def _held_int_nb(c, w, s, lay):
+    """KV of a sequence of ``c`` tokens in whole tokens: ``c - (s x max(c - w, 0)) // lay`` (``window.held_tokens``)."""
+    e = c - w
+    return c - (s * e) // lay if e > 0 else c
+
+
+@njit(cache=True, inline="always")
 def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status, nxt, done,
-                       wheel, wnext):
+                       wheel, wnext, xnext):
     """Step boundary of a colocated or decode instance at time t.
 
     Completes the running step (if any), admits from the waiting queue, starts the next step.
@@ -265,6 +289,9 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
     kind = ist[i, I_KIND]
     woff = ist[i, I_WHEEL_OFF]
     mask = ist[i, I_WHEEL_MASK]
+    win = ist[i, I_WINDOW]
+    sl = ist[i, I_SLIDE_L]
+    nl = ist[i, I_N_LAYERS]
     n_done = 0
     step = ist[i, I_STEP]
     if ist[i, I_ACTIVE] != 0:
@@ -274,8 +301,19 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
         ist[i, I_OUTSTANDING] -= ist[i, I_STEP_PF_TOKENS] + gen
         ist[i, I_TOKENS_OUT] += gen
         ctx = ist[i, I_CTX_SUM] + nd
+        npast = ist[i, I_N_PAST]
+        ex = ist[i, I_EX_SUM]
         reserved = ist[i, I_RESERVED]
         n_admit = ist[i, I_N_ADMIT]
+        # decodes whose context passed the window this step (W -> W + 1), then every decode
+        # past it grew its excess by one
+        b = woff + mask + 1 + (step & mask)
+        r = wheel[b]
+        wheel[b] = -1
+        while r >= 0:
+            npast += 1
+            r = xnext[r]
+        ex += npast
         # decodes whose last token was this step
         b = woff + (step & mask)
         r = wheel[b]
@@ -285,7 +323,10 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
             status[r] = REQ_FINISHED
             po = prompt[r] + output[r]
             ctx -= po
-            reserved -= po
+            if po > win:
+                npast -= 1
+                ex -= po - win
+            reserved -= _held_int_nb(po, win, sl, nl)
             nd -= 1
             n_admit -= 1
             n_done += 1
@@ -298,7 +339,7 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
             if o == 1:
                 finish[r] = t
                 status[r] = REQ_FINISHED
-                reserved -= prompt[r] + 1
+                reserved -= _held_int_nb(prompt[r] + 1, win, sl, nl)
                 n_admit -= 1
                 n_done += 1
             else:
@@ -306,19 +347,30 @@ def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status
                 wnext[r] = wheel[b]
                 wheel[b] = r
                 nd += 1
-                ctx += prompt[r] + 1
+                c1 = prompt[r] + 1
+                ctx += c1
+                if c1 > win:
+                    npast += 1
+                    ex += c1 - win
+                elif c1 + o - 1 > win:
+                    # its context passes the window at the end of step step + W - P
+                    b = woff + mask + 1 + ((step + win - prompt[r]) & mask)
+                    xnext[r] = wheel[b]
+                    wheel[b] = r
             r = nxt[r]
         ist[i, I_PF_HEAD] = r
         ist[i, I_N_DECODE] = nd
         ist[i, I_CTX_SUM] = ctx
+        ist[i, I_N_PAST] = npast
+        ist[i, I_EX_SUM] = ex
         ist[i, I_RESERVED] = reserved
         ist[i, I_N_ADMIT] = n_admit
         ist[i, I_ACTIVE] = 0
-    return n_done + _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext)
+    return n_done + _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext, xnext)
 
 
 @njit(cache=True, inline="always")
-def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
+def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext, xnext):
     """Second half of a boundary of a colocated or decode instance: admit, compose, start a step.
 
     Returns 0 (the number of requests finished, for the caller's sum).
@@ -326,6 +378,9 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
     kind = ist[i, I_KIND]
     woff = ist[i, I_WHEEL_OFF]
     mask = ist[i, I_WHEEL_MASK]
+    win = ist[i, I_WINDOW]
+    sl = ist[i, I_SLIDE_L]
+    nl = ist[i, I_N_LAYERS]
     step = ist[i, I_STEP]
     # admission: strict FCFS while the KV reservation and the batch cap allow
     r = ist[i, I_WAIT_HEAD]
@@ -337,8 +392,10 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
         n_wait = ist[i, I_N_WAIT]
         nd = ist[i, I_N_DECODE]
         ctx = ist[i, I_CTX_SUM]
+        npast = ist[i, I_N_PAST]
+        ex = ist[i, I_EX_SUM]
         while r >= 0 and n_admit < cap:
-            need = prompt[r] + output[r]
+            need = _held_int_nb(prompt[r] + output[r], win, sl, nl)
             if reserved + need > budget:
                 break
             reserved += need
@@ -346,11 +403,20 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
             n_wait -= 1
             if kind == KIND_DECODE:
                 # arrives with its first token: tokens 2..O in steps step+1 .. step+O-1
-                b = woff + ((step + output[r] - 1) & mask)
+                o = output[r]
+                b = woff + ((step + o - 1) & mask)
                 wnext[r] = wheel[b]
                 wheel[b] = r
                 nd += 1
-                ctx += prompt[r] + 1
+                c1 = prompt[r] + 1
+                ctx += c1
+                if c1 > win:
+                    npast += 1
+                    ex += c1 - win
+                elif c1 + o - 1 > win:
+                    b = woff + mask + 1 + ((step + win - prompt[r]) & mask)
+                    xnext[r] = wheel[b]
+                    wheel[b] = r
             r = nxt[r]
         ist[i, I_WAIT_HEAD] = r
         ist[i, I_RESERVED] = reserved
@@ -358,6 +424,8 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
         ist[i, I_N_WAIT] = n_wait
         ist[i, I_N_DECODE] = nd
         ist[i, I_CTX_SUM] = ctx
+        ist[i, I_N_PAST] = npast
+        ist[i, I_EX_SUM] = ex
         if reserved > ist[i, I_KV_PEAK]:
             ist[i, I_KV_PEAK] = reserved
 
@@ -365,14 +433,18 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
         fst[i, F_NEXT_T] = np.inf
         return 0
 
-    # compose the next step: every decode + up to I_TOKENS prompt tokens, FCFS
+    # compose the next step: every decode + up to I_TOKENS prompt tokens, FCFS; the decodes
+    # read and attend over their held context, sum(ctx) - f x sum(excess over the window)
     nd = ist[i, I_N_DECODE]
     ctx = ist[i, I_CTX_SUM]
+    ex = ist[i, I_EX_SUM]
+    slide = fst[i, F_SLIDE]
     lay = pp[i, P_LAYERS]
     qdec = pp[i, P_QDIM_DEC]
     qpf = pp[i, P_QDIM_PF]
-    attn = 4.0 * lay * qdec * float(ctx)
+    attn = 4.0 * lay * qdec * (float(ctx) - slide * float(ex))
     kvt = ctx
+    kex = ex
     pf_tokens = 0
     nfin = 0
     pieces = 0
@@ -384,9 +456,15 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
             s = done[r]
             rem = prompt[r] - s
             x = rem if rem < left else left
+            # the chunk reads and attends over the held part of the s tokens before it
             kvt += s
+            hs = float(s)
+            e = s - win
+            if e > 0:
+                kex += e
+                hs = float(s) - slide * float(e)
             xf = float(x)
-            attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * float(s)
+            attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * hs
             done[r] = s + x
             pf_tokens += x
             left -= x
@@ -396,7 +474,7 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
                 r = nxt[r]
             else:
                 break
-    dt = step_time_nb(pp[i], float(nd + pf_tokens), float(kvt), attn)
+    dt = step_time_nb(pp[i], float(nd + pf_tokens), float(kvt) - slide * float(kex), attn)
     ist[i, I_STEP] = step + 1
     ist[i, I_ACTIVE] = 1
     ist[i, I_STEP_PF_TOKENS] = pf_tokens
@@ -412,18 +490,26 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext):
 def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     """Step boundary of a disaggregated prefill instance at time t.
 
-    Sends the finished prompts' KV (pushes transfers), then batches waiting prompts FCFS up to
-    the token limit (the first one always). Returns the new transfer-heap size, -1 on overflow.
+    Sends the finished prompts' KV (pushes transfers of their held KV), then batches waiting
+    prompts FCFS up to the token limit (the first one always), reserving their held KV.
+    Returns the new transfer-heap size, -1 on overflow.
     """
+    win = ist[i, I_WINDOW]
     if ist[i, I_ACTIVE] != 0:
         kvpg = pp[i, P_KVPG]
         bw = pp[i, P_NET_BW]
+        slide = fst[i, F_SLIDE]
         r = ist[i, I_STEP_FIRST]
         cap = tr_t.shape[0]
         for _ in range(ist[i, I_STEP_N]):
             if ntr >= cap:
                 return -1
-            _tr_push_nb(tr_t, tr_r, ntr, t + float(prompt[r]) * kvpg / bw, r)
+            p = prompt[r]
+            hp = float(p)
+            e = p - win
+            if e > 0:
+                hp = float(p) - slide * float(e)
+            _tr_push_nb(tr_t, tr_r, ntr, t + hp * kvpg / bw, r)
             ntr += 1
             r = nxt[r]
         ist[i, I_OUTSTANDING] -= ist[i, I_STEP_PF_TOKENS]
@@ -433,11 +519,14 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     if r < 0:
         fst[i, F_NEXT_T] = np.inf
         return ntr
+    sl = ist[i, I_SLIDE_L]
+    nl = ist[i, I_N_LAYERS]
     lay = pp[i, P_LAYERS]
     qpf = pp[i, P_QDIM_PF]
     limit = ist[i, I_TOKENS]
     attn = 4.0 * lay * qpf * 0.0
     tot = 0
+    held = 0
     cnt = 0
     ist[i, I_STEP_FIRST] = r
     while r >= 0:
@@ -447,6 +536,7 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
         xf = float(x)
         attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * 0.0
         tot += x
+        held += _held_int_nb(x, win, sl, nl)
         cnt += 1
         r = nxt[r]
     ist[i, I_WAIT_HEAD] = r
@@ -457,9 +547,9 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     ist[i, I_N_WAIT] -= cnt
     ist[i, I_STEP_N] = cnt
     ist[i, I_STEP_PF_TOKENS] = tot
-    ist[i, I_RESERVED] = tot
-    if tot > ist[i, I_KV_PEAK]:
-        ist[i, I_KV_PEAK] = tot
+    ist[i, I_RESERVED] = held
+    if held > ist[i, I_KV_PEAK]:
+        ist[i, I_KV_PEAK] = held
     dt = step_time_nb(pp[i], float(tot), 0.0, attn)
     ist[i, I_STEP] += 1
     ist[i, I_ACTIVE] = 1
@@ -484,8 +574,8 @@ def _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full):
 
 @njit(cache=True)
 def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt, done,
-            wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, n_entry, routing, max_total, max_prompt,
-            horizon, dt_sample, full):
+            wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, n_entry, routing, max_total,
+            max_prompt, horizon, dt_sample, full):
     """Simulate one run; returns a ``RUN_*`` status code.
 
     Instances ``[0, n_entry)`` receive arrivals (colocated or prefill); ``[n_entry, ni)`` are
@@ -531,6 +621,16 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         fst[i, F_A2A_A] = (g - 1.0) * pp[i, P_ALPHA]
         fst[i, F_A2A_B] = (g - 1.0) / g
         fst[i, F_D_EP] = pp[i, P_ETA_NV] * pp[i, P_EP_BW]
+        fst[i, F_SLIDE] = pp[i, P_SLIDE_FRAC] if ist[i, I_SLIDE_L] > 0 else 0.0
+    # arrival checks: the KV a request holds at its full P + O on the instances that keep it
+    # (colocated or decode: the last row) and its prompt's on the entry instances (row 0)
+    kv_last = ist[ni - 1, I_KV_BUDGET]
+    win_last = ist[ni - 1, I_WINDOW]
+    sl_last = ist[ni - 1, I_SLIDE_L]
+    nl_last = ist[ni - 1, I_N_LAYERS]
+    win_0 = ist[0, I_WINDOW]
+    sl_0 = ist[0, I_SLIDE_L]
+    nl_0 = ist[0, I_N_LAYERS]
     for r in range(n):
         first[r] = np.nan
         finish[r] = np.nan
@@ -540,6 +640,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         nxt[r] = -1
         done[r] = 0
         wnext[r] = -1
+        xnext[r] = -1
     n_samp = sys_s.shape[0]
     ia = 0
     ntr = 0
@@ -583,7 +684,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             ia += 1
             p = prompt[r]
             o = output[r]
-            if p + o > max_total or p > max_prompt:
+            if (p + o > max_total or _held_int_nb(p + o, win_last, sl_last, nl_last) > kv_last
+                    or _held_int_nb(p, win_0, sl_0, nl_0) > max_prompt):
                 status[r] = REQ_REJECTED
                 continue
             # _route_nb and _enqueue_nb, written out: an inlined helper taking arrays costs
@@ -644,7 +746,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     return RUN_TRANSFER_OVERFLOW
             elif kind == KIND_DECODE:
                 in_sys -= _batch_boundary_nb(ii, t, pp, ist, fst, prompt, output, first, finish,
-                                             status, nxt, done, wheel, wnext)
+                                             status, nxt, done, wheel, wnext, xnext)
             else:
                 # colocated fast path (see the docstring): this boundary and the instance's next
                 # ones while nothing else can happen before them, in one loop, with the
@@ -653,12 +755,18 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # boundary strictly before ``ta`` and at or before ``lim``; the float operations
                 # are the boundary's, in the same order (the step time as in step_time_nb, its
                 # step-independent parts from the F_WDENSE .. F_D_EP columns: the same values),
-                # so the results are bit for bit those of the generic boundary
+                # so the results are bit for bit those of the generic boundary. Without a window
+                # (``windowed`` false) it skips the window wheel and the excess, which stay empty
+                # and 0, and composes without the window's terms: the generic boundary's
+                # ``float(ctx) - 0.0 * 0.0`` is ``float(ctx)``, the same bits
                 lim = ms * dt_sample if ms < n_samp else np.inf
                 if horizon < lim:
                     lim = horizon
                 woff = ist[ii, I_WHEEL_OFF]
                 mask = ist[ii, I_WHEEL_MASK]
+                win = ist[ii, I_WINDOW]
+                slide = fst[ii, F_SLIDE]
+                windowed = ist[ii, I_SLIDE_L] > 0
                 cap = ist[ii, I_MAX_ADMIT]
                 budget = ist[ii, I_KV_BUDGET]
                 chunk = ist[ii, I_TOKENS]
@@ -669,6 +777,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 reserved = ist[ii, I_RESERVED]
                 nd = ist[ii, I_N_DECODE]
                 ctx = ist[ii, I_CTX_SUM]
+                npast = ist[ii, I_N_PAST]
+                ex = ist[ii, I_EX_SUM]
                 active = ist[ii, I_ACTIVE]
                 step = ist[ii, I_STEP]
                 pf_tokens = ist[ii, I_STEP_PF_TOKENS]
@@ -725,6 +835,15 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         outstanding -= pf_tokens + gen
                         tokens_out += gen
                         ctx += nd
+                        if windowed:
+                            bk = woff + mask + 1 + (step & mask)
+                            r = wheel[bk]
+                            if r >= 0:
+                                wheel[bk] = -1
+                                while r >= 0:
+                                    npast += 1
+                                    r = xnext[r]
+                            ex += npast
                         bk = woff + (step & mask)
                         r = wheel[bk]
                         if r >= 0:
@@ -734,7 +853,10 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 status[r] = REQ_FINISHED
                                 po = prompt[r] + output[r]
                                 ctx -= po
-                                reserved -= po
+                                if po > win:
+                                    npast -= 1
+                                    ex -= po - win
+                                reserved -= _held_int_nb(po, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
                                 nd -= 1
                                 n_admit -= 1
                                 n_done += 1
@@ -746,7 +868,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                             if o == 1:
                                 finish[r] = tb
                                 status[r] = REQ_FINISHED
-                                reserved -= prompt[r] + 1
+                                reserved -= _held_int_nb(prompt[r] + 1, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
                                 n_admit -= 1
                                 n_done += 1
                             else:
@@ -754,7 +876,15 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 wnext[r] = wheel[bk]
                                 wheel[bk] = r
                                 nd += 1
-                                ctx += prompt[r] + 1
+                                c1 = prompt[r] + 1
+                                ctx += c1
+                                if c1 > win:
+                                    npast += 1
+                                    ex += c1 - win
+                                elif c1 + o - 1 > win:
+                                    bk = woff + mask + 1 + ((step + win - prompt[r]) & mask)
+                                    xnext[r] = wheel[bk]
+                                    wheel[bk] = r
                             r = nxt[r]
                         pf_head = r
                         active = 0
@@ -762,7 +892,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     r = wait_head
                     if r >= 0:
                         while r >= 0 and n_admit < cap:
-                            need = prompt[r] + output[r]
+                            need = _held_int_nb(prompt[r] + output[r], win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
                             if reserved + need > budget:
                                 break
                             reserved += need
@@ -775,37 +905,67 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     if n_admit == 0:
                         tb = np.inf
                         break
-                    # compose: every decode + up to ``chunk`` prompt tokens, FCFS
-                    ctxf = float(ctx)
-                    attn = c4 * ctxf
-                    kvt = ctx
+                    # compose: every decode + up to ``chunk`` prompt tokens, FCFS. Two copies
+                    # of the same loop, with and without a window (each a loop, so a branch the
+                    # compiler keeps: the windowless chain of float operations is the one
+                    # without the window's terms, which lengthen it)
                     pf_tokens = 0
                     nfin = 0
                     pieces = 0
                     left = chunk
                     r = pf_head
-                    while left > 0 and r != wait_head:
-                        s = done[r]
-                        rem = prompt[r] - s
-                        px = rem if rem < left else left
-                        kvt += s
-                        xf = float(px)
-                        attn += c2 * xf * xf + c4p * xf * float(s)
-                        done[r] = s + px
-                        pf_tokens += px
-                        left -= px
-                        pieces += 1
-                        if px == rem:
-                            nfin += 1
-                            r = nxt[r]
-                        else:
-                            break
+                    if windowed:
+                        attn = c4 * (float(ctx) - slide * float(ex))
+                        kvt = ctx
+                        kex = ex
+                        while left > 0 and r != wait_head:
+                            s = done[r]
+                            rem = prompt[r] - s
+                            px = rem if rem < left else left
+                            kvt += s
+                            hs = float(s)
+                            e = s - win
+                            if e > 0:
+                                kex += e
+                                hs = float(s) - slide * float(e)
+                            xf = float(px)
+                            attn += c2 * xf * xf + c4p * xf * hs
+                            done[r] = s + px
+                            pf_tokens += px
+                            left -= px
+                            pieces += 1
+                            if px == rem:
+                                nfin += 1
+                                r = nxt[r]
+                            else:
+                                break
+                        kvf = float(kvt) - slide * float(kex)
+                    else:
+                        attn = c4 * float(ctx)
+                        kvt = ctx
+                        while left > 0 and r != wait_head:
+                            s = done[r]
+                            rem = prompt[r] - s
+                            px = rem if rem < left else left
+                            kvt += s
+                            xf = float(px)
+                            attn += c2 * xf * xf + c4p * xf * float(s)
+                            done[r] = s + px
+                            pf_tokens += px
+                            left -= px
+                            pieces += 1
+                            if px == rem:
+                                nfin += 1
+                                r = nxt[r]
+                            else:
+                                break
+                        kvf = float(kvt)
                     n_tok = float(nd + pf_tokens)
                     if moe_w:
                         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
                     else:
                         weight_s = weight_c
-                    kvb = float(kvt) * kvpg
+                    kvb = kvf * kvpg
                     kv_time = (kvb / dp if div_dp else kvb) / d_bw
                     num = matmul2 * n_tok + attn
                     comp_s = (num / g if div_g else num) / d_c
@@ -831,6 +991,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 ist[ii, I_RESERVED] = reserved
                 ist[ii, I_N_DECODE] = nd
                 ist[ii, I_CTX_SUM] = ctx
+                ist[ii, I_N_PAST] = npast
+                ist[ii, I_EX_SUM] = ex
                 ist[ii, I_ACTIVE] = active
                 ist[ii, I_STEP] = step
                 ist[ii, I_STEP_PF_TOKENS] = pf_tokens
@@ -1116,8 +1278,8 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
 
 @njit(cache=True)
 def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
-                    done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf, mi,
-                    full):
+                    done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf,
+                    mi, full):
     """One run and its metrics on the calling thread; returns the run's ``RUN_*`` code.
 
     The engine calls it for a single run; :func:`simulate_runs_nb` calls it for each of many
@@ -1127,7 +1289,7 @@ def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, 
     ``met_f`` / ``met_i`` (written).
     """
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
-                   done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
+                   done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
                    ri[R_MAX_TOTAL], ri[R_MAX_PROMPT], rf[RF_HORIZON], rf[RF_DT], full)
     if code == RUN_OK:
         _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
@@ -1136,7 +1298,7 @@ def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, 
 
 @njit(cache=True, parallel=True)
 def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, finish, inst,
-                     dinst, status, nxt, done, wheel, wnext, tr_t, tr_r, wait_s, kv_s, sys_s,
+                     dinst, status, nxt, done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s,
                      buf_a, buf_b, met_f, met_i, run_status, order, full, cap, wheel_cap, samp_cap):
     """Run every row of the run table and compute each run's metrics, on all threads.
 
@@ -1159,11 +1321,12 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, 
     first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
         Per-request results: all runs concatenated when ``full`` (offset ``R_OUT_OFF``), else
         one slice of ``cap`` per worker.
-    nxt, done, wnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
+    nxt, done, wnext, xnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
         Working arrays, ``cap`` per worker (``n_workers * cap``).
     wheel : int32[:]
-        Timing-wheel buckets, ``wheel_cap`` per worker (each instance's slice at its
-        ``I_WHEEL_OFF``; ``I_WHEEL_MASK + 1`` buckets, a power of two >= the longest output).
+        Timing-wheel buckets, ``wheel_cap`` per worker: at each colocated or decode instance's
+        ``I_WHEEL_OFF``, its finish wheel then its window wheel, ``I_WHEEL_MASK + 1`` buckets
+        each (a power of two >= the longest output).
     wait_s, kv_s : int64[:]
         ``full``: samples ``(n_samp, n_inst)`` per run, row-major, at offset ``R_ISAMP_OFF``;
         else empty.
@@ -1219,6 +1382,6 @@ def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, 
             run_status[k] = simulate_one_nb(
                 pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival, prompt, output, first[o0:o1],
                 finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1], done[w0:w1],
-                wheel[h0:h1], wnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1], kv_s[q0:q1],
+                wheel[h0:h1], wnext[w0:w1], xnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1], kv_s[q0:q1],
                 sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_i[k], run_f[k], met_f[k], met_i[k],
                 full)

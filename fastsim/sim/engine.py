@@ -16,10 +16,17 @@ Requests. Request i arrives at ``arrival_s[i]`` (ascending, in ``[0, horizon_s]`
 ``P = prompt_tokens[i] >= 1`` and ``O = output_tokens[i] >= 1``; O counts every generated
 token, the first included.
 
+KV held (sliding windows, SPEC §10; ``window.py``). With a window of W tokens on S of the L
+layers (``f = S / L = p[P_SLIDE_FRAC]``), a sequence of c tokens holds
+``held(c) = c - f x max(c - W, 0)`` full-context-equivalent tokens of KV. Memory counts it in
+whole tokens, ``hold(c) = c - (S x max(c - W, 0)) // L`` (held rounded up); time (KV read,
+attention, transfer) uses it in float64. Without a window both are ``c``, and every result is the
+windowless one, bit for bit.
+
 Rejection at arrival. A request is rejected (status ``REJECTED``, instance -1, counted, never
-queued) when ``P + O > max_context_tokens``, or ``P + O`` exceeds the whole KV budget
-(``floor(p[P_KV_BUDGET_TOKENS])``) of a colocated or decode instance, or (disaggregated)
-``P`` exceeds the KV budget of a prefill instance.
+queued) when ``P + O > max_context_tokens`` (raw tokens), or ``hold(P + O)`` exceeds the whole KV
+budget (``floor(p[P_KV_BUDGET_TOKENS])``) of a colocated or decode instance, or (disaggregated)
+``hold(P)`` exceeds the KV budget of a prefill instance.
 
 Routing at arrival, to a colocated or prefill instance: the fewest outstanding tokens, ties to
 the lowest index; or round-robin over accepted requests (``routing="round-robin"``).
@@ -31,9 +38,10 @@ instance by the same rule (separate round-robin counter) when their KV transfer 
 
 Colocated instance (and decode instance). FCFS waiting queue. At each step boundary: first the
 running step completes; then requests are admitted from the head of the queue while
-``reserved + P + O <= KV budget`` (``reserved`` = sum of P + O over admitted unfinished
-requests) and the number admitted stays within ``max_batch`` (0 = unlimited); strict FCFS, the
-head blocks the queue. If anything is admitted, the next step starts at once; an idle instance
+``reserved + hold(P + O) <= KV budget`` (``reserved`` = sum of ``hold(P + O)`` over admitted
+unfinished requests: the KV of a request's whole P + O is reserved at admission) and the
+number admitted stays within ``max_batch`` (0 = unlimited); strict FCFS, the head blocks the
+queue. If anything is admitted, the next step starts at once; an idle instance
 starts a step at the time work arrives (subject to the tie rule below). A step runs every
 admitted request in decode phase (one token each) plus up to ``chunk_tokens`` prompt tokens
 taken FCFS from admitted requests still in prefill (a step may finish one prompt and start the
@@ -42,17 +50,26 @@ decodes in the following ``O - 1`` steps; with ``O = 1`` it finishes at its firs
 time = ``step_time_nb(p, n_tokens, kv_tokens, attn_flops)`` (SPEC section 3) with::
 
     n_tokens   = decodes + prompt tokens in the step
-    kv_tokens  = sum over decodes of their context (P + tokens generated so far)
-                 + for each prompt piece the prompt tokens prefilled before it
-    attn_flops = 4 L H x (sum of decode contexts)
-                 + for each piece of x tokens after s prefilled: 2 L H x^2 + 4 L H x s
+    C, E       = sums over decodes of their context c (P + tokens generated so far) and of
+                 max(c - W, 0)
+    Cp, Ep     = C and E plus, for each prompt piece, s and max(s - W, 0) (s = the piece's
+                 prompt tokens prefilled before it)
+    kv_tokens  = float(Cp) - f x float(Ep)
+    attn_flops = 4 L H x (float(C) - f x float(E))
+                 + for each piece of x tokens after s prefilled: 2 L H x^2 + 4 L H x held(s)
 
-(L layers, H hidden), evaluated in exactly this order in float64.
+(L layers, H the attention width ``p[P_QDIM_DEC]`` / ``p[P_QDIM_PF]``), evaluated in exactly this
+order in float64, with ``held(s) = float(s) - f x float(s - W)`` when ``s > W``, else
+``float(s)``. So decodes read and attend over their held context and a chunk over the held part
+of its prompt's earlier chunks; the chunk's own causal part ``2 L H x^2`` ignores the window
+(exact for chunks of at most W tokens; a longer chunk's attention within itself is overstated).
 
 Disaggregated. A prefill instance keeps an FCFS queue; each step takes whole waiting prompts
-FCFS while their total stays within ``min(prefill_token_budget, its KV budget)`` (the first
-prompt always goes, alone if it is larger); ``kv_tokens = 0``. At the step's end every prompt
-in it starts a KV transfer of ``P x p_prefill[P_KVPG] / p_prefill[P_NET_BW]`` seconds. When the
+FCFS while their total stays within ``min(prefill_token_budget, its KV budget)`` (raw prompt
+tokens; the first prompt always goes, alone if it is larger) and reserves ``hold(P)`` of each;
+``kv_tokens = 0``. At the step's end every prompt in it starts a KV transfer of
+``held(P) x p_prefill[P_KVPG] / p_prefill[P_NET_BW]`` seconds (its held KV, ``held`` as above
+with the prefill instance's window). When the
 transfer completes the request has its first token (TTFT includes the transfer); with
 ``O = 1`` it finishes there, else it joins the chosen decode instance's FCFS queue, which runs
 as a colocated instance without prefill (tokens 2 .. O; context P + 1 at its first decode).
@@ -69,8 +86,9 @@ step that runs past the horizon is cut at the horizon.
 
 Samples. On the grid ``t_k = k x sample_dt_s`` (``k = 0 .. ceil(horizon / dt) - 1``), the state
 after every event at times ``<= t_k``: waiting requests per instance (not admitted; for a
-prefill instance, not in a step), KV tokens reserved per instance (prefill: prompt tokens of the
-running step), and the number of accepted requests not yet finished (in system).
+prefill instance, not in a step), KV tokens reserved per instance (``reserved``; prefill: the
+``hold(P)`` of the running step's prompts), and the number of accepted requests not yet
+finished (in system). The KV peak of an instance is its largest ``reserved``.
 
 Metrics. Measured requests arrive in ``[f0 x horizon, f1 x horizon)`` (``measure_window``).
 SLO attainment = fraction of measured requests that finished with TTFT <= ``ttft_slo_s`` and
@@ -101,6 +119,7 @@ from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
 from .records import RUN_OK, SimMetrics, SimResult
+from .window import kv_window
 
 __all__ = [
     "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
@@ -121,6 +140,7 @@ def _params(field: str, p) -> np.ndarray:
         raise FastsimInputError(field, p, f"a float array of shape ({N_PARAMS},) from step_params") from None
     if a.shape != (N_PARAMS,) or not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
         raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
+    kv_window(a, field)     # raises, naming the field, on a window that is not whole tokens and layers
     a.setflags(write=False)
     return a
 
@@ -146,7 +166,8 @@ class ColocatedPlan:
     Attributes
     ----------
     p : ndarray(float64) of shape (N_PARAMS,)
-        Step parameters of one instance, from :func:`fastsim.stepmodel.step_params`.
+        Step parameters of one instance, from :func:`fastsim.stepmodel.step_params` (its
+        ``P_WINDOW`` and ``P_SLIDE_FRAC`` give the sliding window, if any).
     n_instances : int
         Number of instances, >= 1.
     chunk_tokens : int
@@ -157,9 +178,10 @@ class ColocatedPlan:
     Raises
     ------
     FastsimInputError
-        Naming the field that is out of range: ``p`` not of shape (N_PARAMS,) or with a
-        non-finite entry before ``P_KV_BUDGET_TOKENS``, or a count that is not an integer at
-        least its minimum.
+        Naming the field that is out of range: ``p`` not of shape (N_PARAMS,), with a
+        non-finite entry before ``P_KV_BUDGET_TOKENS`` or a window that is not a whole number
+        of tokens on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a
+        count that is not an integer at least its minimum.
     """
 
     p: np.ndarray
@@ -197,9 +219,10 @@ class DisaggregatedPlan:
     Raises
     ------
     FastsimInputError
-        Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,) or
-        with a non-finite entry before ``P_KV_BUDGET_TOKENS``, or a count that is not an
-        integer at least its minimum.
+        Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,), with
+        a non-finite entry before ``P_KV_BUDGET_TOKENS`` or a window that is not a whole number
+        of tokens on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a
+        count that is not an integer at least its minimum.
     """
 
     p_prefill: np.ndarray
@@ -226,12 +249,22 @@ def _kv_floor(p: np.ndarray) -> int:
     return int(min(math.floor(v), _UNLIMITED))
 
 
+def _set_window(cfg, p) -> None:
+    """The window columns (``I_WINDOW``, ``I_SLIDE_L``, ``I_N_LAYERS``) of rows ``cfg`` from ``p``."""
+    w, s, lay, _ = kv_window(p)
+    cfg[:, K.I_WINDOW] = w
+    cfg[:, K.I_SLIDE_L] = s
+    cfg[:, K.I_N_LAYERS] = lay
+
+
 def _instances(plan, max_context: int):
     """Per-instance rows of one plan, without the timing wheel (its size depends on the run).
 
     Returns ``(pp, cfg, wheel_rank, n_entry, max_total, max_prompt)``: step parameters and int
     configuration rows, the index of each instance among the plan's wheel-keeping (colocated or
-    decode) instances (-1 for a prefill instance), and the run constants.
+    decode) instances (-1 for a prefill instance), and the run constants: the context limit on
+    P + O and the KV budget of an entry instance for a prompt alone (unlimited when colocated;
+    the kernel checks the held P + O against the last instance's budget).
     """
     if isinstance(plan, ColocatedPlan):
         kvb = _kv_floor(plan.p)
@@ -242,7 +275,8 @@ def _instances(plan, max_context: int):
         cfg[:, K.I_TOKENS] = plan.chunk_tokens
         cfg[:, K.I_MAX_ADMIT] = plan.max_batch if plan.max_batch > 0 else _UNLIMITED
         cfg[:, K.I_KV_BUDGET] = kvb
-        return pp, cfg, np.arange(ni, dtype=np.int64), ni, min(max_context, kvb), _UNLIMITED
+        _set_window(cfg, plan.p)
+        return pp, cfg, np.arange(ni, dtype=np.int64), ni, max_context, _UNLIMITED
     if isinstance(plan, DisaggregatedPlan):
         kp = _kv_floor(plan.p_prefill)
         kd = _kv_floor(plan.p_decode)
@@ -258,8 +292,10 @@ def _instances(plan, max_context: int):
         cfg[npf:, K.I_KIND] = K.KIND_DECODE
         cfg[npf:, K.I_MAX_ADMIT] = plan.decode_max_batch if plan.decode_max_batch > 0 else _UNLIMITED
         cfg[npf:, K.I_KV_BUDGET] = kd
+        _set_window(cfg[:npf], plan.p_prefill)
+        _set_window(cfg[npf:], plan.p_decode)
         rank = np.concatenate([np.full(npf, -1, np.int64), np.arange(nd, dtype=np.int64)])
-        return pp, cfg, rank, npf, min(max_context, kd), kp
+        return pp, cfg, rank, npf, max_context, kp
     raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan or a DisaggregatedPlan")
 
 
@@ -409,9 +445,9 @@ def _one_run_tables(plan, wk: int, w_n, w_max, max_context: int, n_samp: int, ro
     ist = cfg.copy()
     keep = rank >= 0
     ist[:, K.I_WHEEL_MASK] = np.where(keep, w - 1, 0)
-    ist[:, K.I_WHEEL_OFF] = np.where(keep, rank * w, 0)
+    ist[:, K.I_WHEEL_OFF] = np.where(keep, rank * (2 * w), 0)     # finish wheel, then window wheel
     ni = cfg.shape[0]
-    wheel_len = int(np.count_nonzero(keep)) * w
+    wheel_len = int(np.count_nonzero(keep)) * (2 * w)
     row = [0] * K.N_RCOLS
     row[K.R_WORK] = wk
     row[K.R_N_REQ] = n
@@ -427,7 +463,10 @@ def _one_run_tables(plan, wk: int, w_n, w_max, max_context: int, n_samp: int, ro
 
 
 def _wheel_size(max_output: int) -> int:
-    """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1)."""
+    """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1).
+
+    Each colocated or decode instance keeps two wheels of this size (finishes, window crossings).
+    """
     return 1 << max(0, int(max_output) - 1).bit_length()
 
 
@@ -466,8 +505,8 @@ def _run(plans, pk, wk, work, opts, full: bool):
         rank = np.concatenate([t[2] for t in temps])[rows]
         w_row = np.repeat(wheel, ni)
         ist[:, K.I_WHEEL_MASK] = np.where(rank >= 0, w_row - 1, 0)
-        ist[:, K.I_WHEEL_OFF] = np.where(rank >= 0, rank * w_row, 0)
-        wheel_len = t_nwheel[pk] * wheel
+        ist[:, K.I_WHEEL_OFF] = np.where(rank >= 0, rank * (2 * w_row), 0)    # finish, then window wheel
+        wheel_len = t_nwheel[pk] * (2 * wheel)
         run_i = np.empty((R, K.N_RCOLS), dtype=np.int64)
         run_i[:, K.R_WORK] = wk
         run_i[:, K.R_N_REQ] = n_req
@@ -512,7 +551,7 @@ def _run(plans, pk, wk, work, opts, full: bool):
     )
     disagg = any(isinstance(pl, DisaggregatedPlan) for pl in plans)
     work_arrays = (np.empty(nw, np.int32), np.empty(nw, np.int32), np.empty(threads * wheel_cap, np.int32),
-                   np.empty(nw, np.int32), np.empty(nw if disagg else 1, np.float64),
+                   np.empty(nw, np.int32), np.empty(nw, np.int32), np.empty(nw if disagg else 1, np.float64),
                    np.empty(nw if disagg else 1, np.int32))
     if R == 1:
         # one run: a plain call on this thread (no thread pool, whose wake-up a busy machine
@@ -605,7 +644,7 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     ttft_slo_s, tpot_slo_s : float
         TTFT and TPOT targets (s) for SLO attainment.
     max_context_tokens : int
-        Requests with P + O above it are rejected (>= 2).
+        Requests with P + O above it are rejected (>= 2; raw tokens, whatever the window).
     routing : {"least-loaded", "round-robin"}
         Routing of arrivals to instances (SPEC §6).
     measure_window : (float, float)

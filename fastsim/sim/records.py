@@ -35,8 +35,8 @@ class RequestStatus(IntEnum):
     FINISHED : int
         1: produced its last token within the horizon.
     REJECTED : int
-        2: could never run (P + O above the context or an instance's whole KV budget); counted,
-        never queued (SPEC §6).
+        2: could never run (P + O above the context, or the KV it holds above an instance's
+        whole KV budget); counted, never queued (SPEC §6).
     """
 
     UNFINISHED = REQ_UNFINISHED
@@ -95,7 +95,8 @@ class SimMetrics(NamedTuple):
     mean_batch : ndarray(float64) of shape (n_instances,)
         Mean number of requests per step (decodes + prefill pieces), nan without steps.
     kv_peak_tokens : ndarray(int64) of shape (n_instances,)
-        Largest KV reservation seen (tokens).
+        Largest KV reservation seen (full-context-equivalent tokens: under a sliding window
+        the KV a sequence holds, SPEC §10).
     """
 
     attainment: float
@@ -141,7 +142,8 @@ class SimResult(NamedTuple):
     queue_len : ndarray(int64) of shape (m, n_instances)
         Waiting (not admitted, not in a step) requests per instance at each sample time.
     kv_tokens : ndarray(int64) of shape (m, n_instances)
-        KV tokens reserved per instance at each sample time.
+        KV tokens reserved per instance at each sample time (full-context-equivalent, as
+        ``kv_peak_tokens``).
     in_system : ndarray(int64) of shape (m,)
         Accepted requests not yet finished, at each sample time.
     busy_s : ndarray(float64) of shape (n_instances,)

@@ -1,7 +1,9 @@
 """A slow, plain-Python reference of the serving simulator (semantics: :mod:`fastsim.sim.engine`).
 
 Plain request objects, lists and a simple event loop that looks at every candidate event; each
-step loops over the whole running batch. It uses the same float operations in the same order
+step loops over the whole running batch. Under a sliding window (:mod:`fastsim.sim.window`) it
+sums each running decode's context and its excess over the window afresh at every step, where
+the kernels keep both sums running. It uses the same float operations in the same order
 as the kernels, so per-request times must agree bit for bit. The tests check the kernels
 against it, and ``fastsim bench`` reports how much faster the kernels are.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..stepmodel import P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_NET_BW, P_QDIM_DEC, P_QDIM_PF, step_time
+from .window import held_tokens, kv_window
 
 __all__ = ["simulate_reference"]
 
@@ -32,6 +35,7 @@ class Req:
 class Inst:
     def __init__(self, kind, p, tokens, max_admit, kv_budget):
         self.kind, self.p, self.tokens, self.max_admit, self.kv_budget = kind, p, tokens, max_admit, kv_budget
+        self.window = kv_window(p)      # (W, S, L, f)
         self.assigned = []          # every request ever routed here
         self.queue = []             # waiting, FCFS
         self.admitted = []          # admitted and unfinished, in admission order
@@ -45,10 +49,18 @@ class Inst:
         self.tokens_out = 0
         self.kv_peak = 0
 
+    def held(self, c):
+        """KV of a sequence of c tokens, whole tokens (memory)."""
+        return held_tokens(c, self.window)
+
+    def excess(self, c):
+        """Tokens of a sequence of c tokens past the window (0 without one)."""
+        return max(c - self.window[0], 0)
+
     def reserved(self):
         if self.kind == "prefill":
-            return sum(r.P for r, _ in self.pieces) if self.active else 0
-        return sum(r.P + r.O for r in self.admitted)
+            return sum(self.held(r.P) for r, _ in self.pieces) if self.active else 0
+        return sum(self.held(r.P + r.O) for r in self.admitted)
 
     def outstanding(self):
         if self.kind == "colocated":
@@ -81,7 +93,8 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
     dt : float
         Step of the sampling grid (s).
     max_context : int
-        Requests with P + O above it are rejected.
+        Requests with P + O above it are rejected (raw tokens; the KV budgets are checked
+        against the KV a request holds, :func:`fastsim.sim.window.held_tokens`).
     routing : {"least-loaded", "round-robin"}
     p, n_instances, chunk, max_batch
         Colocated: step parameters (float64 of shape (N_PARAMS,)), instance count, chunk tokens,
@@ -109,14 +122,20 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         insts = [Inst("colocated", p, chunk, max_batch or big, kvb) for _ in range(n_instances)]
         entry = list(range(n_instances))
         decode = []
-        max_total, max_prompt = min(max_context, kvb), big
+        holder, prompt_holder = insts[0], None
     else:
         kp, kd = kv_floor(p_prefill), kv_floor(p_decode)
         insts = [Inst("prefill", p_prefill, min(prefill_budget, kp), big, kp) for _ in range(n_prefill)]
         insts += [Inst("decode", p_decode, 0, decode_max_batch or big, kd) for _ in range(n_decode)]
         entry = list(range(n_prefill))
         decode = list(range(n_prefill, n_prefill + n_decode))
-        max_total, max_prompt = min(max_context, kd), kp
+        holder, prompt_holder = insts[-1], insts[0]
+
+    def rejected(r):
+        """P + O over the context, its held KV over a whole budget (SPEC §6)."""
+        if r.P + r.O > max_context or holder.held(r.P + r.O) > holder.kv_budget:
+            return True
+        return prompt_holder is not None and prompt_holder.held(r.P) > prompt_holder.kv_budget
     transfers = []      # (time, request index)
     rr = {"entry": 0, "decode": 0}
     n_samp = max(1, int(math.ceil(horizon / dt)))
@@ -143,7 +162,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         """Admission, composition and step time at a boundary of a colocated/decode instance."""
         while inst.queue and len(inst.admitted) < inst.max_admit:
             r = inst.queue[0]
-            if inst.reserved() + r.P + r.O > inst.kv_budget:
+            if inst.reserved() + inst.held(r.P + r.O) > inst.kv_budget:
                 break
             inst.queue.pop(0)
             inst.admitted.append(r)
@@ -153,10 +172,12 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             inst.next_t = INF
             return
         lay, qdec, qpf = float(inst.p[P_LAYERS]), float(inst.p[P_QDIM_DEC]), float(inst.p[P_QDIM_PF])
+        f = inst.window[3]
         inst.decoders = [r for r in inst.admitted if r.prefilled == r.P]
         ctx = sum(r.P + r.generated for r in inst.decoders)
-        attn = 4.0 * lay * qdec * float(ctx)
-        kvt = ctx
+        ex = sum(inst.excess(r.P + r.generated) for r in inst.decoders)
+        attn = 4.0 * lay * qdec * (float(ctx) - f * float(ex))
+        kvt, kex = ctx, ex
         inst.pieces = []
         left = inst.tokens if inst.kind == "colocated" else 0
         for r in inst.admitted:
@@ -166,12 +187,15 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
                 continue
             x = min(r.P - r.prefilled, left)
             s = r.prefilled
+            e = inst.excess(s)
+            hs = float(s) - f * float(e) if e > 0 else float(s)
             kvt += s
-            attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * float(s)
+            kex += e
+            attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * hs
             inst.pieces.append((r, x))
             left -= x
         n_tok = len(inst.decoders) + sum(x for _, x in inst.pieces)
-        d = float(step_time(inst.p, float(n_tok), float(kvt), attn))
+        d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn))
         inst.steps += 1
         inst.active = True
         inst.next_t = t + d
@@ -195,7 +219,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             attn += 2.0 * lay * qpf * float(r.P) * float(r.P) + 4.0 * lay * qpf * float(r.P) * float(0)
             tot += r.P
             inst.pieces.append((r, r.P))
-        inst.kv_peak = max(inst.kv_peak, tot)
+        inst.kv_peak = max(inst.kv_peak, sum(inst.held(r.P) for r, _ in inst.pieces))
         d = float(step_time(inst.p, float(tot), 0.0, attn))
         inst.steps += 1
         inst.active = True
@@ -209,7 +233,9 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             for r, _ in inst.pieces:
                 r.prefilled = r.P
                 r.generated = 1
-                transfers.append((t + float(r.P) * float(inst.p[P_KVPG]) / float(inst.p[P_NET_BW]), r.idx))
+                e = inst.excess(r.P)
+                hp = float(r.P) - inst.window[3] * float(e) if e > 0 else float(r.P)
+                transfers.append((t + hp * float(inst.p[P_KVPG]) / float(inst.p[P_NET_BW]), r.idx))
             inst.active = False
             start_prefill(inst, t)
             return
@@ -251,7 +277,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         if kind == 0:
             r = reqs[j]
             ia += 1
-            if r.P + r.O > max_total or r.P > max_prompt:
+            if rejected(r):
                 r.status = REJECTED
                 continue
             i = route(entry, "entry")
