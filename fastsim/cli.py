@@ -334,16 +334,20 @@ def _cmd_plan(args):
         tp = p.label(p.tp) if p.mode == "colocated" else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}"
         inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
         rep = v.get("repaired_from_instances")
+        raw = d.repair.verification if d.repair is not None else None   # inf stays inf in the table
         rows.append([i, p.gpu, p.precision, p.mode, tp, inst, p.gpus,
                      _fmt(r["usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["analytic_usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["efficiency_usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["capacity_req_per_s"], ".1f"),
-                     _fmt(v.get("attainment"), ".3f"), _fmt(v.get("ttft_p90_s"), ".3f"),
-                     _fmt(None if v.get("tpot_p90_s") is None else v["tpot_p90_s"] * 1e3, ".1f"),
-                     "-" if not v else ("pass" if v["passed"] else "FAIL"),
-                     "-" if rep is None else f"{rep} -> {v['instances_after_repair']}",
-                     "-" if not v else f"{v['rejected_requests']:,}"])
+                     _fmt(v.get("attainment"), ".3f"), _fmt(raw.ttft_p90_s if raw else None, ".3f"),
+                     _fmt(raw.tpot_p90_s * 1e3 if raw else None, ".1f"),
+                     "not run" if not v else ("pass" if v["passed"] else "FAIL"),
+                     "no" if rep is None else f"{rep} -> {v['instances_after_repair']}",
+                     "not run" if not v else f"{v['rejected_requests']:,}"])
+
+    report.notes.extend(_legend("plan", [(i, (r["verification"] or {}).get("null_reasons", {}))
+                                         for i, r in enumerate(records, 1)], _PLAN_LABELS))
     if not records:
         reasons = report.grid["reason"].value_counts() if len(report.grid) else {}
         report.notes.append("no configuration of the grid meets these SLOs analytically"
@@ -791,6 +795,29 @@ def _cmd_bench(args):
     return 0
 
 
+_SIM_LABELS = {"ttft_p50_s": "TTFT P50", "ttft_p90_s": "TTFT P90", "ttft_p99_s": "TTFT P99",
+               "tpot_p90_s": "TPOT P90", "attainment": "attainment"}
+_PLAN_LABELS = {"ttft_p90_s": "TTFT P90", "tpot_p90_s": "TPOT P90"}
+
+
+def _legend(kind, rows, labels):
+    """Notes that say what each ``inf`` and ``n/a`` cell of a table means, one per distinct reason.
+
+    ``rows`` is a list of (row label, the row's ``null_reasons``); ``labels`` maps the fields the
+    table shows to their column names (other fields are not in the table and need no legend).
+    """
+    groups = {}
+    for who, reasons in rows:
+        for k, why in reasons.items():
+            if k in labels:
+                groups.setdefault((labels[k], why), []).append(str(who))
+    out = []
+    for (label, why), whos in groups.items():
+        sign = "inf" if why.startswith("infinite") else "n/a"
+        out.append(f"{label} {sign} ({kind}{'s' if len(whos) > 1 else ''} {', '.join(whos)}): {why}")
+    return out
+
+
 def _sim_reason(rec):
     """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record."""
     from ._output import percentile_reason
@@ -871,6 +898,7 @@ def _cmd_simulate(args):
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
+    notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
     if args.plot:

@@ -1846,13 +1846,20 @@ def cli_sweep(args) -> int:
                      _fmt(float(r.capacity_req_per_s), ".1f"),
                      _fmt(float(r.sim_attainment), ".3f"), _fmt(float(r.sim_ttft_p90_s), ".3f"),
                      _fmt(float(r.sim_tpot_p90_s) * 1e3, ".1f"),
-                     "-" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
+                     "not run" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
                      _fmt(float(r.sim_capacity_req_per_s), ".2f")])
     n, nf, nv, npass = len(df), int(df["feasible"].sum()), int(df["verified"].sum()), int(df["sim_passed"].sum())
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
                                   "$/M eff", "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms",
                                   "verified", "sim max req/s"], disable_numparse=True))
+    cells = {c for row in rows for c in row[11:]}
+    if "n/a" in cells:
+        print("note: n/a = not applicable: not simulated (verified 'not run'), no measured request with more than "
+              "one output token (TPOT), or capacity not searched (sim max req/s: --capacity)")
+    if "inf" in cells:
+        print("note: inf = infinite: more than 10% of the measured requests never got that token (P90), or no "
+              "capacity probe failed (sim max req/s)")
     if args.out:
         print(f"note: wrote {n:,} rows to {args.out}")
     if plot_note:

@@ -466,7 +466,9 @@ def run_studies(studies: Sequence[str] = STUDIES, *, verify: bool | None = None,
 
 
 def _m(x, spec=".3f"):
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+    """A table cell: ``inf`` for +inf, ``n/a`` where there is no figure."""
+    from ._output import cell
+    return cell(x, spec)
 
 
 _TEXT = {
@@ -510,7 +512,8 @@ def format_study(df: pd.DataFrame) -> str:
     -------
     str
         A title line (saying whether the plans were verified in simulation) and a table; costs in
-        US dollars per million output tokens, '-' where there is no figure.
+        US dollars per million output tokens, ``n/a`` where there is no figure and ``inf``
+        for an infinite one.
 
     Raises
     ------

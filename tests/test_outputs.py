@@ -162,3 +162,53 @@ def test_from_plan_reads_the_plan_object(capsys, tmp_path):
     assert rc == 0, err
     second = strict_loads(f.read_text())["plans"][1]
     assert strict_loads(out)["runs"][0]["plan"].startswith(f"{second['gpus']} x {second['gpu']}")
+
+
+# ---- 3. inf and n/a ------------------------------------------------------------------------------
+
+def test_overloaded_percentiles_read_inf_with_an_infinite_reason(capsys):
+    argv = ("simulate", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
+            "--rate", "40", "--horizon", "120")
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0
+    row = out.splitlines()[3].split()
+    assert row[4:8] == ["inf", "inf", "inf", "inf"]                  # TTFT P50 / P90 / P99, TPOT P90
+    assert ("note: TTFT P90 inf (seed 0): infinite: more than 10% of the measured requests got no first "
+            "token by the horizon (rejected or unfinished)") in out
+    rc, out, _ = run(capsys, *argv, "--format", "json")
+    (rec,) = strict_loads(out)["runs"]
+    assert rec["ttft_p90_s"] is None and rec["null_reasons"]["ttft_p90_s"].startswith("infinite: more than 10%")
+    assert rec["null_reasons"]["tpot_p90_s"].startswith("infinite: more than 10% of the measured requests with more")
+
+
+def test_one_token_outputs_read_n_a_with_a_not_applicable_reason(capsys, tmp_path):
+    trace = tmp_path / "one_token.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     + "".join(f"{i * 0.5},{300 + i},1\n" for i in range(200)))
+    argv = ("simulate", "--trace", str(trace), "--model", "llama-3.1-8b", "--ttft", "1", "--tpot", "0.05",
+            "--gpu", "H100", "--precision", "FP8", "--instances", "1")
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0
+    row = out.splitlines()[3].split()
+    assert row[3] == "1.000" and row[7] == "n/a" and "inf" not in row
+    assert ("note: TPOT P90 n/a (seed 0): not applicable: no measured request has more than one output token "
+            "(TPOT needs two)") in out
+    rc, out, _ = run(capsys, *argv, "--format", "json")
+    (rec,) = strict_loads(out)["runs"]
+    assert rec["tpot_p90_s"] is None and rec["ttft_p90_s"] > 0
+    assert rec["null_reasons"]["tpot_p90_s"].startswith("not applicable")
+
+
+def test_sweep_json_lines_are_strict_and_read_back_infinite(capsys, tmp_path):
+    from fastsim.sweep import read_table
+    out = tmp_path / "t.jsonl"
+    rc, _, err = run(capsys, "sweep", "--axis", "gpu=H100", "--axis", "tp=1", "--out", str(out))
+    assert rc == 0, err
+    lines = [strict_loads(ln) for ln in out.read_text().splitlines()]
+    bf16 = next(r for r in lines if r["precision"] == "BF16" and r["mode"] == "colocated")
+    assert bf16["usd_per_million_output_tokens"] is None
+    assert bf16["null_reasons"]["usd_per_million_output_tokens"] == ("infinite: the configuration is infeasible "
+                                                                     "(see reason)")
+    df = read_table(str(out))
+    row = df[(df.precision == "BF16") & (df["mode"] == "colocated")].iloc[0]
+    assert row.usd_per_million_output_tokens == float("inf") and row.sim_attainment != row.sim_attainment  # NaN
