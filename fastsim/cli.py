@@ -908,6 +908,35 @@ def _cmd_simulate(args):
     return 0
 
 
+def _capacity_summary(res) -> str:
+    """The line under the probes: the estimate, where it comes from, the interval, the analytic ratio."""
+    lo, hi = res.bracket
+    if not res.probes or not any(p[3] for p in res.probes):
+        est = f"max sustainable rate: below {hi:.3f} req/s (every probe failed)"
+    elif not math.isfinite(hi):
+        est = f"max sustainable rate: at least {lo:.3f} req/s (no probe failed)"
+    else:
+        est = (f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (interpolated between the largest passing "
+               f"probe, {lo:.3f}, and the smallest failing one, {hi:.3f})")
+    ci = (f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if math.isfinite(res.ci95[0])
+          else "no interval with one seed (use --seeds >= 2)" if res.seeds < 2 else "no interval")
+    return (f"{est}; {ci}; analytic {res.analytic_req_per_s:.3f} req/s, "
+            f"analytic / simulated = {_fmt(res.analytic_ratio, '.2f')} "
+            f"(simulated / analytic = {_fmt(res.simulated_ratio, '.2f')})")
+
+
+def _capacity_notes(res) -> list:
+    """Notes on a capacity result: an estimate outside its own interval says why."""
+    out = []
+    if not res.estimate_in_ci:
+        out.append(f"the estimate {res.rate_req_per_s:.3f} req/s lies outside the 95% interval "
+                   f"{res.ci95[0]:.3f} - {res.ci95[1]:.3f}: both come from the same estimator, the interval from "
+                   "2,000 resamples of the seeds, whose percentiles can miss the full-sample value when the "
+                   "resampled capacities are skewed (few seeds, or probes that decide on a few requests); "
+                   "more --seeds narrow it")
+    return out
+
+
 def _cmd_capacity(args):
     from .search import SLO, max_sustainable_rate
     from . import workload as W
@@ -928,6 +957,7 @@ def _cmd_capacity(args):
                                cv=1.0 if args.cv is None else args.cv)
     rec = res.to_dict()
     rec["plan"] = plan.describe()
+    notes = list(notes) + _capacity_notes(res)
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
               f"{res.seeds} seeds x {res.horizon_s:g} s per probe")
@@ -935,11 +965,7 @@ def _cmd_capacity(args):
                 for i, (r, a, o, p) in enumerate(res.probes)]
         from tabulate import tabulate
         print(tabulate(rows, headers=["probe", "rate req/s", "attainment", "overloaded", "SLO"], disable_numparse=True))
-        ci = (f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if res.seeds > 1
-              else "no interval with one seed (use --seeds >= 2)")
-        print(f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (bracket {res.bracket[0]:.3f} - {res.bracket[1]:.3f}); "
-              f"{ci}; analytic {res.analytic_req_per_s:.3f} req/s, "
-              f"analytic / simulated = {res.analytic_ratio:.2f} (simulated / analytic = {res.simulated_ratio:.2f})")
+        print(_capacity_summary(res))
         for n in notes:
             print("note: " + n)
     else:

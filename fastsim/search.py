@@ -448,17 +448,22 @@ class CapacityResult:
     Attributes
     ----------
     rate_req_per_s : float
-        Largest probed rate that passed (pooled attainment >= target over all seeds, no run
-        overloaded): the lower end of the final bracket.
+        The capacity estimate: the estimator the bootstrap resamples (:func:`_capacity_from`)
+        applied to all seeds, i.e. the rate between the largest passing probe and the smallest
+        failing one where the failing criterion (pooled attainment, or the backlog slope) crosses
+        its threshold by linear interpolation. It lies inside ``bracket``; 0 when every probe
+        failed, the largest passing rate when none failed.
     bracket : (float, float)
-        Final (pass, fail) rates; ``(hi - lo) / lo <= rel_tol`` unless the probe budget ran out.
+        Final (pass, fail) rates of the bisection; ``(hi - lo) / lo <= rel_tol`` unless the
+        probe budget ran out. ``lo`` is the largest rate simulated to pass.
     ci95 : (float, float)
         95% bootstrap interval across seeds: seeds are resampled with replacement (2,000
         resamples); for each resample the pooled attainment and backlog slope at every probed rate
         are recomputed from the per-seed results already simulated, and its capacity is found
         between the largest passing and the smallest failing probe by linear interpolation of the
-        failing criterion (:func:`_capacity_from`). No extra simulation is run. ``(nan, nan)``
-        with one seed.
+        failing criterion (:func:`_capacity_from`), the same estimator as ``rate_req_per_s``.
+        No extra simulation is run. ``(nan, nan)`` with one seed. A percentile interval of a
+        skewed bootstrap can, rarely, leave the estimate outside it: :attr:`estimate_in_ci`.
     probes : list of (rate, attainment, overloaded, passed)
         Every probe in order.
     per_seed_attainment : ndarray(float64) of shape (probes, seeds)
@@ -479,6 +484,14 @@ class CapacityResult:
     analytic_req_per_s: float
     seeds: int
     horizon_s: float
+
+    @property
+    def estimate_in_ci(self) -> bool:
+        """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; True without an interval)."""
+        lo, hi = self.ci95
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return True
+        return bool(lo <= self.rate_req_per_s <= hi)
 
     @property
     def analytic_ratio(self) -> float:
@@ -516,7 +529,10 @@ class CapacityResult:
              "analytic_req_per_s": self.analytic_req_per_s,
              "analytic_ratio": self.analytic_ratio, "simulated_ratio": self.simulated_ratio,
              "seeds": self.seeds, "horizon_s": self.horizon_s,
-             "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples)"}
+             "estimate_method": ("interpolated between the largest passing and the smallest failing probe "
+                                 "where the failing criterion crosses its threshold, over all seeds"),
+             "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples), same estimator",
+             "estimate_in_ci": self.estimate_in_ci}
 
         def explain(k, v):
             if k == "bracket_req_per_s":
@@ -658,8 +674,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     Returns
     -------
     CapacityResult
-        ``rate_req_per_s`` 0 and bracket ``(0, hi)`` when every probe failed; ``hi`` inf when
-        none did.
+        ``rate_req_per_s`` interpolated inside the final bracket (see :class:`CapacityResult`);
+        0 and bracket ``(0, hi)`` when every probe failed; ``hi`` inf when none did.
 
     Raises
     ------
@@ -732,5 +748,9 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         ci = (float(np.quantile(caps, 0.025)), float(np.quantile(caps, 0.975)))
     met_a, mea_a = np.array(mets), np.array(meas)
     per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
-    return CapacityResult(float(lo or 0.0), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
+    # the point estimate is the bootstrap's own estimator on all seeds, so that it lies inside the
+    # bracket and, but for a skewed bootstrap, inside the interval
+    estimate = (_capacity_from(np.array([p[0] for p in probes]), met_a, mea_a, np.array(overs), slo.attainment,
+                               horizon_s) if lo is not None else 0.0)
+    return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
                           probes, per_seed_att, analytic, S, float(horizon_s))

@@ -212,3 +212,34 @@ def test_sweep_json_lines_are_strict_and_read_back_infinite(capsys, tmp_path):
     df = read_table(str(out))
     row = df[(df.precision == "BF16") & (df["mode"] == "colocated")].iloc[0]
     assert row.usd_per_million_output_tokens == float("inf") and row.sim_attainment != row.sim_attainment  # NaN
+
+
+# ---- 4. the capacity estimate lies inside its interval -------------------------------------------
+
+def test_capacity_estimate_inside_its_bracket_and_interval(capsys):
+    """The issue's command printed 20.778 req/s with a 95% interval of 20.809 - 20.954."""
+    argv = ("capacity", "--scenario", "chat", "--gpu", "H100", "--precision", "FP8", "--tp", "2", "--instances", "2",
+            "--horizon", "3600")
+    rc, out, _ = run(capsys, *argv, "--format", "json")
+    assert rc == 0
+    res = strict_loads(out)
+    lo, hi = res["bracket_req_per_s"]
+    ci_lo, ci_hi = res["ci95_req_per_s"]
+    assert (round(lo, 3), round(hi, 3), round(ci_lo, 3), round(ci_hi, 3)) == (20.778, 20.922, 20.809, 20.954)
+    assert round(res["rate_req_per_s"], 3) == 20.884
+    assert lo <= res["rate_req_per_s"] <= hi and ci_lo <= res["rate_req_per_s"] <= ci_hi
+    assert res["estimate_in_ci"] is True and res["notes"] == []
+
+
+def test_capacity_estimate_outside_its_interval_is_explained():
+    from fastsim._output import strict
+    from fastsim.cli import _capacity_notes
+    from fastsim.search import CapacityResult
+    import numpy as np
+    res = CapacityResult(10.5, (10.0, 11.0), (10.6, 10.9), [(10.0, 0.95, False, True), (11.0, 0.8, False, False)],
+                         np.ones((2, 4)), 12.0, 4, 600.0)
+    assert not res.estimate_in_ci
+    (note,) = _capacity_notes(res)
+    assert note.startswith("the estimate 10.500 req/s lies outside the 95% interval 10.600 - 10.900: both come "
+                           "from the same estimator")
+    assert strict(res.to_dict())["estimate_in_ci"] is False
