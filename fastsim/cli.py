@@ -908,7 +908,63 @@ def _cmd_simulate(args):
     return 0
 
 
-def _capacity_summary(res) -> str:
+_PROBE_HEAD = ("probe    rate req/s    attainment  overloaded    SLO\n"
+               "-------  ------------  ----------  ------------  -----")
+
+
+class _ProbeProgress:
+    """Capacity probes as they finish: a row each in table mode, a bar per probe on a terminal (stderr)."""
+
+    def __init__(self, table: bool):
+        self.table = table
+        self.bar_wanted = sys.stderr.isatty()
+        self.bar = None
+        self.n = 0
+
+    def start(self, rate, runs):
+        self.n += 1
+        if self.bar_wanted:
+            from tqdm import tqdm
+            self.bar = tqdm(total=runs, desc=f"probe {self.n} at {rate:.3f} req/s", unit="run", leave=False,
+                            file=sys.stderr)
+
+    def runs(self, k):
+        if self.bar is not None:
+            self.bar.update(k)
+
+    def done(self, rate, attainment, overloaded, passed):
+        self.close()
+        if self.table:
+            print(f"{self.n:<7d}  {rate:<12.3f}  {attainment:<10.3f}  {'yes' if overloaded else 'no':<12}  "
+                  f"{'pass' if passed else 'FAIL'}", flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _screen_infeasible(plan, model, demand, cat) -> str:
+    """Why the analytic screen gives the plan no capacity (its reason for the plan's instances)."""
+    from dataclasses import replace
+    from .analytic import ScreenOptions, _REASONS, instance_table
+    tps = (plan.tp,) if plan.mode == "colocated" else tuple(sorted({plan.prefill_tp, plan.decode_tp}))
+    opts = replace(ScreenOptions(), gpus=(plan.gpu,), precisions=(plan.precision,), tps=tps, layouts=(plan.layout,))
+    t = instance_table(model, demand, catalog=cat, options=opts).set_index("tp")
+    if plan.mode == "colocated":
+        why = t.loc[plan.tp].refusal or _REASONS.get(int(t.loc[plan.tp].colocated_status), "")
+    else:
+        parts = []
+        for side, tp, col in (("prefill", plan.prefill_tp, "prefill_capacity_req_per_s"),
+                              ("decode", plan.decode_tp, "decode_capacity_req_per_s")):
+            if not t.loc[tp][col] > 0:
+                parts.append(f"{side}: " + (t.loc[tp].refusal or _REASONS.get(int(t.loc[tp].status), "")
+                                            or "no capacity within the targets"))
+        why = "; ".join(parts)
+    return why or "no capacity within the targets"
+
+
+def _capacity_summary(res, screen_why: str = "") -> str:
     """The line under the probes: the estimate, where it comes from, the interval, the analytic ratio."""
     lo, hi = res.bracket
     if not res.probes or not any(p[3] for p in res.probes):
@@ -920,6 +976,8 @@ def _capacity_summary(res) -> str:
                f"probe, {lo:.3f}, and the smallest failing one, {hi:.3f})")
     ci = (f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if math.isfinite(res.ci95[0])
           else "no interval with one seed (use --seeds >= 2)" if res.seeds < 2 else "no interval")
+    if screen_why:
+        return f"{est}; {ci}; the analytic screen finds this plan infeasible ({screen_why}), so there is no ratio"
     return (f"{est}; {ci}; analytic {res.analytic_req_per_s:.3f} req/s, "
             f"analytic / simulated = {_fmt(res.analytic_ratio, '.2f')} "
             f"(simulated / analytic = {_fmt(res.simulated_ratio, '.2f')})")
@@ -951,21 +1009,30 @@ def _cmd_capacity(args):
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
     if args.arrival == "poisson" and args.cv not in (None, 1.0):
         raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
-    res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
-                               horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model,
-                               rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
-                               cv=1.0 if args.cv is None else args.cv)
+    table = args.format == "table"
+    screen_why = _screen_infeasible(plan, model, demand, cat) if not plan.capacity_req_per_s > 0 else ""
+    if table:
+        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
+              f"{args.seeds} seeds x {args.horizon:g} s per probe", flush=True)
+        print(_PROBE_HEAD, flush=True)
+    live = _ProbeProgress(table)
+    try:
+        res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
+                                   horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model,
+                                   rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
+                                   cv=1.0 if args.cv is None else args.cv, on_probe_start=live.start,
+                                   on_runs=live.runs if live.bar_wanted else None, on_probe=live.done)
+    finally:
+        live.close()
     rec = res.to_dict()
     rec["plan"] = plan.describe()
+    rec["analytic_feasible"] = not screen_why
+    rec["analytic_infeasible_reason"] = screen_why or None
+    if not screen_why:
+        rec["null_reasons"]["analytic_infeasible_reason"] = "not applicable: the analytic screen finds the plan feasible"
     notes = list(notes) + _capacity_notes(res)
-    if args.format == "table":
-        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
-              f"{res.seeds} seeds x {res.horizon_s:g} s per probe")
-        rows = [[i + 1, f"{r:.3f}", f"{a:.3f}", "yes" if o else "no", "pass" if p else "FAIL"]
-                for i, (r, a, o, p) in enumerate(res.probes)]
-        from tabulate import tabulate
-        print(tabulate(rows, headers=["probe", "rate req/s", "attainment", "overloaded", "SLO"], disable_numparse=True))
-        print(_capacity_summary(res))
+    if table:
+        print(_capacity_summary(res, screen_why))
         for n in notes:
             print("note: " + n)
     else:

@@ -527,7 +527,8 @@ class CapacityResult:
              "ci95_req_per_s": list(self.ci95),
              "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
              "analytic_req_per_s": self.analytic_req_per_s,
-             "analytic_ratio": self.analytic_ratio, "simulated_ratio": self.simulated_ratio,
+             "analytic_ratio": self.analytic_ratio if self.analytic_req_per_s > 0 else math.nan,
+             "simulated_ratio": self.simulated_ratio,
              "seeds": self.seeds, "horizon_s": self.horizon_s,
              "estimate_method": ("interpolated between the largest passing and the smallest failing probe "
                                  "where the failing criterion crosses its threshold, over all seeds"),
@@ -541,7 +542,8 @@ class CapacityResult:
                 return ("not applicable: one seed gives no interval (use 2 seeds or more)" if self.seeds < 2 else
                         "not applicable: no probe passed, so there is nothing to resample")
             if k == "analytic_ratio":
-                return "infinite: no probed rate passed (simulated capacity 0)"
+                return ("not applicable: the analytic screen finds the plan infeasible (analytic capacity 0)"
+                        if not self.analytic_req_per_s > 0 else "infinite: no probed rate passed (simulated capacity 0)")
             if k == "simulated_ratio":
                 return "not applicable: the analytic screen finds the plan infeasible (analytic capacity 0)"
             return None
@@ -625,7 +627,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
                          catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
                          model: Model | None = None, measure_window=(0.2, 0.8), routing: str = "least-loaded",
                          arrival: str = "poisson", cv: float = 1.0, max_probes: int = 40,
-                         bootstrap: int = 2000) -> CapacityResult:
+                         bootstrap: int = 2000, on_probe_start=None, on_runs=None, on_probe=None) -> CapacityResult:
     """Bisect for the largest rate a plan sustains while passing its SLOs (SPEC §7).
 
     Each probe simulates every seed (``horizon_s`` each) in one parallel batch with common random
@@ -670,6 +672,14 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         may extend the bootstrap below the lowest probe).
     bootstrap : int
         Bootstrap resamples for the interval; 0 skips it.
+    on_probe_start : callable(rate_req_per_s: float, runs: int), optional
+        Called before each probe with its rate and its number of runs (``seeds``).
+    on_runs : callable(n: int), optional
+        Called as runs of the current probe finish, with how many just finished. When given, the
+        seeds of a probe run in batches of as many runs as numba has threads (the results are
+        identical; a large batch balances uneven runs a little better).
+    on_probe : callable(rate_req_per_s: float, attainment: float, overloaded: bool, passed: bool), optional
+        Called after each probe with its entry of ``probes``.
 
     Returns
     -------
@@ -704,9 +714,20 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     probes, mets, meas, overs = [], [], [], []
 
     def _run_probe(rate):
-        ms = simulate_batch([sp], crn.at(rate), horizon_s=horizon_s, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                            max_context_tokens=model.max_context_tokens, routing=routing,
-                            measure_window=measure_window)
+        wls = crn.at(rate)
+        if on_probe_start is not None:
+            on_probe_start(float(rate), len(wls))
+        step = len(wls)
+        if on_runs is not None:
+            import numba
+            step = max(1, int(numba.get_num_threads()))
+        ms = []
+        for k in range(0, len(wls), step):
+            ms += simulate_batch([sp], wls[k:k + step], horizon_s=horizon_s, ttft_slo_s=slo.ttft_s,
+                                 tpot_slo_s=slo.tpot_s, max_context_tokens=model.max_context_tokens, routing=routing,
+                                 measure_window=measure_window)
+            if on_runs is not None:
+                on_runs(len(wls[k:k + step]))
         met = np.array([m.attainment * m.measured if m.measured else 0.0 for m in ms])
         mea = np.array([float(m.measured) for m in ms])
         over = np.array([[m.queue_slope_req_per_s, m.arrival_rate_req_per_s, float(m.overloaded)] for m in ms])
@@ -715,6 +736,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         passed = bool(pooled >= slo.attainment and not pooled_over)
         probes.append((float(rate), pooled, pooled_over, passed))
         mets.append(met), meas.append(mea), overs.append(over)
+        if on_probe is not None:
+            on_probe(*probes[-1])
         return passed
 
     for _ in range(max_probes):

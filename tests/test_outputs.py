@@ -243,3 +243,79 @@ def test_capacity_estimate_outside_its_interval_is_explained():
     assert note.startswith("the estimate 10.500 req/s lies outside the 95% interval 10.600 - 10.900: both come "
                            "from the same estimator")
     assert strict(res.to_dict())["estimate_in_ci"] is False
+
+
+# ---- 5. capacity shows its probes as they finish ------------------------------------------------
+
+CAP = ("capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
+       "--seeds", "2", "--horizon", "120", "--tol", "0.1")
+
+
+def test_capacity_prints_each_probe_as_it_finishes(capsys, monkeypatch):
+    import fastsim.search as S
+    seen = []
+    real = S.max_sustainable_rate
+
+    def spy(*a, on_probe=None, **kw):
+        def on(*p):
+            on_probe(*p)
+            seen.append(capsys.readouterr().out)      # what the terminal shows when the probe ends
+        return real(*a, on_probe=on, **kw)
+    monkeypatch.setattr(S, "max_sustainable_rate", spy)
+    rc, out, _ = run(capsys, *CAP)
+    assert rc == 0 and len(seen) == 4
+    assert seen[0].splitlines()[-1].split() == ["1", "16.572", "0.027", "yes", "FAIL"]
+    assert seen[1].split() == ["2", "13.258", "0.967", "no", "pass"]
+    assert out.startswith("max sustainable rate: 14.121 req/s")
+
+
+def test_capacity_bar_per_probe_on_a_terminal_only(capsys, monkeypatch):
+    rc, _, err = run(capsys, *CAP)
+    assert rc == 0 and "probe 1 at" not in err
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    rc, out, err = run(capsys, *CAP)
+    assert rc == 0
+    assert "probe 1 at 16.572 req/s" in err and "probe 4 at 14.086 req/s" in err and "0/2 [" in err
+    assert " at 16.572 req/s" not in out                              # bars go to stderr, never stdout
+
+
+def test_capacity_runs_in_batches_give_the_same_probes():
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    from fastsim.search import SLO, max_sustainable_rate
+    cat = default_catalog()
+    s = cat.scenario("chat")
+    plan = plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=1)
+    kw = dict(seeds=4, horizon_s=120.0, rel_tol=0.1)
+    counts = []
+    one = max_sustainable_rate(plan, s, SLO(s.ttft_s, s.tpot_s), **kw)
+    batched = max_sustainable_rate(plan, s, SLO(s.ttft_s, s.tpot_s), on_runs=counts.append, **kw)
+    assert batched.probes == one.probes and batched.ci95 == one.ci95
+    assert sum(counts) == 4 * len(one.probes)
+
+
+def test_capacity_of_a_plan_the_screen_calls_infeasible(capsys):
+    argv = ("capacity", "--scenario", "chat", "--gpu", "H100", "--precision", "BF16", "--tp", "4", "--instances", "1",
+            "--tpot", "0.02", "--seeds", "2", "--horizon", "120", "--tol", "0.1")
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0
+    summary = next(ln for ln in out.splitlines() if ln.startswith("max sustainable rate"))
+    assert summary.endswith("the analytic screen finds this plan infeasible (no batch meets the TPOT target), "
+                            "so there is no ratio")
+    assert "nan" not in out and "analytic 0.000" not in out
+    rc, out, _ = run(capsys, *argv, "--format", "json")
+    res = strict_loads(out)
+    assert res["analytic_feasible"] is False
+    assert res["analytic_infeasible_reason"] == "no batch meets the TPOT target"
+    assert res["simulated_ratio"] is None and res["analytic_ratio"] is None
+    assert res["null_reasons"]["simulated_ratio"].startswith("not applicable: the analytic screen finds")
+
+
+def test_capacity_csv_probes_column_is_json(capsys):
+    import csv
+    import io
+    rc, out, _ = run(capsys, *CAP, "--format", "csv")
+    (row,) = list(csv.DictReader(io.StringIO(out)))
+    probes = strict_loads(row["probes"])
+    assert [round(p["rate_req_per_s"], 3) for p in probes] == [16.572, 13.258, 14.915, 14.086]
+    assert probes[1]["passed"] is True and strict_loads(row["bracket_req_per_s"])[0] == probes[3]["rate_req_per_s"]
