@@ -384,18 +384,21 @@ class Plan:
         return replace(self, instances=self.instances if instances is None else int(instances))
 
     def describe(self) -> str:
-        """A short human label.
+        """A short human label that names the instances and the GPUs separately.
 
         Returns
         -------
         str
-            E.g. ``2 x B200 FP8 colocated TP1 x 2``.
+            E.g. ``B200 FP8 colocated, 2 instances of TP1 (2 GPUs)`` or ``H200 FP8
+            disaggregated, prefill 3 instances of TP1 + decode 1 instance of TP4 (7 GPUs)``.
         """
+        def inst(n, tp):
+            return f"{n} instance{'s' if n != 1 else ''} of {self.label(tp)}"
+        gpus = f"({self.gpus} GPU{'s' if self.gpus != 1 else ''})"
         if self.mode == "disaggregated":
-            return (f"{self.gpus} x {self.gpu} {self.precision} disaggregated: "
-                    f"prefill {self.label(self.prefill_tp)} x {self.prefill_instances} + "
-                    f"decode {self.label(self.decode_tp)} x {self.decode_instances}")
-        return f"{self.gpus} x {self.gpu} {self.precision} colocated {self.label(self.tp)} x {self.instances}"
+            return (f"{self.gpu} {self.precision} disaggregated, prefill {inst(self.prefill_instances, self.prefill_tp)}"
+                    f" + decode {inst(self.decode_instances, self.decode_tp)} {gpus}")
+        return f"{self.gpu} {self.precision} colocated, {inst(self.instances, self.tp)} {gpus}"
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for JSON).

@@ -116,6 +116,16 @@ def _add_arrival_args(sp):
     sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
 
 
+#: ``fastsim simulate --help``: what its columns mean.
+SIMULATE_DESCRIPTION = (
+    "Simulate one plan at one rate. Measured requests: those arriving in the middle 60% of the arrival "
+    "time span (from 20% to 80% of the horizon, or of a trace's duration). Per instance: busy fraction = "
+    "share of the horizon in which the instance runs a step (it runs one whenever it holds any request, so "
+    "1.00 at moderate load); utilisation = accepted requests routed to the instance per second / its "
+    "analytic capacity (0.60 at 60% load; above 1, more than the screen says it can serve within the SLOs). "
+    "inf: a percentile past the requests that never got that token; n/a: no such value.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command.
 
@@ -152,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="screen latency with mean lengths instead of P90 (to show why one should not)")
     sp.set_defaults(func=_cmd_plan)
 
-    sp = sub.add_parser("simulate", help="simulate one plan at one rate")
+    sp = sub.add_parser("simulate", help="simulate one plan at one rate", description=SIMULATE_DESCRIPTION)
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
@@ -243,7 +253,7 @@ def _resolve_workload(args, cat):
     horizon = getattr(args, "horizon", None)
     if horizon is not None and horizon < 300.0 and not args.trace:
         notes.append(f"--horizon {horizon:g} s is short: an overloaded system can look stable for minutes "
-                     "(lecture §2.3, lesson three); 600 s is the default")
+                     "(its backlog grows slowly at first, so a short run can miss it); 600 s is the default")
     if args.trace:
         if not args.model:
             raise FastsimInputError("--model", None, "a model name or config.json path (required with --trace)")
@@ -372,7 +382,8 @@ def _cmd_plan(args):
                f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
                if not args.mean_lengths else
                f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
-               f"{d.mean_output_tokens:,.0f} tokens), not P90: see lecture §2.3 lesson one"))
+               f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
+               "selects plans whose longer requests miss it, whatever their size"))
     if args.format == "table":
         print(head)
     _emit(args, records, rows, headers, report.notes, key="plans")
@@ -499,7 +510,8 @@ def _ledger_reason(k, v):
 def _whatif_reason(k, v):
     """``explain`` of the what-if studies' null fields."""
     if k.startswith("lecture_"):
-        return "not applicable: the reference lecture prints no figure for this setting"
+        return ("not applicable: lecture 16 of the course fastsim reproduces prints no figure for this setting "
+                "(see docs/REPRODUCTION.md)")
     return None
 
 
@@ -818,6 +830,31 @@ def _legend(kind, rows, labels):
     return out
 
 
+def _utilisation(result, plan, horizon_s):
+    """Per instance: accepted requests routed to it per second / its analytic capacity (NaN at capacity 0).
+
+    Prefill instances first for a disaggregated plan, each against the screen's prefill capacity,
+    then decode instances against the decode capacity. 0.6 at 60% of the analytic capacity; above 1
+    the instance gets more traffic than the screen says it can serve within the SLOs.
+    """
+    import numpy as np
+    from .sim.records import REQ_REJECTED
+    ok = result.status != REQ_REJECTED
+    if plan.mode == "colocated":
+        counts = np.bincount(result.instance[ok], minlength=plan.instances)[:plan.instances]
+        caps = np.full(plan.instances, plan.instance_capacity_req_per_s)
+    else:
+        npf, nd = plan.prefill_instances, plan.decode_instances
+        dec = result.decode_instance[ok]
+        counts = np.concatenate([np.bincount(result.instance[ok], minlength=npf)[:npf],
+                                 np.bincount(dec[dec >= 0] - npf, minlength=nd)[:nd]])
+        caps = np.concatenate([np.full(npf, plan.prefill_capacity_req_per_s),
+                               np.full(nd, plan.decode_capacity_req_per_s)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(caps > 0, counts / horizon_s / np.where(caps > 0, caps, 1.0), np.nan)
+    return [float(x) for x in u]
+
+
 def _sim_reason(rec):
     """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record."""
     from ._output import percentile_reason
@@ -825,6 +862,8 @@ def _sim_reason(rec):
     def explain(k, v):
         if k.startswith(("ttft_p", "tpot_p")):
             return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
+        if k == "utilisation":
+            return "not applicable: the analytic screen gives the instance no capacity to compare with"
         if k == "mean_batch":
             idle = [i for i, x in enumerate(v) if not math.isfinite(x)]
             return "not applicable for instance " + ", ".join(map(str, idle)) + ": it ran no step"
@@ -867,7 +906,8 @@ def _cmd_simulate(args):
                "ttft_p99_s": m.ttft_p99_s, "tpot_p50_s": m.tpot_p50_s, "tpot_p90_s": m.tpot_p90_s,
                "tpot_p99_s": m.tpot_p99_s, "throughput_tokens_per_s": m.throughput_tokens_per_s,
                "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
-               "utilisation": [float(x) for x in m.utilisation], "mean_batch": [float(x) for x in m.mean_batch],
+               "busy_fraction": [float(x) for x in m.utilisation],
+               "utilisation": _utilisation(r, plan, horizon), "mean_batch": [float(x) for x in m.mean_batch],
                "passed": bool(m.attainment >= 0.9 and not m.overloaded)}
         rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
         records.append(rec)
@@ -875,7 +915,8 @@ def _cmd_simulate(args):
              _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),
              _fmt(r["tpot_p90_s"] * 1e3, ".1f"),
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
-             "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["utilisation"]),
+             "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["busy_fraction"]),
+             " ".join(_fmt(u, ".2f") for u in r["utilisation"]),
              "pass" if r["passed"] else "FAIL"] for r in records]
     if len(results) > 1:
         # the verdict over all seeds together, as `plan` and `capacity` judge a plan
@@ -889,12 +930,13 @@ def _cmd_simulate(args):
         records.append(pooled)
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
                      "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
-                     sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "",
+                     sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
                      "pass" if v.passed else "FAIL"])
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
-               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "SLO"]
+               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
+               "SLO"]
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")

@@ -1750,10 +1750,14 @@ def _inst_label(r, tp) -> str:
 
 
 def _describe_row(r) -> str:
+    """A row's plan label, as :meth:`fastsim.analytic.Plan.describe` writes it."""
+    def inst(n, tp):
+        return f"{n} instance{'s' if n != 1 else ''} of {_inst_label(r, tp)}"
+    gpus = f"({r['gpus']} GPU{'s' if r['gpus'] != 1 else ''})"
     if r["mode"] == "disaggregated":
-        return (f"{r['gpus']} x {r['gpu']} {r['precision']} P:{_inst_label(r, r['prefill_tp'])}x{r['prefill_instances']} "
-                f"D:{_inst_label(r, r['decode_tp'])}x{r['decode_instances']}")
-    return f"{r['gpus']} x {r['gpu']} {r['precision']} {_inst_label(r, r['tp'])} x {r['instances']}"
+        return (f"{r['gpu']} {r['precision']} disaggregated, prefill {inst(r['prefill_instances'], r['prefill_tp'])}"
+                f" + decode {inst(r['decode_instances'], r['decode_tp'])} {gpus}")
+    return f"{r['gpu']} {r['precision']} colocated, {inst(r['instances'], r['tp'])} {gpus}"
 
 
 # ---------------------------------------------------------------------------------------------

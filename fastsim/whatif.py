@@ -43,6 +43,11 @@ __all__ = ["STUDIES", "LECTURE", "simulator_available", "tpot_study", "fp8_study
 STUDIES = ("tpot", "fp8", "prices", "model-size", "traffic")
 
 #: The figures lecture 16 §2.4 prints (US dollars per million output tokens unless named).
+#: What the ``lecture`` columns are, for readers who have not seen it.
+LECTURE_NOTE = ("lecture columns: the figures printed by lecture 16 ('wrap-up and deployment planner') of the "
+                "LLM-systems course whose planner fastsim reproduces; n/a where it prints none; "
+                "docs/REPRODUCTION.md sets every one beside fastsim's")
+
 LECTURE = {
     "tpot": {100.0: (0.444, ""), 50.0: (0.444, ""), 25.0: (0.444, ""), 15.0: (0.444, "TP2"),
              10.0: (1.011, "H200 FP8 disaggregated: prefill TP1 x 3 + decode TP4 x 1")},
@@ -532,7 +537,10 @@ def format_study(df: pd.DataFrame) -> str:
             for _, r in df.iterrows()]
     head = f"what-if: {_TITLES[study]}; " + ("plans verified and repaired in simulation" if verified
                                              else "analytic screen, not verified in simulation")
-    return head + "\n" + tabulate(rows, headers=[h for h, _, _ in spec], disable_numparse=True)
+    text = head + "\n" + tabulate(rows, headers=[h for h, _, _ in spec], disable_numparse=True)
+    if any(c.startswith("lecture_") for _, c, _ in spec):
+        text += "\nnote: " + LECTURE_NOTE
+    return text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -587,7 +595,7 @@ def plot_tpot_study(df: pd.DataFrame, path) -> str:
     fig, ax = _figure()
     x = np.arange(len(df))
     ax.bar(x, _finite(df.usd_per_million_output_tokens), color="tab:blue", label="fastsim")
-    ax.plot(x, df.lecture_usd_per_million_output_tokens, "k_", markersize=30, mew=2, label="lecture")
+    ax.plot(x, df.lecture_usd_per_million_output_tokens, "k_", markersize=30, mew=2, label="lecture 16 (published)")
     for i, (c, lay, g, pr, m) in enumerate(zip(df.usd_per_million_output_tokens, df.layout, df.gpu,
                                                df.precision, df["mode"])):
         if math.isfinite(c):
@@ -624,7 +632,7 @@ def plot_fp8_study(df: pd.DataFrame, path) -> str:
     ax.bar(x - 0.2, _finite(df.fp8_usd_per_million_output_tokens), 0.4, label="FP8 allowed")
     ax.bar(x + 0.2, _finite(df.bf16_usd_per_million_output_tokens), 0.4, label="BF16 only")
     for i, (r, lr, h) in enumerate(zip(df.cost_ratio, df.lecture_cost_ratio, df.bf16_usd_per_million_output_tokens)):
-        ax.annotate(f"{r:.2f}x (lecture {lr:.2f}x)", (i + 0.2, h), ha="center", va="bottom", fontsize=7)
+        ax.annotate(f"{r:.2f}x (lecture 16: {lr:.2f}x)", (i + 0.2, h), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, list(df.scenario))
     ax.set_ylabel("$ per million output tokens")
     return _save(fig, ax, path, "FP8 forbidden", v)
@@ -717,7 +725,7 @@ def plot_model_size_study(df: pd.DataFrame, path) -> str:
     fig, ax = _figure()
     x = np.arange(len(df))
     ax.bar(x, _finite(df.usd_per_million_output_tokens), color="tab:blue", label="fastsim")
-    ax.plot(x, df.lecture_usd_per_million_output_tokens, "k_", markersize=30, mew=2, label="lecture")
+    ax.plot(x, df.lecture_usd_per_million_output_tokens, "k_", markersize=30, mew=2, label="lecture 16 (published)")
     for i, (c, lay, g, pr) in enumerate(zip(df.usd_per_million_output_tokens, df.layout, df.gpu, df.precision)):
         if math.isfinite(c):
             ax.annotate(f"{g} {pr} {lay}", (i, c), ha="center", va="bottom", fontsize=7)
@@ -752,8 +760,8 @@ def plot_traffic_study(df: pd.DataFrame, path) -> str:
     r = df.rate_req_per_s
     ax.plot(r, _finite(df.usd_per_million_output_tokens), "o-", label="integer cost")
     ax.plot(r, _finite(df.efficiency_usd_per_million_output_tokens), "s--", label="efficiency cost")
-    ax.plot(r, df.lecture_usd_per_million_output_tokens, "kx", label="lecture, integer")
-    ax.plot(r, df.lecture_efficiency_usd_per_million_output_tokens, "k+", label="lecture, efficiency")
+    ax.plot(r, df.lecture_usd_per_million_output_tokens, "kx", label="lecture 16, integer")
+    ax.plot(r, df.lecture_efficiency_usd_per_million_output_tokens, "k+", label="lecture 16, efficiency")
     ax.set_xscale("log")
     ax.set_xlabel("target rate (req/s)")
     ax.set_ylabel("$ per million output tokens")

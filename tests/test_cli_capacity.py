@@ -26,7 +26,7 @@ def test_capacity_from_plan_json(capsys, tmp_path):
                "--tol", "0.05"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "2 x B200 FP8 colocated TP1 x 2" in out and "max sustainable rate" in out
+    assert "B200 FP8 colocated, 2 instances of TP1 (2 GPUs)" in out and "max sustainable rate" in out
 
 
 def _rc(argv):

@@ -161,7 +161,8 @@ def test_from_plan_reads_the_plan_object(capsys, tmp_path):
                        "--horizon", "30", "--format", "json")
     assert rc == 0, err
     second = strict_loads(f.read_text())["plans"][1]
-    assert strict_loads(out)["runs"][0]["plan"].startswith(f"{second['gpus']} x {second['gpu']}")
+    assert strict_loads(out)["runs"][0]["plan"].startswith(f"{second['gpu']} {second['precision']} colocated, ")
+    assert strict_loads(out)["runs"][0]["plan"].endswith(f"({second['gpus']} GPUs)")
 
 
 # ---- 3. inf and n/a ------------------------------------------------------------------------------
@@ -319,3 +320,68 @@ def test_capacity_csv_probes_column_is_json(capsys):
     probes = strict_loads(row["probes"])
     assert [round(p["rate_req_per_s"], 3) for p in probes] == [16.572, 13.258, 14.915, 14.086]
     assert probes[1]["passed"] is True and strict_loads(row["bracket_req_per_s"])[0] == probes[3]["rate_req_per_s"]
+
+
+# ---- 6. labels ------------------------------------------------------------------------------------
+
+def test_busy_fraction_and_utilisation_of_the_chat_plan_at_60_percent_load(capsys):
+    """Chat: 20 req/s on 2 x B200 FP8 TP1 (analytic capacity 33.1 req/s, 60% load)."""
+    rc, out, _ = run(capsys, *SIM, "--format", "json")
+    assert rc == 0
+    (rec,) = strict_loads(out)["runs"]
+    assert [round(x, 2) for x in rec["busy_fraction"]] == [1.0, 1.0]
+    assert [round(x, 2) for x in rec["utilisation"]] == [0.59, 0.61]
+    rc, out, _ = run(capsys, *SIM)
+    head = out.splitlines()[1].split()
+    assert "utilisation" in head and out.splitlines()[1].count("busy fraction") == 1
+    assert out.splitlines()[3].split()[-5:] == ["1.00", "1.00", "0.59", "0.61", "pass"]
+
+
+def test_busy_fraction_and_utilisation_are_defined_in_help_and_readme(capsys):
+    from pathlib import Path
+    rc, out, _ = run(capsys, "simulate", "--help")
+    text = " ".join(out.split())
+    assert "busy fraction = share of the horizon in which the instance runs a step" in text
+    assert "utilisation = accepted requests routed to the instance per second / its analytic capacity" in text
+    assert "arriving in the middle 60% of the arrival time span" in text
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "busy fraction: the share of the horizon in which the instance runs a step" in readme
+    assert ("utilisation: accepted requests routed to the instance per second divided by its analytic capacity"
+            in readme)
+    assert "those arriving in the middle 60% of the arrival time span" in readme
+    assert "middle 60% of arrivals" not in readme
+
+
+def test_measured_window_is_the_middle_of_the_time_span(capsys):
+    """azure-code: 6,102 of its 8,819 requests arrive in the middle 60% of its time span."""
+    rc, out, _ = run(capsys, "simulate", "--trace", "azure-code", "--model", "llama-3.1-70b", "--ttft", "2",
+                     "--tpot", "0.1", "--gpu", "B200", "--precision", "FP8", "--instances", "2", "--format", "json")
+    assert rc == 0
+    (rec,) = strict_loads(out)["runs"]
+    assert (rec["requests"], rec["measured"]) == (8819, 6102)
+
+
+def test_plan_label_names_instances_and_gpus_apart():
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    cat = default_catalog()
+    s = cat.scenario("chat")
+    d = Demand.from_scenario(s)
+    assert plan_for(s.model, d, gpu="B200", precision="FP8", tp=1, instances=2).describe() == \
+        "B200 FP8 colocated, 2 instances of TP1 (2 GPUs)"
+    assert plan_for(s.model, d, gpu="H100", precision="FP8", tp=2, instances=1).describe() == \
+        "H100 FP8 colocated, 1 instance of TP2 (2 GPUs)"
+    dis = plan_for(s.model, d, gpu="H200", precision="FP8", mode="disaggregated", prefill_tp=1, decode_tp=4,
+                   prefill_instances=3, decode_instances=1)
+    assert dis.describe() == "H200 FP8 disaggregated, prefill 3 instances of TP1 + decode 1 instance of TP4 (7 GPUs)"
+
+
+def test_lecture_is_explained_where_it_is_cited(capsys):
+    rc, out, _ = run(capsys, "whatif", "--no-verify", "--study", "tpot")
+    assert rc == 0
+    assert ("note: lecture columns: the figures printed by lecture 16 ('wrap-up and deployment planner') of the "
+            "LLM-systems course whose planner fastsim reproduces") in out
+    rc, out, _ = run(capsys, "simulate", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--horizon", "30")
+    assert "lecture" not in out
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--mean-lengths")
+    assert "lecture" not in out and "selects plans whose longer requests miss it" in out

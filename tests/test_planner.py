@@ -53,7 +53,7 @@ def test_ranked_by_verified_cost(chat_report):
 def test_json_format_fields(capsys):
     rc = main(["plan", "--scenario", "chat", "--top-k", "2", "--seeds", "2", "--horizon", "300", "--format", "json"])
     assert rc == 0
-    plans = json.loads(capsys.readouterr().out)
+    plans = json.loads(capsys.readouterr().out)["plans"]
     assert len(plans) == 2
     for p in plans:
         for key in ("gpu", "precision", "mode", "gpus", "usd_per_million_output_tokens",
@@ -98,7 +98,7 @@ def test_trace_rate_rescaling_moves_the_plan(capsys):
                "--rate", "12", "--no-verify", "--format", "json", "--top-k", "1"])
     assert rc == 0
     out = capsys.readouterr()
-    plan = json.loads(out.out)[0]
+    plan = json.loads(out.out)["plans"][0]
     assert plan["capacity_req_per_s"] >= 12
     assert "8,819 requests" in out.err
 
@@ -114,8 +114,10 @@ def test_mooncake_reports_requests_over_context(tmp_path, capsys):
     out = capsys.readouterr()
     assert "5,570 requests exceed llama-8k's context of 8,192 tokens" in out.err
     # 46% of the requests can never be served: no plan can meet a P90 SLO, and the planner says why
-    assert json.loads(out.out) == []
+    doc = json.loads(out.out)
+    assert doc["plans"] == []
     assert "longer than llama-8k's context" in out.err
+    assert any("longer than llama-8k's context" in n for n in doc["notes"])
     rc = main(["plan", "--trace", MOONCAKE, "--model", "llama-3.1-70b", "--ttft", "2", "--tpot", "0.05",
                "--no-verify", "--top-k", "1"])
     assert rc == 0
