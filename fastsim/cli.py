@@ -76,10 +76,47 @@ def _add_workload(sp, require_slo=False):
     src = sp.add_mutually_exclusive_group()
     src.add_argument("--scenario", help="built-in or catalog scenario (chat, coding-agent, offline-batch, low-latency-8b)")
     src.add_argument("--trace", help="azure-conv, azure-code, or a path to an Azure CSV / Mooncake JSONL trace")
+    _add_trace_reading(sp)
     sp.add_argument("--model", help="catalog model name or path to a Hugging Face config.json")
     sp.add_argument("--rate", type=_positive("--rate"), help="target rate in req/s (rescales a trace's time axis)")
     sp.add_argument("--ttft", type=_positive("--ttft"), help="P90 TTFT target in seconds")
     sp.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
+
+
+def _add_trace_reading(sp):
+    """--time-unit and --skip-invalid: how a trace file is read."""
+    sp.add_argument("--time-unit", choices=("s", "ms"),
+                    help="unit of a trace file's numeric timestamps (default: ms for Mooncake JSONL, s for CSV; "
+                         "date-time CSV timestamps need none); a warning names an implausible implied rate")
+    sp.add_argument("--skip-invalid", action="store_true",
+                    help="drop trace rows with prompt or output tokens below 1 (failed requests) and say how many "
+                         "and why, instead of refusing the file at the first such row")
+
+
+def _read_trace(args, name):
+    """(workload, notes): a trace read with --time-unit / --skip-invalid, its drops and rate warning noted."""
+    from . import workload as W
+    wl = W.read_trace(name, time_unit=getattr(args, "time_unit", None),
+                      skip_invalid=getattr(args, "skip_invalid", False))
+    return wl, _trace_notes(wl)
+
+
+def _trace_notes(wl):
+    """Notes on how a trace was read: rows dropped by --skip-invalid, a rate that suggests the wrong unit."""
+    notes = []
+    if wl.dropped:
+        kinds = {}
+        for line, why in wl.dropped:
+            for part in why.split(", "):
+                kinds.setdefault(part, []).append(line)
+        notes.append(f"trace {wl.name}: --skip-invalid dropped {len(wl.dropped):,} rows: " + "; ".join(
+            f"{len(lines):,} with {what} (first at line {lines[0]})" for what, lines in kinds.items()))
+    from .workload import trace_rate_warning
+    warn = trace_rate_warning(wl)
+    if warn:
+        print("warning: " + warn, file=sys.stderr)
+        notes.append("warning: " + warn)
+    return notes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -261,7 +298,8 @@ def _resolve_workload(args, cat):
             if v is None:
                 raise FastsimInputError(flag, None, "a P90 target in seconds (required with --trace)")
         model = cat.model(args.model)
-        wl = W.read_trace(args.trace)
+        wl, read_notes = _read_trace(args, args.trace)
+        notes.extend(read_notes)
         if wl.n < 2 or not wl.duration_s > 0:
             raise FastsimInputError("--trace", args.trace, "a trace with at least two requests at distinct "
                                     f"times (it has {wl.n}), so that it has a rate")
@@ -275,6 +313,9 @@ def _resolve_workload(args, cat):
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,
                                      ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
         return model, demand, wl, notes
+    if (getattr(args, "time_unit", None) or getattr(args, "skip_invalid", False)) \
+            and not str(getattr(args, "lengths", "")).startswith("trace:"):
+        notes.append("--time-unit and --skip-invalid apply to trace files only: not used with a scenario")
     scen = cat.scenario(args.scenario or "chat")
     model = cat.model(args.model or scen.model)
     demand = Demand.from_scenario(scen, rate_req_per_s=args.rate, ttft_s=args.ttft, tpot_s=args.tpot,
@@ -642,6 +683,7 @@ def _add_sweep_command(sub):
                          "prefill_tp, decode_tp, chunk_tokens, max_batch, instances, prefill_instances, decode_instances, "
                          "scenario, trace, rate_req_per_s, ttft_s, tpot_s, price")
     _add_common(sp)
+    _add_trace_reading(sp)
     sp.add_argument("--verify", choices=("none", "top-k-per-scenario", "all"),
                     help="points to simulate (default none, or the grid file's)")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), help="points per scenario group for top-k-per-scenario (default 3)")
@@ -771,7 +813,8 @@ def _synthetic_workloads(args, scenario, rate):
     seeds = W.seeds_for(args.seed, args.seeds)
     kind = args.lengths
     if kind.startswith("trace:"):
-        trace = W.read_trace(kind[len("trace:"):])
+        trace, read_notes = _read_trace(args, kind[len("trace:"):])
+        args._lengths_notes = read_notes
         return [W.synthesize_from_trace(trace, rate, args.horizon, s, arrival=args.arrival, cv=cv) for s in seeds]
     if kind == "fixed":
         scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
@@ -891,6 +934,7 @@ def _cmd_simulate(args):
         args.seeds = 1 if args.seeds is None else args.seeds
         args.horizon = 600.0 if args.horizon is None else args.horizon
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
+        notes = list(notes) + getattr(args, "_lengths_notes", [])
         horizon = args.horizon
     sp = sim_plan(plan, cat, model=model)
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,

@@ -360,7 +360,7 @@ def _canon(value) -> str:
     return str(value)
 
 
-def _resolve_source(kind: str, v, catalog: Catalog, cache: dict) -> _Source:
+def _resolve_source(kind: str, v, catalog: Catalog, cache: dict, read_trace=None) -> _Source:
     from . import workload as W
     from .analytic import Demand
     if not isinstance(v, str) or not v.strip():
@@ -370,7 +370,7 @@ def _resolve_source(kind: str, v, catalog: Catalog, cache: dict) -> _Source:
         d = Demand.from_scenario(s)
         return _Source(s.name, "scenario", s, s.model, s.rate_req_per_s, s.ttft_s, s.tpot_s,
                        (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens))
-    wl = cache.get(v) or W.read_trace(v)
+    wl = cache.get(v) or (read_trace or W.read_trace)(v)
     cache[v] = wl
     if wl.n < 2 or not (wl.duration_s > 0):
         raise FastsimInputError("axis trace", v, "a trace with at least two distinct arrival times")
@@ -380,7 +380,7 @@ def _resolve_source(kind: str, v, catalog: Catalog, cache: dict) -> _Source:
                    (float(p.mean()), float(o.mean()), float(np.quantile(p, 0.9)), float(np.quantile(o, 0.9))))
 
 
-def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
+def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None) -> SweepGrid:
     """Validate a mapping of axes and resolve it against a catalog, before any work starts.
 
     Parameters
@@ -401,6 +401,9 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
         point's GPU) or a table ``{GPU = USD}``. Defaults: the catalog's default GPUs
         (H100, H200, B200), every precision, both modes, TP 1, 2, 4, 8, scenario ``chat``.
     catalog : Catalog, optional
+    read_trace : callable(str) -> Workload, optional
+        Reads a ``trace`` axis value; default :func:`fastsim.workload.read_trace` with its
+        defaults (``fastsim sweep --time-unit / --skip-invalid`` pass their own).
 
     Returns
     -------
@@ -475,7 +478,7 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None) -> SweepGrid:
         out[name] = tuple(_int_value(name, v, 1, auto=True) for v in raw[name]) if name in raw else ("",)
     kind = "trace" if "trace" in raw else "scenario"
     cache: dict = {}
-    sources = tuple(_resolve_source(kind, v, catalog, cache) for v in raw.get(kind, ["chat"]))
+    sources = tuple(_resolve_source(kind, v, catalog, cache, read_trace) for v in raw.get(kind, ["chat"]))
     out["scenario"] = tuple(s.label for s in sources)
     out["trace"] = ("",)
     for name in ("rate_req_per_s", "ttft_s", "tpot_s"):
@@ -1786,14 +1789,23 @@ def cli_sweep(args) -> int:
     """
     import sys
     from .cli import _catalog, _fmt
+    from .cli import _trace_notes
+    from .workload import read_trace
     cat = _catalog(args)
+    read_notes = []
+
+    def reader(name):
+        wl = read_trace(name, time_unit=getattr(args, "time_unit", None),
+                        skip_invalid=getattr(args, "skip_invalid", False))
+        read_notes.extend(_trace_notes(wl))
+        return wl
     axes, file_settings = load_grid(args.grid) if args.grid else ({}, {})
     for text in args.axis:
         name, values = parse_axis(text)
         axes[name] = values
         if name in ("scenario", "trace"):
             axes.pop("trace" if name == "scenario" else "scenario", None)
-    grid = make_grid(axes, cat)
+    grid = make_grid(axes, cat, read_trace=reader)
     kw = dict(file_settings)
     for flag, key in (("verify", "verify"), ("top_k", "top_k"), ("seeds", "seeds"), ("horizon", "horizon_s"),
                       ("seed", "seed")):
@@ -1820,9 +1832,10 @@ def cli_sweep(args) -> int:
             plot_note += (f" (the first {max_plots} in grid order; --plot-max N for more, or plot selected rows "
                           "with fastsim.sweep.plot_sweep)")
     if args.format != "table" and not args.out:
-        notes = [plot_note] if plot_note else []
+        notes = read_notes + ([plot_note] if plot_note else [])
         for n in notes:
-            print("note: " + n, file=sys.stderr)
+            if not n.startswith("warning: "):       # warnings are on stderr already
+                print("note: " + n, file=sys.stderr)
         if args.format == "json":
             # as every other command: one object with the rows and the notes; full precision,
             # NaN / inf / missing as null with the row's null_reasons
@@ -1864,6 +1877,8 @@ def cli_sweep(args) -> int:
     if "inf" in cells:
         print("note: inf = infinite: more than 10% of the measured requests never got that token (P90), or no "
               "capacity probe failed (sim max req/s)")
+    for note in read_notes:
+        print("note: " + note)
     if args.out:
         print(f"note: wrote {n:,} rows to {args.out}")
     if plot_note:

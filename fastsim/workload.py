@@ -41,7 +41,7 @@ from .errors import FastsimInputError, require_positive
 
 __all__ = [
     "Workload", "UnitDraws", "BUILTIN_TRACES", "DRAW_BLOCK",
-    "read_trace", "unit_draws", "seeds_for", "synthesize", "synthesize_many",
+    "read_trace", "trace_rate_warning", "PLAUSIBLE_RATE_REQ_PER_S", "unit_draws", "seeds_for", "synthesize", "synthesize_many",
     "synthesize_from_trace", "scenario_workload", "length_quantiles", "length_means",
 ]
 
@@ -105,6 +105,11 @@ class Workload:
     horizon_s : float, optional
         End of the arrival window ``[0, horizon_s]`` in seconds. Defaults to the last arrival
         (traces); a synthetic workload records the horizon it was drawn over.
+    time_unit : {"s", "ms"} or None, optional
+        The unit a trace's numeric timestamps were read in (None: date-times, or not a trace).
+    dropped : tuple of (int, str), optional
+        Rows of the trace file that :func:`read_trace` dropped with ``skip_invalid``: (line
+        number, why), in file order.
 
     Raises
     ------
@@ -124,6 +129,8 @@ class Workload:
     output_tokens: np.ndarray
     source: str = ""
     horizon_s: float | None = field(default=None)
+    time_unit: str | None = None
+    dropped: tuple = ()
 
     def __post_init__(self):
         arr = _readonly(self.arrival_s, np.float64)
@@ -324,7 +331,8 @@ class Workload:
                                     "a workload whose arrival window is longer than 0 s")
         k = old / rate
         return Workload(self.name, self.arrival_s * k, self.prompt_tokens, self.output_tokens,
-                        f"{self.source}; time axis x {k:.6g} to {rate:g} req/s", self.horizon_s * k)
+                        f"{self.source}; time axis x {k:.6g} to {rate:g} req/s", self.horizon_s * k,
+                        self.time_unit, self.dropped)
 
     def summary(self) -> dict:
         """Headline figures: n, duration, mean rate, inter-arrival CV, length mean/P50/P90/P99/max.
@@ -368,7 +376,7 @@ def _check_q(q) -> float:
 # Trace readers
 # --------------------------------------------------------------------------------------------
 
-def read_trace(name_or_path) -> Workload:
+def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool = False) -> Workload:
     """Read a request trace: a built-in name, an Azure-format CSV or a Mooncake JSONL file.
 
     Parameters
@@ -380,12 +388,21 @@ def read_trace(name_or_path) -> Workload:
         - Azure CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens`` (other columns are
           ignored), timestamps as wall-clock date-times such as ``2023-11-16 18:15:46.6805900``
           (any number of fractional digits; parsed with ``numpy.datetime64`` at ns resolution)
-          or as plain numbers of seconds.
-        - Mooncake JSONL: one object per line with ``timestamp`` (ms), ``input_length`` and
-          ``output_length`` (``hash_ids`` and other keys are ignored).
+          or as plain numbers (seconds unless ``time_unit`` says otherwise).
+        - Mooncake JSONL: one object per line with ``timestamp`` (milliseconds unless
+          ``time_unit`` says otherwise), ``input_length`` and ``output_length`` (``hash_ids`` and
+          other keys are ignored).
 
         The format is chosen by extension (``.csv``; ``.jsonl``, ``.json``, ``.ndjson``), else by
         content (a first line starting with ``{`` is JSONL).
+    time_unit : {"s", "ms"}, optional
+        Unit of numeric timestamps; default per format: ``"ms"`` for JSONL (as Mooncake writes
+        them), ``"s"`` for CSV. Date-time timestamps have no unit (give None).
+        :func:`trace_rate_warning` says when the rate it implies looks like the wrong unit.
+    skip_invalid : bool, default False
+        Drop rows whose prompt or output tokens are integers below 1 (failed requests, as
+        BurstGPT records them with 0 output tokens) instead of refusing the file; the dropped
+        rows are listed in ``Workload.dropped``. Malformed rows are refused either way.
 
     Returns
     -------
@@ -401,8 +418,9 @@ def read_trace(name_or_path) -> Workload:
         (the message lists them), missing or unreadable file, empty file or no rows, missing
         header column, malformed row (wrong number of fields, unparsable timestamp, non-integer
         length), prompt tokens below 1, or output tokens below 1 (a request with 0 output tokens
-        cannot be served: O counts the first token). Nothing is dropped, truncated or clipped;
-        blank lines are not rows and are skipped.
+        cannot be served: O counts the first token), unless ``skip_invalid``; every row dropped;
+        an unknown ``time_unit``, or one given for date-time timestamps. Nothing is dropped,
+        truncated or clipped without ``skip_invalid``; blank lines are not rows and are skipped.
 
     Notes
     -----
@@ -410,7 +428,12 @@ def read_trace(name_or_path) -> Workload:
     traces (kvcache-ai/Mooncake, FAST25-release/traces, Apache-2.0). The full Azure conversation
     trace (19,366 requests) reads in about 20 ms.
     """
+    if time_unit not in (None, "s", "ms"):
+        raise FastsimInputError("time_unit", time_unit, "'s' or 'ms' (or None for the format's default)")
     if isinstance(name_or_path, str) and name_or_path.strip().lower() in BUILTIN_TRACES:
+        if time_unit is not None:
+            raise FastsimInputError("time_unit", time_unit, f"None for the built-in trace {name_or_path.strip()} "
+                                    "(its timestamps are date-times)")
         return _read_builtin(name_or_path.strip().lower())
     try:
         path = os.fspath(name_or_path)
@@ -441,8 +464,41 @@ def read_trace(name_or_path) -> Workload:
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
         fmt = "jsonl" if first.lstrip().startswith("{") else "csv"
     if fmt == "csv":
-        return _parse_azure_csv(text, path, label, f"Azure-format CSV {path}")
-    return _parse_mooncake_jsonl(text, path, label, f"Mooncake JSONL {path}")
+        return _parse_azure_csv(text, path, label, f"Azure-format CSV {path}", time_unit, skip_invalid)
+    return _parse_mooncake_jsonl(text, path, label, f"Mooncake JSONL {path}", time_unit or "ms", skip_invalid)
+
+
+#: Mean rates outside this range (req/s) make :func:`trace_rate_warning` suspect the time unit.
+PLAUSIBLE_RATE_REQ_PER_S = (0.01, 200.0)
+
+
+def trace_rate_warning(wl: Workload) -> str:
+    """A warning when a trace's mean rate suggests its timestamps were read in the wrong unit.
+
+    Parameters
+    ----------
+    wl : Workload
+        From :func:`read_trace` (``time_unit`` set for numeric timestamps).
+
+    Returns
+    -------
+    str
+        ``""`` when the mean rate lies within :data:`PLAUSIBLE_RATE_REQ_PER_S` or the timestamps
+        have no unit; else one sentence naming the rate and the unit to try.
+    """
+    rate = wl.mean_rate_req_per_s
+    lo, hi = PLAUSIBLE_RATE_REQ_PER_S
+    if wl.time_unit is None or not math.isfinite(rate) or lo <= rate <= hi:
+        return ""
+    other = "s" if wl.time_unit == "ms" else "ms"
+    side = "high" if rate > hi else "low"
+    return (f"trace {wl.name}: timestamps read as {'milliseconds' if wl.time_unit == 'ms' else 'seconds'} imply "
+            f"{rate:,.4g} req/s, implausibly {side} for one deployment (outside {lo:g} - {hi:g} req/s); if they are "
+            f"in {'seconds' if other == 's' else 'milliseconds'}, use --time-unit {other}")
+
+
+def _invalid_allowed(allowed: str) -> str:
+    return allowed + "; or --skip-invalid (skip_invalid=True) to drop such rows"
 
 
 def _trace_allowed() -> str:
@@ -476,7 +532,8 @@ def _parse_int(s: str):
     return int(t)
 
 
-def _parse_azure_csv(text: str, where: str, name: str, source: str) -> Workload:
+def _parse_azure_csv(text: str, where: str, name: str, source: str, time_unit=None,
+                     skip_invalid: bool = False) -> Workload:
     lines = text.splitlines()
     hdr_idx = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if hdr_idx is None:
@@ -492,7 +549,7 @@ def _parse_azure_csv(text: str, where: str, name: str, source: str) -> Workload:
         cols.append(matches[0])
     it, ip, io = cols
     nf = len(header)
-    ts, ps, os_, lineno = [], [], [], []
+    ts, ps, os_, lineno, dropped = [], [], [], [], []
     for k in range(hdr_idx + 1, len(lines)):
         ln = lines[k]
         if not ln.strip():
@@ -504,27 +561,49 @@ def _parse_azure_csv(text: str, where: str, name: str, source: str) -> Workload:
                                     f"({len(parts)} found)")
         p = _parse_int(parts[ip])
         o = _parse_int(parts[io])
-        if p is None or p < 1:
+        if p is None:
             raise FastsimInputError(f"{where}, line {k + 1}, {header[ip]}", parts[ip].strip(), _P_ALLOWED)
-        if o is None or o < 1:
+        if o is None:
             raise FastsimInputError(f"{where}, line {k + 1}, {header[io]}", parts[io].strip(), _O_ALLOWED)
+        bad = _bad_lengths(p, o, header[ip], header[io])
+        if bad:
+            if not skip_invalid:
+                col, val, allowed = bad[0]
+                raise FastsimInputError(f"{where}, line {k + 1}, {col}", val, _invalid_allowed(allowed))
+            dropped.append((k + 1, ", ".join(f"{c} {v}" for c, v, _ in bad)))
+            continue
         ts.append(parts[it].strip())
         ps.append(p)
         os_.append(o)
         lineno.append(k + 1)
     if not ps:
-        raise FastsimInputError(f"{where}", "a header and no rows", "at least one request row")
-    t_s = _parse_timestamps(ts, lineno, where, header[it])
-    return _finish(name, t_s, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source)
+        raise FastsimInputError(f"{where}", f"a header and no valid rows ({len(dropped):,} dropped)" if dropped
+                                else "a header and no rows", "at least one request row")
+    t_s, unit = _parse_timestamps(ts, lineno, where, header[it], time_unit)
+    return _finish(name, t_s, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, unit,
+                   tuple(dropped))
 
 
-def _parse_timestamps(ts: list, lineno: list, where: str, col: str) -> np.ndarray:
-    """Date-times (ns resolution) or plain numbers of seconds, as float64 seconds from the first."""
+def _bad_lengths(p: int, o: int, pcol: str, ocol: str) -> list:
+    """(column, value, allowed) for each length of a row below 1."""
+    out = []
+    if p < 1:
+        out.append((pcol, p, _P_ALLOWED))
+    if o < 1:
+        out.append((ocol, o, _O_ALLOWED))
+    return out
+
+
+def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=None):
+    """(float64 seconds from the first, unit): date-times (ns; unit None) or numbers in ``time_unit`` (s)."""
     try:
         float(ts[0])
         numeric = True
     except ValueError:
         numeric = False
+    if not numeric and time_unit is not None:
+        raise FastsimInputError("time_unit", time_unit, f"None for {where}: its {col} values are date-times, "
+                                "which carry their own unit")
     if numeric:
         out = np.empty(len(ts), dtype=np.float64)
         for j, s in enumerate(ts):
@@ -534,9 +613,10 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str) -> np.ndarra
                 v = float("nan")
             if not math.isfinite(v):
                 raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", s,
-                                        "a finite number of seconds (like the first row)")
+                                        "a finite number (like the first row)")
             out[j] = v
-        return out
+        unit = time_unit or "s"
+        return (out / 1e3 if unit == "ms" else out), unit
     allowed = "a date-time like 2023-11-16 18:15:46.6805900 (like the first row)"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numpy warns about (and converts) explicit UTC offsets
@@ -554,11 +634,12 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str) -> np.ndarra
         j = int(np.argmax(bad))
         raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", ts[j], allowed)
     i64 = t.view(np.int64)
-    return (i64 - i64.min()).astype(np.float64) / 1e9
+    return (i64 - i64.min()).astype(np.float64) / 1e9, None
 
 
-def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str) -> Workload:
-    ts, ps, os_ = [], [], []
+def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_unit: str = "ms",
+                          skip_invalid: bool = False) -> Workload:
+    ts, ps, os_, dropped = [], [], [], []
     loads = json.loads
     saw_line = False
     for k, ln in enumerate(text.splitlines()):
@@ -578,19 +659,30 @@ def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str) -> Work
                                         "an object with keys " + ", ".join(_MOONCAKE_KEYS) + f" ({key} missing)")
         t, p, o = rec["timestamp"], rec["input_length"], rec["output_length"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-            raise FastsimInputError(f"{where}, line {k + 1}, timestamp", t, "a finite number of milliseconds")
-        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise FastsimInputError(f"{where}, line {k + 1}, timestamp", t,
+                                    "a finite number of " + ("milliseconds" if time_unit == "ms" else "seconds"))
+        if isinstance(p, bool) or not isinstance(p, int):
             raise FastsimInputError(f"{where}, line {k + 1}, input_length", p, _P_ALLOWED)
-        if isinstance(o, bool) or not isinstance(o, int) or o < 1:
+        if isinstance(o, bool) or not isinstance(o, int):
             raise FastsimInputError(f"{where}, line {k + 1}, output_length", o, _O_ALLOWED)
+        bad = _bad_lengths(p, o, "input_length", "output_length")
+        if bad:
+            if not skip_invalid:
+                col, val, allowed = bad[0]
+                raise FastsimInputError(f"{where}, line {k + 1}, {col}", val, _invalid_allowed(allowed))
+            dropped.append((k + 1, ", ".join(f"{c} {v}" for c, v, _ in bad)))
+            continue
         ts.append(t)
         ps.append(p)
         os_.append(o)
     if not saw_line:
         raise FastsimInputError(f"{where}", "an empty file", "one JSON object per line, at least one")
-    t_ms = np.array(ts, dtype=np.float64)
-    return _finish(name, (t_ms - t_ms.min()) / 1e3, np.array(ps, dtype=np.int64),
-                   np.array(os_, dtype=np.int64), source)
+    if not ts:
+        raise FastsimInputError(f"{where}", f"no valid rows ({len(dropped):,} dropped)", "at least one request row")
+    t = np.array(ts, dtype=np.float64)
+    t = (t - t.min()) / (1e3 if time_unit == "ms" else 1.0)
+    return _finish(name, t, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, time_unit,
+                   tuple(dropped))
 
 
 def _clip(s: str, n: int = 80) -> str:
@@ -598,12 +690,13 @@ def _clip(s: str, n: int = 80) -> str:
     return s if len(s) <= n else s[:n] + "..."
 
 
-def _finish(name: str, t_s: np.ndarray, p: np.ndarray, o: np.ndarray, source: str) -> Workload:
+def _finish(name: str, t_s: np.ndarray, p: np.ndarray, o: np.ndarray, source: str, time_unit=None,
+            dropped: tuple = ()) -> Workload:
     if t_s.shape[0] > 1 and np.any(t_s[1:] < t_s[:-1]):
         order = np.argsort(t_s, kind="stable")
         t_s, p, o = t_s[order], p[order], o[order]
     t_s = t_s - t_s[0]
-    return Workload(name, t_s, p, o, source)
+    return Workload(name, t_s, p, o, source, time_unit=time_unit, dropped=dropped)
 
 
 # --------------------------------------------------------------------------------------------

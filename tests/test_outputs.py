@@ -385,3 +385,90 @@ def test_lecture_is_explained_where_it_is_cited(capsys):
     assert "lecture" not in out
     rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--mean-lengths")
     assert "lecture" not in out and "selects plans whose longer requests miss it" in out
+
+
+# ---- 7. traces read as written --------------------------------------------------------------------
+
+def _jsonl(path, n=1000, gap=1.01, zero_every=None):
+    with open(path, "w") as f:
+        for i in range(n):
+            o = 0 if zero_every and i % zero_every == 7 else 200
+            f.write(json.dumps({"timestamp": round(i * gap, 3), "input_length": 500, "output_length": o}) + "\n")
+    return str(path)
+
+
+TRACE_PLAN = ("--model", "llama-3.1-8b", "--ttft", "1", "--tpot", "0.05", "--gpu", "H100", "--precision", "FP8",
+              "--instances", "1")
+
+
+def test_jsonl_in_seconds_read_as_milliseconds_warns(capsys, tmp_path):
+    trace = _jsonl(tmp_path / "sec.jsonl")
+    rc, out, err = run(capsys, "simulate", "--trace", trace, *TRACE_PLAN, "--format", "json")
+    assert rc == 0
+    warn = ("warning: trace sec: timestamps read as milliseconds imply 991.1 req/s, implausibly high for one "
+            "deployment (outside 0.01 - 200 req/s); if they are in seconds, use --time-unit s")
+    assert warn in err.splitlines() and warn in strict_loads(out)["notes"]
+    rc, out, err = run(capsys, "simulate", "--trace", trace, *TRACE_PLAN, "--time-unit", "s", "--format", "json")
+    assert rc == 0 and "warning" not in err
+    doc = strict_loads(out)
+    assert "trace sec: 1,000 requests over 1,009.0 s (0.99 req/s)" in doc["notes"]
+    assert doc["runs"][0]["horizon_s"] == pytest.approx(999 * 1.01, rel=1e-9)
+
+
+def test_csv_in_milliseconds_with_time_unit(capsys, tmp_path):
+    from fastsim.workload import read_trace, trace_rate_warning
+    trace = tmp_path / "ms.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{i * 500},{300},{50}\n" for i in range(100)))
+    wl = read_trace(str(trace))
+    assert wl.time_unit == "s" and wl.duration_s == 49500.0
+    assert trace_rate_warning(wl).startswith("trace ms: timestamps read as seconds imply 0.00202 req/s, implausibly low")
+    wl = read_trace(str(trace), time_unit="ms")
+    assert wl.duration_s == 49.5 and trace_rate_warning(wl) == ""
+
+
+def test_time_unit_refused_for_date_times():
+    from fastsim.errors import FastsimInputError
+    from fastsim.workload import read_trace
+    with pytest.raises(FastsimInputError, match=r"time_unit: got 's'; allowed: None for the built-in trace azure-conv"):
+        read_trace("azure-conv", time_unit="s")
+
+
+def test_zero_output_rows_name_the_first_or_are_skipped(capsys, tmp_path):
+    trace = _jsonl(tmp_path / "failed.jsonl", zero_every=100)
+    argv = ("simulate", "--trace", trace, *TRACE_PLAN, "--time-unit", "s")
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2
+    assert err.strip() == (f"fastsim simulate: error: {trace}, line 8, output_length: got 0; allowed: an integer >= 1 "
+                           "(O counts the first token; a request with no output cannot be served); or --skip-invalid "
+                           "(skip_invalid=True) to drop such rows")
+    rc, out, err = run(capsys, *argv, "--skip-invalid", "--format", "json")
+    assert rc == 0, err
+    doc = strict_loads(out)
+    assert "trace failed: --skip-invalid dropped 10 rows: 10 with output_length 0 (first at line 8)" in doc["notes"]
+    assert doc["runs"][0]["requests"] == 990
+
+
+def test_skip_invalid_in_csv_traces_names_both_lengths():
+    import os
+    import tempfile
+    from fastsim.workload import read_trace
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.csv")
+        with open(p, "w") as f:
+            f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,5\n1,0,5\n2,10,0\n3,0,0\n4,10,5\n")
+        wl = read_trace(p, skip_invalid=True)
+    assert wl.n == 2
+    assert wl.dropped == ((3, "ContextTokens 0"), (4, "GeneratedTokens 0"), (5, "ContextTokens 0, GeneratedTokens 0"))
+
+
+def test_sweep_reads_traces_with_the_same_flags(capsys, tmp_path):
+    trace = _jsonl(tmp_path / "failed.jsonl", zero_every=100)
+    argv = ("sweep", "--axis", f"trace={trace}", "--axis", "model=llama-3.1-8b", "--axis", "ttft_s=1",
+            "--axis", "tpot_s=0.05", "--axis", "gpu=H100", "--axis", "tp=1")
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2 and "line 8, output_length: got 0" in err
+    rc, out, err = run(capsys, *argv, "--skip-invalid", "--time-unit", "s", "--format", "json")
+    assert rc == 0 and "warning" not in err
+    doc = strict_loads(out)
+    assert doc["notes"] == ["trace failed: --skip-invalid dropped 10 rows: 10 with output_length 0 (first at line 8)"]
+    assert doc["rows"][0]["rate_req_per_s"] == pytest.approx(990 / (999 * 1.01), rel=1e-12)
