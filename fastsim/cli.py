@@ -465,7 +465,12 @@ def _add_ledger_commands(sub):
                     help="kernel launches per layer (27 unfused, 12 fused; default 12)")
     sp.add_argument("--launch-us", type=_positive("--launch-us"), default=1.0,
                     help="microseconds per launch (4 eager, 1 CUDA graphs; default 1)")
-    sp.add_argument("--rate", type=_positive("--rate"), help="arrival rate (req/s): adds the M/D/1 queueing wait")
+    sp.add_argument("--rate", type=_positive("--rate"),
+                    help="arrival rate (req/s): adds the load each step must carry. utilization = rate x output tokens "
+                         "x step / batch for decode (a request takes --output-tokens steps of a batch), rate x step / "
+                         "batch for prefill; the queue wait is the M/D/1 wait of prefill steps (n/a for decode)")
+    sp.add_argument("--output-tokens", type=_positive("--output-tokens"),
+                    help="mean output tokens per request (required with --rate for decode rows)")
     sp.add_argument("--plot", metavar="FILE.png", help="also draw the ledger as stacked bars")
     sp.set_defaults(func=_cmd_ledger)
 
@@ -539,13 +544,17 @@ def _notes_out(args, notes):
             print("note: " + n, file=sys.stderr)
 
 
-def _ledger_reason(k, v):
-    """``explain`` of the ledger's null fields."""
-    if k in ("utilization", "queue_wait_s"):
-        if isinstance(v, float) and v == math.inf:
-            return "infinite: utilization >= 1, the queue grows without bound"
-        return "not applicable: no --rate given"
-    return None
+def _ledger_reason(rate):
+    """``explain`` of the ledger's null fields, for a ledger printed with ``--rate rate`` (or None)."""
+    def explain(k, v):
+        if k in ("utilization", "queue_wait_s"):
+            if isinstance(v, float) and v == math.inf:
+                return "infinite: utilization >= 1, the queue grows without bound"
+            if k == "queue_wait_s" and rate:
+                return "not applicable: a batched decode step is not an M/D/1 queue (see utilization)"
+            return "not applicable: no --rate given"
+        return None
+    return explain
 
 
 def _whatif_reason(k, v):
@@ -568,9 +577,13 @@ def _cmd_ledger(args):
     if why:
         raise FastsimInputError("--tp" if args.layout == "tp" else "--layout",
                                 args.tp if args.layout == "tp" else args.layout, why)
+    if args.rate and args.output_tokens is None and any(not p for p in args.prefill):
+        raise FastsimInputError("--output-tokens", None, "the mean output tokens per request (required with --rate "
+                                "for decode rows: a request takes that many decode steps; or --prefill T only)")
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
-                      launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout)
+                      launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
+                      output_tokens=args.output_tokens)
     rows, notes = [], []
     moe = model.is_moe
     for _, r in df.iterrows():
@@ -586,10 +599,14 @@ def _cmd_ledger(args):
         if args.rate:
             unstable = r.utilization >= 1.0
             row += [_fmt(r.utilization, ".2f"), "unstable" if unstable else _fmt(r.queue_wait_s * 1e3, ".3f")]
-            if unstable:
+            if unstable and r.prefill_tokens:
                 notes.append(f"{what}: the load of {args.rate:g} req/s exceeds the step's service rate of "
-                             f"{1.0 / r.step_s:,.1f} steps/s (utilization {r.utilization:.2f} >= 1): the queue "
+                             f"{r.batch / r.step_s:,.1f} prompts/s (utilization {r.utilization:.2f} >= 1): the queue "
                              "is unstable and its wait grows without bound")
+            elif unstable:
+                notes.append(f"{what}: the load of {args.rate:g} req/s x {args.output_tokens:g} output tokens exceeds "
+                             f"the {r.batch / r.step_s:,.1f} tokens/s this step delivers (utilization "
+                             f"{r.utilization:.2f} >= 1): the backlog grows without bound")
         rows.append(row)
     headers = (["GPU", "prec", "TP", "batch", "step", "weight ms", "of it experts ms", "KV ms", "compute ms",
                 "all-reduce ms", "all-to-all ms", "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"] if moe else
@@ -597,11 +614,14 @@ def _cmd_ledger(args):
                 "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"])
     if args.rate:
         headers += ["utilization", "queue wait ms"]
+        if any(not p for p in args.prefill):
+            notes.append("queue wait n/a for decode rows: a batched decode admits a waiting request at its next "
+                         "step, which is not an M/D/1 queue; utilization says whether the step keeps up")
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
               + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
                  f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch"))
-    _emit(args, _records(df, _ledger_reason), rows, headers, notes)
+    _emit(args, _records(df, _ledger_reason(args.rate)), rows, headers, notes)
     _notes_out(args, notes)
     if args.plot:
         plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}")

@@ -101,11 +101,16 @@ class LedgerResult(NamedTuple):
         ``n_tokens / step_s / TP``: output tokens/s per GPU for decode, prompt tokens/s per GPU
         for prefill.
     utilization : float
-        ``arrival_rate x step_s`` when an arrival rate was given, else NaN.
+        The share of the step rate the arrivals need, when an arrival rate was given (else NaN):
+        a decode step advances ``batch`` requests by one token each, and a request needs
+        ``output_tokens`` of them, so ``rate x output_tokens x step_s / batch``; a prefill step
+        serves ``batch`` prompts, so ``rate x step_s / batch``. At or above 1 the load exceeds
+        what the step can serve.
     queue_wait_s : float
-        M/D/1 mean wait in queue (see :func:`md1_mean_wait_s`); ``inf`` when utilization >= 1
-        (the load exceeds the step's service rate: the queue grows without bound); NaN when no
-        arrival rate was given.
+        Prefill rows: M/D/1 mean wait in queue of a server taking ``batch`` prompts per step
+        (batches arrive at ``rate / batch``; :func:`md1_mean_wait_s`), ``inf`` when utilization
+        >= 1. Decode rows: NaN (a batched decode admits a waiting request at its next step,
+        which is not an M/D/1 queue). NaN without an arrival rate.
     memory_per_gpu_bytes : float
         HBM one GPU needs for the step: all weights / TP plus the KV cache of the tokens held
         (decode: ``batch x context``; prefill: ``batch x prompt tokens``), see
@@ -493,8 +498,14 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
                 kv_budget_tokens=np.full_like(used, budget), fits=held <= budget)
 
 
-def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate):
-    """Vectorized ledger arithmetic; every argument broadcasts (arrays of float64)."""
+def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate, batch=1.0, prefill=0.0,
+          output_tokens=math.nan):
+    """Vectorized ledger arithmetic; every argument broadcasts (arrays of float64).
+
+    ``batch`` and ``prefill`` (prompt tokens; 0 for decode) say what one step serves, for the load
+    terms: a decode request needs ``output_tokens`` steps of a batch of ``batch``, a prefill
+    request ``1 / batch`` of a step.
+    """
     w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
     p = np.asarray(p, dtype=np.float64)
     gpus = p[..., P_GPUS]
@@ -506,8 +517,10 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate)
     stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
     tps = n_tokens / step / gpus
-    util = rate * step
-    wait = md1_mean_wait_s(rate, step)
+    is_pf = np.asarray(prefill, dtype=np.float64) > 0
+    b = np.asarray(batch, dtype=np.float64)
+    util = rate * step * np.where(is_pf, 1.0, output_tokens) / b
+    wait = np.where(is_pf, md1_mean_wait_s(rate / b, step), np.nan)
     return dict(weight_read_s=w, kv_read_s=kv, compute_s=comp, allreduce_s=ar, launch_s=launch,
                 step_s=step, binding_code=code, n_tokens=n_tokens, tokens_per_s_per_gpu=tps,
                 utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a)
@@ -564,7 +577,8 @@ def _check_launch(kernels_per_layer, launch_s):
 def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: int = 4096,
            prefill_tokens: int = 0, kernels_per_layer: int = KERNELS_PER_LAYER_FUSED,
            launch_s: float = LAUNCH_S_GRAPHS, constants: StepConstants = StepConstants(),
-           arrival_rate_req_per_s: float | None = None, layout: str = "tp") -> LedgerResult:
+           arrival_rate_req_per_s: float | None = None, layout: str = "tp",
+           output_tokens: float | None = None) -> LedgerResult:
     """The token ledger of one step: where the time goes (SPEC §4, lecture 16 §1.2).
 
     Decode (``prefill_tokens == 0``): ``n_tokens = batch``, ``kv_tokens = batch x context``,
@@ -594,18 +608,21 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     constants : StepConstants
         Efficiencies and all-reduce constants; ``overhead_s`` is not used (launches replace it).
     arrival_rate_req_per_s : float, optional
-        When given, the queueing term: the step is treated as an M/D/1 server, ``utilization =
-        rate x step_s`` and ``queue_wait_s = rho S / (2 (1 - rho))`` (SPEC §5). It assumes
-        Poisson arrivals, each needing exactly one step of service (deterministic ``S =
-        step_s``), one FCFS server, an unbounded queue and steady state (``inf`` when rho >= 1).
-        It ignores that a real engine batches waiting requests into one step, so it is a
-        pessimistic per-request view of a batch server.
+        When given, the load terms. A decode step advances ``batch`` requests by one token, and a
+        request needs ``output_tokens`` tokens: ``utilization = rate x output_tokens x step_s /
+        batch``, and no queue wait (NaN: a batched decode is not an M/D/1 server). A prefill step
+        serves ``batch`` prompts: ``utilization = rate x step_s / batch`` and the M/D/1 wait
+        ``rho S / (2 (1 - rho))`` with ``S = step_s`` (SPEC §5; Poisson arrivals, steady state,
+        ``inf`` when rho >= 1).
 
     layout : str, default "tp"
         Instance layout (:data:`fastsim.stepmodel.LAYOUTS`): ``tp``, ``tp+ep`` (experts
         expert-parallel over the ``tp`` GPUs) or ``dp+ep`` (data-parallel attention, one rank
         per GPU; DeepSeek-V3's layout). ``tp`` is then the instance's GPU count, any integer from
         1 to 4096 (EP144 is 18 nodes of 8).
+    output_tokens : float, optional
+        Mean output tokens per request (>= 1); required with ``arrival_rate_req_per_s`` for a
+        decode step.
 
     Returns
     -------
@@ -620,7 +637,8 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
         ``batch`` < 1, ``context_tokens`` or ``prefill_tokens`` < 0, not integers or past the
         model's context window, an unknown
         model/GPU/precision, TP not a power of two, a precision the GPU has no peak for,
-        ``kernels_per_layer`` < 0, ``launch_s`` < 0, or a non-positive arrival rate.
+        ``kernels_per_layer`` < 0, ``launch_s`` < 0, a non-positive arrival rate, or an arrival
+        rate for a decode step without ``output_tokens`` >= 1.
 
     Examples
     --------
@@ -636,10 +654,21 @@ def ledger(model, gpu, precision, tp: int, *, batch: int = 1, context_tokens: in
     pf = _within_context("prefill_tokens", _int_at_least("prefill_tokens", prefill_tokens, 0), m)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     rate = _rate(arrival_rate_req_per_s)
+    out_tokens = _output_tokens(output_tokens, rate, decode=pf == 0)
     p = step_params(m, g, pr, tp, constants, dp=dp, ep=ep)
     n, kv, attn, held = _work(m, b, ctx, pf)
-    return _result(_core(p, n, kv, attn, kpl, ls, rate)
+    return _result(_core(p, n, kv, attn, kpl, ls, rate, b, pf, out_tokens)
                    | memory_per_gpu(m, g, pr, tp, held, constants, layout=layout))
+
+
+def _output_tokens(value, rate: float, decode: bool) -> float:
+    """Mean output tokens per request for the decode load term (NaN when not needed and not given)."""
+    if value is None:
+        if decode and not math.isnan(rate):
+            raise FastsimInputError("output_tokens", None, "the mean output tokens per request (>= 1), needed with "
+                                    "an arrival rate for decode steps: a request takes that many decode steps")
+        return math.nan
+    return _real_at_least("output_tokens", value, 1.0)
 
 
 def _gpu_count(field: str, value) -> int:
@@ -662,7 +691,7 @@ def _as_list(field: str, value) -> list:
 def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,), prefill_tokens=(0,),
                  kernels_per_layer: int = KERNELS_PER_LAYER_FUSED, launch_s: float = LAUNCH_S_GRAPHS,
                  constants: StepConstants = StepConstants(), arrival_rate_req_per_s: float | None = None,
-                 layout: str = "tp"):
+                 layout: str = "tp", output_tokens: float | None = None):
     """The ledger over a grid of configurations, computed at once (numpy broadcasting).
 
     Every argument among ``gpu``, ``precision``, ``tp``, ``batch``, ``context_tokens`` and
@@ -677,7 +706,7 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     gpu, precision : str or catalog entry, or sequences of them
     tp : int or sequence of int
     batch, context_tokens, prefill_tokens : int or sequence of int
-    kernels_per_layer, launch_s, constants, arrival_rate_req_per_s, layout
+    kernels_per_layer, launch_s, constants, arrival_rate_req_per_s, layout, output_tokens
         As in :func:`ledger` (one value for the whole table).
 
     Returns
@@ -708,6 +737,7 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
                    for x in _as_list("prefill_tokens", prefill_tokens)], dtype=np.float64)
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     rate = _rate(arrival_rate_req_per_s)
+    out_tokens = _output_tokens(output_tokens, rate, decode=bool((ps == 0).any()))
 
     hw = [(g, pr, t) for g in gpus for pr in precs for t in tps]
     P = np.stack([step_params(m, g, pr, t, constants, dp=layout_degrees(layout, t)[0],
@@ -722,7 +752,7 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     B, C, F = B[keep], C[keep], F[keep]                                          # (w,)
     n, kv, attn, held = _work(m, B, C, F)
     Pb = P[:, None, :]                                                           # (h, 1, N)
-    d = _core(Pb, n[None, :], kv[None, :], attn[None, :], kpl, ls, rate)
+    d = _core(Pb, n[None, :], kv[None, :], attn[None, :], kpl, ls, rate, B[None, :], F[None, :], out_tokens)
     mem = [memory_per_gpu(m, g, pr, t, held, constants, layout=layout) for g, pr, t in hw]
     d |= {k: np.stack([x[k] for x in mem]) for k in mem[0]}                      # (h, w)
     h, w = len(hw), B.size

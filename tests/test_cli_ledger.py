@@ -65,7 +65,7 @@ def test_ledger_table_json_csv(capsys, tmp_path):
     assert rc == 0 and len(rec) == 2
     assert rec[1]["compute_s"] == pytest.approx(61.13e-3, rel=1e-3)
     assert rec[0]["queue_wait_s"] is None                         # no rate given
-    rc, out, _ = run(capsys, "ledger", "--batch", "64", "--rate", "50", "--format", "csv")
+    rc, out, _ = run(capsys, "ledger", "--batch", "64", "--rate", "50", "--output-tokens", "250", "--format", "csv")
     assert rc == 0 and out.splitlines()[0].startswith("gpu,precision,tp,batch")
     png = tmp_path / "ledger.png"
     rc, _, _ = run(capsys, "ledger", "--batch", "1", "64", "--prefill", "0", "2048", "--plot", str(png))
@@ -125,13 +125,13 @@ def test_ledger_that_does_not_fit_says_so(capsys):
 
 
 def test_ledger_overload_is_named(capsys):
-    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--rate", "1000")
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--prefill", "2048", "--rate", "20")
     assert rc == 0
     row = out.splitlines()[3]
-    assert "8.48" in row and "unstable" in row
-    assert ("note: batch 1, decode ctx 4096: the load of 1000 req/s exceeds the step's service rate of "
-            "117.9 steps/s (utilization 8.48 >= 1)") in out
-    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--rate", "50")
+    assert "1.75" in row and "unstable" in row
+    assert ("note: batch 1, prefill 2048: the load of 20 req/s exceeds the step's service rate of "
+            "11.4 prompts/s (utilization 1.75 >= 1)") in out
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--prefill", "2048", "--rate", "5")
     assert rc == 0 and "unstable" not in out and "note" not in out
 
 

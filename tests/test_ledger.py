@@ -77,11 +77,16 @@ def test_tp1_has_no_allreduce():
 
 
 def test_queueing_md1():
-    r = dec(64, arrival_rate_req_per_s=50.0)
-    rho = 50.0 * r.step_s
+    # a prefill step of one 2048-token prompt is an M/D/1 server: one request, one step
+    r = ledger(M70, H100, "BF16", 8, prefill_tokens=2048, arrival_rate_req_per_s=5.0)
+    rho = 5.0 * r.step_s
     assert r.utilization == pytest.approx(rho)
     assert r.queue_wait_s == pytest.approx(rho * r.step_s / (2 * (1 - rho)))
-    assert dec(64, arrival_rate_req_per_s=1000.0).queue_wait_s == math.inf
+    assert ledger(M70, H100, "BF16", 8, prefill_tokens=2048, arrival_rate_req_per_s=100.0).queue_wait_s == math.inf
+    # a decode step advances 64 requests by one token; each request needs 250 of them
+    d = dec(64, arrival_rate_req_per_s=5.0, output_tokens=250)
+    assert d.utilization == pytest.approx(5.0 * 250 * d.step_s / 64)
+    assert math.isnan(d.queue_wait_s)
     assert md1_mean_wait_s(0.5, 1.0) == pytest.approx(0.5)
     np.testing.assert_allclose(md1_mean_wait_s(np.array([0.5, 2.0]), 1.0), [0.5, np.inf])
 
@@ -285,6 +290,8 @@ def test_exercise10_energy():
     (lambda: ledger(M70, H100, "BF16", 8, kernels_per_layer=-1), "kernels_per_layer"),
     (lambda: ledger(M70, H100, "BF16", 8, launch_s=-1e-6), "launch_s"),
     (lambda: ledger(M70, H100, "BF16", 8, arrival_rate_req_per_s=0.0), "arrival_rate_req_per_s"),
+    (lambda: ledger(M70, H100, "BF16", 8, arrival_rate_req_per_s=5.0), "output_tokens"),
+    (lambda: ledger(M70, H100, "BF16", 8, arrival_rate_req_per_s=5.0, output_tokens=0.5), "output_tokens"),
     (lambda: ladder(acceptance=1.0), "acceptance"),
     (lambda: ladder(acceptance=-0.1), "acceptance"),
     (lambda: ladder(gamma=0), "gamma"),

@@ -23,7 +23,7 @@ COMMANDS = {
     "simulate-seeds": SIM + ("--horizon", "60", "--seeds", "2"),
     "capacity": ("capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--instances", "1",
                  "--seeds", "2", "--horizon", "120", "--tol", "0.1"),
-    "ledger": ("ledger", "--rate", "1000"),
+    "ledger": ("ledger", "--rate", "1000", "--output-tokens", "250", "--prefill", "0", "2048"),
     "ladder": ("ladder",),
     "whatif": ("whatif", "--no-verify", "--study", "traffic", "--study", "fp8"),
     "sweep": ("sweep", "--axis", "gpu=B200,H100", "--axis", "tp=1", "--verify", "all", "--seeds", "1",
@@ -472,3 +472,28 @@ def test_sweep_reads_traces_with_the_same_flags(capsys, tmp_path):
     doc = strict_loads(out)
     assert doc["notes"] == ["trace failed: --skip-invalid dropped 10 rows: 10 with output_length 0 (first at line 8)"]
     assert doc["rows"][0]["rate_req_per_s"] == pytest.approx(990 / (999 * 1.01), rel=1e-12)
+
+
+# ---- 8. ledger --rate counts the steps a request needs -------------------------------------------
+
+def test_ledger_rate_counts_output_tokens_over_the_batch(capsys):
+    """5 req/s of 250-token outputs on a batch-64 decode step of 13.181 ms: 0.26, not 0.07."""
+    rc, out, _ = run(capsys, "ledger", "--rate", "5", "--output-tokens", "250", "--format", "json")
+    assert rc == 0
+    b1, b64 = strict_loads(out)["rows"]
+    assert round(b64["utilization"], 2) == 0.26 and b64["utilization"] == pytest.approx(5 * 250 * b64["step_s"] / 64)
+    assert round(b1["utilization"], 2) == 10.60
+    assert b64["queue_wait_s"] is None and b64["null_reasons"]["queue_wait_s"].startswith("not applicable: a batched")
+    rc, out, _ = run(capsys, "ledger", "--batch", "1", "--prefill", "2048", "--rate", "20", "--format", "json")
+    (pf,) = strict_loads(out)["rows"]
+    assert round(pf["utilization"], 2) == 1.75 and pf["queue_wait_s"] is None
+    assert pf["null_reasons"]["queue_wait_s"] == "infinite: utilization >= 1, the queue grows without bound"
+    rc, _, err = run(capsys, "ledger", "--rate", "5")
+    assert rc == 2 and err.startswith("fastsim ledger: error: --output-tokens: got None; allowed: the mean output")
+
+
+def test_ledger_rate_help_says_what_it_computes(capsys):
+    rc, out, _ = run(capsys, "ledger", "--help")
+    text = " ".join(out.split())
+    assert "utilization = rate x output tokens x step / batch for decode" in text
+    assert "rate x step / batch for prefill" in text
