@@ -449,10 +449,11 @@ class CapacityResult:
     ----------
     rate_req_per_s : float
         The capacity estimate: the estimator the bootstrap resamples (:func:`_capacity_from`)
-        applied to all seeds, i.e. the rate between the largest passing probe and the smallest
-        failing one where the failing criterion (pooled attainment, or the backlog slope) crosses
-        its threshold by linear interpolation. It lies inside ``bracket``; 0 when every probe
-        failed, the largest passing rate when none failed.
+        applied to all seeds over the bisection's probes, i.e. the rate between the largest
+        passing probe and the smallest failing one where the failing criterion (pooled
+        attainment, or the backlog slope) crosses its threshold by linear interpolation. It lies
+        inside ``bracket`` (clamped there should the probes disagree with each other); 0 when
+        every probe failed, the largest passing rate when none failed.
     bracket : (float, float)
         Final (pass, fail) rates of the bisection; ``(hi - lo) / lo <= rel_tol`` unless the
         probe budget ran out. ``lo`` is the largest rate simulated to pass.
@@ -749,6 +750,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         if lo is not None and hi is not None and hi - lo <= rel_tol * lo:
             break
         r = hi / 1.25 if lo is None else lo * 1.25 if hi is None else 0.5 * (lo + hi)
+    n_search = len(probes)      # the bisection's probes; the interval may add lower ones below
+
     def _bootstrap():
         rates = np.array([p[0] for p in probes])
         met_a, mea_a, over_a = np.array(mets), np.array(meas), np.array(overs)
@@ -771,9 +774,13 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         ci = (float(np.quantile(caps, 0.025)), float(np.quantile(caps, 0.975)))
     met_a, mea_a = np.array(mets), np.array(meas)
     per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
-    # the point estimate is the bootstrap's own estimator on all seeds, so that it lies inside the
-    # bracket and, but for a skewed bootstrap, inside the interval
-    estimate = (_capacity_from(np.array([p[0] for p in probes]), met_a, mea_a, np.array(overs), slo.attainment,
-                               horizon_s) if lo is not None else 0.0)
+    # the point estimate is the bootstrap's own estimator on all seeds over the bisection's probes,
+    # so that it lies inside the bracket and, but for a skewed bootstrap, inside the interval
+    estimate = 0.0
+    if lo is not None:
+        k = n_search
+        estimate = _capacity_from(np.array([p[0] for p in probes[:k]]), met_a[:k], mea_a[:k], np.array(overs[:k]),
+                                  slo.attainment, horizon_s)
+        estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
     return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
                           probes, per_seed_att, analytic, S, float(horizon_s))
