@@ -177,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     """
     ap = _Parser(prog="fastsim", description="Plan LLM inference deployments: analytic screen, "
                                  "simulation, repair and maximum sustainable rate.")
+    from . import __version__
+    ap.add_argument("--version", action="version", version=f"fastsim {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     sp = sub.add_parser("plan", help="find the cheapest verified deployment")

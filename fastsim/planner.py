@@ -70,7 +70,9 @@ class PlannedDeployment:
         Returns
         -------
         dict
-            The final plan's layout, GPUs, costs, capacity, price, rate and targets, and a
+            The final plan's layout, GPUs, costs, capacity, price (``price_usd_per_gpu_hour``
+            per GPU, ``usd_per_hour`` for the plan's GPUs, as the sweep table names them),
+            rate and targets, and a
             ``verification`` dict (None when not verified); non-finite P90s become None. Each
             dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
             value is +inf) or ``not applicable`` (no value exists).
@@ -88,7 +90,8 @@ class PlannedDeployment:
                  capacity_req_per_s=p.capacity_req_per_s,
                  instance_capacity_req_per_s=(self.analytic.instance_capacity_req_per_s
                                               if p.mode == "colocated" else None),
-                 price_usd_per_hour=p.price_usd_per_hour, rate_req_per_s=self.rate_req_per_s,
+                 price_usd_per_gpu_hour=p.price_usd_per_gpu_hour, usd_per_hour=p.price_usd_per_hour,
+                 rate_req_per_s=self.rate_req_per_s,
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
         from ._output import null_reasons, percentile_reason
         r = self.repair

@@ -298,7 +298,7 @@ def price_study(prices: Sequence[tuple] = (("B200", 4.0), ("B200", 5.0), ("B200"
     Returns
     -------
     pandas.DataFrame
-        One row per setting: ``price_gpu`` (str), ``price_usd_per_hour`` (float), %(cols)s,
+        One row per setting: ``price_gpu`` (str), ``price_usd_per_gpu_hour`` (float), %(cols)s,
         ``tied_with`` (str: other GPUs whose cheapest analytic plan costs the same, to 1e-9),
         ``best_<GPU>_usd_per_million_output_tokens`` (float, the cheapest analytic plan on each
         GPU of the grid), ``lecture_winner`` (str, '' where the lecture says nothing).
@@ -326,7 +326,7 @@ def price_study(prices: Sequence[tuple] = (("B200", 4.0), ("B200", 5.0), ("B200"
         per_gpu = g.groupby("gpu")["usd_per_million_output_tokens"].min() if len(g) else pd.Series(dtype=float)
         ties = [k for k, v in per_gpu.items() if k != row["gpu"] and abs(v - row["analytic_usd_per_million_output_tokens"]) <= 1e-9]
         extra = {f"best_{k}_usd_per_million_output_tokens": float(v) for k, v in per_gpu.items()}
-        rows.append(dict(price_gpu=gname, price_usd_per_hour=usd, **row, tied_with=", ".join(ties), **extra,
+        rows.append(dict(price_gpu=gname, price_usd_per_gpu_hour=usd, **row, tied_with=", ".join(ties), **extra,
                          lecture_winner=LECTURE["prices"].get((gname, usd), "") if scenario == "chat" else ""))
     return _frame(rows, "prices", verify)
 
@@ -485,7 +485,7 @@ _TEXT = {
             ("$/M", "fp8_usd_per_million_output_tokens", ".3f"), ("BF16 only", "bf16_plan", ""),
             ("$/M", "bf16_usd_per_million_output_tokens", ".3f"), ("ratio", "cost_ratio", ".2f"),
             ("eff ratio", "efficiency_ratio", ".2f"), ("lecture ratio", "lecture_cost_ratio", ".2f")],
-    "prices": [("GPU", "price_gpu", ""), ("$/h", "price_usd_per_hour", "g"), ("cheapest plan", "plan", ""),
+    "prices": [("GPU", "price_gpu", ""), ("$/GPU-h", "price_usd_per_gpu_hour", "g"), ("cheapest plan", "plan", ""),
                ("$/M out", "usd_per_million_output_tokens", ".3f"), ("tied with", "tied_with", ""),
                ("best H100", "best_H100_usd_per_million_output_tokens", ".3f"),
                ("best H200", "best_H200_usd_per_million_output_tokens", ".3f"),
@@ -692,7 +692,7 @@ def _draw_price_study(df: pd.DataFrame):
         ax.plot(star_x, np.asarray(star_y) + 0.03 * max(top, 1e-12), "k*", markersize=8, linestyle="none",
                 label="winner")
     labels = []
-    for g, t, pg, p in zip(df.gpu, df.tied_with, df.price_gpu, df.price_usd_per_hour):
+    for g, t, pg, p in zip(df.gpu, df.tied_with, df.price_gpu, df.price_usd_per_gpu_hour):
         winner = (g + (f" = {t}" if t else "")) if g else "none"
         labels.append(f"{pg} ${p:g}/h\nwinner: {winner}")
     ax.set_xticks(x, labels, fontsize=8)

@@ -497,3 +497,54 @@ def test_ledger_rate_help_says_what_it_computes(capsys):
     text = " ".join(out.split())
     assert "utilization = rate x output tokens x step / batch for decode" in text
     assert "rate x step / batch for prefill" in text
+
+
+# ---- 9. small things users look for --------------------------------------------------------------
+
+README = __import__("pathlib").Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_block(lang, containing):
+    import re
+    blocks = re.findall(r"```" + lang + r"\n(.*?)```", README.read_text(), flags=re.S)
+    return next(b for b in blocks if containing in b)
+
+
+def test_version(capsys):
+    import fastsim
+    rc, out, _ = run(capsys, "--version")
+    assert rc == 0 and out == f"fastsim {fastsim.__version__}\n" and fastsim.__version__ == "0.1.0"
+
+
+def test_readme_catalog_example_works(capsys, tmp_path):
+    f = tmp_path / "support.toml"
+    f.write_text(_readme_block("toml", "[scenarios.support]"))
+    rc, out, err = run(capsys, "plan", "--scenario", "support", "--catalog", str(f), "--no-verify", "--gpu", "H100",
+                       "--format", "json")
+    assert rc == 0, err
+    plans = strict_loads(out)["plans"]
+    assert plans and all(p["price_usd_per_gpu_hour"] == 2.5 and p["model"] == "llama-3.1-8b" for p in plans)
+    assert plans[0]["rate_req_per_s"] == 10 and plans[0]["tpot_slo_s"] == 0.04
+
+
+def test_plan_and_sweep_name_costs_and_prices_alike(json_outputs):
+    plan = strict_loads(json_outputs["plan-no-verify"])["plans"][0]
+    row = next(r for r in strict_loads(json_outputs["sweep"])["rows"] if r["gpu"] == plan["gpu"]
+               and r["precision"] == plan["precision"] and r["mode"] == plan["mode"] and r["tp"] == plan["tp"])
+    money = {k for k in row if "usd" in k}
+    assert money == {"price_usd_per_gpu_hour", "usd_per_hour", "usd_per_million_output_tokens",
+                     "efficiency_usd_per_million_output_tokens"}
+    assert money <= set(plan) and "price_usd_per_hour" not in plan
+    for k in money:
+        assert plan[k] == pytest.approx(row[k]), k
+    assert plan["usd_per_hour"] == plan["gpus"] * plan["price_usd_per_gpu_hour"]
+
+
+def test_readme_python_snippet_prints_the_whole_table(capsys):
+    code = _readme_block("python", "plan_deployment")
+    exec(compile(code.replace("seeds=4)", "seeds=1, horizon_s=60.0)"), "README", "exec"), {})
+    out = capsys.readouterr().out
+    assert "..." not in out
+    for col in ("usd_per_million_output_tokens", "price_usd_per_gpu_hour", "verified_attainment", "tpot_slo_s"):
+        assert col in out
+    assert len(out.splitlines()) == 6                                  # header and five plans

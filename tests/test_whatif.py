@@ -39,7 +39,7 @@ def test_fp8_forbidden_costs_more(studies):
 
 def test_b200_at_6_makes_h100_win(studies):
     p = studies["prices"]
-    at = lambda g, usd: p[(p.price_gpu == g) & (p.price_usd_per_hour == usd)].iloc[0]  # noqa: E731
+    at = lambda g, usd: p[(p.price_gpu == g) & (p.price_usd_per_gpu_hour == usd)].iloc[0]  # noqa: E731
     assert at("B200", 4.0).gpu == "B200" and "H100" in at("B200", 4.0).tied_with   # 2 x 4.0 = 4 x 2.0
     assert at("B200", 4.0).usd_per_million_output_tokens == pytest.approx(0.444, abs=5e-4)
     assert at("B200", 6.0).gpu == "H100"

@@ -652,7 +652,7 @@ def whatif_section(frames_a, frames_v):
                      f"{fv.cost_ratio.iloc[i]:.2f}x" if fv is not None else "-", "`fastsim whatif --study fp8`"])
     pa, pv = frames_a["prices"], frames_v.get("prices") if frames_v else None
     for i, r in pa.iterrows():
-        rows.append([f"{r.price_gpu} at ${r.price_usd_per_hour:g}/h", r.lecture_winner or "(not stated)",
+        rows.append([f"{r.price_gpu} at ${r.price_usd_per_gpu_hour:g}/h", r.lecture_winner or "(not stated)",
                      f"winner {r.gpu}" + (f" (tied with {r.tied_with})" if r.tied_with else "") +
                      f", {best(pa, i)}", f"winner {pv.gpu.iloc[i]}, {best(pv, i)}" if pv is not None else "-",
                      "`fastsim whatif --study prices`"])
