@@ -751,8 +751,10 @@ def main(argv=None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ._compile_notice import compile_notice
     try:
-        return int(args.func(args) or 0)
+        with compile_notice():
+            return int(args.func(args) or 0)
     except FastsimInputError as exc:
         print(f"fastsim {args.command}: error: {exc}", file=sys.stderr)
         return 2

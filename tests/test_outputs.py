@@ -548,3 +548,74 @@ def test_readme_python_snippet_prints_the_whole_table(capsys):
     for col in ("usd_per_million_output_tokens", "price_usd_per_gpu_hour", "verified_attainment", "tpot_slo_s"):
         assert col in out
     assert len(out.splitlines()) == 6                                  # header and five plans
+
+
+# ---- 10. the first run says it is compiling ------------------------------------------------------
+
+def _fastsim_kernel():
+    """A fresh (uncached) numba function that the notice counts as one of fastsim's simulator kernels."""
+    import numba
+
+    def add_one_nb(x):
+        return x + 1
+    add_one_nb.__module__ = "fastsim.sim._notice_test"
+    return numba.njit(add_one_nb)
+
+
+class _TTY:
+    def __init__(self, tty):
+        self.text, self.tty = "", tty
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_compile_notice_one_line_and_a_spinner_on_a_terminal(monkeypatch, tty):
+    import time
+    from fastsim._compile_notice import compile_notice
+    monkeypatch.setenv("FASTSIM_COMPILE_NOTICE", "1")
+    stream = _TTY(tty)
+    f = _fastsim_kernel()
+    with compile_notice(stream):
+        time.sleep(0.01)
+        assert f(1) == 2
+        assert f(2) == 3                                 # compiled once: no second line
+    lines = stream.text.split("\n")
+    assert lines[0] == "fastsim: compiling simulator kernels, once per install, about 35 s"
+    assert stream.text.count("fastsim: compiling") == 1
+    assert ("\rcompiling simulator kernels: 00:0" in stream.text) is tty
+
+
+def test_compile_notice_silent_when_cached_or_switched_off(monkeypatch):
+    from fastsim._compile_notice import compile_notice
+    f = _fastsim_kernel()
+    monkeypatch.setenv("FASTSIM_COMPILE_NOTICE", "0")
+    stream = _TTY(True)
+    with compile_notice(stream):
+        f(1)
+    monkeypatch.setenv("FASTSIM_COMPILE_NOTICE", "1")
+    with compile_notice(stream):
+        f(1)                                             # already compiled: numba fires no event
+    assert stream.text == ""
+
+
+def test_first_command_on_a_cold_cache_says_it_compiles(tmp_path):
+    """A fresh numba cache: the line on stderr; the same command again is silent."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), FASTSIM_COMPILE_NOTICE="1")
+    argv = [sys.executable, "-m", "fastsim", "plan", "--scenario", "chat", "--no-verify", "--top-k", "1",
+            "--format", "json"]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    assert first.stderr.splitlines()[0] == "fastsim: compiling analytic kernels, once per install, about 5 s"
+    strict_loads(first.stdout)
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    assert "compiling" not in again.stderr and again.stdout == first.stdout
