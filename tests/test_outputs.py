@@ -619,3 +619,22 @@ def test_first_command_on_a_cold_cache_says_it_compiles(tmp_path):
     strict_loads(first.stdout)
     again = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     assert "compiling" not in again.stderr and again.stdout == first.stdout
+
+
+# ---- every command's CSV ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"bench"}))
+def test_every_command_csv_carries_notes_and_strict_json_cells(capsys, name):
+    import csv
+    import io
+    rc, out, err = run(capsys, *COMMANDS[name], "--format", "csv")
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows and all("notes" in r for r in rows)
+    notes = strict_loads(rows[0]["notes"])
+    assert isinstance(notes, list) and all(strict_loads(r["notes"]) == notes for r in rows)
+    for r in rows:
+        for k, v in r.items():
+            assert v.lower() != "nan", (k, v)
+            if v and v[0] in "[{":
+                strict_loads(v)                          # list and object cells are JSON, not Python reprs
