@@ -31,6 +31,7 @@ from .catalog import Catalog, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
 from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal,
                         layout_degrees, step_params)
+from .layouts import instance_label
 
 __all__ = ["Demand", "ScreenOptions", "Plan", "screen", "instance_table", "plan_for", "cost_usd_per_million_output_tokens",
            "instances_needed"]
@@ -335,11 +336,7 @@ class Plan:
         str
             ``TP8``, ``TP8+EP8`` or ``DP8+EP8`` for the ``tp``, ``tp+ep`` and ``dp+ep`` layouts.
         """
-        if self.layout == "tp+ep":
-            return f"TP{tp}+EP{tp}"
-        if self.layout == "dp+ep":
-            return f"DP{tp}+EP{tp}"
-        return f"TP{tp}"
+        return instance_label(self.layout, tp)
 
     @property
     def gpus(self) -> int:

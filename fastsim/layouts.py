@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .errors import FastsimInputError
 
-__all__ = ["LAYOUTS", "layout_degrees"]
+__all__ = ["LAYOUTS", "layout_degrees", "instance_label"]
 
 #: Instance layouts (SPEC §10): ``tp`` (everything tensor-parallel over the G GPUs), ``tp+ep``
 #: (attention TP over G, routed experts expert-parallel over G: vLLM ``--enable-expert-parallel``)
@@ -42,3 +42,25 @@ def layout_degrees(layout: str, gpus: int) -> tuple:
     if layout == "dp+ep":
         return int(gpus), int(gpus)
     raise FastsimInputError("layout", layout, "one of " + ", ".join(LAYOUTS))
+
+
+def instance_label(layout: str, gpus: int) -> str:
+    """The label of an instance of ``gpus`` GPUs in a layout.
+
+    Parameters
+    ----------
+    layout : str
+        One of :data:`LAYOUTS` (anything else reads as ``tp``).
+    gpus : int
+        GPUs of the instance.
+
+    Returns
+    -------
+    str
+        ``TP8``, ``TP8+EP8`` or ``DP8+EP8`` for ``tp``, ``tp+ep`` and ``dp+ep``.
+    """
+    if layout == "tp+ep":
+        return f"TP{gpus}+EP{gpus}"
+    if layout == "dp+ep":
+        return f"DP{gpus}+EP{gpus}"
+    return f"TP{gpus}"

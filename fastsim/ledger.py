@@ -51,7 +51,7 @@ from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
 from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_LAYERS, P_WDENSE, StepConstants, decode_attn_flops,
-                        kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
+                        expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
 
 __all__ = [
     "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder",
@@ -489,7 +489,7 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
     held = np.asarray(kv_tokens, dtype=np.float64)
     wb = pr.weight_bytes
     routed = m.routed_expert_params
-    share = (float(-(-m.n_experts // tp)) / m.n_experts if ep > 1 else 1.0 / tp) if m.is_moe else 0.0
+    share = expert_share(m, tp, ep)
     used = ((m.total_params - routed) * wb / tp_attn + routed * wb * share
             + held / dp * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp_attn))
     budget = kv_budget_tokens(m, pr, g, tp, constants, dp=dp, ep=ep)

@@ -166,8 +166,9 @@ def _check_layout(model, gpu, gpus, dp, ep):
     return int(gpus), int(dp), int(ep)
 
 
-def _expert_share(model: Model, gpus: int, ep: int) -> float:
-    """Fraction of the routed experts' bytes one GPU holds: 1/G, or ceil(E/G)/E under EP."""
+def expert_share(model: Model, gpus: int, ep: int) -> float:
+    """Fraction of the routed experts' bytes one GPU holds (float): 1/G tensor-sharded, ceil(E/G)/E under EP
+    (SPEC §10); 0 for a dense model. Inputs are not validated."""
     if not model.is_moe:
         return 0.0
     if ep > 1:
@@ -205,7 +206,7 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     """
     g = tp
     tp_attn = g // dp
-    routed = model.routed_expert_params * precision.weight_bytes * (_expert_share(model, g, ep) * g)
+    routed = model.routed_expert_params * precision.weight_bytes * (expert_share(model, g, ep) * g)
     dense = model.total_params - model.routed_expert_params
     budget = g * constants.memory_utilization * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
     return budget / (g * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn) / dp)
@@ -277,7 +278,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_QDIM_PF] = model.attn_dim_prefill
     p[P_QDIM_DEC] = model.attn_dim_decode
     p[P_WDENSE] = model.dense_matmul_params * wb / tp_attn
-    p[P_WEXP] = model.routed_expert_params * wb * _expert_share(model, g, ep)
+    p[P_WEXP] = model.routed_expert_params * wb * expert_share(model, g, ep)
     p[P_KFRAC] = model.experts_per_token / model.n_experts if model.is_moe else 0.0
     p[P_DP] = dp
     p[P_GPUS] = g

@@ -47,6 +47,7 @@ from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError, require_tp
 from .stepmodel import (LAYOUTS, N_PARAMS, P_KVPG, P_NET_BW, StepConstants, instance_layout_refusal,
                         layout_degrees, step_params)
+from .layouts import instance_label
 
 __all__ = [
     "AXES", "SweepGrid", "SweepSettings", "load_grid", "make_grid", "parse_axis", "analytic_table",
@@ -1747,9 +1748,8 @@ def _log_x(ax) -> None:
 
 
 def _inst_label(r, tp) -> str:
-    """``TP8``, ``TP8+EP8`` or ``DP8+EP8``: an instance of ``tp`` GPUs in the row's layout."""
-    lay = r["layout"] if "layout" in r else "tp"
-    return {"tp+ep": f"TP{tp}+EP{tp}", "dp+ep": f"DP{tp}+EP{tp}"}.get(lay, f"TP{tp}")
+    """An instance of ``tp`` GPUs in the row's layout (:func:`fastsim.layouts.instance_label`)."""
+    return instance_label(r["layout"] if "layout" in r else "tp", tp)
 
 
 def _describe_row(r) -> str:

@@ -565,12 +565,7 @@ def _parse_azure_csv(text: str, where: str, name: str, source: str, time_unit=No
             raise FastsimInputError(f"{where}, line {k + 1}, {header[ip]}", parts[ip].strip(), _P_ALLOWED)
         if o is None:
             raise FastsimInputError(f"{where}, line {k + 1}, {header[io]}", parts[io].strip(), _O_ALLOWED)
-        bad = _bad_lengths(p, o, header[ip], header[io])
-        if bad:
-            if not skip_invalid:
-                col, val, allowed = bad[0]
-                raise FastsimInputError(f"{where}, line {k + 1}, {col}", val, _invalid_allowed(allowed))
-            dropped.append((k + 1, ", ".join(f"{c} {v}" for c, v, _ in bad)))
+        if _drop_invalid(p, o, header[ip], header[io], where, k + 1, skip_invalid, dropped):
             continue
         ts.append(parts[it].strip())
         ps.append(p)
@@ -582,6 +577,20 @@ def _parse_azure_csv(text: str, where: str, name: str, source: str, time_unit=No
     t_s, unit = _parse_timestamps(ts, lineno, where, header[it], time_unit)
     return _finish(name, t_s, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, unit,
                    tuple(dropped))
+
+
+def _drop_invalid(p: int, o: int, pcol: str, ocol: str, where: str, line: int, skip_invalid: bool,
+                  dropped: list) -> bool:
+    """True when a row with lengths below 1 is to be dropped (recorded in ``dropped``); raises
+    naming the row and its column when ``skip_invalid`` is off; False for a valid row."""
+    bad = _bad_lengths(p, o, pcol, ocol)
+    if not bad:
+        return False
+    if not skip_invalid:
+        col, val, allowed = bad[0]
+        raise FastsimInputError(f"{where}, line {line}, {col}", val, _invalid_allowed(allowed))
+    dropped.append((line, ", ".join(f"{c} {v}" for c, v, _ in bad)))
+    return True
 
 
 def _bad_lengths(p: int, o: int, pcol: str, ocol: str) -> list:
@@ -665,12 +674,7 @@ def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_un
             raise FastsimInputError(f"{where}, line {k + 1}, input_length", p, _P_ALLOWED)
         if isinstance(o, bool) or not isinstance(o, int):
             raise FastsimInputError(f"{where}, line {k + 1}, output_length", o, _O_ALLOWED)
-        bad = _bad_lengths(p, o, "input_length", "output_length")
-        if bad:
-            if not skip_invalid:
-                col, val, allowed = bad[0]
-                raise FastsimInputError(f"{where}, line {k + 1}, {col}", val, _invalid_allowed(allowed))
-            dropped.append((k + 1, ", ".join(f"{c} {v}" for c, v, _ in bad)))
+        if _drop_invalid(p, o, "input_length", "output_length", where, k + 1, skip_invalid, dropped):
             continue
         ts.append(t)
         ps.append(p)
