@@ -628,7 +628,8 @@ def _result(k, m, works, run_i, fst, out, n_samp, dt) -> SimResult:
 
 def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float, ttft_slo_s: float,
              tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
-             measure_window=(0.2, 0.8), sample_dt_s: float = 1.0) -> SimResult:
+             measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, policy="lecture", prefix=None,
+             spec=None, p_draft=None, spec_seed: int = 0) -> SimResult:
     """Simulate one plan serving one workload (SPEC section 6; semantics in the module docstring).
 
     Parameters
@@ -645,13 +646,28 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         TTFT and TPOT targets (s) for SLO attainment.
     max_context_tokens : int
         Requests with P + O above it are rejected (>= 2; raw tokens, whatever the window).
-    routing : {"least-loaded", "round-robin"}
-        Routing of arrivals to instances (SPEC §6).
+    routing : {"least-loaded", "round-robin", "prefix-aware"}
+        Routing of arrivals to instances (SPEC §6); ``prefix-aware`` under an engine policy only
+        (:mod:`fastsim.sim.policy`).
     measure_window : (float, float)
         Fractions ``(f0, f1)`` of the horizon bounding the arrivals of measured requests,
         ``0 <= f0 < f1 <= 1`` (SPEC §1: the middle 60%).
     sample_dt_s : float
         Step of the sampling grid (s); at most 1e7 samples per run.
+    policy : {"lecture", "vllm", "sglang"} or EnginePolicy
+        The scheduler (:mod:`fastsim.sim.policy`); a name takes the engine's defaults for an
+        80 GB GPU (:func:`fastsim.sim.policy.engine_policy` builds others). Engine policies
+        simulate colocated plans; ``chunk_tokens`` and ``max_batch`` of the plan are then unused
+        (the policy's ``max_num_batched_tokens`` and ``max_num_seqs`` apply).
+    prefix : PrefixBlocks, optional
+        Prefix block ids of the requests (:class:`fastsim.workload.PrefixBlocks`), for prefix
+        caching under an engine policy.
+    spec : SpecDecoding, optional
+        Speculative decoding (``gamma``, ``alpha``; :mod:`fastsim.specdec`), engine policies only.
+    p_draft : ndarray(float64) of shape (N_PARAMS,), optional
+        The draft model's step parameters, with ``spec``.
+    spec_seed : int
+        Seed of the acceptance draws (common random numbers across rates).
 
     Returns
     -------
@@ -668,10 +684,14 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
-    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+    engine = _engine_policy(policy, routing, spec)
+    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, "least-loaded" if engine else routing,
+                    measure_window, sample_dt_s)
     raw = (arrival_s, prompt_tokens, output_tokens)
     works = [_arrays(raw)]
     work = _check(works, [raw], opts[0])
+    if engine:
+        return _policy_results([plan], works, [prefix], opts, policy, routing, spec, p_draft, spec_seed, True)[0]
     one = np.zeros(1, np.int64)
     run_i, ist, fst, out, n_samp = _run([plan], one, one, work, opts, True)
     m = _all_metrics(run_i, ist, fst, out, opts[0])[0]
@@ -681,7 +701,7 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
 def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
                    tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
                    measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, product: bool = False,
-                   full: bool = False) -> list:
+                   full: bool = False, policy="lecture", spec=None, p_draft=None, spec_seed: int = 0) -> list:
     """Simulate many (plan, workload) runs in one parallel kernel call (SPEC sections 6 and 7).
 
     Each run is independent and writes only its own slots, so the results are identical to
@@ -702,6 +722,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         Return :class:`SimResult` objects instead of :class:`SimMetrics`.
     horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s
         As in :func:`simulate`, shared by all runs.
+    policy, spec, p_draft, spec_seed
+        As in :func:`simulate`, shared by all runs; a ``Workload`` with prefix blocks
+        (``.prefix``) brings them to the engine policies' prefix caching.
 
     Returns
     -------
@@ -716,7 +739,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
-    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+    engine = _engine_policy(policy, routing, spec)
+    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, "least-loaded" if engine else routing,
+                    measure_window, sample_dt_s)
     plans = list(plans)
     raw = list(workloads)
     works = [_arrays(w) for w in raw]
@@ -738,11 +763,55 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         if P != W:
             raise FastsimInputError("plans", f"{P} plans", f"one plan, or one per workload ({W})")
         pk = wk = np.arange(W, dtype=np.int64)
+    if engine:
+        prefixes = [getattr(w, "prefix", None) for w in raw]
+        return _policy_results([plans[int(k)] for k in pk], [works[int(k)] for k in wk],
+                               [prefixes[int(k)] for k in wk], opts, policy, routing, spec, p_draft, spec_seed, full)
     run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full)
     ms = _all_metrics(run_i, ist, fst, out, opts[0])
     if not full:
         return ms
     return [_result(k, m, works, run_i, fst, out, n_samp, opts[6]) for k, m in enumerate(ms)]
+
+
+def _engine_policy(policy, routing, spec) -> bool:
+    """True for an engine policy (vllm / sglang); checks what only they accept."""
+    from .policy import EnginePolicy
+    if isinstance(policy, EnginePolicy) or (isinstance(policy, str) and policy in ("vllm", "sglang")):
+        return True
+    if policy != "lecture":
+        raise FastsimInputError("policy", policy, "lecture, vllm, sglang or an EnginePolicy")
+    if routing == "prefix-aware":
+        raise FastsimInputError("routing", routing, "least-loaded or round-robin under the lecture policy "
+                                "(prefix-aware routing needs an engine policy: vllm or sglang)")
+    if spec is not None:
+        raise FastsimInputError("spec", spec, "None under the lecture policy (speculative decoding is "
+                                "simulated under the vllm and sglang policies)")
+    return False
+
+
+def _policy_results(plans, works, prefixes, opts, policy, routing, spec, p_draft, spec_seed, full):
+    """Run engine-policy runs and wrap them as the engine's results (:mod:`fastsim.sim.policy`)."""
+    from .policy import policy_metrics, run_policy
+    pol, spec, results, n_samp = run_policy(plans, works, prefixes, opts, policy=policy, routing=routing,
+                                            spec=spec, p_draft=p_draft, spec_seed=spec_seed, full=full)
+    out = []
+    dt = opts[6]
+    for w, res in zip(works, results):
+        n = int(w[0].shape[0])
+        m = policy_metrics(pol, spec, res, n, opts[0])
+        if not full:
+            out.append(m)
+            continue
+        _, _, busy, _, rq, (wait_s, kv_s, sys_s) = res
+        out.append(SimResult(
+            arrival_s=w[0].copy(), prompt_tokens=w[1].copy(), output_tokens=w[2].copy(),
+            first_token_s=rq["first"], finish_s=rq["finish"], instance=rq["inst"].astype(np.int64),
+            decode_instance=np.full(n, -1, np.int64), status=rq["status"].astype(np.int64),
+            sample_t_s=np.arange(n_samp, dtype=np.float64) * dt, queue_len=wait_s, kv_tokens=kv_s,
+            in_system=sys_s, busy_s=busy.copy(), metrics=m, cached_tokens=rq["cached"],
+            preemptions=rq["preempted"].astype(np.int64)))
+    return out
 
 
 def warmup() -> None:

@@ -96,7 +96,25 @@ class SimMetrics(NamedTuple):
         Mean number of requests per step (decodes + prefill pieces), nan without steps.
     kv_peak_tokens : ndarray(int64) of shape (n_instances,)
         Largest KV reservation seen (full-context-equivalent tokens: under a sliding window
-        the KV a sequence holds, SPEC §10).
+        the KV a sequence holds, SPEC §10); under an engine policy, the largest KV in use
+        (blocks held by running requests and by referenced cache entries, times the block size).
+    policy : str
+        The engine policy simulated (``"lecture"``, ``"vllm"`` or ``"sglang"``;
+        :mod:`fastsim.sim.policy`).
+    preemptions : int
+        Requests preempted (vLLM) or retracted (SGLang) and later recomputed, counted each time;
+        0 under the lecture policy, which never preempts.
+    cached_prompt_tokens : int
+        Prompt tokens served from the prefix cache at the requests' first admission.
+    prompt_tokens_admitted : int
+        Prompt tokens of the requests admitted at least once (the denominator of the hit fraction).
+    cache_hit_fraction : float
+        ``cached_prompt_tokens / prompt_tokens_admitted``; nan without prefix caching or admissions.
+    cache_hit_fraction_per_instance : ndarray(float64) of shape (n_instances,) or None
+        The same per instance (nan where nothing was admitted); None without prefix caching.
+    spec_tokens_per_round : float
+        Speculative decoding: output tokens a request gained per verify round, averaged over all
+        rounds of the run (at most gamma + 1); nan without speculative decoding.
     """
 
     attainment: float
@@ -118,6 +136,13 @@ class SimMetrics(NamedTuple):
     utilisation: np.ndarray
     mean_batch: np.ndarray
     kv_peak_tokens: np.ndarray
+    policy: str = "lecture"
+    preemptions: int = 0
+    cached_prompt_tokens: int = 0
+    prompt_tokens_admitted: int = 0
+    cache_hit_fraction: float = float("nan")
+    cache_hit_fraction_per_instance: np.ndarray | None = None
+    spec_tokens_per_round: float = float("nan")
 
 
 class SimResult(NamedTuple):
@@ -150,6 +175,12 @@ class SimResult(NamedTuple):
         Busy time within the horizon per instance (s).
     metrics : SimMetrics
         The run's summary.
+    cached_tokens : ndarray(int64) of shape (n,) or None
+        Engine policies: prompt tokens each request took from the prefix cache at its first
+        admission (0 without a hit); None under the lecture policy.
+    preemptions : ndarray(int64) of shape (n,) or None
+        Engine policies: times each request was preempted (recomputed); None under the lecture
+        policy.
     """
 
     arrival_s: np.ndarray
@@ -166,6 +197,8 @@ class SimResult(NamedTuple):
     in_system: np.ndarray
     busy_s: np.ndarray
     metrics: SimMetrics
+    cached_tokens: np.ndarray | None = None
+    preemptions: np.ndarray | None = None
 
     @property
     def ttft_s(self) -> np.ndarray:

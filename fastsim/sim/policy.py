@@ -1,0 +1,484 @@
+"""Engine policies of the serving simulator: how vLLM and SGLang schedule a colocated instance.
+
+The lecture's policy (:mod:`fastsim.sim.engine`) reserves a request's whole ``P + O`` of KV at
+admission, puts a prefill chunk on top of the running decodes and never preempts. The engines
+people deploy do otherwise (SPEC §10). This module simulates two of them on colocated plans, with
+optional prefix caching and speculative decoding. The kernel (``_policy_nb.py``) and the
+reference (``reference_policy.py``) implement exactly the rules below, bit for bit.
+
+Semantics
+---------
+Requests, arrivals and routing are as in :mod:`fastsim.sim.engine` unless said here. A request
+knows ``ntok`` tokens (``P`` plus the tokens generated so far) of which ``computed`` have their KV
+in the cache; it is a *decode* when it has generated at least one token and only its last token
+lacks KV (``computed = ntok - 1``), else it is in *prefill* (a new prompt, or a preempted request
+recomputing its prompt and the tokens it had generated). Running a prefill piece of ``x`` tokens
+adds ``x`` to ``computed``; when ``computed`` reaches ``ntok`` the step samples a token (the first
+one gives the TTFT). KV lives in blocks of ``block_tokens`` tokens (vLLM 16, SGLang 1); a request
+holds ``ceil(hold(computed + x) / block_tokens)`` blocks for a step of ``x`` tokens (``hold``: the
+sliding-window rule of ``window.py``), allocated as its tokens arrive, never reserved ahead.
+An instance has ``floor(P_KV_BUDGET_TOKENS) // block_tokens`` blocks.
+
+Rejection at arrival: ``P + O > max_context_tokens``, or the blocks of ``P + O + gamma`` tokens
+exceed the instance's (so every accepted request can run alone).
+
+``vllm`` (vLLM V1 ``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py``). One token budget
+``max_num_batched_tokens`` per step shared by decodes and prefill chunks. First the running
+requests, in admission order, while the budget lasts: a decode takes 1 token (``gamma + 1`` with
+speculative decoding; if the budget is smaller the pass stops), a prefill ``min(remaining, budget)``
+tokens. When its blocks cannot be had, the newest running request (the last admitted) is
+preempted: its blocks are freed, ``computed`` drops to 0 and it goes to the FRONT of the waiting
+queue (recompute); if it was the request being scheduled, the pass stops. Then, only if nobody was
+preempted in this step, waiting requests are admitted FCFS while the budget lasts and fewer than
+``max_num_seqs`` run: the head takes its prefix-cache hits and ``min(ntok - hit, budget)`` tokens
+if its new blocks (plus the cached blocks it revives) are free, else admission stops (the head
+blocks the queue). A step that would run nothing after a preemption is scheduled again at once.
+
+``sglang`` (SGLang ``Scheduler.get_next_batch_to_run``, ``PrefillAdder``, ``retract_decode``,
+``python/sglang/srt/managers/``). Prefill and decode steps alternate, prefill first (SGLang's
+default, without ``--enable-mixed-chunk``). A prefill step continues the prompt being chunked and
+admits waiting requests FCFS within ``chunked_prefill_size`` tokens (the last one chunked, then
+stop), fewer than ``max_running_requests`` running, and an admission budget: the free KV minus,
+for each running request, ``min(O - generated, 4096) x new_token_ratio``; a new request needs its
+uncached prompt plus ``min(O - generated, 4096)`` (the client's ``max_tokens`` is taken to be the
+request's real output length, the most optimistic reading). Without a prefill step, every decode
+runs one token (``gamma + 1`` with speculation); when their KV does not fit, requests are
+retracted, fewest generated tokens first (ties: the longest prompt, then the latest admitted),
+until the rest have room for 20 more steps (at least one, never the last), to the BACK of the
+queue, and ``new_token_ratio = min(1, (generated + 20 x running) / sum of O)`` over the rest;
+else the ratio decays by ``(0.7 - 0.098) / 600`` per decode step down to 0.098 (SGLang's
+``init_new_token_ratio = 0.7``, ``min_new_token_ratio_factor = 0.14``, 600 decay steps).
+
+Prefix caching (vLLM automatic prefix caching; SGLang RadixAttention). Requests carry prefix block
+ids (:class:`fastsim.workload.PrefixBlocks`: Mooncake's ``hash_ids``, one per 512 tokens, or a
+synthetic shared prefix). A full prompt block computed by a request becomes a cache entry of its
+instance (unless one with that id exists), referenced by it; at admission a request hits the
+longest run of its leading full blocks found in the cache (at most ``ntok - 1`` tokens: one token
+is always computed), references them and skips their prefill (the chunk's attention over them is
+still computed and their KV still read). Entries nobody references stay cached in the free KV, in
+an LRU list; an allocation that needs their blocks evicts the least recently released first. A
+request that finishes or is preempted drops its references. Counted: the prompt tokens each
+request took from the cache at its first admission. Block ids must identify the whole prefix up to
+the block (as Mooncake's do). Not modelled: output tokens are never cached (the trace gives no
+ids for them), nor prefixes within a block. Prefix caching with a sliding-window model is refused.
+
+Routing ``prefix-aware`` (SGLang router ``cache_aware``, its defaults ``balance_abs_threshold = 64``,
+``balance_rel_threshold = 1.5``, ``cache_threshold = 0.3``): with ``u_i`` the unfinished requests
+routed to instance i, if ``max u - min u > 64`` and ``max u > 1.5 x min u`` the request goes to the
+least-loaded instance (fewest outstanding tokens); otherwise to the instance with the most leading
+blocks cached (ties: fewest outstanding tokens, then the lowest index) when those blocks cover more
+than 30% of the prompt, else to the least-loaded one. Outstanding tokens of a request:
+``(ntok - computed) + (O - generated)``.
+
+Speculative decoding (draft model or MTP head, :mod:`fastsim.specdec`). Each decode step verifies
+``gamma + 1`` tokens per decode (its last token and ``gamma`` drafts) and yields ``1 + k`` tokens,
+``k`` the drafts accepted, capped by the tokens left: ``k`` is the largest ``j <= gamma`` with
+``u < alpha^j``, ``u`` a uniform of request ``r``'s ``m``-th round from a counter-based generator
+(splitmix64 of ``seed``, ``r`` and ``m``), so runs at different rates share the draws (common
+random numbers). The step time adds ``gamma`` draft steps of the decodes:
+``step_time(p_draft, decodes, C, 4 L_d H_d C)`` (C the decodes' context; the draft's own window is
+ignored); the verify step counts ``gamma + 1`` tokens and ``(gamma + 1) x`` the attention of each
+decode. Each decode needs KV for ``gamma + 1`` more tokens.
+
+Step time: :func:`fastsim.stepmodel.step_time_nb` with the lecture's composition (see
+:mod:`fastsim.sim.engine`), plus the speculative terms above.
+
+Samples and outputs: ``queue_len`` counts waiting requests (preempted ones included),
+``kv_tokens`` the KV in use (blocks of running requests and of referenced entries, times
+``block_tokens``; cached entries nobody references are free memory). Metrics as the engine's, plus
+preemptions, cache hits and speculative tokens per round (:class:`fastsim.sim.SimMetrics`).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import FastsimInputError
+from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
+from . import _kernels as K
+from . import _policy_nb as PK
+from .window import NO_WINDOW, kv_window
+
+__all__ = ["POLICIES", "ROUTINGS", "EnginePolicy", "engine_policy", "policy_defaults"]
+
+#: Policy names: the lecture's (:mod:`fastsim.sim.engine`) and the engines'.
+POLICIES = ("lecture", "vllm", "sglang")
+#: Routing rules of the engine-policy simulator.
+ROUTINGS = {"least-loaded": PK.ROUTE_LEAST_LOADED, "round-robin": PK.ROUTE_ROUND_ROBIN,
+            "prefix-aware": PK.ROUTE_PREFIX_AWARE}
+
+_GIB = 1024 ** 3
+
+
+class EnginePolicy(NamedTuple):
+    """An engine's scheduler settings (module docstring for the rules).
+
+    Attributes
+    ----------
+    name : {"vllm", "sglang"}
+    max_num_batched_tokens : int
+        Tokens per step: vLLM's shared budget ``max_num_batched_tokens``; SGLang's
+        ``chunked_prefill_size`` (prefill steps only).
+    max_num_seqs : int
+        Most running requests (vLLM ``max_num_seqs``; SGLang ``max_running_requests``).
+    block_tokens : int
+        Tokens per KV block (vLLM ``block_size`` 16; SGLang ``page_size`` 1).
+    prefix_caching : bool
+        Automatic prefix caching (on by default in vLLM V1 and SGLang).
+    source : str
+        Where the defaults come from.
+    """
+
+    name: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_tokens: int
+    prefix_caching: bool = True
+    source: str = ""
+
+
+def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: float = 0.0,
+                    context_tokens: int = 131072) -> EnginePolicy:
+    """The engine's default scheduler settings on a GPU of this memory (as the engines pick them).
+
+    Parameters
+    ----------
+    name : {"vllm", "sglang"}
+    gpu_memory_bytes : float
+        HBM of one GPU (bytes).
+    kv_budget_tokens : float
+        KV tokens of one instance (SGLang sizes ``max_running_requests`` from it).
+    context_tokens : int
+        The model's context length (SGLang's ``context_len``).
+
+    Returns
+    -------
+    EnginePolicy
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown name.
+
+    Notes
+    -----
+    vLLM (``EngineArgs.get_batch_defaults``, ``vllm/engine/arg_utils.py``, OpenAI-compatible
+    server): on a GPU of at least 70 GiB, ``max_num_batched_tokens = 8192`` and
+    ``max_num_seqs = 1024``; below, 2048 and 256 (vLLM also puts the A100 in the smaller class);
+    ``block_size = 16``. SGLang (``ServerArgs``, ``python/sglang/srt/server_args.py``):
+    ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; ``page_size = 1``;
+    ``max_running_requests = min(max(int(kv_tokens / context_len x 512), 2048), 4096)``
+    (``ModelRunner.init_memory_pool``).
+    """
+    gib = float(gpu_memory_bytes) / _GIB
+    if name == "vllm":
+        big = gib >= 70.0
+        return EnginePolicy("vllm", 8192 if big else 2048, 1024 if big else 256, 16, True,
+                            "vLLM V1 defaults (EngineArgs.get_batch_defaults, OpenAI server; block_size 16)")
+    if name == "sglang":
+        chunk = 2048 if gib < 35.0 else (8192 if gib < 160.0 else 16384)
+        kv = max(float(kv_budget_tokens), 0.0)
+        seqs = min(max(int(kv / max(int(context_tokens), 1) * 512), 2048), 4096)
+        return EnginePolicy("sglang", chunk, seqs, 1, True,
+                            "SGLang defaults (ServerArgs chunked_prefill_size by GPU memory; page_size 1; "
+                            "max_running_requests from the KV pool)")
+    raise FastsimInputError("policy", name, "vllm or sglang (lecture has no engine settings)")
+
+
+def engine_policy(name: str, gpu_memory_bytes: float = 80e9, *, max_num_batched_tokens: int | None = None,
+                  max_num_seqs: int | None = None, block_tokens: int | None = None,
+                  prefix_caching: bool | None = None, kv_budget_tokens: float = 0.0,
+                  context_tokens: int = 131072) -> EnginePolicy:
+    """An engine policy: the engine's defaults (:func:`policy_defaults`) with the user's overrides.
+
+    Parameters
+    ----------
+    name : {"vllm", "sglang"}
+    gpu_memory_bytes : float
+        HBM of one GPU (bytes), which picks the defaults.
+    max_num_batched_tokens, max_num_seqs, block_tokens : int, optional
+        Overrides, each >= 1.
+    prefix_caching : bool, optional
+        Override (both engines default to on).
+    kv_budget_tokens, context_tokens
+        As in :func:`policy_defaults`.
+
+    Returns
+    -------
+    EnginePolicy
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown name or an override that is not an integer >= 1.
+    """
+    pol = policy_defaults(name, gpu_memory_bytes, kv_budget_tokens=kv_budget_tokens, context_tokens=context_tokens)
+    rep = {}
+    for field, v in (("max_num_batched_tokens", max_num_batched_tokens), ("max_num_seqs", max_num_seqs),
+                     ("block_tokens", block_tokens)):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise FastsimInputError(field, v, "an integer >= 1")
+            rep[field] = int(v)
+    if prefix_caching is not None:
+        rep["prefix_caching"] = bool(prefix_caching)
+    if rep:
+        pol = pol._replace(**rep, source=pol.source + "; overridden: " + ", ".join(f"{k}={v}" for k, v in rep.items()))
+    return pol
+
+
+def _check_policy(policy) -> EnginePolicy:
+    if isinstance(policy, str):
+        return engine_policy(policy)
+    if not isinstance(policy, EnginePolicy):
+        raise FastsimInputError("policy", policy, "lecture, vllm, sglang or an EnginePolicy")
+    if policy.name not in ("vllm", "sglang"):
+        raise FastsimInputError("policy.name", policy.name, "vllm or sglang")
+    for field in ("max_num_batched_tokens", "max_num_seqs", "block_tokens"):
+        v = getattr(policy, field)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise FastsimInputError(f"policy.{field}", v, "an integer >= 1")
+    return policy
+
+
+def _prefix_arrays(prefix, n: int, field: str = "prefix"):
+    """``(offsets, dense ids, block_tokens, distinct ids)`` of a workload's prefix blocks (or none)."""
+    if prefix is None:
+        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64), 0, 0
+    off = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
+    ids = np.asarray(prefix.ids, dtype=np.int64)
+    if off.shape != (n + 1,):
+        raise FastsimInputError(f"{field}.offsets", f"shape {off.shape}", f"shape ({n + 1},) (one more than requests)")
+    uniq, dense = np.unique(ids, return_inverse=True)
+    return off, np.ascontiguousarray(dense.astype(np.int64)), int(prefix.block_tokens), int(uniq.shape[0])
+
+
+def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context: int, routing: int,
+                 prefix_block_tokens: int, n_ids: int, spec, seed: int):
+    """The kernel's int64 and float64 configuration rows of one run."""
+    w, s, lay, f = kv_window(p)
+    bt = int(pol.block_tokens)
+    caching = bool(pol.prefix_caching) and prefix_block_tokens > 0 and n_ids > 0
+    if caching and w != NO_WINDOW:
+        raise FastsimInputError("prefix_caching", True, "False for a sliding-window model (its cached blocks "
+                                "are not modelled): --no-prefix-caching")
+    if caching and prefix_block_tokens % bt != 0:
+        raise FastsimInputError("policy.block_tokens", bt,
+                                f"a divisor of the prefix block size ({prefix_block_tokens} tokens)")
+    kvb = float(p[P_KV_BUDGET_TOKENS])
+    nb_total = (int(math.floor(kvb)) if kvb > 0 else 0) // bt
+    gamma = int(spec.gamma) if spec is not None else 0
+    alpha = float(spec.alpha) if spec is not None else 0.0
+    c = np.zeros(PK.N_CCOLS, np.int64)
+    c[PK.C_KIND] = PK.VLLM if pol.name == "vllm" else PK.SGLANG
+    c[PK.C_BUDGET] = pol.max_num_batched_tokens
+    c[PK.C_MAX_SEQS] = pol.max_num_seqs
+    c[PK.C_BT] = bt
+    c[PK.C_CACHING] = 1 if caching else 0
+    c[PK.C_BTH] = prefix_block_tokens if caching else 0
+    c[PK.C_GAMMA] = gamma
+    c[PK.C_CLIP] = 4096
+    c[PK.C_RETRACT] = 20
+    c[PK.C_ROUTING] = routing
+    c[PK.C_N_INST] = n_instances
+    c[PK.C_MAX_CONTEXT] = max_context
+    c[PK.C_NB_TOTAL] = nb_total
+    c[PK.C_SEED] = np.int64(np.uint64(seed & 0xFFFFFFFFFFFFFFFF).view(np.int64))
+    c[PK.C_ROUTE_ABS] = 64
+    c[PK.C_WINDOW] = w
+    c[PK.C_SLIDE_L] = s
+    c[PK.C_N_LAYERS] = lay
+    c[PK.C_N_BLOCK_IDS] = n_ids
+    cf = np.zeros(PK.N_CFCOLS, np.float64)
+    cf[PK.CF_ALPHA] = alpha
+    cf[PK.CF_RATIO_INIT] = 0.7
+    cf[PK.CF_RATIO_MIN] = 0.7 * 0.14
+    cf[PK.CF_RATIO_DECAY] = (0.7 - 0.7 * 0.14) / 600.0
+    cf[PK.CF_ROUTE_REL] = 1.5
+    cf[PK.CF_ROUTE_THR] = 0.3
+    cf[PK.CF_SLIDE] = f
+    return c, cf
+
+
+def cfg_dict(c: np.ndarray, cf: np.ndarray) -> dict:
+    """The configuration rows as the reference simulator's dict (tests)."""
+    return dict(kind=int(c[PK.C_KIND]), budget=int(c[PK.C_BUDGET]), max_seqs=int(c[PK.C_MAX_SEQS]),
+                block_tokens=int(c[PK.C_BT]), caching=bool(c[PK.C_CACHING]),
+                prefix_block_tokens=int(c[PK.C_BTH]), gamma=int(c[PK.C_GAMMA]), alpha=float(cf[PK.CF_ALPHA]),
+                seed=int(np.int64(c[PK.C_SEED]).view(np.uint64)), clip=int(c[PK.C_CLIP]),
+                retract_steps=int(c[PK.C_RETRACT]), ratio_init=float(cf[PK.CF_RATIO_INIT]),
+                ratio_min=float(cf[PK.CF_RATIO_MIN]), ratio_decay=float(cf[PK.CF_RATIO_DECAY]),
+                route_abs=int(c[PK.C_ROUTE_ABS]), route_rel=float(cf[PK.CF_ROUTE_REL]),
+                route_cache_thr=float(cf[PK.CF_ROUTE_THR]), nb_total=int(c[PK.C_NB_TOTAL]))
+
+
+def _spec_check(spec, p_draft):
+    if spec is None:
+        return None, np.zeros(N_PARAMS)
+    g = getattr(spec, "gamma", None)
+    a = getattr(spec, "alpha", None)
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
+        raise FastsimInputError("spec.gamma", g, "an integer >= 1 (draft tokens per round)")
+    if a is None or not (0.0 <= float(a) < 1.0):
+        raise FastsimInputError("spec.alpha", a, "a per-token acceptance probability in [0, 1)")
+    if p_draft is None:
+        raise FastsimInputError("p_draft", None, "the draft model's step parameters (fastsim.specdec.spec_step_params)")
+    pd = np.ascontiguousarray(np.asarray(p_draft, dtype=np.float64))
+    if pd.shape != (N_PARAMS,) or not np.all(np.isfinite(pd[:P_KV_BUDGET_TOKENS])):
+        raise FastsimInputError("p_draft", f"shape {pd.shape}", f"a finite float array of shape ({N_PARAMS},)")
+    return spec, pd
+
+
+def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None, p_draft=None, spec_seed: int = 0,
+               full: bool):
+    """Run colocated plans under an engine policy (called by :func:`fastsim.sim.simulate` and ``simulate_batch``).
+
+    ``plans`` and ``works`` are aligned lists (one run each; ``works`` are checked array triples),
+    ``prefixes`` the matching :class:`fastsim.workload.PrefixBlocks` or None, ``opts`` the engine's
+    normalised options. Returns a list of ``(metrics, per-request dict, per-instance dict, samples)``.
+    """
+    from .engine import ColocatedPlan, _kv_floor  # noqa: F401  (import cycle: engine imports this module)
+    horizon_s, ttft_slo_s, tpot_slo_s, max_context, _, window, dt = opts
+    if routing not in ROUTINGS:
+        raise FastsimInputError("routing", routing, " or ".join(ROUTINGS))
+    pol = _check_policy(policy)
+    spec, pd = _spec_check(spec, p_draft)
+    R = len(plans)
+    n_samp = max(1, int(math.ceil(horizon_s / dt)))
+    rf = np.zeros(K.N_RFCOLS, np.float64)
+    rf[K.RF_HORIZON] = horizon_s
+    rf[K.RF_DT] = dt
+    rf[K.RF_MEAS_LO] = window[0]
+    rf[K.RF_MEAS_HI] = window[1]
+    rf[K.RF_TTFT_SLO] = ttft_slo_s
+    rf[K.RF_TPOT_SLO] = tpot_slo_s
+    rf[K.RF_OVER_FRAC] = 0.02
+    rf[K.RF_OVER_MIN] = 10.0
+    from .engine import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    rf[K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
+    rf[K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
+    rows = []
+    for pl, w, pre in zip(plans, works, prefixes):
+        if not isinstance(pl, ColocatedPlan):
+            raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
+                                    "policies model colocated instances)")
+        n = w[0].shape[0]
+        off, ids, bth, nid = _prefix_arrays(pre, n)
+        c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed)
+        rows.append((pl, w, off, ids, c, cf))
+    results = []
+    if R == 1 or full:
+        for pl, w, off, ids, c, cf in rows:
+            n = w[0].shape[0]
+            ni = pl.n_instances
+            first = np.empty(n, np.float64)
+            finish = np.empty(n, np.float64)
+            inst = np.empty(n, np.int32)
+            status = np.empty(n, np.int8)
+            cached = np.empty(n, np.int64)
+            pre_ = np.empty(n, np.int32)
+            busy = np.empty(ni, np.float64)
+            iout = np.empty((ni, PK.N_OCOLS), np.int64)
+            wait_s = np.empty(n_samp * ni if full else 0, np.int64)
+            kv_s = np.empty(n_samp * ni if full else 0, np.int64)
+            sys_s = np.empty(n_samp, np.int64)
+            mf = np.empty(K.N_MFCOLS, np.float64)
+            mi = np.empty(K.N_MICOLS, np.int64)
+            code = PK.policy_one_nb(pl.p, pd, c, cf, w[0], w[1], w[2], off, ids, first, finish, inst, status, cached,
+                                    pre_, busy, iout, wait_s, kv_s, sys_s, np.empty(max(n, 1)), np.empty(max(n, 1)),
+                                    rf, mf, mi, bool(full))
+            if code != 0:
+                raise RuntimeError(f"engine-policy kernel failed with status {code}; this is a bug in fastsim")
+            results.append((mf, mi, busy, iout, dict(first=first, finish=finish, inst=inst, status=status,
+                                                     cached=cached, preempted=pre_),
+                            (wait_s.reshape(n_samp, ni) if full else None, kv_s.reshape(n_samp, ni) if full else None,
+                             sys_s)))
+        return pol, spec, results, n_samp
+    # many runs, metrics only: one parallel kernel call
+    wl = {}
+    w_of = np.empty(R, np.int64)
+    for k, (_, w, off, ids, _, _) in enumerate(rows):
+        key = id(w[0])
+        if key not in wl:
+            wl[key] = (len(wl), w, off, ids)
+        w_of[k] = wl[key][0]
+    ws = sorted(wl.values(), key=lambda v: v[0])
+    ns = np.array([v[1][0].shape[0] for v in ws], np.int64)
+    w_req0 = np.zeros(len(ws) + 1, np.int64)
+    np.cumsum(ns, out=w_req0[1:])
+    a_all = np.concatenate([v[1][0] for v in ws]) if ws else np.zeros(0)
+    p_all = np.concatenate([v[1][1] for v in ws])
+    o_all = np.concatenate([v[1][2] for v in ws])
+    id_base = np.zeros(len(ws), np.int64)
+    np.cumsum(np.array([v[3].shape[0] for v in ws[:-1]], np.int64), out=id_base[1:]) if len(ws) > 1 else None
+    boff_all = np.concatenate([v[2] + id_base[j] for j, v in enumerate(ws)])
+    w_boff0 = np.zeros(len(ws), np.int64)
+    if len(ws) > 1:
+        np.cumsum(ns[:-1] + 1, out=w_boff0[1:])
+    bids_all = np.concatenate([v[3] for v in ws])
+    pp = np.stack([r[0].p for r in rows])
+    pdd = np.repeat(pd[None, :], R, axis=0)
+    cfg = np.stack([r[4] for r in rows])
+    cf = np.stack([r[5] for r in rows])
+    rfs = np.repeat(rf[None, :], R, axis=0)
+    n_run = ns[w_of]
+    out_off = np.zeros(R, np.int64)
+    np.cumsum(n_run[:-1], out=out_off[1:])
+    ni_run = cfg[:, PK.C_N_INST]
+    i_off = np.zeros(R, np.int64)
+    np.cumsum(ni_run[:-1], out=i_off[1:])
+    sys_off = np.arange(R + 1, dtype=np.int64) * n_samp
+    N = int(n_run.sum())
+    NI = int(ni_run.sum())
+    first = np.empty(N, np.float64)
+    finish = np.empty(N, np.float64)
+    inst = np.empty(N, np.int32)
+    status = np.empty(N, np.int8)
+    cached = np.empty(N, np.int64)
+    pre_ = np.empty(N, np.int32)
+    busy = np.empty(NI, np.float64)
+    iout = np.empty((NI, PK.N_OCOLS), np.int64)
+    sys_s = np.empty(R * n_samp, np.int64)
+    met_f = np.empty((R, K.N_MFCOLS), np.float64)
+    met_i = np.empty((R, K.N_MICOLS), np.int64)
+    run_status = np.empty(R, np.int64)
+    PK.policy_runs_nb(pp, pdd, cfg, cf, rfs, w_of, a_all, p_all, o_all, w_req0, boff_all, w_boff0, bids_all,
+                      out_off, first, finish, inst, status, cached, pre_, i_off, busy, iout, sys_off, sys_s,
+                      met_f, met_i, run_status)
+    bad = np.flatnonzero(run_status != 0)
+    if bad.size:
+        raise RuntimeError(f"engine-policy kernel failed with status {int(run_status[bad[0]])}; this is a bug in fastsim")
+    for k in range(R):
+        o0, o1 = int(out_off[k]), int(out_off[k] + n_run[k])
+        i0, i1 = int(i_off[k]), int(i_off[k] + ni_run[k])
+        results.append((met_f[k], met_i[k], busy[i0:i1], iout[i0:i1],
+                        dict(first=first[o0:o1], finish=finish[o0:o1], inst=inst[o0:o1], status=status[o0:o1],
+                             cached=cached[o0:o1], preempted=pre_[o0:o1]),
+                        (None, None, sys_s[k * n_samp:(k + 1) * n_samp])))
+    return pol, spec, results, n_samp
+
+
+def policy_metrics(pol, spec, res, n: int, horizon_s: float):
+    """The :class:`SimMetrics` of one engine-policy run from the kernel's rows."""
+    from .records import SimMetrics
+    f, mi, busy, iout, _, _ = res
+    steps = iout[:, PK.O_STEPS]
+    mean_batch = iout[:, PK.O_BATCH_SUM] / np.maximum(steps, 1)
+    mean_batch = np.where(steps == 0, np.nan, mean_batch)
+    rej, fin, meas, over = (int(x) for x in mi)
+    thr = float(iout[:, PK.O_TOKENS_OUT].sum()) / horizon_s
+    cached = iout[:, PK.O_CACHED]
+    adm = iout[:, PK.O_PROMPT_ADMITTED]
+    caching = bool(pol.prefix_caching)
+    hit = float(cached.sum()) / float(adm.sum()) if caching and adm.sum() > 0 else float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hit_i = np.where(adm > 0, cached / np.maximum(adm, 1), np.nan) if caching else None
+    rounds = int(iout[:, PK.O_SPEC_ROUNDS].sum())
+    tpr = float(iout[:, PK.O_SPEC_TOKENS].sum()) / rounds if spec is not None and rounds > 0 else float("nan")
+    return SimMetrics(float(f[K.M_ATTAIN]), float(f[K.M_TTFT50]), float(f[K.M_TTFT90]), float(f[K.M_TTFT99]),
+                      float(f[K.M_TPOT50]), float(f[K.M_TPOT90]), float(f[K.M_TPOT99]), thr, rej, n - rej - fin, fin,
+                      meas, n, over != 0, float(f[K.M_SLOPE]), float(n - rej) / horizon_s, busy / horizon_s,
+                      mean_batch, iout[:, PK.O_KV_PEAK].copy(), pol.name, int(iout[:, PK.O_PREEMPT].sum()),
+                      int(cached.sum()), int(adm.sum()), hit, hit_i, tpr)
