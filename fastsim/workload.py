@@ -2,12 +2,19 @@
 
 A :class:`Workload` is three aligned arrays, one entry per request: arrival time (s, ascending,
 on a time axis that starts at 0), prompt tokens P and output tokens O (O counts every generated
-token, the first included, so O >= 1). Workloads come from
+token, the first included, so O >= 1). It may also carry the prompt's prefix blocks
+(:class:`PrefixBlocks`: per request, the ids of its ``block_tokens``-token blocks; equal ids are
+equal content), which a simulator of prefix caching reads; :func:`prefix_reuse_bound` gives the
+share of prompt tokens an unbounded cache could serve. Workloads come from
 
-- real traces: :func:`read_trace` reads the two Azure LLM inference traces shipped with the
-  package (``azure-conv``, ``azure-code``), any CSV in the same format, or a Mooncake JSONL file;
-- synthetic draws: :func:`synthesize` (Poisson or gamma arrivals, lognormal or fixed lengths),
-  :func:`synthesize_from_trace` (lengths resampled from a trace), :func:`scenario_workload`.
+- real traces: :func:`read_trace` reads the traces shipped with the package (``azure-conv``,
+  ``azure-code``: the Azure LLM inference traces; ``mooncake-conv``: the Mooncake conversation
+  trace, with its prefix blocks), any CSV in the Azure format, or a Mooncake JSONL file (its
+  ``hash_ids`` become prefix blocks of 512 tokens);
+- synthetic draws: :func:`synthesize` (Poisson or gamma arrivals, lognormal or fixed lengths,
+  optionally a shared system prompt and multi-turn sessions with their prefix blocks),
+  :func:`synthesize_from_trace` (lengths, and blocks, resampled from a trace),
+  :func:`scenario_workload`.
 
 Randomness and common random numbers
 ------------------------------------
@@ -22,10 +29,14 @@ requests with the same lengths, the lower rate fewer of them within the horizon.
 
 Sources: Azure LLM inference traces 2023 (Patel et al., "Splitwise", ISCA 2024; CC-BY-4.0, see
 ``fastsim/data/traces/ATTRIBUTION.md``); Mooncake traces (Qin et al., "Mooncake", FAST 2025;
-Apache-2.0); common random numbers (Law, "Simulation Modeling and Analysis", 5th ed., §11.2).
+Apache-2.0; ``hash_ids`` of 512-token blocks); vLLM automatic prefix caching (16-token KV blocks,
+each hashed with its whole prefix); common random numbers (Law, "Simulation Modeling and
+Analysis", 5th ed., §11.2).
 """
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 import math
 import os
@@ -33,6 +44,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,8 +52,9 @@ from .catalog import LengthDist, Scenario
 from .errors import FastsimInputError, require_positive
 
 __all__ = [
-    "Workload", "UnitDraws", "BUILTIN_TRACES", "DRAW_BLOCK",
-    "read_trace", "trace_rate_warning", "PLAUSIBLE_RATE_REQ_PER_S", "unit_draws", "seeds_for", "synthesize", "synthesize_many",
+    "Workload", "PrefixBlocks", "UnitDraws", "BUILTIN_TRACES", "DRAW_BLOCK", "MOONCAKE_BLOCK_TOKENS",
+    "SESSION_GAP_S", "prefix_reuse_bound", "read_trace", "trace_rate_warning", "PLAUSIBLE_RATE_REQ_PER_S",
+    "unit_draws", "seeds_for", "synthesize", "synthesize_many",
     "synthesize_from_trace", "scenario_workload", "length_quantiles", "length_means",
 ]
 
@@ -63,7 +76,17 @@ BUILTIN_TRACES = {
     "azure-conv": ("AzureLLMInferenceTrace_conv.csv",
                    "Azure LLM inference trace 2023, conversation (Azure/AzurePublicDataset "
                    "@ b469a113cedca53ddc3bdea71a143dc4b7d8700c, CC-BY-4.0)"),
+    "mooncake-conv": ("mooncake_conversation_trace.jsonl.gz",
+                      "Mooncake conversation trace, FAST25-release/traces/conversation_trace.jsonl "
+                      "(kvcache-ai/Mooncake @ 3b5a594133958449a1feaf1c9e0fc1b553e34a28, Apache-2.0)"),
 }
+
+#: Tokens per block of a Mooncake trace's ``hash_ids``: one id per 512-token block of the prompt,
+#: as the Mooncake trace documentation (FAST25-release/traces) gives it.
+MOONCAKE_BLOCK_TOKENS = 512
+
+#: Largest number of prefix block ids one synthetic workload may hold (1.6 GB of int64).
+MAX_PREFIX_BLOCKS = 200_000_000
 
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
@@ -83,6 +106,205 @@ def _readonly(a, dtype) -> np.ndarray:
     out = np.array(a, dtype=dtype, order="C", copy=True)
     out.flags.writeable = False
     return out
+
+
+class PrefixBlocks(NamedTuple):
+    """The prefix blocks of every request of a workload (compressed sparse rows), for prefix caching.
+
+    Request i's prompt begins with the blocks ``ids[offsets[i]:offsets[i + 1]]``, in prompt order,
+    each ``block_tokens`` tokens long. Equal ids mean equal content, and (as with Mooncake's
+    ``hash_ids`` and vLLM's block hashes) an id identifies the whole prefix up to and including its
+    block: two requests that list id x at position j share their first ``(j + 1) * block_tokens``
+    prompt tokens. Only a full block, ``(j + 1) * block_tokens <= P``, can be cached and served;
+    a request's last, partial block may be listed (Mooncake lists ``ceil(P / 512)`` ids per
+    request). A request lists at most ``ceil(P / block_tokens)`` blocks; it may list fewer (none
+    when its source has no ids), and the tokens after its listed blocks are content of its own.
+
+    Attributes
+    ----------
+    block_tokens : int
+        Tokens per block, >= 1 (:data:`MOONCAKE_BLOCK_TOKENS` = 512 for Mooncake traces; 16, vLLM's
+        KV block size, for :func:`synthesize` by default).
+    offsets : ndarray(int64) of shape ``(n + 1,)``
+        Row pointers into ``ids``: ``offsets[0] == 0``, non-decreasing, ``offsets[n] == len(ids)``.
+    ids : ndarray(int64) of shape ``(nnz,)``
+        Block ids, >= 0, request after request (``nnz`` blocks in all).
+
+    Notes
+    -----
+    A :class:`Workload` validates its ``prefix`` and stores these arrays read-only (int64, C
+    order); every workload derived from another (rescaled, sorted by time, resampled) carries each
+    request's blocks with it. Build one from per-request lists with :meth:`from_lists`.
+    """
+
+    block_tokens: int
+    offsets: np.ndarray
+    ids: np.ndarray
+
+    @classmethod
+    def from_lists(cls, block_tokens: int, blocks) -> "PrefixBlocks":
+        """Build from one sequence of block ids per request.
+
+        Parameters
+        ----------
+        block_tokens : int
+            Tokens per block, >= 1 (checked when a :class:`Workload` receives the blocks).
+        blocks : iterable of sequences of int
+            Request i's block ids, in prompt order (an empty sequence: no listed blocks).
+
+        Returns
+        -------
+        PrefixBlocks
+            With int64 ``offsets`` of shape ``(n + 1,)`` and ``ids`` of shape ``(nnz,)`` (writable
+            copies; a Workload stores read-only ones).
+
+        Raises
+        ------
+        FastsimInputError
+            An id that is not an integer from 0 to 2**63 - 1 (naming the request).
+        """
+        rows = [list(b) for b in blocks]
+        for i, row in enumerate(rows):
+            if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+                       and 0 <= x <= _INT64_MAX for x in row):
+                raise FastsimInputError(f"PrefixBlocks.from_lists blocks[{i}]", _clip(repr(row)),
+                                        "a sequence of integer block ids from 0 to 2**63 - 1")
+        offsets, ids = _csr(rows)
+        return cls(block_tokens, offsets, ids)
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests (int): ``len(offsets) - 1``."""
+        return int(len(self.offsets)) - 1
+
+    def blocks_per_request(self) -> np.ndarray:
+        """Listed blocks per request.
+
+        Returns
+        -------
+        ndarray(int64) of shape (n,)
+            ``diff(offsets)`` (blocks; a new array).
+        """
+        return np.diff(np.asarray(self.offsets, dtype=np.int64))
+
+    def blocks(self, i: int) -> np.ndarray:
+        """The block ids of request i, in prompt order.
+
+        Parameters
+        ----------
+        i : int
+            Request index, ``0 <= i < n_requests`` (negative indices count from the end).
+
+        Returns
+        -------
+        ndarray(int64) of shape (offsets[i + 1] - offsets[i],)
+            A view of ``ids``.
+
+        Raises
+        ------
+        FastsimInputError
+            i not an integer index of a request.
+        """
+        n = self.n_requests
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
+            raise FastsimInputError("request index", i, f"an integer from {-n} to {n - 1}")
+        i = int(i) % n
+        return self.ids[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _csr(rows: list) -> tuple:
+    """(offsets int64 (n+1,), ids int64 (nnz,)) from a list of per-request sequences of ints."""
+    n = len(rows)
+    counts = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(offsets[-1]))
+    return offsets, ids
+
+
+def _segment_arange(counts: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(c) for c in counts])`` (int64), without a Python loop."""
+    total = int(counts.sum())
+    starts = np.zeros(counts.shape[0], dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+
+
+def _take_prefix(prefix: PrefixBlocks | None, idx: np.ndarray) -> PrefixBlocks | None:
+    """The blocks of requests ``idx`` (in that order; repeats allowed), or None without blocks."""
+    if prefix is None:
+        return None
+    idx = np.asarray(idx, dtype=np.int64)
+    starts = prefix.offsets[idx]
+    counts = prefix.offsets[idx + 1] - starts
+    offsets = np.zeros(idx.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    pos = np.repeat(starts, counts) + _segment_arange(counts)
+    return PrefixBlocks(prefix.block_tokens, offsets, prefix.ids[pos])
+
+
+def _prefix_int_array(a, label: str) -> np.ndarray:
+    """A read-only int64 copy of a one-dimensional array of integers (integral floats accepted)."""
+    try:
+        arr = np.asarray(a)
+    except (TypeError, ValueError):
+        raise FastsimInputError(label, _clip(repr(a)), "a one-dimensional array of integers") from None
+    if arr.ndim != 1:
+        raise FastsimInputError(label, f"an array of shape {arr.shape}", "a one-dimensional array of integers")
+    if arr.size:
+        kind = arr.dtype.kind
+        if kind == "f":
+            bad = ~np.isfinite(arr) | (arr != np.trunc(arr)) | (np.abs(arr) > 2.0 ** 62)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise FastsimInputError(f"{label}[{i}]", float(arr[i]), "an integer")
+        elif kind == "u":
+            if int(arr.max()) > _INT64_MAX:
+                i = int(np.argmax(arr > _INT64_MAX))
+                raise FastsimInputError(f"{label}[{i}]", int(arr[i]), "an integer <= 2**63 - 1")
+        elif kind != "i":
+            raise FastsimInputError(label, f"an array of dtype {arr.dtype}", "a one-dimensional array of integers")
+    return _readonly(arr, np.int64)
+
+
+def _check_prefix(prefix, p: np.ndarray) -> PrefixBlocks:
+    """Validate a Workload's prefix blocks against its prompt tokens ``p``; read-only int64 arrays."""
+    if not isinstance(prefix, PrefixBlocks):
+        raise FastsimInputError("Workload.prefix", _clip(repr(prefix)),
+                                "None or a PrefixBlocks(block_tokens, offsets, ids)")
+    bt = prefix.block_tokens
+    if isinstance(bt, (bool, np.bool_)) or not isinstance(bt, (int, np.integer)) or bt < 1:
+        raise FastsimInputError("Workload.prefix.block_tokens", bt, "an integer >= 1 (tokens per block)")
+    bt = int(bt)
+    offsets = _prefix_int_array(prefix.offsets, "Workload.prefix.offsets")
+    ids = _prefix_int_array(prefix.ids, "Workload.prefix.ids")
+    n = p.shape[0]
+    if offsets.shape[0] != n + 1:
+        raise FastsimInputError("Workload.prefix.offsets", f"{offsets.shape[0]} row pointers",
+                                f"n + 1 = {n + 1} row pointers (one per request, plus the end)")
+    if offsets[0] != 0:
+        raise FastsimInputError("Workload.prefix.offsets[0]", int(offsets[0]), "0")
+    counts = np.diff(offsets)
+    if np.any(counts < 0):
+        i = int(np.argmax(counts < 0))
+        raise FastsimInputError(f"Workload.prefix.offsets[{i + 1}]", int(offsets[i + 1]),
+                                f"a row pointer >= offsets[{i}] = {int(offsets[i])} (non-decreasing)")
+    if offsets[-1] != ids.shape[0]:
+        raise FastsimInputError(f"Workload.prefix.offsets[{n}]", int(offsets[-1]),
+                                f"len(Workload.prefix.ids) = {ids.shape[0]}")
+    if ids.size and ids.min() < 0:
+        i = int(np.argmax(ids < 0))
+        raise FastsimInputError(f"Workload.prefix.ids[{i}]", int(ids[i]), "a block id >= 0")
+    cap = -(-p // bt)
+    if np.any(counts > cap):
+        i = int(np.argmax(counts > cap))
+        raise FastsimInputError(f"Workload.prefix.offsets (request {i})", f"{int(counts[i])} blocks",
+                                f"at most ceil(prompt_tokens / block_tokens) = ceil({int(p[i])} / {bt}) = "
+                                f"{int(cap[i])} blocks")
+    return PrefixBlocks(bt, offsets, ids)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -110,12 +332,20 @@ class Workload:
     dropped : tuple of (int, str), optional
         Rows of the trace file that :func:`read_trace` dropped with ``skip_invalid``: (line
         number, why), in file order.
+    prefix : PrefixBlocks or None, optional
+        The prefix blocks of each request's prompt (``offsets`` of shape ``(n + 1,)``), for
+        prefix caching; None when the source gives no block ids (then no request is known to
+        share content with another).
 
     Raises
     ------
     FastsimInputError
         Arrays of different lengths or not one-dimensional, arrival times not finite,
-        negative or decreasing, a length below 1, or a horizon before the last arrival.
+        negative or decreasing, a length below 1, or a horizon before the last arrival. For
+        ``prefix``, naming its field: not a PrefixBlocks, ``block_tokens`` not an integer >= 1,
+        ``offsets`` not of length n + 1, not starting at 0, decreasing or not ending at
+        ``len(ids)``, an id below 0 or not an integer, or a request listing more than
+        ``ceil(P / block_tokens)`` blocks.
 
     Notes
     -----
@@ -131,6 +361,7 @@ class Workload:
     horizon_s: float | None = field(default=None)
     time_unit: str | None = None
     dropped: tuple = ()
+    prefix: PrefixBlocks | None = None
 
     def __post_init__(self):
         arr = _readonly(self.arrival_s, np.float64)
@@ -168,6 +399,8 @@ class Workload:
         object.__setattr__(self, "prompt_tokens", p)
         object.__setattr__(self, "output_tokens", o)
         object.__setattr__(self, "horizon_s", horizon)
+        if self.prefix is not None:
+            object.__setattr__(self, "prefix", _check_prefix(self.prefix, p))
 
     def __repr__(self) -> str:
         return (f"Workload({self.name!r}, n={self.n}, duration_s={self.duration_s:.1f}, "
@@ -305,8 +538,9 @@ class Workload:
         """A copy whose time axis is stretched so that its mean rate is the target.
 
         Every gap between arrivals (and the horizon) is multiplied by
-        ``mean_rate_req_per_s / rate_req_per_s``; the requests, their order and their lengths are
-        unchanged. This keeps a trace's burstiness (its inter-arrival CV) at any rate.
+        ``mean_rate_req_per_s / rate_req_per_s``; the requests, their order, their lengths and
+        their prefix blocks are unchanged. This keeps a trace's burstiness (its inter-arrival CV)
+        at any rate.
 
         Parameters
         ----------
@@ -332,18 +566,21 @@ class Workload:
         k = old / rate
         return Workload(self.name, self.arrival_s * k, self.prompt_tokens, self.output_tokens,
                         f"{self.source}; time axis x {k:.6g} to {rate:g} req/s", self.horizon_s * k,
-                        self.time_unit, self.dropped)
+                        self.time_unit, self.dropped, self.prefix)
 
     def summary(self) -> dict:
-        """Headline figures: n, duration, mean rate, inter-arrival CV, length mean/P50/P90/P99/max.
+        """Headline figures: n, duration, rate, inter-arrival CV, length mean/P50/P90/P99/max, prefix reuse.
 
         Returns
         -------
         dict
-            Keys ``n``, ``duration_s``, ``mean_rate_req_per_s``, ``interarrival_cv`` and, for
+            Keys ``n``, ``duration_s``, ``mean_rate_req_per_s``, ``interarrival_cv``; for
             ``prompt`` and ``output``, ``{kind}_mean``, ``{kind}_p50``, ``{kind}_p90``,
             ``{kind}_p99``, ``{kind}_max`` (tokens, float; NaN for an empty workload, which
-            raises nothing).
+            raises nothing); ``prefix_block_tokens`` (int, or None without prefix blocks),
+            ``prefix_blocks_per_request_mean`` (blocks, float) and ``prefix_reuse_bound``
+            (:func:`prefix_reuse_bound`, a fraction of the prompt tokens), both NaN without prefix
+            blocks or requests.
         """
         out = {"n": self.n, "duration_s": self.duration_s,
                "mean_rate_req_per_s": self.mean_rate_req_per_s, "interarrival_cv": self.interarrival_cv}
@@ -354,7 +591,81 @@ class Workload:
                             f"{kind}_p90": float(p90), f"{kind}_p99": float(p99), f"{kind}_max": float(a.max())})
             else:
                 out.update({f"{kind}_{s}": float("nan") for s in ("mean", "p50", "p90", "p99", "max")})
+        has = self.prefix is not None and self.n > 0
+        out["prefix_block_tokens"] = None if self.prefix is None else self.prefix.block_tokens
+        out["prefix_blocks_per_request_mean"] = (float(self.prefix.ids.shape[0] / self.n) if has
+                                                 else float("nan"))
+        out["prefix_reuse_bound"] = prefix_reuse_bound(self) if has else float("nan")
         return out
+
+
+def prefix_reuse_bound(workload: Workload) -> float:
+    """The share of all prompt tokens an unbounded prefix cache could serve (an upper bound).
+
+    Requests are taken in arrival order (index order, which breaks ties of equal arrival times).
+    Request i hits the longest run of its leading full blocks whose ids appeared, as full blocks
+    (``(j + 1) * block_tokens <= P``), in any earlier request, capped so that at least one
+    prompt token is computed: at most ``floor((P_i - 1) / block_tokens)`` blocks, so its hit
+    tokens are at most ``P_i - 1``. A request's own blocks serve only later requests. Nothing is
+    ever evicted, so no real cache serves more.
+
+    Parameters
+    ----------
+    workload : Workload
+        With ``prefix`` blocks (:class:`PrefixBlocks`).
+
+    Returns
+    -------
+    float
+        ``sum_i hit_tokens_i / sum_i P_i``, a fraction in [0, 1) (hit tokens are whole blocks of
+        ``block_tokens`` tokens). NaN for a workload with no requests.
+
+    Raises
+    ------
+    FastsimInputError
+        ``workload`` not a Workload, or a Workload without prefix blocks (``prefix`` None).
+
+    Notes
+    -----
+    A block is available to request i when the first request listing its id as a full block comes
+    before i; the hit run is the leading run of available blocks within the cap (vectorised, about
+    40 ms for the Mooncake conversation trace). Sources: block ids that name a whole prefix as in
+    vLLM's automatic prefix caching and Mooncake's ``hash_ids`` (Qin et al., "Mooncake", FAST
+    2025), whose traces report how much of the prompts a large enough cache could reuse.
+    """
+    if not isinstance(workload, Workload):
+        raise FastsimInputError("workload", _clip(repr(workload)), "a Workload")
+    pb = workload.prefix
+    if pb is None:
+        raise FastsimInputError(f"workload {workload.name!r}.prefix", None,
+                                "PrefixBlocks (from a trace with hash_ids, or synthesize with "
+                                "shared_prefix_tokens or session_turns)")
+    n = workload.n
+    if n == 0:
+        return float("nan")
+    p = workload.prompt_tokens
+    bt = pb.block_tokens
+    counts = np.diff(pb.offsets)
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    pos = _segment_arange(counts)                       # block index j within its request
+    full = (pos + 1) * bt <= p[row]
+    # first request listing each id as a full block (rows ascend along ids: the first occurrence)
+    fids = pb.ids[full]
+    uniq, first_at = np.unique(fids, return_index=True)
+    first_row = row[full][first_at]
+    k = np.searchsorted(uniq, pb.ids)
+    k_ok = k < uniq.shape[0]
+    known = np.zeros(pb.ids.shape[0], dtype=bool)
+    known[k_ok] = uniq[k[k_ok]] == pb.ids[k_ok]
+    avail = np.zeros(pb.ids.shape[0], dtype=bool)
+    avail[known] = first_row[k[known]] < row[known]
+    ok = avail & (pos < (p[row] - 1) // bt)
+    # leading run of ok per request: positions with no miss at or before them in their request
+    miss_upto = np.cumsum(~ok)
+    miss_before_row = np.concatenate(([0], miss_upto))[pb.offsets[:-1]]   # misses in earlier requests
+    leading = miss_upto == miss_before_row[row]
+    hit_blocks = np.bincount(row[leading], minlength=n)
+    return float((hit_blocks.astype(np.float64) * bt).sum() / p.sum(dtype=np.float64))
 
 
 def _first_bad(a: np.ndarray, mask: np.ndarray):
@@ -382,22 +693,28 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
     Parameters
     ----------
     name_or_path : str or os.PathLike
-        ``"azure-conv"`` or ``"azure-code"`` (shipped with the package; case-insensitive), or the
-        path of a file:
+        ``"azure-conv"``, ``"azure-code"`` or ``"mooncake-conv"`` (shipped with the package, see
+        :data:`BUILTIN_TRACES`; case-insensitive), or the path of a file (gzip-compressed or not):
 
         - Azure CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens`` (other columns are
           ignored), timestamps as wall-clock date-times such as ``2023-11-16 18:15:46.6805900``
           (any number of fractional digits; parsed with ``numpy.datetime64`` at ns resolution)
           or as plain numbers (seconds unless ``time_unit`` says otherwise).
         - Mooncake JSONL: one object per line with ``timestamp`` (milliseconds unless
-          ``time_unit`` says otherwise), ``input_length`` and ``output_length`` (``hash_ids`` and
-          other keys are ignored).
+          ``time_unit`` says otherwise), ``input_length`` and ``output_length``, and optionally
+          ``hash_ids``, a list of non-negative integer ids, one per 512-token block of the prompt
+          (:data:`MOONCAKE_BLOCK_TOKENS`), at most ``ceil(input_length / 512)`` of them. They become
+          the workload's :class:`PrefixBlocks` (``block_tokens`` 512); a row without ``hash_ids``
+          lists no blocks, and a file with no ``hash_ids`` at all gives ``prefix`` None. Other keys
+          are ignored.
 
-        The format is chosen by extension (``.csv``; ``.jsonl``, ``.json``, ``.ndjson``), else by
-        content (a first line starting with ``{`` is JSONL).
+        The format is chosen by extension (``.csv``; ``.jsonl``, ``.json``, ``.ndjson``; each
+        optionally followed by ``.gz``), else by content (a first line starting with ``{`` is
+        JSONL). A file starting with the gzip magic bytes is decompressed first.
     time_unit : {"s", "ms"}, optional
         Unit of numeric timestamps; default per format: ``"ms"`` for JSONL (as Mooncake writes
-        them), ``"s"`` for CSV. Date-time timestamps have no unit (give None).
+        them), ``"s"`` for CSV. Date-time timestamps have no unit (give None). A built-in trace
+        takes None or its own unit (``"ms"`` for ``mooncake-conv``).
         :func:`trace_rate_warning` says when the rate it implies looks like the wrong unit.
     skip_invalid : bool, default False
         Drop rows whose prompt or output tokens are integers below 1 (failed requests, as
@@ -407,9 +724,9 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
     Returns
     -------
     Workload
-        Requests stably sorted by arrival time, arrival times shifted so that the first is 0,
-        ``horizon_s`` at the last arrival. Built-in traces are read once and cached (the arrays
-        are read-only).
+        Requests stably sorted by arrival time (each with its prefix blocks), arrival times
+        shifted so that the first is 0, ``horizon_s`` at the last arrival. Built-in traces are
+        read once and cached (the arrays are read-only).
 
     Raises
     ------
@@ -417,24 +734,33 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
         One line, naming the file and, where relevant, the line number: unknown built-in name
         (the message lists them), missing or unreadable file, empty file or no rows, missing
         header column, malformed row (wrong number of fields, unparsable timestamp, non-integer
-        length), prompt tokens below 1, or output tokens below 1 (a request with 0 output tokens
-        cannot be served: O counts the first token), unless ``skip_invalid``; every row dropped;
-        an unknown ``time_unit``, or one given for date-time timestamps. Nothing is dropped,
-        truncated or clipped without ``skip_invalid``; blank lines are not rows and are skipped.
+        length, ``hash_ids`` not a list of integers >= 0 or longer than
+        ``ceil(input_length / 512)``), prompt tokens below 1, or output tokens below 1 (a request
+        with 0 output tokens cannot be served: O counts the first token), unless
+        ``skip_invalid``; every row dropped; a file that is not valid gzip although it starts like
+        one; an unknown ``time_unit``, or one given for date-time timestamps (or, for a built-in
+        trace, another than its own). Nothing is dropped, truncated or clipped without
+        ``skip_invalid``; blank lines are not rows and are skipped.
 
     Notes
     -----
     Sources: Azure LLM inference traces 2023 (Azure/AzurePublicDataset, CC-BY-4.0); Mooncake
-    traces (kvcache-ai/Mooncake, FAST25-release/traces, Apache-2.0). The full Azure conversation
-    trace (19,366 requests) reads in about 20 ms.
+    traces (kvcache-ai/Mooncake, FAST25-release/traces, Apache-2.0; ``hash_ids`` one per
+    512-token block). The full Azure conversation trace (19,366 requests) reads in about 20 ms,
+    the Mooncake conversation trace (12,031 requests, 288,500 block ids) in about 130 ms.
     """
     if time_unit not in (None, "s", "ms"):
         raise FastsimInputError("time_unit", time_unit, "'s' or 'ms' (or None for the format's default)")
     if isinstance(name_or_path, str) and name_or_path.strip().lower() in BUILTIN_TRACES:
-        if time_unit is not None:
-            raise FastsimInputError("time_unit", time_unit, f"None for the built-in trace {name_or_path.strip()} "
-                                    "(its timestamps are date-times)")
-        return _read_builtin(name_or_path.strip().lower())
+        key = name_or_path.strip().lower()
+        own = _builtin_time_unit(key)
+        if time_unit is not None and time_unit != own:
+            if own is None:
+                raise FastsimInputError("time_unit", time_unit, f"None for the built-in trace {name_or_path.strip()} "
+                                        "(its timestamps are date-times)")
+            raise FastsimInputError("time_unit", time_unit, f"None or {own!r} for the built-in trace "
+                                    f"{name_or_path.strip()} (its timestamps are in {own})")
+        return _read_builtin(key)
     try:
         path = os.fspath(name_or_path)
     except TypeError:
@@ -453,9 +779,14 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
             raw = fh.read()
     except OSError as exc:
         raise FastsimInputError("trace file", path, f"a readable file ({exc.strerror})") from None
+    stem = path
+    if raw[:2] == _GZIP_MAGIC:
+        raw = _gunzip(raw, path)
+        if stem.lower().endswith(".gz"):
+            stem = stem[:-3]
     text = _decode(raw, path)
-    label = os.path.splitext(os.path.basename(path))[0]
-    ext = os.path.splitext(path)[1].lower()
+    label = os.path.splitext(os.path.basename(stem))[0]
+    ext = os.path.splitext(stem)[1].lower()
     if ext == ".csv":
         fmt = "csv"
     elif ext in (".jsonl", ".json", ".ndjson"):
@@ -506,12 +837,42 @@ def _trace_allowed() -> str:
             "Azure-format .csv or Mooncake .jsonl file")
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(raw: bytes, where: str) -> bytes:
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, ValueError) as exc:
+        raise FastsimInputError("trace file", where, f"a valid gzip file ({exc})") from None
+
+
+def _builtin_format(fname: str) -> str:
+    """'csv' or 'jsonl', from a built-in trace's file name (an optional .gz suffix stripped)."""
+    base = fname[:-3] if fname.endswith(".gz") else fname
+    if base.endswith(".csv"):
+        return "csv"
+    if base.endswith(".jsonl"):
+        return "jsonl"
+    raise FastsimInputError("built-in trace file", fname, "a .csv or .jsonl file, optionally .gz")  # pragma: no cover
+
+
+def _builtin_time_unit(name: str):
+    """A built-in trace's own timestamp unit: None (date-times) for CSV, 'ms' for Mooncake JSONL."""
+    return None if _builtin_format(BUILTIN_TRACES[name][0]) == "csv" else "ms"
+
+
 @lru_cache(maxsize=None)
 def _read_builtin(name: str) -> Workload:
     fname, desc = BUILTIN_TRACES[name]
     res = resources.files(__package__).joinpath("data", "traces", fname)
     raw = res.read_bytes()
-    return _parse_azure_csv(_decode(raw, fname), f"{fname} (built-in {name})", name, desc)
+    where = f"{fname} (built-in {name})"
+    if fname.endswith(".gz"):
+        raw = _gunzip(raw, where)
+    if _builtin_format(fname) == "csv":
+        return _parse_azure_csv(_decode(raw, fname), where, name, desc)
+    return _parse_mooncake_jsonl(_decode(raw, fname), where, name, desc, "ms")
 
 
 def _decode(raw: bytes, where: str) -> str:
@@ -646,11 +1007,18 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=No
     return (i64 - i64.min()).astype(np.float64) / 1e9, None
 
 
+_HASH_ALLOWED = ("a list of integer block ids >= 0 (one per 512-token block of the prompt), at most "
+                 "ceil(input_length / 512) of them")
+
+
 def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_unit: str = "ms",
                           skip_invalid: bool = False) -> Workload:
-    ts, ps, os_, dropped = [], [], [], []
+    ts, ps, os_, hs, dropped = [], [], [], [], []
     loads = json.loads
     saw_line = False
+    any_hash = False
+    no_ids = ()
+    bt = MOONCAKE_BLOCK_TOKENS
     for k, ln in enumerate(text.splitlines()):
         if not ln.strip():
             continue
@@ -674,19 +1042,32 @@ def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_un
             raise FastsimInputError(f"{where}, line {k + 1}, input_length", p, _P_ALLOWED)
         if isinstance(o, bool) or not isinstance(o, int):
             raise FastsimInputError(f"{where}, line {k + 1}, output_length", o, _O_ALLOWED)
+        h = rec.get("hash_ids", no_ids)
+        if h is not no_ids:
+            # type(x) is int: bools, floats and strings are not ids
+            if type(h) is not list or not all(type(x) is int for x in h) \
+                    or (h and (min(h) < 0 or max(h) > _INT64_MAX)):
+                raise FastsimInputError(f"{where}, line {k + 1}, hash_ids", _clip(json.dumps(h)), _HASH_ALLOWED)
+            any_hash = True
         if _drop_invalid(p, o, "input_length", "output_length", where, k + 1, skip_invalid, dropped):
             continue
+        if len(h) > -(-p // bt):
+            raise FastsimInputError(f"{where}, line {k + 1}, hash_ids", f"{len(h)} ids for input_length {p}",
+                                    f"at most ceil({p} / {bt}) = {-(-p // bt)} ids (one per {bt}-token block "
+                                    "of the prompt)")
         ts.append(t)
         ps.append(p)
         os_.append(o)
+        hs.append(h)
     if not saw_line:
         raise FastsimInputError(f"{where}", "an empty file", "one JSON object per line, at least one")
     if not ts:
         raise FastsimInputError(f"{where}", f"no valid rows ({len(dropped):,} dropped)", "at least one request row")
     t = np.array(ts, dtype=np.float64)
     t = (t - t.min()) / (1e3 if time_unit == "ms" else 1.0)
+    prefix = PrefixBlocks(bt, *_csr(hs)) if any_hash else None
     return _finish(name, t, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, time_unit,
-                   tuple(dropped))
+                   tuple(dropped), prefix)
 
 
 def _clip(s: str, n: int = 80) -> str:
@@ -695,12 +1076,14 @@ def _clip(s: str, n: int = 80) -> str:
 
 
 def _finish(name: str, t_s: np.ndarray, p: np.ndarray, o: np.ndarray, source: str, time_unit=None,
-            dropped: tuple = ()) -> Workload:
+            dropped: tuple = (), prefix: PrefixBlocks | None = None) -> Workload:
+    """The Workload of parsed rows: stably sorted by time (blocks carried along), shifted to start at 0."""
     if t_s.shape[0] > 1 and np.any(t_s[1:] < t_s[:-1]):
         order = np.argsort(t_s, kind="stable")
         t_s, p, o = t_s[order], p[order], o[order]
+        prefix = _take_prefix(prefix, order)
     t_s = t_s - t_s[0]
-    return Workload(name, t_s, p, o, source, time_unit=time_unit, dropped=dropped)
+    return Workload(name, t_s, p, o, source, time_unit=time_unit, dropped=dropped, prefix=prefix)
 
 
 # --------------------------------------------------------------------------------------------
@@ -926,9 +1309,96 @@ def _check_horizon(horizon_s) -> float:
     return require_positive("horizon_s", horizon_s)
 
 
+#: Default mean time from one turn of a synthetic session to the next (s). The Mooncake
+#: conversation trace puts a median of about 126 s (mean 217 s) between a request and the latest
+#: earlier request whose prompt it extends by more than two 512-token blocks; 120 s is used.
+SESSION_GAP_S = 120.0
+
+
+def _check_count(label: str, v, lo: int) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise FastsimInputError(label, v, f"an integer >= {lo}")
+    return int(v)
+
+
+def _session_slots(rate: float, session_turns: int, session_gap_s: float) -> int:
+    """Concurrent session slots S: ``max(1, round(rate x session_gap_s))`` (1 without sessions)."""
+    if session_turns == 1:
+        return 1
+    return max(1, int(round(rate * session_gap_s)))
+
+
+def _sessions(n: int, n_slots: int, turns: int) -> tuple:
+    """(turn, prev) per request, int64 of shape (n,): turn index in its session, previous turn's index or -1.
+
+    Request i goes to slot ``s = i % n_slots`` as the slot's ``k = i // n_slots``-th request. A
+    slot's requests form consecutive sessions of ``turns`` turns, except its first session, cut
+    to ``b = turns - s % turns`` turns (staggered starts): turn = k for k < b, else (k - b) % turns.
+    """
+    i = np.arange(n, dtype=np.int64)
+    s = i % n_slots
+    k = i // n_slots
+    b = turns - s % turns
+    turn = np.where(k < b, k, (k - b) % turns)
+    prev = np.where(turn > 0, i - n_slots, -1)
+    return turn, prev
+
+
+def _compose_prompts(u: np.ndarray, o: np.ndarray, turn: np.ndarray, prev: np.ndarray,
+                     shared_tokens: int, bt: int) -> tuple:
+    """Prompt tokens and prefix blocks of system prompt + sessions (see :func:`synthesize`)."""
+    n = u.shape[0]
+    p = np.empty(n, dtype=np.int64)
+    kept = np.empty(n, dtype=np.int64)   # leading blocks equal to the previous turn's (or the system prompt's)
+    k0 = shared_tokens // bt
+    first = turn == 0
+    p[first] = shared_tokens + u[first]
+    kept[first] = k0
+    t = 1
+    while True:
+        m = np.flatnonzero(turn == t)
+        if m.shape[0] == 0:
+            break
+        pp = prev[m]
+        p[m] = p[pp] + o[pp] + u[m]
+        kept[m] = p[pp] // bt                   # every full block of the previous prompt
+        t += 1
+    nb = -(-p // bt)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nb, out=offsets[1:])
+    total = int(offsets[-1])
+    if total > MAX_PREFIX_BLOCKS:
+        raise FastsimInputError("prefix_block_tokens", bt, f"a block size giving at most {MAX_PREFIX_BLOCKS:,} "
+                                f"prefix blocks in all ({total:,} at {bt} tokens per block)")
+    ids = np.empty(total, dtype=np.int64)
+    # new content: fresh ids, numbered request after request from k0
+    fresh = nb - kept
+    fresh_start = np.zeros(n, dtype=np.int64)
+    np.cumsum(fresh[:-1], out=fresh_start[1:])
+    r = _segment_arange(fresh)
+    ids[np.repeat(offsets[:-1] + kept, fresh) + r] = np.repeat(fresh_start + k0, fresh) + r
+    # first turns: the system prompt's full blocks, ids 0 .. k0 - 1
+    if k0:
+        f = np.flatnonzero(first)
+        ids[(offsets[f][:, None] + np.arange(k0)).ravel()] = np.tile(np.arange(k0, dtype=np.int64), f.shape[0])
+    # later turns, in turn order: the previous turn's full blocks
+    t = 1
+    while True:
+        m = np.flatnonzero(turn == t)
+        if m.shape[0] == 0:
+            break
+        c = kept[m]
+        r = _segment_arange(c)
+        ids[np.repeat(offsets[m], c) + r] = ids[np.repeat(offsets[prev[m]], c) + r]
+        t += 1
+    return p, PrefixBlocks(bt, offsets, ids)
+
+
 def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=0, *,
-               arrival: str = "poisson", cv: float = 1.0, name: str | None = None) -> Workload:
-    """Draw a synthetic workload: Poisson or gamma arrivals, lognormal or fixed lengths.
+               arrival: str = "poisson", cv: float = 1.0, name: str | None = None,
+               shared_prefix_tokens: int = 0, session_turns: int = 1, prefix_block_tokens: int = 16,
+               session_gap_s: float = SESSION_GAP_S) -> Workload:
+    """Draw a synthetic workload: Poisson or gamma arrivals, lognormal or fixed lengths, shared prefixes.
 
     Parameters
     ----------
@@ -947,6 +1417,20 @@ def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=
         Inter-arrival coefficient of variation for ``gamma`` (1 for ``poisson``).
     name : str, optional
         Label of the workload (default: the scenario's name).
+    shared_prefix_tokens : int, default 0
+        Tokens N of a system prompt prepended to every prompt (>= 0): a session's first prompt is
+        ``N + u_i``, u_i the drawn prompt length, and its first ``floor(N / prefix_block_tokens)``
+        blocks are shared by every request.
+    session_turns : int, default 1
+        Turns T per multi-turn session (>= 1; 1: every request is its own conversation). Turn
+        t > 0's prompt is the previous turn's prompt, the previous turn's output and the new
+        user message: ``P_i = P_prev + O_prev + u_i``, so its blocks extend the previous turn's.
+    prefix_block_tokens : int, default 16
+        Tokens per prefix block (>= 1), the hashing granularity of the ids (16 is vLLM's KV block
+        size).
+    session_gap_s : float, default :data:`SESSION_GAP_S` (120 s)
+        Mean time from one turn of a session to its next (s, finite and > 0); it sets the number
+        of concurrent sessions, see Notes. Used only when ``session_turns > 1``.
 
     Returns
     -------
@@ -955,42 +1439,88 @@ def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=
         ``max(rint(exp(mu + sigma z_i)), 1)`` with ``mu = ln(mean) - sigma^2 / 2`` (so the
         lognormal has the scenario's mean), or the rounded mean for ``fixed``. Enough draws are
         made to pass the horizon (more are drawn if the first batch falls short), so the window is
-        never cut short. ``horizon_s`` is recorded on the workload.
+        never cut short. ``horizon_s`` is recorded on the workload. With ``shared_prefix_tokens``
+        or ``session_turns`` set, prompts are composed as above and ``prefix`` holds each
+        request's ``ceil(P_i / prefix_block_tokens)`` blocks (its last one possibly partial);
+        otherwise ``prefix`` is None.
 
     Raises
     ------
     FastsimInputError
         A bad scenario or distribution, rate, horizon, seed, arrival process or cv, or more than
-        :data:`MAX_REQUESTS` expected requests.
+        :data:`MAX_REQUESTS` expected requests; ``shared_prefix_tokens`` not an integer >= 0,
+        ``session_turns`` or ``prefix_block_tokens`` not an integer >= 1, ``session_gap_s`` not a
+        finite number > 0, or more than :data:`MAX_PREFIX_BLOCKS` blocks in all.
 
     Notes
     -----
     Common random numbers (SPEC §6): the same seed at two rates gives the same requests, in the
     same order, with identical lengths; arrival times scale exactly as 1 / rate, and the lower
-    rate sees a prefix of the higher rate's requests.
+    rate sees a prefix of the higher rate's requests. The prefix options change no random draw:
+    arrivals, output lengths and the drawn message lengths u_i are those of the same seed
+    without them, and the same seed gives the same workload.
+
+    Sessions: request i (in arrival order) is dealt to slot ``s = i mod S`` of
+    ``S = max(1, round(rate_req_per_s x session_gap_s))`` concurrent slots, as that slot's
+    ``k = i // S``-th request. Each slot runs its sessions one after another, T turns each, except
+    its first session, cut to ``T - (s mod T)`` turns so that sessions of different slots start at
+    staggered times: the request's turn is ``k`` when ``k < T - (s mod T)``, else
+    ``(k - T + s mod T) mod T``, and a turn > 0 continues request ``i - S``, which arrived
+    earlier (about ``session_gap_s`` earlier: S gaps at the rate; the next turn is not made to
+    wait for the previous answer to finish). Because S depends on the rate, two rates on one seed
+    compose sessions from the same draws differently, so prompts of later turns differ between
+    rates; at the end of the horizon sessions are cut short. Prompts grow with every turn: see
+    :meth:`Workload.exceeding_context`.
+
+    Block ids (``prefix_block_tokens`` tokens per block; an id names the whole prefix up to its
+    block): ids ``0 .. floor(N / prefix_block_tokens) - 1`` are the system prompt's full blocks;
+    turn t > 0 repeats the ids of every full block of the previous turn's prompt; every other
+    block (user messages, previous outputs, a block straddling the end of a previous prompt or of
+    the system prompt) is new content and gets the next unused id, request after request. Drawn
+    messages are taken never to repeat, so equal ids are exactly equal content. Outputs are part
+    of the next turn's prompt but get new ids (only prompt blocks are listed).
     """
     wname, pd, od = _dists(scenario_or_dists)
     rate = require_positive("rate_req_per_s", rate_req_per_s)
     horizon = _check_horizon(horizon_s)
     ss = _seed_seq(seed)
     arrival, cvf = _check_arrival(arrival, cv)
+    n_sys = _check_count("shared_prefix_tokens", shared_prefix_tokens, 0)
+    turns = _check_count("session_turns", session_turns, 1)
+    bt = _check_count("prefix_block_tokens", prefix_block_tokens, 1)
+    gap = require_positive("session_gap_s", session_gap_s)
     ud, t, k = _arrivals(ss, rate, horizon, arrival, cvf)
     src = (f"synthetic: {arrival} arrivals" + (f" (cv {cvf:g})" if arrival == "gamma" else "")
            + f" at {rate:g} req/s over {horizon:g} s, {_seed_label(ss)}; prompt {_describe(pd)}, "
            f"output {_describe(od)}")
-    return Workload(name or wname, t[:k], _lengths(pd, ud.prompt_z[:k]), _lengths(od, ud.output_z[:k]),
-                    src, horizon)
+    p = _lengths(pd, ud.prompt_z[:k])
+    o = _lengths(od, ud.output_z[:k])
+    prefix = None
+    if n_sys or turns > 1:
+        n_slots = _session_slots(rate, turns, gap)
+        turn, prev = _sessions(k, n_slots, turns)
+        p, prefix = _compose_prompts(p, o, turn, prev, n_sys, bt)
+        if n_sys:
+            src += f"; a shared {n_sys}-token system prompt before every first turn"
+        if turns > 1:
+            src += (f"; sessions of {turns} turns (prompt = previous prompt + output + message) in "
+                    f"{n_slots} concurrent slots, about {n_slots / rate:.4g} s between turns")
+        src += f"; prefix blocks of {bt} tokens"
+    return Workload(name or wname, t[:k], p, o, src, horizon, prefix=prefix)
 
 
 def synthesize_many(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=0,
                     n_seeds: int = 4, *, arrival: str = "poisson", cv: float = 1.0,
-                    name: str | None = None) -> list:
+                    name: str | None = None, shared_prefix_tokens: int = 0, session_turns: int = 1,
+                    prefix_block_tokens: int = 16, session_gap_s: float = SESSION_GAP_S) -> list:
     """Draw one workload per child seed: ``[synthesize(..., s) for s in seeds_for(seed, n_seeds)]``.
 
     Parameters
     ----------
     scenario_or_dists, rate_req_per_s, horizon_s, arrival, cv, name
         As for :func:`synthesize`.
+    shared_prefix_tokens, session_turns, prefix_block_tokens, session_gap_s
+        As for :func:`synthesize` (system prompt, multi-turn sessions and their prefix blocks).
     seed : int or numpy.random.SeedSequence
         Root seed; the children are the same on every call, so replication j sees common random
         numbers at every rate.
@@ -1007,7 +1537,9 @@ def synthesize_many(scenario_or_dists, rate_req_per_s: float, horizon_s: float, 
     FastsimInputError
         As for :func:`synthesize` and :func:`seeds_for`.
     """
-    return [synthesize(scenario_or_dists, rate_req_per_s, horizon_s, s, arrival=arrival, cv=cv, name=name)
+    return [synthesize(scenario_or_dists, rate_req_per_s, horizon_s, s, arrival=arrival, cv=cv, name=name,
+                       shared_prefix_tokens=shared_prefix_tokens, session_turns=session_turns,
+                       prefix_block_tokens=prefix_block_tokens, session_gap_s=session_gap_s)
             for s in seeds_for(seed, n_seeds)]
 
 
@@ -1020,7 +1552,9 @@ def synthesize_from_trace(trace: Workload, rate_req_per_s: float, horizon_s: flo
     ----------
     trace : Workload
         The empirical length distribution: request ``floor(u_i m)`` of the trace's m requests
-        gives request i its prompt and output lengths together (their correlation is kept).
+        gives request i its prompt and output lengths together (their correlation is kept), and
+        its prefix blocks when the trace has them (a row drawn twice is the same prompt twice, so
+        the two requests share all its blocks).
     rate_req_per_s, horizon_s, seed, arrival, cv
         As for :func:`synthesize` (Poisson by default; the trace's own timestamps are not used,
         see :meth:`Workload.rescaled` to replay them at another rate).
@@ -1030,6 +1564,7 @@ def synthesize_from_trace(trace: Workload, rate_req_per_s: float, horizon_s: flo
     Returns
     -------
     Workload
+        With ``prefix`` the sampled rows' blocks (None when the trace has none).
 
     Raises
     ------
@@ -1049,10 +1584,12 @@ def synthesize_from_trace(trace: Workload, rate_req_per_s: float, horizon_s: flo
            + (f" (cv {cvf:g})" if arrival == "gamma" else "")
            + f" at {rate:g} req/s over {horizon:g} s, {_seed_label(ss)}")
     return Workload(name or f"{trace.name}-resampled", t[:k], trace.prompt_tokens[idx],
-                    trace.output_tokens[idx], src, horizon)
+                    trace.output_tokens[idx], src, horizon, prefix=_take_prefix(trace.prefix, idx))
 
 
-def scenario_workload(scenario, horizon_s: float = 600.0, seed=0) -> Workload:
+def scenario_workload(scenario, horizon_s: float = 600.0, seed=0, *, shared_prefix_tokens: int = 0,
+                      session_turns: int = 1, prefix_block_tokens: int = 16,
+                      session_gap_s: float = SESSION_GAP_S) -> Workload:
     """The workload of a scenario at its own target rate (Poisson arrivals, its lognormal lengths).
 
     Parameters
@@ -1062,11 +1599,13 @@ def scenario_workload(scenario, horizon_s: float = 600.0, seed=0) -> Workload:
     horizon_s : float
         Arrival window in seconds (600 s by default, SPEC §6).
     seed : int or numpy.random.SeedSequence
+    shared_prefix_tokens, session_turns, prefix_block_tokens, session_gap_s
+        As for :func:`synthesize` (system prompt, multi-turn sessions and their prefix blocks).
 
     Returns
     -------
     Workload
-        ``synthesize(scenario, scenario.rate_req_per_s, horizon_s, seed)``.
+        ``synthesize(scenario, scenario.rate_req_per_s, horizon_s, seed, ...)``.
 
     Raises
     ------
@@ -1078,7 +1617,10 @@ def scenario_workload(scenario, horizon_s: float = 600.0, seed=0) -> Workload:
         scenario = default_catalog().scenario(scenario)
     if not isinstance(scenario, Scenario):
         raise FastsimInputError("scenario", scenario, "a Scenario or a scenario name")
-    return synthesize(scenario, scenario.rate_req_per_s, horizon_s, seed)
+    return synthesize(scenario, scenario.rate_req_per_s, horizon_s, seed,
+                      shared_prefix_tokens=shared_prefix_tokens, session_turns=session_turns,
+                      prefix_block_tokens=prefix_block_tokens,
+                      session_gap_s=session_gap_s)
 
 
 # --------------------------------------------------------------------------------------------
