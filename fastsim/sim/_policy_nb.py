@@ -300,6 +300,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                             lhead[i] = bid
                                         ltail[i] = bid
                                         cfree[i] += bpb
+                                        free[i] += bpb
                         free[i] += own[r]
                         own[r] = 0
                         nref[r] = 0
@@ -349,6 +350,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                             lhead[i] = bid
                                         ltail[i] = bid
                                         cfree[i] += bpb
+                                        free[i] += bpb
                         free[i] += own[v]
                         own[v] = 0
                         nref[v] = 0
@@ -609,6 +611,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                                     lhead[i] = bid
                                                 ltail[i] = bid
                                                 cfree[i] += bpb
+                                                free[i] += bpb
                                 free[i] += own[v]
                                 own[v] = 0
                                 nref[v] = 0

@@ -172,6 +172,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
         if e[0] == 0:
             inst.lru[bid] = None
             inst.cached_free += bpb
+            inst.free += bpb
 
     def release(inst, r):
         for j in range(r.nxt_blk):
@@ -372,6 +373,10 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                 schedule_sglang(inst)
             if inst.stepped or not (inst.waiting or inst.running):
                 break
+        # the block ledger balances: running requests' blocks + referenced entries + free = all
+        held = sum(r.own for r in inst.running) + bpb * sum(1 for e in inst.entries.values() if e[0] > 0)
+        assert held == inst.nb_total - inst.free and 0 <= inst.cached_free <= inst.free
+        assert inst.cached_free == bpb * sum(1 for e in inst.entries.values() if e[0] == 0)
         inst.kv_peak = max(inst.kv_peak, inst.used_tokens(bt))
         if not inst.stepped:
             inst.active = False
