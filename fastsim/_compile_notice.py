@@ -20,6 +20,7 @@ __all__ = ["COMPILE_ESTIMATE_S", "compile_notice"]
 #: Kernel families: module prefix -> (label, cold compile estimate in s, measured on 2 cores with an
 #: empty NUMBA_CACHE_DIR: `fastsim plan` 37 s of which the analytic screen about 4 s).
 COMPILE_ESTIMATE_S = {
+    "fastsim.sim._policy_nb": ("engine-policy simulator", 20),
     "fastsim.sim": ("simulator", 35),
     "fastsim": ("analytic", 5),
 }

@@ -803,7 +803,7 @@ def _policy_results(plans, works, prefixes, opts, policy, routing, spec, p_draft
         if not full:
             out.append(m)
             continue
-        _, _, busy, _, rq, (wait_s, kv_s, sys_s) = res
+        _, _, busy, _, rq, (wait_s, kv_s, sys_s), _ = res
         out.append(SimResult(
             arrival_s=w[0].copy(), prompt_tokens=w[1].copy(), output_tokens=w[2].copy(),
             first_token_s=rq["first"], finish_s=rq["finish"], instance=rq["inst"].astype(np.int64),
@@ -837,3 +837,7 @@ def warmup() -> None:
                    **kw)
     # one run (its inputs go to the kernel as read-only views, writable or not)
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, **kw)
+    # the engine policies: one run and a batch
+    p[P_KV_BUDGET_TOKENS] = 1024.0
+    simulate(ColocatedPlan(p, 1, 8), a, pt, ot, policy="vllm", **kw)
+    simulate_batch([ColocatedPlan(p, 1, 8)], [(a, pt, ot), tuple(ro)], policy="vllm", **kw)

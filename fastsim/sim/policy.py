@@ -394,7 +394,7 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
             results.append((mf, mi, busy, iout, dict(first=first, finish=finish, inst=inst, status=status,
                                                      cached=cached, preempted=pre_),
                             (wait_s.reshape(n_samp, ni) if full else None, kv_s.reshape(n_samp, ni) if full else None,
-                             sys_s)))
+                             sys_s), bool(c[PK.C_CACHING])))
         return pol, spec, results, n_samp
     # many runs, metrics only: one parallel kernel call
     wl = {}
@@ -456,14 +456,14 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
         results.append((met_f[k], met_i[k], busy[i0:i1], iout[i0:i1],
                         dict(first=first[o0:o1], finish=finish[o0:o1], inst=inst[o0:o1], status=status[o0:o1],
                              cached=cached[o0:o1], preempted=pre_[o0:o1]),
-                        (None, None, sys_s[k * n_samp:(k + 1) * n_samp])))
+                        (None, None, sys_s[k * n_samp:(k + 1) * n_samp]), bool(cfg[k, PK.C_CACHING])))
     return pol, spec, results, n_samp
 
 
 def policy_metrics(pol, spec, res, n: int, horizon_s: float):
     """The :class:`SimMetrics` of one engine-policy run from the kernel's rows."""
     from .records import SimMetrics
-    f, mi, busy, iout, _, _ = res
+    f, mi, busy, iout, _, _, caching = res
     steps = iout[:, PK.O_STEPS]
     mean_batch = iout[:, PK.O_BATCH_SUM] / np.maximum(steps, 1)
     mean_batch = np.where(steps == 0, np.nan, mean_batch)
@@ -471,7 +471,6 @@ def policy_metrics(pol, spec, res, n: int, horizon_s: float):
     thr = float(iout[:, PK.O_TOKENS_OUT].sum()) / horizon_s
     cached = iout[:, PK.O_CACHED]
     adm = iout[:, PK.O_PROMPT_ADMITTED]
-    caching = bool(pol.prefix_caching)
     hit = float(cached.sum()) / float(adm.sum()) if caching and adm.sum() > 0 else float("nan")
     with np.errstate(divide="ignore", invalid="ignore"):
         hit_i = np.where(adm > 0, cached / np.maximum(adm, 1), np.nan) if caching else None
