@@ -163,6 +163,18 @@ SIMULATE_DESCRIPTION = (
     "inf: a percentile past the requests that never got that token; n/a: no such value.")
 
 
+#: ``fastsim capacity --help``: the two searches.
+CAPACITY_DESCRIPTION = (
+    "Maximum sustainable load of one plan. With --scenario: bisection on the rate, each probe --seeds "
+    "seeds x --horizon s of synthetic arrivals (common random numbers), a 95% bootstrap interval across "
+    "seeds. With --trace: bisection on the trace's time scale s (arrival times divided by s: same "
+    "requests, order and lengths; equivalent rate = requests / (duration / s)), each probe one replay "
+    "over the trace's span at that scale (or over --horizon seconds when shorter; the requests after it "
+    "are counted as excluded), 4 scales per round in parallel; a trace is one realisation, so the "
+    "bracket is the only interval; --rate centres the first round. A probe passes when the attainment "
+    "over the measured requests (middle 60% of the horizon) is >= 0.90 and the run is not overloaded.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command.
 
@@ -222,14 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true", help="short horizons and few seeds (a smoke test, seconds)")
     sp.set_defaults(func=_cmd_bench)
 
-    sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds)")
+    sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds), or time "
+                        "scale of a trace", description=CAPACITY_DESCRIPTION)
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=16, help="seeds per probe (default 16)")
-    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None,
+                    help="seeds per probe (default 16; a trace replays once per probe)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
+                    help="simulated seconds per run (default 600; with --trace, each probe's replayed span, "
+                         "which a shorter --horizon cuts)")
     sp.add_argument("--tol", type=_positive("--tol"), default=0.01, help="relative tolerance (default 0.01)")
-    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    sp.add_argument("--seed", type=int, default=None, help="root seed (default 0; not used with --trace)")
     _add_arrival_args(sp)
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
     sp.set_defaults(func=_cmd_capacity)
@@ -1107,13 +1123,14 @@ def _capacity_notes(res) -> list:
 
 def _cmd_capacity(args):
     from .search import SLO, max_sustainable_rate
-    from . import workload as W
     _check_plot(args)
+    if args.trace:
+        return _cmd_capacity_trace(args)
+    args.seeds = 16 if args.seeds is None else args.seeds
+    args.horizon = 600.0 if args.horizon is None else args.horizon
+    args.seed = 0 if args.seed is None else args.seed
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
-    if isinstance(source, W.Workload):
-        raise FastsimInputError("--trace", args.trace, "a scenario for capacity search (a trace fixes its own "
-                                "arrivals); use `fastsim simulate --trace ... --rate R` to probe a trace")
     plan, model = _plan_from_args(args, cat, model, demand)
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
@@ -1151,4 +1168,112 @@ def _cmd_capacity(args):
     if args.plot:
         from .plots import plot_capacity
         plot_capacity(res, args.plot, title=plan.describe())
+    return 0
+
+
+_SCALE_HEAD = ("probe    round    scale       rate req/s    horizon s    requests    excluded    measured    "
+               "attainment  overloaded    SLO\n"
+               "-------  -------  ----------  ------------  -----------  ----------  ----------  ----------  "
+               "----------  ------------  -----")
+
+
+def _scale_row(n, p) -> str:
+    """One probe of the trace search as a table row (printed as its round finishes)."""
+    return (f"{n:<7d}  {p.round:<7d}  {p.scale:<10.4g}  {p.rate_req_per_s:<12.3f}  {p.horizon_s:<11,.1f}  "
+            f"{p.requests:<10,d}  {p.excluded_requests:<10,d}  {p.measured:<10,d}  {p.attainment:<10.3f}  "
+            f"{'yes' if p.overloaded else 'no':<12}  {'pass' if p.passed else 'FAIL'}")
+
+
+def _scale_summary(res, screen_why: str = "") -> str:
+    """The line under the trace search's probes: scale, equivalent rate, native rate, analytic ratio."""
+    lo, hi = res.bracket
+    rlo, rhi = res.bracket_req_per_s
+    if not any(p.passed for p in res.probes) or res.scale <= 0:
+        est = (f"max sustainable scale: below {hi:.4g} ({rhi:.3f} req/s; every probe failed)")
+    elif not math.isfinite(hi):
+        est = f"max sustainable scale: at least {lo:.4g} ({rlo:.3f} req/s; no probe failed)"
+    else:
+        est = (f"max sustainable scale: {res.scale:.4g} = {res.rate_req_per_s:.3f} req/s (interpolated between the "
+               f"largest passing probe, {lo:.4g} = {rlo:.3f} req/s, and the smallest failing one, {hi:.4g} = "
+               f"{rhi:.3f} req/s)")
+    est += f"; the trace's own rate {res.native_rate_req_per_s:.3f} req/s (scale 1)"
+    if res.scale > 0:
+        est += (f"; horizon at the estimate {res.horizon_s:,.1f} s"
+                + (f", {res.excluded_requests:,} requests after it excluded" if res.excluded_requests else ""))
+    if screen_why:
+        return f"{est}; the analytic screen finds this plan infeasible ({screen_why}), so there is no ratio"
+    return (f"{est}; analytic {res.analytic_req_per_s:.3f} req/s (scale {res.analytic_scale:.4g}), "
+            f"analytic / simulated = {_fmt(res.analytic_ratio, '.2f')} "
+            f"(simulated / analytic = {_fmt(res.simulated_ratio, '.2f')})")
+
+
+def _cmd_capacity_trace(args):
+    """``capacity --trace``: bisection on the trace's time scale (:func:`fastsim.search.max_sustainable_scale`)."""
+    from .search import MAX_REPLAY_SPAN_S, SLO, max_sustainable_scale
+    cat = _catalog(args)
+    hint_rate = args.rate
+    # 0.0, not None: _resolve_workload then replays the trace at its own rate, and --from-plan does not
+    # put the plan's rate there; --rate here only centres the first round of the search
+    args.rate = 0.0
+    try:
+        model, demand, source, notes = _resolve_workload(args, cat)
+    finally:
+        args.rate = hint_rate
+    plan, model = _plan_from_args(args, cat, model, demand)
+    if not args.tol < 1:
+        raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
+    scale_hint = None
+    if hint_rate:
+        scale_hint = hint_rate / source.mean_rate_req_per_s
+        if scale_hint < source.duration_s / MAX_REPLAY_SPAN_S:
+            raise FastsimInputError("--rate", hint_rate, f">= {source.n / MAX_REPLAY_SPAN_S:.3g} req/s (a replay of "
+                                    f"{source.name} within {MAX_REPLAY_SPAN_S:g} s)")
+    unused = [flag for flag, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--cv", args.cv)) if v is not None]
+    if args.arrival != "poisson":
+        unused.insert(0, "--arrival")
+    notes = list(notes)
+    if unused:
+        notes.append("a trace replays its own arrivals once per probe: " + ", ".join(unused)
+                     + (" do" if len(unused) > 1 else " does") + " not apply")
+    table = args.format == "table"
+    screen_why = _screen_infeasible(plan, model, demand, cat) if not plan.capacity_req_per_s > 0 else ""
+    if table:
+        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= "
+              f"{demand.tpot_s * 1e3:g} ms; trace {source.name}: {source.n:,} requests over "
+              f"{source.duration_s:,.1f} s ({source.mean_rate_req_per_s:.3f} req/s), each probe one replay at "
+              "time scale s (arrival times / s)"
+              + (f", cut at --horizon {args.horizon:g} s" if args.horizon is not None else "")
+              + "; 4 scales per round in parallel", flush=True)
+        print(_SCALE_HEAD, flush=True)
+    count = [0]
+
+    def shown(p):
+        count[0] += 1
+        if table:
+            print(_scale_row(count[0], p), flush=True)
+    res = max_sustainable_scale(plan, source, SLO(demand.ttft_s, demand.tpot_s), horizon_s=args.horizon,
+                                rel_tol=args.tol, scale_hint=scale_hint, catalog=cat, model=model,
+                                routing=args.routing, on_probe=shown)
+    rec = res.to_dict()
+    rec["plan"] = plan.describe()
+    rec["analytic_feasible"] = not screen_why
+    rec["analytic_infeasible_reason"] = screen_why or None
+    if not screen_why:
+        rec["null_reasons"]["analytic_infeasible_reason"] = "not applicable: the analytic screen finds the plan feasible"
+    notes = notes + list(res.notes)
+    if table:
+        print(_scale_summary(res, screen_why))
+        for n in notes:
+            print("note: " + n)
+    else:
+        _emit(args, rec, [], [], notes)
+        _notes_out(args, notes)
+    if args.plot:
+        from types import SimpleNamespace
+        from .plots import plot_capacity
+        # the rate plot in equivalent rates: one replay per probe, no interval
+        view = SimpleNamespace(probes=[(p.rate_req_per_s, p.attainment, p.overloaded, p.passed) for p in res.probes],
+                               rate_req_per_s=res.rate_req_per_s, ci95=(math.nan, math.nan),
+                               analytic_req_per_s=res.analytic_req_per_s)
+        plot_capacity(view, args.plot, title=f"{plan.describe()}; {source.name}")
     return 0

@@ -5,12 +5,14 @@ target rate and pools the measured requests; a plan passes when its SLO attainme
 the runs, judged together, are not overloaded (:func:`pooled_overload`). ``repair`` adds whole instances, on the failing side for disaggregated
 plans (decode when TPOT fails, prefill when TTFT fails), until the plan passes, and says so when no
 count can pass: a request that alone, on an idle instance, misses its SLO is not helped by more
-machines.
+machines. ``max_sustainable_rate`` bisects the rate of a synthetic workload over seeds;
+``max_sustainable_scale`` bisects the time scale of a real trace, replayed once per probe.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,7 +22,8 @@ from .errors import FastsimInputError
 from .stepmodel import P_KVPG, P_NET_BW, StepConstants, step_params, step_time
 
 __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", "verify", "repair",
-           "lone_request_check", "max_sustainable_rate", "pooled_overload"]
+           "lone_request_check", "max_sustainable_rate", "pooled_overload", "max_sustainable_scale",
+           "TraceCapacityResult", "ScaleProbe", "MAX_REPLAY_SPAN_S"]
 
 
 @dataclass(frozen=True)
@@ -623,6 +626,26 @@ def _capacity_from(rates, met, measured, over, target, horizon_s):
     return float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
 
 
+def _probe_verdict(ms, slo: SLO, horizon_s: float):
+    """How a capacity search judges one probe from its runs (one per seed, or one trace replay).
+
+    ``ms`` are the runs' :class:`~fastsim.sim.SimMetrics` (or objects with the same
+    ``attainment``, ``measured``, ``queue_slope_req_per_s``, ``arrival_rate_req_per_s`` and
+    ``overloaded``). Returns ``(met, measured, over, attainment, overloaded, passed)``: per run
+    the measured requests that met the SLO (float, ``attainment x measured``, 0 when nothing was
+    measured), the measured count, and (slope, accepted rate, own flag); then the attainment over
+    all runs' measured requests (0 when none), :func:`pooled_overload`, and the verdict
+    ``attainment >= slo.attainment and not overloaded``.
+    """
+    met = np.array([m.attainment * m.measured if m.measured else 0.0 for m in ms])
+    mea = np.array([float(m.measured) for m in ms])
+    over = np.array([[m.queue_slope_req_per_s, m.arrival_rate_req_per_s, float(m.overloaded)] for m in ms])
+    pooled = float(met.sum() / max(mea.sum(), 1.0))
+    pooled_over = pooled_overload(ms, horizon_s)
+    passed = bool(pooled >= slo.attainment and not pooled_over)
+    return met, mea, over, pooled, pooled_over, passed
+
+
 def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizon_s: float = 600.0,
                          rel_tol: float = 0.01, rate_hint_req_per_s: float | None = None, seed: int = 0,
                          catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
@@ -729,12 +752,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
                                  measure_window=measure_window)
             if on_runs is not None:
                 on_runs(len(wls[k:k + step]))
-        met = np.array([m.attainment * m.measured if m.measured else 0.0 for m in ms])
-        mea = np.array([float(m.measured) for m in ms])
-        over = np.array([[m.queue_slope_req_per_s, m.arrival_rate_req_per_s, float(m.overloaded)] for m in ms])
-        pooled = float(met.sum() / max(mea.sum(), 1.0))
-        pooled_over = pooled_overload(ms, horizon_s)
-        passed = bool(pooled >= slo.attainment and not pooled_over)
+        met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, slo, horizon_s)
         probes.append((float(rate), pooled, pooled_over, passed))
         mets.append(met), meas.append(mea), overs.append(over)
         if on_probe is not None:
@@ -784,3 +802,527 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
     return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
                           probes, per_seed_att, analytic, S, float(horizon_s))
+
+
+# --------------------------------------------------------------------------------------------
+# Maximum sustainable time scale of a real trace
+# --------------------------------------------------------------------------------------------
+
+#: Longest replay (simulated seconds) the scale search probes by default: scales below
+#: ``duration_s / MAX_REPLAY_SPAN_S`` are not tried unless ``min_scale`` says otherwise.
+MAX_REPLAY_SPAN_S = 1e6
+_SCALE_STEP = 1.25          # bracketing factor, as the rate bisection's
+_SAMPLE_DT_S = 1.0          # the simulator's default sampling step (its overload test reads it)
+
+
+class ScaleProbe(NamedTuple):
+    """One probe of :func:`max_sustainable_scale`: the trace replayed once at one time scale.
+
+    Attributes
+    ----------
+    scale : float
+        Time scale s (dimensionless, > 0): arrival times are divided by s.
+    rate_req_per_s : float
+        Equivalent mean rate, ``n / (duration_s / s)`` (req/s; ``n`` and ``duration_s`` of the
+        whole trace).
+    horizon_s : float
+        Simulated seconds: the replayed span ``duration_s / s`` (to the next float up, so that the
+        last arrival lies inside it, as ``fastsim simulate --trace`` replays), or the caller's
+        ``horizon_s`` when that is shorter.
+    requests : int
+        Requests replayed (arriving by the horizon).
+    excluded_requests : int
+        Requests of the trace arriving after the horizon: not simulated (0 unless a horizon cuts
+        the replay).
+    measured : int
+        Replayed requests arriving in the measured window (the middle 60% of the horizon).
+    attainment : float
+        Fraction of the measured requests that met both targets (0 when none was measured).
+    overloaded : bool
+        The run's overload flag (:func:`pooled_overload` of one run).
+    passed : bool
+        ``attainment >= slo.attainment and not overloaded``, the rule of
+        :func:`max_sustainable_rate`.
+    ttft_p90_s, tpot_p90_s : float
+        P90 TTFT and TPOT of the measured requests (s; inf past the requests that never got
+        the token, nan with nothing to measure).
+    rejected, unfinished : int
+        Replayed requests rejected at arrival, and accepted ones without their last token by the
+        horizon.
+    round : int
+        The search round (from 0) whose parallel batch simulated the probe.
+    """
+
+    scale: float
+    rate_req_per_s: float
+    horizon_s: float
+    requests: int
+    excluded_requests: int
+    measured: int
+    attainment: float
+    overloaded: bool
+    passed: bool
+    ttft_p90_s: float
+    tpot_p90_s: float
+    rejected: int
+    unfinished: int
+    round: int
+
+    def to_dict(self) -> dict:
+        """The probe as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            Every field; a non-finite P90 becomes None, explained in ``null_reasons``.
+        """
+        from ._output import null_reasons, percentile_reason, strict
+        d = self._asdict()
+        d["null_reasons"] = null_reasons(d, lambda k, v: percentile_reason(k[:4].upper(), 0.9, v, self.measured)
+                                         if k in ("ttft_p90_s", "tpot_p90_s") else None)
+        return strict(d)
+
+
+class _RunFigures(NamedTuple):
+    """What a capacity probe reads of one run (the :class:`~fastsim.sim.SimMetrics` fields it uses)."""
+
+    attainment: float
+    measured: int
+    n_requests: int
+    rejected: int
+    unfinished: int
+    ttft_p90_s: float
+    tpot_p90_s: float
+    queue_slope_req_per_s: float
+    arrival_rate_req_per_s: float
+    overloaded: bool
+
+
+def _figures_at(res, horizon_s: float, slo: SLO, measure_window, sample_dt_s: float = _SAMPLE_DT_S) -> _RunFigures:
+    """The metrics the simulator reports for a run with horizon ``horizon_s``, read off a longer run.
+
+    ``res`` is the :class:`~fastsim.sim.SimResult` (``full``) of the same plan and workload
+    simulated to a later horizon. Events up to ``horizon_s`` are the same in both runs (a horizon
+    only stops the event loop), and so are the samples before it, so the measured window,
+    attainment, P90s, backlog slope and overload flag follow from the definitions of
+    :mod:`fastsim.sim.engine`, in the kernel's order of float operations: a token after
+    ``horizon_s`` was not reached, a request without its last token by then is unfinished.
+    """
+    from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    from .sim.records import REQ_FINISHED, REQ_REJECTED
+    a, o_all, status = res.arrival_s, res.output_tokens, res.status
+    n = int(a.shape[0])
+    rejected = int(np.count_nonzero(status == REQ_REJECTED))
+    with np.errstate(invalid="ignore"):
+        fin = (status == REQ_FINISHED) & (res.finish_s <= horizon_s)
+        first = np.where(res.first_token_s <= horizon_s, res.first_token_s, np.nan)
+    lo_t, hi_t = measure_window[0] * horizon_s, measure_window[1] * horizon_s
+    sel = (a >= lo_t) & (a < hi_t)
+    nm = int(np.count_nonzero(sel))
+    ttft = first[sel] - a[sel]
+    ttft[np.isnan(ttft)] = np.inf
+    o, f_sel, done = o_all[sel], first[sel], fin[sel]
+    tpot = np.full(o.shape, np.inf)
+    ok_t = done & (o > 1)
+    tpot[ok_t] = (res.finish_s[sel][ok_t] - f_sel[ok_t]) / (o[ok_t] - 1).astype(np.float64)
+    good = done & (ttft <= slo.ttft_s) & ((o == 1) | (tpot <= slo.tpot_s))
+    attainment = int(np.count_nonzero(good)) / nm if nm > 0 else math.nan
+    # least-squares slope of the number in system over the samples at t >= horizon / 2, summed
+    # left to right as the kernel sums (add.accumulate is sequential)
+    ns = max(1, int(math.ceil(horizon_s / sample_dt_s)))
+    tk = np.arange(ns, dtype=np.float64) * sample_dt_s
+    keep = tk >= 0.5 * horizon_s
+    tk, ys = tk[keep], res.in_system[:ns][keep].astype(np.float64)
+    slope = 0.0
+    cnt = int(tk.shape[0])
+    if cnt >= 3:
+        tm = float(np.add.accumulate(tk)[-1]) / cnt
+        ym = float(np.add.accumulate(ys)[-1]) / cnt
+        tc = tk - tm
+        num = float(np.add.accumulate(tc * (ys - ym))[-1])
+        den = float(np.add.accumulate(tc * tc)[-1])
+        slope = num / den
+    rate = (n - rejected) / horizon_s
+    over = bool(slope > OVERLOAD_SLOPE_FRACTION * rate and slope * 0.5 * horizon_s >= OVERLOAD_MIN_GROWTH)
+    return _RunFigures(attainment, nm, n, rejected, n - rejected - int(np.count_nonzero(fin)), _p90(ttft),
+                       _p90(tpot[o > 1]), slope, rate, over)
+
+
+def _figures_of(m) -> _RunFigures:
+    """The same figures from a run's own :class:`~fastsim.sim.SimMetrics`."""
+    return _RunFigures(m.attainment, int(m.measured), int(m.n_requests), int(m.rejected), int(m.unfinished),
+                       m.ttft_p90_s, m.tpot_p90_s, m.queue_slope_req_per_s, m.arrival_rate_req_per_s,
+                       bool(m.overloaded))
+
+
+@dataclass(frozen=True)
+class TraceCapacityResult:
+    """The maximum sustainable time scale of a plan on a real trace (SPEC §7, on a trace).
+
+    A time scale s replays the trace with its arrival times divided by s (same requests, order
+    and lengths); its equivalent mean rate is ``n / (duration_s / s)``.
+
+    Attributes
+    ----------
+    scale : float
+        The estimate: between the largest passing scale below the smallest failing one
+        (``bracket[0]``) and that failing scale (``bracket[1]``), where the failing criterion
+        (attainment, or the overload flag at the midpoint) crosses its threshold by linear
+        interpolation, the estimator of :class:`CapacityResult` on one run per probe. 0 when every
+        probe failed; the largest passing scale when none failed.
+    bracket : (float, float)
+        (pass, fail) scales: the largest passing scale below the smallest failing one, and that
+        one; ``(hi - lo) / lo <= rel_tol`` unless the probe budget ran out. ``(0, hi)`` when no
+        scale below ``hi`` passed, ``(lo, inf)`` when none failed. The only interval: a trace is
+        one realisation.
+    probes : list of ScaleProbe
+        Every probe, in the order simulated (ascending scale within a round).
+    trace : str
+        The trace's name.
+    requests : int
+        Requests in the trace.
+    duration_s : float
+        The trace's span at scale 1 (s): its ``duration_s``.
+    analytic_req_per_s : float
+        The plan's analytic capacity (req/s; 0 when the screen finds it infeasible).
+    horizon_limit_s : float
+        The caller's horizon (s), inf when none: it cuts every replay whose span exceeds it.
+    horizon_s : float
+        The horizon at ``scale`` (s): ``min(duration_s / scale, horizon_limit_s)``; nan at scale 0.
+    excluded_requests : int or None
+        Requests of the trace arriving after ``horizon_s`` at ``scale`` (not simulated); None at
+        scale 0.
+    rel_tol : float
+        Relative bracket width asked for.
+    probes_per_round : int
+        Scales simulated together in each round's parallel batch.
+    notes : tuple of str
+        What the figures need said: one realisation (no seeds, no confidence interval), a
+        horizon that cuts the replay, probes that pass above a failing scale, a budget or
+        search range that ran out.
+    """
+
+    scale: float
+    bracket: tuple
+    probes: list
+    trace: str
+    requests: int
+    duration_s: float
+    analytic_req_per_s: float
+    horizon_limit_s: float
+    horizon_s: float
+    excluded_requests: int | None
+    rel_tol: float
+    probes_per_round: int
+    notes: tuple = ()
+
+    @property
+    def native_rate_req_per_s(self) -> float:
+        """The trace's own mean rate, ``requests / duration_s`` (float, req/s)."""
+        return self.requests / self.duration_s
+
+    @property
+    def rate_req_per_s(self) -> float:
+        """Equivalent mean rate at ``scale``: ``requests / (duration_s / scale)`` (float, req/s)."""
+        return self.native_rate_req_per_s * self.scale
+
+    @property
+    def bracket_req_per_s(self) -> tuple:
+        """``bracket`` as equivalent mean rates (tuple of two floats, req/s; inf for an open end)."""
+        return tuple(self.native_rate_req_per_s * s for s in self.bracket)
+
+    @property
+    def analytic_scale(self) -> float:
+        """The scale whose equivalent rate is the analytic capacity (float; 0 when it is 0)."""
+        return self.analytic_req_per_s / self.native_rate_req_per_s
+
+    @property
+    def analytic_ratio(self) -> float:
+        """Analytic capacity / equivalent simulated rate (float; > 1: the screen is optimistic); inf at 0."""
+        return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
+
+    @property
+    def simulated_ratio(self) -> float:
+        """Equivalent simulated rate / analytic capacity (float; nan when the analytic capacity is 0)."""
+        return self.rate_req_per_s / self.analytic_req_per_s if self.analytic_req_per_s > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        """The result as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            ``scale``, ``bracket_scale``, ``rate_req_per_s``, ``bracket_req_per_s``,
+            ``native_rate_req_per_s``, ``trace``, ``requests``, ``trace_duration_s``,
+            ``horizon_s``, ``horizon_limit_s``, ``excluded_requests``, ``probes`` (list of
+            :meth:`ScaleProbe.to_dict`), ``analytic_req_per_s``, ``analytic_scale``,
+            ``analytic_ratio``, ``simulated_ratio``, ``rel_tol``, ``probes_per_round``,
+            ``estimate_method``, ``ci_method`` and ``notes``; non-finite values become None,
+            each explained in ``null_reasons`` (reasons start with ``infinite`` or
+            ``not applicable``).
+        """
+        from ._output import null_reasons, strict
+        feasible = self.analytic_req_per_s > 0
+        d = {"scale": self.scale, "bracket_scale": list(self.bracket), "rate_req_per_s": self.rate_req_per_s,
+             "bracket_req_per_s": list(self.bracket_req_per_s),
+             "native_rate_req_per_s": self.native_rate_req_per_s, "trace": self.trace, "requests": self.requests,
+             "trace_duration_s": self.duration_s, "horizon_s": self.horizon_s,
+             "horizon_limit_s": self.horizon_limit_s, "excluded_requests": self.excluded_requests,
+             "probes": [p.to_dict() for p in self.probes],
+             "analytic_req_per_s": self.analytic_req_per_s,
+             "analytic_scale": self.analytic_scale if feasible else math.nan,
+             "analytic_ratio": self.analytic_ratio if feasible else math.nan,
+             "simulated_ratio": self.simulated_ratio, "rel_tol": self.rel_tol,
+             "probes_per_round": self.probes_per_round,
+             "estimate_method": ("interpolated between the largest passing and the smallest failing scale where "
+                                 "the failing criterion crosses its threshold, one replay per probe"),
+             "ci_method": "none: a trace is one realisation (no seeds); the bisection bracket is the only interval",
+             "notes": list(self.notes)}
+        no_pass = "not applicable: no probed scale passed (estimate 0)"
+
+        def explain(k, v):
+            if k in ("bracket_scale", "bracket_req_per_s"):
+                return "infinite: no probe failed, so the bracket has no upper end"
+            if k == "horizon_limit_s":
+                return "not applicable: no horizon given; each probe replays the whole trace"
+            if k in ("horizon_s", "excluded_requests"):
+                return no_pass
+            if k in ("analytic_scale", "simulated_ratio") or (k == "analytic_ratio" and not feasible):
+                return "not applicable: the analytic screen finds the plan infeasible (analytic capacity 0)"
+            if k == "analytic_ratio":
+                return "infinite: no probed scale passed (simulated capacity 0)"
+            return None
+        d["null_reasons"] = null_reasons(d, explain)
+        return strict(d)
+
+
+def _replay_horizon(duration_s: float, scale: float, limit_s: float) -> float:
+    """Simulated seconds of a replay at ``scale``: its span (next float up), or ``limit_s`` when shorter."""
+    span = float(np.nextafter(duration_s / scale, np.inf))
+    return min(span, limit_s)
+
+
+def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | None = None, rel_tol: float = 0.01,
+                          scale_hint: float | None = None, probes_per_round: int = 4, max_probes: int = 40,
+                          min_scale: float | None = None, catalog: Catalog | None = None,
+                          constants: StepConstants = StepConstants(), model: Model | None = None,
+                          measure_window=(0.2, 0.8), routing: str = "least-loaded", on_round_start=None,
+                          on_probe=None) -> TraceCapacityResult:
+    """Search for the largest time scale at which a plan serves a real trace within its SLOs (SPEC §7).
+
+    A time scale s >= 0 replays the trace with its arrival times divided by s: s = 2 is twice as
+    fast, with the same requests in the same order with the same lengths, an equivalent mean
+    rate of ``n / (duration_s / s)``. Each probe replays the trace once (a trace is one
+    realisation: there are no seeds) over its span at that scale, ``duration_s / s`` simulated
+    seconds, or ``horizon_s`` when that is shorter (the requests arriving after it are counted
+    in the probe's ``excluded_requests``, never dropped unsaid); the measured requests are those
+    arriving in the middle 60% of the horizon. A probe passes by the rule of
+    :func:`max_sustainable_rate`: attainment >= ``slo.attainment`` and not overloaded.
+
+    The search runs in rounds of ``probes_per_round`` scales, simulated together in one parallel
+    :func:`fastsim.sim.simulate_batch` call. The first round spreads around ``scale_hint`` by
+    factors of 1.25; while every probe passes (fails) the next round steps up (down) by further
+    factors of 1.25; once a scale passes below the smallest failing one, each round splits the
+    bracket evenly, until ``(hi - lo) <= rel_tol x lo``. The batch shares one horizon, the
+    round's longest; a run whose own horizon is shorter is read off at its own horizon (events
+    and samples before a horizon do not depend on it), so every probe equals a
+    :func:`fastsim.sim.simulate` of its replay, whatever else its round holds.
+
+    Parameters
+    ----------
+    plan : Plan
+    trace : Workload, str or os.PathLike
+        The trace (:class:`fastsim.workload.Workload`: ``arrival_s`` ndarray(float64) of shape
+        (n,), ascending, in s; token counts ndarray(int64) of shape (n,)), or a name or path
+        for :func:`fastsim.workload.read_trace`. Its ``duration_s`` is its span at scale 1.
+    slo : SLO
+    horizon_s : float, optional
+        Longest replay (simulated s); default none: every probe replays the whole trace.
+    rel_tol : float
+        Relative width of the final bracket, in (0, 1).
+    scale_hint : float, optional
+        Centre of the first round; default the scale whose equivalent rate is the plan's analytic
+        capacity (1 when that is 0). At least ``min_scale``.
+    probes_per_round : int
+        Scales per round (>= 1; 4 by default, fixed so that the probes, and the answer, do not
+        depend on the machine's thread count; up to 4 threads run them at once).
+    max_probes : int
+        Probe budget (>= 1); the bracket reached is reported when it runs out.
+    min_scale : float, optional
+        Smallest scale tried (> 0); default ``duration_s / MAX_REPLAY_SPAN_S`` (a replay of at
+        most 1e6 s). Must keep the replay within the simulator's 1e7 samples (``duration_s /
+        1e7``).
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry.
+    measure_window : (float, float)
+        Fractions of each probe's horizon bounding the measured requests (SPEC §1).
+    routing : {"least-loaded", "round-robin"}
+    on_round_start : callable(round: int, scales: list of float), optional
+        Called before each round's batch.
+    on_probe : callable(probe: ScaleProbe), optional
+        Called after each round for each of its probes, in ascending scale.
+
+    Returns
+    -------
+    TraceCapacityResult
+        ``scale`` inside ``bracket``; the equivalent rates, the analytic capacity and ratios as
+        properties; ``notes`` saying that the bracket is the only interval, and anything else
+        the figures need said.
+
+    Raises
+    ------
+    FastsimInputError
+        A trace with fewer than two requests or no span (``trace``), ``rel_tol`` outside
+        (0, 1), a non-positive ``horizon_s``, ``scale_hint`` or ``min_scale``, a ``scale_hint``
+        below ``min_scale``, a ``min_scale`` whose replay exceeds 1e7 s, ``probes_per_round`` or
+        ``max_probes`` not an integer >= 1, unknown names in the plan, an unreadable trace, or
+        anything :func:`fastsim.sim.simulate_batch` rejects (SLO targets, window, routing).
+    RuntimeError
+        A simulator kernel reported an internal failure.
+    """
+    from . import workload as W
+    from .errors import require_positive
+    from .sim import simulate_batch
+    catalog = catalog or default_catalog()
+    model = model or catalog.model(plan.model)
+    wl = trace if isinstance(trace, W.Workload) else W.read_trace(trace)
+    if wl.n < 2 or not wl.duration_s > 0:
+        raise FastsimInputError("trace", wl.name, f"a trace with at least two requests at distinct times "
+                                f"(it has {wl.n} over {wl.duration_s:g} s), so that it has a rate")
+    if not (0 < rel_tol < 1):
+        raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
+    for name, v in (("probes_per_round", probes_per_round), ("max_probes", max_probes)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise FastsimInputError(name, v, "an integer >= 1")
+    limit = math.inf if horizon_s is None else require_positive("horizon_s", horizon_s)
+    D, n = float(wl.duration_s), wl.n
+    native = n / D
+    floor_scale = D / 1e7
+    if min_scale is None:
+        min_scale = D / MAX_REPLAY_SPAN_S
+    else:
+        min_scale = require_positive("min_scale", min_scale)
+        if min_scale < floor_scale:
+            raise FastsimInputError("min_scale", min_scale, f">= {floor_scale:.6g} (a replay of at most 1e7 s: "
+                                    "the simulator's sample limit at 1-s samples)")
+    analytic = float(plan.capacity_req_per_s)
+    s0 = (require_positive("scale_hint", scale_hint) if scale_hint is not None
+          else (analytic / native if analytic > 0 else 1.0))
+    if scale_hint is not None and s0 < min_scale:
+        raise FastsimInputError("scale_hint", scale_hint, f">= min_scale ({min_scale:.6g})")
+    s0 = max(s0, min_scale)
+    sp = sim_plan(plan, catalog, constants, model)
+    a, P, O = wl.arrival_s, wl.prompt_tokens, wl.output_tokens
+    m = int(probes_per_round)
+    probes: list = []
+    mets, meas, overs = [], [], []
+
+    def _round(scales, rnd):
+        if on_round_start is not None:
+            on_round_start(rnd, list(scales))
+        hz = [_replay_horizon(D, s, limit) for s in scales]
+        wls, kept = [], []
+        for s, h in zip(scales, hz):
+            t = a / s
+            k = int(np.searchsorted(t, h, side="right"))
+            wls.append((t[:k], P[:k], O[:k]))
+            kept.append(k)
+        H = max(hz)
+        full = any(h != H for h in hz)
+        runs = simulate_batch([sp], wls, horizon_s=H, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
+                              max_context_tokens=model.max_context_tokens, routing=routing,
+                              measure_window=measure_window, full=full)
+        for s, h, k, r in zip(scales, hz, kept, runs):
+            if h == H:
+                fig = _figures_of(r.metrics if full else r)
+            else:
+                fig = _figures_at(r, h, slo, measure_window)
+            met, mea, over, att, overloaded, passed = _probe_verdict([fig], slo, h)
+            p = ScaleProbe(float(s), native * float(s), float(h), k, n - k, fig.measured, att, overloaded, passed,
+                           float(fig.ttft_p90_s), float(fig.tpot_p90_s), fig.rejected, fig.unfinished, rnd)
+            probes.append(p)
+            mets.append(met), meas.append(mea), overs.append(over)
+            if on_probe is not None:
+                on_probe(p)
+
+    def _bracket():
+        fails = [p.scale for p in probes if not p.passed]
+        hi = min(fails) if fails else None
+        below = [p.scale for p in probes if p.passed and (hi is None or p.scale < hi)]
+        return (max(below) if below else None), hi
+
+    scales = sorted({max(s0 * _SCALE_STEP ** k, min_scale) for k in range(-(m // 2), m - m // 2)})
+    rnd = 0
+    exhausted_low = False
+    while True:
+        scales = scales[:max_probes - len(probes)]
+        _round(scales, rnd)
+        rnd += 1
+        lo, hi = _bracket()
+        if lo is not None and hi is not None and hi - lo <= rel_tol * lo:
+            break
+        left = max_probes - len(probes)
+        if left <= 0:
+            break
+        done = {p.scale for p in probes}
+        if hi is None:
+            scales = [lo * _SCALE_STEP ** k for k in range(1, m + 1)]
+        elif lo is None:
+            scales = [hi / _SCALE_STEP ** k for k in range(1, m + 1) if hi / _SCALE_STEP ** k >= min_scale]
+            if not scales and min_scale < hi and min_scale not in done:
+                scales = [min_scale]
+            if not scales:
+                exhausted_low = True
+                break
+        else:
+            k = min(m, left)
+            scales = [lo + (hi - lo) * j / (k + 1) for j in range(1, k + 1)]
+        scales = sorted(s for s in set(scales) if s not in done)
+        if not scales:
+            break
+    lo, hi = _bracket()
+    rates = np.array([p.scale for p in probes])
+    estimate = 0.0
+    if lo is not None:
+        # mets / meas (probes, 1) and overs (probes, 1, 3): one run per probe
+        estimate = _capacity_from(rates, np.array(mets), np.array(meas), np.array(overs), slo.attainment, math.nan)
+        estimate = min(max(estimate, lo), hi if hi is not None else math.inf)
+    bracket = (float(lo or 0.0), float(hi if hi is not None else math.inf))
+
+    notes = [f"a trace is one realisation: each probe replays {wl.name} once, so there are no seeds and no "
+             "confidence interval; the bisection bracket "
+             f"(scales {bracket[0]:.4g} - {bracket[1]:.4g}) is the only interval"]
+    h_est = _replay_horizon(D, estimate, limit) if estimate > 0 else math.nan
+    excl = int(n - np.searchsorted(a / estimate, h_est, side="right")) if estimate > 0 else None
+    if math.isfinite(limit):
+        cut = [p for p in probes if p.excluded_requests]
+        notes.append(f"a horizon of {limit:g} s cuts the replay at scales below {D / limit:.4g} (where the trace's "
+                     f"span, {D:,.1f} s at scale 1, exceeds it): a probe at scale s then replays only the trace's "
+                     f"first {limit:g} x s seconds, a different part at each scale; "
+                     + (f"{len(cut)} of {len(probes)} probes left out the requests arriving after it "
+                        f"(up to {max(p.excluded_requests for p in cut):,} of {n:,}), counted per probe"
+                        if cut else "no probe was cut")
+                     + (f"; at the estimate {excl:,} requests would arrive after it" if excl else ""))
+    if hi is not None:
+        above = sorted(p.scale for p in probes if p.passed and p.scale > hi)
+        if above:
+            notes.append(f"{len(above)} probe(s) passed above the smallest failing scale {hi:.4g} (at "
+                         + ", ".join(f"{s:.4g}" for s in above[:5]) + ("..." if len(above) > 5 else "")
+                         + "): one realisation need not pass or fail monotonically in the scale; the bracket is "
+                           "taken below the smallest failing scale")
+    if lo is None:
+        notes.append(f"every probe failed, down to scale {min(p.scale for p in probes):.4g}"
+                     + (f" (the smallest tried: min_scale {min_scale:.4g})" if exhausted_low else
+                        f" (the probe budget of {max_probes} ran out)"))
+    elif hi is None:
+        notes.append(f"no probe failed, up to scale {lo:.4g}: the probe budget of {max_probes} ran out; the "
+                     "capacity lies above it")
+    elif hi - lo > rel_tol * lo:
+        notes.append(f"the bracket is {100 * (hi - lo) / lo:.2g}% wide, wider than rel_tol {rel_tol:g}: the probe "
+                     f"budget of {max_probes} ran out")
+    return TraceCapacityResult(float(estimate), bracket, probes, wl.name, n, D, analytic, float(limit),
+                               float(h_est), excl, float(rel_tol), m, tuple(notes))
