@@ -131,6 +131,30 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
                          plan.instances, plan.chunk_tokens)
 
 
+class _Replay(NamedTuple):
+    """A replayed stretch of a trace, with its prefix blocks (what :func:`fastsim.sim.simulate_batch` reads)."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    prefix: object = None
+
+
+def _engine_kwargs(engine) -> dict:
+    """The simulator keywords of an engine setting (``engine`` of :func:`verify` and the capacity searches)."""
+    if engine is None:
+        return {}
+    if not isinstance(engine, dict):
+        raise FastsimInputError("engine", engine, "a dict of simulate_batch keywords (policy, spec, p_draft, "
+                                "spec_seed) and optionally sim_plan")
+    return {k: v for k, v in engine.items() if k != "sim_plan"}
+
+
+def _engine_plan(engine, sp):
+    """The simulator plan: ``engine["sim_plan"]`` when given (speculative decoding cuts the KV budget), else ``sp``."""
+    return engine.get("sim_plan") or sp if isinstance(engine, dict) else sp
+
+
 def pooled_overload(metrics, horizon_s: float) -> bool:
     """Whether a set of replications of one plan at one rate is overloaded, judged together.
 
@@ -217,7 +241,8 @@ def _pooled(results, slo: SLO, measure_window, horizon_s):
 
 def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalog | None = None,
            constants: StepConstants = StepConstants(), model: Model | None = None,
-           measure_window=(0.2, 0.8), routing: str = "least-loaded", drain_s: float = 0.0) -> Verification:
+           measure_window=(0.2, 0.8), routing: str = "least-loaded", drain_s: float = 0.0,
+           engine: dict | None = None) -> Verification:
     """Simulate a plan on each workload and pool the measured requests (SPEC §7).
 
     Parameters
@@ -237,7 +262,12 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
         The model, when it is not a catalog entry.
     measure_window : (float, float)
         Fractions of the arrival window bounding the measured requests (SPEC §1).
-    routing : {"least-loaded", "round-robin"}
+    routing : {"least-loaded", "round-robin", "prefix-aware"}
+    engine : dict, optional
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
+        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
+        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
+        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
     drain_s : float
         Extra simulated time after the last arrival so that the measured requests can finish
         (default 0: the run ends with the arrival window, as SPEC §6 defines it). The measured
@@ -262,12 +292,12 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     model = model or catalog.model(plan.model)
     if drain_s:
         require_positive("drain_s", drain_s)
-    sp = sim_plan(plan, catalog, constants, model)
+    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
     total = horizon_s + drain_s
     window = (measure_window[0] * horizon_s / total, measure_window[1] * horizon_s / total)
     # every seed in one parallel kernel call; results are identical to one simulate() per seed
     results = simulate_batch([sp], list(workloads), horizon_s=total, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                             max_context_tokens=model.max_context_tokens, routing=routing,
+                             max_context_tokens=model.max_context_tokens, routing=routing, **_engine_kwargs(engine),
                              measure_window=window, full=True)
     return _pooled(results, slo, window, total)
 
@@ -651,7 +681,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
                          catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
                          model: Model | None = None, measure_window=(0.2, 0.8), routing: str = "least-loaded",
                          arrival: str = "poisson", cv: float = 1.0, max_probes: int = 40,
-                         bootstrap: int = 2000, on_probe_start=None, on_runs=None, on_probe=None) -> CapacityResult:
+                         bootstrap: int = 2000, on_probe_start=None, on_runs=None, on_probe=None,
+                         engine: dict | None = None) -> CapacityResult:
     """Bisect for the largest rate a plan sustains while passing its SLOs (SPEC §7).
 
     Each probe simulates every seed (``horizon_s`` each) in one parallel batch with common random
@@ -687,7 +718,12 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         The model, when it is not a catalog entry.
     measure_window : (float, float)
         Fractions of the horizon bounding the measured requests (SPEC §1).
-    routing : {"least-loaded", "round-robin"}
+    routing : {"least-loaded", "round-robin", "prefix-aware"}
+    engine : dict, optional
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
+        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
+        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
+        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
     arrival : {'poisson', 'gamma'}
         Arrival process, with inter-arrival coefficient of variation ``cv`` (1 for Poisson).
     cv : float
@@ -731,7 +767,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     require_positive("horizon_s", horizon_s)
     analytic = float(plan.capacity_req_per_s)
     r = require_positive("rate_hint_req_per_s", rate_hint_req_per_s) if rate_hint_req_per_s else (analytic or 1.0)
-    sp = sim_plan(plan, catalog, constants, model)
+    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
     S = int(seeds)
     crn = _CRN(dists, S, float(horizon_s), r, arrival, cv, seed)
     lo = hi = None
@@ -749,7 +785,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         for k in range(0, len(wls), step):
             ms += simulate_batch([sp], wls[k:k + step], horizon_s=horizon_s, ttft_slo_s=slo.ttft_s,
                                  tpot_slo_s=slo.tpot_s, max_context_tokens=model.max_context_tokens, routing=routing,
-                                 measure_window=measure_window)
+                                 measure_window=measure_window, **_engine_kwargs(engine))
             if on_runs is not None:
                 on_runs(len(wls[k:k + step]))
         met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, slo, horizon_s)
@@ -1106,7 +1142,8 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
                           scale_hint: float | None = None, probes_per_round: int = 4, max_probes: int = 40,
                           min_scale: float | None = None, catalog: Catalog | None = None,
                           constants: StepConstants = StepConstants(), model: Model | None = None,
-                          measure_window=(0.2, 0.8), routing: str = "least-loaded", on_round_start=None,
+                          measure_window=(0.2, 0.8), routing: str = "least-loaded", engine: dict | None = None,
+                          on_round_start=None,
                           on_probe=None) -> TraceCapacityResult:
     """Search for the largest time scale at which a plan serves a real trace within its SLOs (SPEC §7).
 
@@ -1160,7 +1197,12 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         The model, when it is not a catalog entry.
     measure_window : (float, float)
         Fractions of each probe's horizon bounding the measured requests (SPEC §1).
-    routing : {"least-loaded", "round-robin"}
+    routing : {"least-loaded", "round-robin", "prefix-aware"}
+    engine : dict, optional
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
+        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
+        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
+        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
     on_round_start : callable(round: int, scales: list of float), optional
         Called before each round's batch.
     on_probe : callable(probe: ScaleProbe), optional
@@ -1215,7 +1257,7 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
     if scale_hint is not None and s0 < min_scale:
         raise FastsimInputError("scale_hint", scale_hint, f">= min_scale ({min_scale:.6g})")
     s0 = max(s0, min_scale)
-    sp = sim_plan(plan, catalog, constants, model)
+    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
     a, P, O = wl.arrival_s, wl.prompt_tokens, wl.output_tokens
     m = int(probes_per_round)
     probes: list = []
@@ -1229,12 +1271,15 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         for s, h in zip(scales, hz):
             t = a / s
             k = int(np.searchsorted(t, h, side="right"))
-            wls.append((t[:k], P[:k], O[:k]))
+            pre = None
+            if wl.prefix is not None:
+                pre = W.PrefixBlocks(wl.prefix.block_tokens, wl.prefix.offsets[:k + 1], wl.prefix.ids)
+            wls.append(_Replay(t[:k], P[:k], O[:k], pre))
             kept.append(k)
         H = max(hz)
         full = any(h != H for h in hz)
         runs = simulate_batch([sp], wls, horizon_s=H, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                              max_context_tokens=model.max_context_tokens, routing=routing,
+                              max_context_tokens=model.max_context_tokens, routing=routing, **_engine_kwargs(engine),
                               measure_window=measure_window, full=full)
         for s, h, k, r in zip(scales, hz, kept, runs):
             if h == H:
