@@ -1,4 +1,7 @@
-"""Kernels of the analytic screen (SPEC section 5). Loops only; the API is in :mod:`fastsim.analytic`."""
+"""Kernels of the analytic screen (SPEC section 5; speculative decoding and prefix caching, SPEC §4, §10).
+
+Loops only; the API is in :mod:`fastsim.analytic`.
+"""
 from __future__ import annotations
 
 import math
@@ -38,28 +41,149 @@ def _coloc_step_nb(p, b, c, ctx_tokens, layers, hidden):
 
 
 @njit(cache=True)
-def _max_b_nb(p, c, ctx_tokens, layers, hidden, step_limit_s, b_cap):
-    """Largest integer b in [1, b_cap] with step(b, c) <= step_limit_s (step is monotone in b); 0 if none."""
+def _round_nb(p, pd, b, c, ctx_tokens, ctx_draft_tokens, layers, gamma):
+    """Time of one step (``gamma`` 0) or one speculative round of b decodes plus a chunk of c prompt tokens.
+
+    ``gamma`` 0: :func:`_decode_step_nb` (c = 0) or :func:`_coloc_step_nb`. ``gamma`` > 0: ``gamma``
+    draft decode steps of the b sequences plus one target verify step over ``b (gamma + 1) + c``
+    tokens whose decode attention is ``4 x layers x q_dim x (b (gamma + 1)) x context`` (the float
+    operations of :func:`fastsim.specdec.round_time_s` when c = 0); the chunk rides in the verify step.
+    """
+    if gamma > 0.0:
+        kv = b * ctx_tokens
+        n = b * (gamma + 1.0)
+        attn = 4.0 * layers * p[P_QDIM_DEC] * (n * ctx_tokens)
+        if c > 0.0:
+            s = step_time_nb(p, n + c, kv, attn + 2.0 * layers * p[P_QDIM_PF] * c * c)
+        else:
+            s = step_time_nb(p, n, kv, attn)
+        kvd = b * ctx_draft_tokens
+        d = step_time_nb(pd, b, kvd, 4.0 * pd[P_LAYERS] * pd[P_QDIM_DEC] * kvd)
+        return gamma * d + s
+    if c > 0.0:
+        return _coloc_step_nb(p, b, c, ctx_tokens, layers, 0.0)
+    return _decode_step_nb(p, b, ctx_tokens, layers, 0.0)
+
+
+@njit(cache=True)
+def _max_b_nb(p, pd, c, ctx_tokens, ctx_draft_tokens, layers, gamma, limit_s, b_cap):
+    """Largest integer b in [1, b_cap] with round(b, c) <= limit_s (the round is monotone in b); 0 if none."""
     if b_cap < 1:
         return 0
-    if c > 0:
-        if _coloc_step_nb(p, 1.0, c, ctx_tokens, layers, hidden) > step_limit_s:
-            return 0
-    elif _decode_step_nb(p, 1.0, ctx_tokens, layers, hidden) > step_limit_s:
+    if _round_nb(p, pd, 1.0, c, ctx_tokens, ctx_draft_tokens, layers, gamma) > limit_s:
         return 0
     lo = 1
     hi = b_cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if c > 0:
-            s = _coloc_step_nb(p, float(mid), c, ctx_tokens, layers, hidden)
-        else:
-            s = _decode_step_nb(p, float(mid), ctx_tokens, layers, hidden)
-        if s <= step_limit_s:
+        s = _round_nb(p, pd, float(mid), c, ctx_tokens, ctx_draft_tokens, layers, gamma)
+        if s <= limit_s:
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+@njit(cache=True)
+def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_round, hit, i,
+                     out_status, out_dec_cap, out_dec_b, out_dec_step,
+                     out_pre_cap, out_pre_rho, out_pre_s,
+                     out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step):
+    """One row of :func:`instances_nb` / :func:`instances_spec_nb`; writes slot ``i`` of the ``out_*`` arrays.
+
+    ``gamma`` 0, ``tokens_per_round`` 1 and ``hit`` 0 give the plain screen with the same float
+    operations as before speculation and prefix caching existed (every added factor is an exact 1.0
+    or 0.0 there).
+    """
+    L = p[P_LAYERS]
+    h = p[P_QDIM_PF]
+    kv_tok = p[P_KV_BUDGET_TOKENS]
+    kvpg = p[P_KVPG]
+    net_bw = p[P_NET_BW]
+    mean_p = d[0]
+    mean_o = d[1]
+    lat_p = d[2]
+    lat_o = d[3]
+    ttft = d[4]
+    tpot = d[5]
+    margin = d[6]
+    tail = d[7]
+    # prompt tokens computed per request: the prefix cache serves the fraction hit of them
+    new_mean_p = (1.0 - hit) * mean_p
+    new_lat_p = (1.0 - hit) * lat_p
+    # KV held and read per sequence: the full-context equivalent (sliding windows, SPEC §10)
+    ctx = _held_nb(p, mean_p + mean_o / 2.0)
+    ctx_d = _held_nb(pd, mean_p + mean_o / 2.0)
+    out_dec_cap[i] = 0.0
+    out_dec_b[i] = 0
+    out_dec_step[i] = np.nan
+    out_pre_cap[i] = 0.0
+    out_pre_rho[i] = 0.0
+    out_pre_s[i] = np.nan
+    out_col_cap[i] = 0.0
+    out_col_b[i] = 0
+    out_col_c[i] = 0
+    out_col_step[i] = np.nan
+    # a verify step writes gamma + 1 tokens of KV before the rejected ones are dropped
+    if kv_tok < _held_nb(p, lat_p + lat_o + gamma):
+        out_status[i] = NO_FIT
+        out_col_status[i] = NO_FIT
+        return
+    out_status[i] = OK
+    step_limit = margin * tpot
+    # a round yields tokens_per_round tokens per sequence: its time per token must meet the limit
+    round_limit = step_limit * tokens_per_round
+    b_cap = int(math.floor(kv_tok / _held_nb(p, mean_p + mean_o + gamma)))
+    if max_batch_i > 0 and max_batch_i < b_cap:
+        b_cap = max_batch_i
+    # decode instance
+    b = _max_b_nb(p, pd, 0.0, ctx, ctx_d, L, gamma, round_limit, b_cap)
+    if b > 0:
+        s = _round_nb(p, pd, float(b), 0.0, ctx, ctx_d, L, gamma)
+        out_dec_b[i] = b
+        out_dec_step[i] = s
+        out_dec_cap[i] = b * tokens_per_round / (s * mean_o)
+    # prefill instance: M/D/1, P90 TTFT ~ S + tail W, W = rho S_b / (2 (1 - rho)). Prefix hits: the
+    # cached tokens' matmuls and their own causal attention are skipped; their KV is read and the
+    # new tokens attend over it: 2 L d (P^2 - (hP)^2) attention FLOPs
+    s_lat = step_time_nb(p, new_lat_p, _held_nb(p, hit * lat_p),
+                         2.0 * L * h * lat_p * lat_p * (1.0 - hit * hit))
+    s_mean = step_time_nb(p, new_mean_p, _held_nb(p, hit * mean_p),
+                          2.0 * L * h * mean_p * mean_p * (1.0 - hit * hit))
+    transfer = lat_p * kvpg / net_bw
+    a = ttft - s_lat - transfer
+    out_pre_s[i] = s_lat
+    if a > 0.0:
+        rho = a / (a + tail * s_mean / 2.0)
+        out_pre_rho[i] = rho
+        out_pre_cap[i] = rho / s_mean
+    # colocated instance: b decodes + a chunk of c prompt tokens per step (per round)
+    best = 0.0
+    status = TPOT_UNREACHABLE
+    nc = chunks.shape[0] if chunk_i <= 0.0 else 1
+    for j in range(nc):
+        c = chunks[j] if chunk_i <= 0.0 else chunk_i
+        ttft_limit = ttft / 2.0 / math.ceil(new_lat_p / c)
+        limit = min(round_limit, ttft_limit)
+        bb = _max_b_nb(p, pd, c, ctx, ctx_d, L, gamma, limit, b_cap)
+        if bb == 0:
+            if ttft_limit < round_limit and status == TPOT_UNREACHABLE:
+                if _round_nb(p, pd, 1.0, c, ctx, ctx_d, L, gamma) <= round_limit:
+                    status = TTFT_UNREACHABLE
+            continue
+        b_star = c * mean_o / (tokens_per_round * new_mean_p)
+        for cand in (math.floor(b_star), math.ceil(b_star)):
+            bc = int(min(max(cand, 1.0), bb))
+            s = _round_nb(p, pd, float(bc), c, ctx, ctx_d, L, gamma)
+            thr = min(bc * tokens_per_round / mean_o, c / new_mean_p) / s
+            if thr > best:
+                best = thr
+                status = OK
+                out_col_cap[i] = thr
+                out_col_b[i] = bc
+                out_col_c[i] = int(c)
+                out_col_step[i] = s
+    out_col_status[i] = status
 
 
 @njit(cache=True, parallel=True)
@@ -70,7 +194,8 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
     """Decode, prefill and colocated capacities of one instance per row (SPEC §5), per-row demand.
 
     The analytic screen calls it with one demand for every row; a sweep varies the demand (scenario,
-    SLOs), the chunk size and the batch cap from row to row.
+    SLOs), the chunk size and the batch cap from row to row. No speculative decoding and no prefix
+    cache (:func:`instances_spec_nb` has both).
 
     Parameters
     ----------
@@ -103,82 +228,54 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
     n = pidx.shape[0]
     for i in prange(n):
         p = params[pidx[i]]
-        L = p[P_LAYERS]
-        h = p[P_QDIM_PF]
-        kv_tok = p[P_KV_BUDGET_TOKENS]
-        kvpg = p[P_KVPG]
-        net_bw = p[P_NET_BW]
-        d = demand[didx[i]]
-        mean_p = d[0]
-        mean_o = d[1]
-        lat_p = d[2]
-        lat_o = d[3]
-        ttft = d[4]
-        tpot = d[5]
-        margin = d[6]
-        tail = d[7]
-        # KV held and read per sequence: the full-context equivalent (sliding windows, SPEC §10)
-        ctx = _held_nb(p, mean_p + mean_o / 2.0)
-        out_dec_cap[i] = 0.0
-        out_dec_b[i] = 0
-        out_dec_step[i] = np.nan
-        out_pre_cap[i] = 0.0
-        out_pre_rho[i] = 0.0
-        out_pre_s[i] = np.nan
-        out_col_cap[i] = 0.0
-        out_col_b[i] = 0
-        out_col_c[i] = 0
-        out_col_step[i] = np.nan
-        if kv_tok < _held_nb(p, lat_p + lat_o):
-            out_status[i] = NO_FIT
-            out_col_status[i] = NO_FIT
-            continue
-        out_status[i] = OK
-        step_limit = margin * tpot
-        b_cap = int(math.floor(kv_tok / _held_nb(p, mean_p + mean_o)))
-        if max_batch[i] > 0 and max_batch[i] < b_cap:
-            b_cap = max_batch[i]
-        # decode instance
-        b = _max_b_nb(p, 0.0, ctx, L, h, step_limit, b_cap)
-        if b > 0:
-            s = _decode_step_nb(p, float(b), ctx, L, h)
-            out_dec_b[i] = b
-            out_dec_step[i] = s
-            out_dec_cap[i] = b / (s * mean_o)
-        # prefill instance: M/D/1, P90 TTFT ~ S + tail W, W = rho S_b / (2 (1 - rho))
-        s_lat = step_time_nb(p, lat_p, 0.0, 2.0 * L * h * lat_p * lat_p)
-        s_mean = step_time_nb(p, mean_p, 0.0, 2.0 * L * h * mean_p * mean_p)
-        transfer = lat_p * kvpg / net_bw
-        a = ttft - s_lat - transfer
-        out_pre_s[i] = s_lat
-        if a > 0.0:
-            rho = a / (a + tail * s_mean / 2.0)
-            out_pre_rho[i] = rho
-            out_pre_cap[i] = rho / s_mean
-        # colocated instance: b decodes + a chunk of c prompt tokens per step
-        best = 0.0
-        status = TPOT_UNREACHABLE
-        nc = chunks.shape[0] if chunk[i] <= 0.0 else 1
-        for j in range(nc):
-            c = chunks[j] if chunk[i] <= 0.0 else chunk[i]
-            ttft_limit = ttft / 2.0 / math.ceil(lat_p / c)
-            limit = min(step_limit, ttft_limit)
-            bb = _max_b_nb(p, c, ctx, L, h, limit, b_cap)
-            if bb == 0:
-                if ttft_limit < step_limit and status == TPOT_UNREACHABLE:
-                    if _coloc_step_nb(p, 1.0, c, ctx, L, h) <= step_limit:
-                        status = TTFT_UNREACHABLE
-                continue
-            b_star = c * mean_o / mean_p
-            for cand in (math.floor(b_star), math.ceil(b_star)):
-                bc = int(min(max(cand, 1.0), bb))
-                s = _coloc_step_nb(p, float(bc), c, ctx, L, h)
-                thr = min(bc / mean_o, c / mean_p) / s
-                if thr > best:
-                    best = thr
-                    status = OK
-                    out_col_cap[i] = thr
-                    out_col_b[i] = bc
-                    out_col_c[i] = int(c)
-                    out_col_step[i] = s
-        out_col_status[i] = status
+        _instance_row_nb(p, p, demand[didx[i]], chunk[i], max_batch[i], chunks, 0.0, 1.0, 0.0, i,
+                         out_status, out_dec_cap, out_dec_b, out_dec_step, out_pre_cap, out_pre_rho, out_pre_s,
+                         out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step)
+
+
+@njit(cache=True, parallel=True)
+def instances_spec_nb(params, pidx, dpidx, demand, didx, chunk, max_batch, chunks, gamma, tokens_per_round, hit,
+                      out_status, out_dec_cap, out_dec_b, out_dec_step,
+                      out_pre_cap, out_pre_rho, out_pre_s,
+                      out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step):
+    """:func:`instances_nb` with speculative decoding and a prefix-cache hit fraction per row.
+
+    A row with ``gamma > 0`` decodes in rounds (:func:`fastsim.specdec.round_time_s`): ``gamma``
+    draft steps plus one verify step over ``gamma + 1`` tokens per sequence, yielding
+    ``tokens_per_round`` tokens per sequence; the TPOT check applies to ``round / tokens_per_round``,
+    the TTFT check of a colocated instance to whole rounds (a prefill chunk rides in the verify
+    step), and the decode throughput is ``b x tokens_per_round / (round x mean O)``. The row's
+    target parameters carry the KV budget left beside the draft
+    (:func:`fastsim.specdec.spec_step_params`). A prefix-cache hit fraction ``hit`` removes that
+    fraction of every prompt's tokens from the prefill compute (prefill step, chunk count and the
+    prompt side of the chunk balance); the cached tokens' KV is still read and attended.
+
+    Parameters
+    ----------
+    params : float64[m, N_PARAMS]
+        Step-parameter rows of targets and drafts.
+    pidx, dpidx : int64[n]
+        Row of ``params`` of each instance row's target and draft (any row when ``gamma`` is 0).
+    demand, didx, chunk, max_batch, chunks
+        As in :func:`instances_nb`.
+    gamma : float64[n]
+        Draft tokens per round (0: no speculation).
+    tokens_per_round : float64[n]
+        Expected tokens per sequence per round (1 when ``gamma`` is 0).
+    hit : float64[n]
+        Fraction of prompt tokens served from the prefix cache, in [0, 1).
+    out_* : preallocated float64 / int64 [n]
+        As in :func:`instances_nb`; ``out_dec_step`` and ``out_col_step`` hold the round time.
+
+    Returns
+    -------
+    None
+        Results are written into the ``out_*`` arrays; inputs are not validated (the caller,
+        :func:`fastsim.analytic.instance_table`, does that) and nothing is raised.
+    """
+    n = pidx.shape[0]
+    for i in prange(n):
+        _instance_row_nb(params[pidx[i]], params[dpidx[i]], demand[didx[i]], chunk[i], max_batch[i], chunks,
+                         gamma[i], tokens_per_round[i], hit[i], i,
+                         out_status, out_dec_cap, out_dec_b, out_dec_step, out_pre_cap, out_pre_rho, out_pre_s,
+                         out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step)

@@ -18,6 +18,23 @@ The grid is GPU x precision x TP x mode {colocated, disaggregated}. Per configur
 In every step the b decodes read ``b x (mean P + mean O / 2)`` tokens of KV. Latency checks use the
 latency quantile (P90 by default) of the length distributions, never the mean (lecture §2.3,
 lesson one). Instances are whole: each plan reports its integer cost and its efficiency cost.
+
+Two options go beyond the lecture's screen (its §2.5 list, SPEC §10):
+
+* speculative decoding (``ScreenOptions.spec_alpha``): every configuration is screened without
+  speculation and with each ``gamma`` of ``spec_gammas``. A speculative instance decodes in rounds
+  of ``gamma`` draft steps plus one verify step over ``gamma + 1`` tokens per sequence
+  (:func:`fastsim.specdec.round_time_s`, the ledger's round, SPEC §4), yielding
+  ``(1 - alpha^(gamma+1)) / (1 - alpha)`` tokens per sequence: the TPOT check applies to
+  ``round / tokens per round`` and the decode throughput is ``b x tokens per round / (round x
+  mean O)``; a colocated instance's prefill chunk rides in the verify step. The draft's weights
+  and KV share the instance's memory (:func:`fastsim.specdec.spec_step_params`), on both sides
+  of a disaggregated plan (its prefill instances would compute the draft's prompt KV);
+* a prefix-cache hit fraction (``ScreenOptions.prefix_hit_fraction``): that fraction of every
+  prompt's tokens is served from the cache. Their matmuls and their own causal attention are not
+  recomputed; their KV is still held, read and attended by the new tokens. It shortens the
+  prefill step (prefill instances) and the chunks a prompt needs (colocated instances); the KV
+  reserved per request and the KV shipped to a decode instance stay those of the whole prompt.
 """
 from __future__ import annotations
 
@@ -29,6 +46,7 @@ import pandas as pd
 from . import _analytic_nb as K
 from .catalog import Catalog, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
+from .specdec import SpecDecoding, expected_tokens_per_round, spec_decoding, spec_refusal, spec_step_params
 from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal,
                         layout_degrees, step_params)
 from .layouts import instance_label
@@ -177,13 +195,28 @@ class ScreenOptions:
         P90 wait ~ ``ttft_tail x W`` (2.3 ~ ln 10).
     constants : StepConstants
         Efficiencies and overheads of the step model (SPEC §3).
+    spec_alpha : float or None
+        Per-token acceptance probability of speculative decoding, in [0, 1). None (default): no
+        speculative decoding is screened. Given: every configuration is screened without it
+        (``spec_gamma`` 0) and with each of ``spec_gammas`` (:mod:`fastsim.specdec`).
+    spec_gammas : tuple of int
+        Draft tokens per round to screen when ``spec_alpha`` is given (default 2 and 4).
+    spec_draft : str or None
+        Draft model: a catalog name, a ``config.json`` path or ``"mtp"``; None takes
+        :func:`fastsim.specdec.default_draft` of the screened model (Llama-3.1-8B for
+        Llama-3.1-70B / 405B, SPEC §4). Used only with ``spec_alpha``.
+    prefix_hit_fraction : float
+        Fraction of prompt tokens served from the prefix cache, in [0, 1) (default 0): their
+        prefill compute is skipped (see the module docstring).
 
     Raises
     ------
     FastsimInputError
         An empty ``tps`` or a TP that is not a power of two from 1 to 64; an unknown mode; a
-        chunk size that is not a positive integer; ``tpot_margin`` outside (0, 1]; or
-        ``ttft_tail`` not a finite number > 0.
+        chunk size that is not a positive integer; ``tpot_margin`` outside (0, 1];
+        ``ttft_tail`` not a finite number > 0; ``spec_alpha`` not None or a number in [0, 1);
+        ``spec_gammas`` empty or not integers >= 1; ``spec_draft`` not None or a non-empty
+        string; ``prefix_hit_fraction`` not a number in [0, 1).
     """
 
     gpus: tuple | None = None
@@ -195,6 +228,10 @@ class ScreenOptions:
     tpot_margin: float = 0.85
     ttft_tail: float = 2.3
     constants: StepConstants = field(default_factory=StepConstants)
+    spec_alpha: float | None = None
+    spec_gammas: tuple = (2, 4)
+    spec_draft: str | None = None
+    prefix_hit_fraction: float = 0.0
 
     def __post_init__(self):
         if self.tps is not None:
@@ -217,6 +254,50 @@ class ScreenOptions:
         if not (0 < self.tpot_margin <= 1):
             raise FastsimInputError("tpot_margin", self.tpot_margin, "a fraction in (0, 1]")
         require_positive("ttft_tail", self.ttft_tail)
+        a = self.spec_alpha
+        if a is not None and (isinstance(a, (bool, str, bytes)) or not isinstance(a, (int, float, np.integer, np.floating))
+                              or not (0.0 <= float(a) < 1.0)):
+            raise FastsimInputError("spec_alpha", a, "None or a probability in [0, 1) (per-token acceptance)")
+        gs = self.spec_gammas
+        if isinstance(gs, (str, bytes)) or not hasattr(gs, "__iter__") or not tuple(gs) or any(
+                isinstance(g, (bool, np.bool_)) or not isinstance(g, (int, np.integer)) or g < 1 for g in gs):
+            raise FastsimInputError("spec_gammas", gs, "one or more integers >= 1 (draft tokens per round)")
+        if self.spec_draft is not None and (not isinstance(self.spec_draft, str) or not self.spec_draft.strip()):
+            raise FastsimInputError("spec_draft", self.spec_draft, "None, 'mtp' or a model name / config.json path")
+        v = self.prefix_hit_fraction
+        if isinstance(v, (bool, str, bytes)) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not (0.0 <= float(v) < 1.0):
+            raise FastsimInputError("prefix_hit_fraction", v, "a fraction in [0, 1) of the prompt tokens")
+
+    @property
+    def screens_extensions(self) -> bool:
+        """True when speculative decoding or a prefix-cache hit fraction is screened (bool)."""
+        return self.spec_alpha is not None or self.prefix_hit_fraction != 0.0
+
+    def spec_for(self, model: Model, catalog: Catalog | None = None) -> SpecDecoding | None:
+        """The speculative decoding screened for a model (draft resolved), or None without ``spec_alpha``.
+
+        Parameters
+        ----------
+        model : Model
+            The target.
+        catalog : Catalog, optional
+            Resolves the draft; defaults to the built-in catalog.
+
+        Returns
+        -------
+        SpecDecoding or None
+            With the first of ``spec_gammas`` (the screen tries each).
+
+        Raises
+        ------
+        FastsimInputError
+            An unknown draft or one whose vocabulary differs from the model's
+            (:func:`fastsim.specdec.spec_decoding`).
+        """
+        if self.spec_alpha is None:
+            return None
+        return spec_decoding(int(self.spec_gammas[0]), self.spec_alpha, self.spec_draft, model, catalog=catalog)
 
     def tps_for(self, model: Model) -> tuple:
         """GPUs per instance to screen for a model: ``tps``, or its default.
@@ -287,6 +368,16 @@ class Plan:
         Instance layout of every instance of the plan (:data:`fastsim.stepmodel.LAYOUTS`):
         ``tp`` (SPEC §3), ``tp+ep`` or ``dp+ep`` (MoE models, SPEC §10); ``tp`` counts the
         instance's GPUs in every layout.
+    spec_gamma : int
+        Draft tokens per speculative-decoding round of the (decode) instances; 0 = no
+        speculative decoding.
+    spec_alpha : float or None
+        Per-token acceptance the plan was screened with; None when the screen did not consider
+        speculative decoding (then ``spec_gamma`` is 0).
+    spec_draft : str or None
+        The draft model (catalog name, path or ``"mtp"``) the screen considered; None as above.
+    prefix_hit_fraction : float
+        Fraction of prompt tokens the screen took from the prefix cache (0 = none).
     """
 
     model: str
@@ -306,6 +397,17 @@ class Plan:
     decode_capacity_req_per_s: float = 0.0
     price_usd_per_gpu_hour: float = 0.0
     layout: str = "tp"
+    spec_gamma: int = 0
+    spec_alpha: float | None = None
+    spec_draft: str | None = None
+    prefix_hit_fraction: float = 0.0
+
+    @property
+    def spec(self) -> SpecDecoding | None:
+        """The plan's speculative decoding (:class:`fastsim.specdec.SpecDecoding`), None when ``spec_gamma`` is 0."""
+        if not self.spec_gamma:
+            return None
+        return SpecDecoding(int(self.spec_gamma), float(self.spec_alpha), str(self.spec_draft))
 
     def layout_kwargs(self, gpus: int) -> dict:
         """The data-parallel and expert-parallel degrees of this plan's layout.
@@ -392,10 +494,16 @@ class Plan:
         def inst(n, tp):
             return f"{n} instance{'s' if n != 1 else ''} of {self.label(tp)}"
         gpus = f"({self.gpus} GPU{'s' if self.gpus != 1 else ''})"
+        extra = ""
+        if self.spec_gamma:
+            extra += (f", speculative decoding gamma {self.spec_gamma} (alpha {self.spec_alpha:g}, "
+                      f"draft {self.spec_draft})")
+        if self.prefix_hit_fraction:
+            extra += f", {self.prefix_hit_fraction:.0%} prefix-cache hits"
         if self.mode == "disaggregated":
             return (f"{self.gpu} {self.precision} disaggregated, prefill {inst(self.prefill_instances, self.prefill_tp)}"
-                    f" + decode {inst(self.decode_instances, self.decode_tp)} {gpus}")
-        return f"{self.gpu} {self.precision} colocated, {inst(self.instances, self.tp)} {gpus}"
+                    f" + decode {inst(self.decode_instances, self.decode_tp)} {gpus}{extra}")
+        return f"{self.gpu} {self.precision} colocated, {inst(self.instances, self.tp)} {gpus}{extra}"
 
     def to_dict(self) -> dict:
         """The fields as a plain dict (for JSON).
@@ -403,9 +511,16 @@ class Plan:
         Returns
         -------
         dict
-            Every field, plus the derived ``gpus`` and ``capacity_req_per_s``.
+            Every field, plus the derived ``gpus`` and ``capacity_req_per_s``; the
+            ``spec_*`` fields only when the plan was screened with speculative decoding
+            (``spec_alpha`` not None) and ``prefix_hit_fraction`` only when it is not 0.
         """
         d = asdict(self)
+        if self.spec_alpha is None:
+            for k in ("spec_gamma", "spec_alpha", "spec_draft"):
+                d.pop(k)
+        if not self.prefix_hit_fraction:
+            d.pop("prefix_hit_fraction")
         d["gpus"] = self.gpus
         d["capacity_req_per_s"] = self.capacity_req_per_s
         return d
@@ -531,18 +646,27 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
         decode_capacity_req_per_s, decode_batch, decode_step_s, prefill_capacity_req_per_s,
         prefill_utilisation, prefill_step_s, colocated_status, colocated_capacity_req_per_s,
         colocated_batch, chunk_tokens, colocated_step_s`` (capacities 0 where infeasible;
-        ``status`` codes are those of :mod:`fastsim._analytic_nb`).
+        ``status`` codes are those of :mod:`fastsim._analytic_nb`). With ``options.spec_alpha``
+        each configuration appears once per gamma (0 first, then ``options.spec_gammas``), with
+        the columns ``spec_gamma`` and ``spec_tokens_per_round`` after ``layout``; a speculative
+        row's ``decode_step_s`` and ``colocated_step_s`` are round times (s per round, which
+        yields ``spec_tokens_per_round`` tokens per sequence), its ``kv_budget_tokens`` the
+        budget left beside the draft, and its ``refusal`` may be the draft's.
 
     Raises
     ------
     FastsimInputError
-        An unknown model, GPU or precision name, a model config that cannot be read, or no
-        selected GPU with a peak for any selected precision.
+        An unknown model, GPU or precision name, a model config that cannot be read, no
+        selected GPU with a peak for any selected precision, or a speculative-decoding draft
+        that is unknown or has another vocabulary than the model.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
         model = catalog.model(model)
     rows, params = _grid_arrays(model, catalog, options)
+    ext = options.screens_extensions
+    if ext:
+        rows, params, pidx, dpidx, gam, tpr = _extend_grid(model, catalog, options, rows, params)
     n = len(rows)
     f8 = lambda: np.zeros(n, dtype=np.float64)  # noqa: E731
     i8 = lambda: np.zeros(n, dtype=np.int64)  # noqa: E731
@@ -553,24 +677,93 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     dm = np.array([[demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
                     demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
                     options.ttft_tail]], dtype=np.float64)
-    if n:
+    if n and not ext:
         K.instances_nb(params, np.arange(n, dtype=np.int64), dm, np.zeros(n, dtype=np.int64),
                        np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
                        np.asarray(options.chunk_tokens, dtype=np.float64),
                        status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
                        col_status, col_cap, col_b, col_c, col_step)
+    elif n:
+        K.instances_spec_nb(params, pidx, dpidx, dm, np.zeros(n, dtype=np.int64),
+                            np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                            np.asarray(options.chunk_tokens, dtype=np.float64), gam, tpr,
+                            np.full(n, float(options.prefix_hit_fraction), dtype=np.float64),
+                            status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
+                            col_status, col_cap, col_b, col_c, col_step)
     refused = np.array([r[4] is not None for r in rows], dtype=bool)
     status[refused] = REFUSED
     col_status[refused] = REFUSED
-    return pd.DataFrame(dict(
-        gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
-        layout=[r[3] for r in rows], refusal=[r[4] or "" for r in rows],
+    budget = (params[pidx] if ext else params)[:, P_KV_BUDGET_TOKENS] if n else f8()
+    cols = dict(gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
+                layout=[r[3] for r in rows])
+    if options.spec_alpha is not None:
+        cols.update(spec_gamma=gam.astype(np.int64), spec_tokens_per_round=tpr)
+    cols.update(
+        refusal=[r[4] or "" for r in rows],
         price_usd_per_gpu_hour=[r[0].price_usd_per_hour for r in rows],
-        status=status, kv_budget_tokens=np.where(refused, np.nan, params[:, P_KV_BUDGET_TOKENS]) if n else f8(),
+        status=status, kv_budget_tokens=np.where(refused, np.nan, budget),
         decode_capacity_req_per_s=dec_cap, decode_batch=dec_b, decode_step_s=dec_step,
         prefill_capacity_req_per_s=pre_cap, prefill_utilisation=pre_rho, prefill_step_s=pre_s,
         colocated_status=col_status, colocated_capacity_req_per_s=col_cap, colocated_batch=col_b,
-        chunk_tokens=col_c, colocated_step_s=col_step))
+        chunk_tokens=col_c, colocated_step_s=col_step)
+    return pd.DataFrame(cols)
+
+
+def _extend_grid(model: Model, catalog: Catalog, options: ScreenOptions, rows: list, params: np.ndarray):
+    """The grid with speculative decoding: each row once without it and once per gamma of ``spec_gammas``.
+
+    Returns ``(rows, params, pidx, dpidx, gamma, tokens_per_round)``: rows ``(gpu, precision, tp,
+    layout, refusal)`` (a refusal may now be the draft's), the stacked parameter rows (plain
+    targets, then per configuration the target beside its draft and the draft,
+    :func:`fastsim.specdec.spec_step_params`, then one refused row), and per grid row the target
+    and draft parameter rows, gamma (0 = no speculation) and the expected tokens per round (1).
+    Without ``spec_alpha`` every row keeps gamma 0 (a prefix-cache-only screen)."""
+    spec = options.spec_for(model, catalog)
+    gammas = (0,) + tuple(dict.fromkeys(int(g) for g in options.spec_gammas)) if spec else (0,)
+    n0 = len(rows)
+    extra = []
+    any_refused = False
+    out_rows, pidx, dpidx, gam, tpr = [], [], [], [], []
+    for i, (g, pr, tp, lay, why) in enumerate(rows):
+        pair = None
+        swhy = None
+        if spec is not None and why is None:
+            dp, ep = layout_degrees(lay, tp)
+            swhy = spec_refusal(model, spec, g, tp, dp, ep, catalog)
+            if swhy is None:
+                p_t, p_d = spec_step_params(model, g, pr, tp, options.constants, spec, dp=dp, ep=ep, catalog=catalog)
+                pair = n0 + len(extra)
+                extra.extend((p_t, p_d))
+        for gm in gammas:
+            if gm == 0:
+                out_rows.append((g, pr, tp, lay, why))
+                pidx.append(i)
+                dpidx.append(i)
+                gam.append(0.0)
+                tpr.append(1.0)
+                continue
+            r_why = why or swhy
+            if r_why is not None:
+                any_refused = True
+                out_rows.append((g, pr, tp, lay, r_why))
+                pidx.append(-1)
+                dpidx.append(-1)
+            else:
+                out_rows.append((g, pr, tp, lay, None))
+                pidx.append(pair)
+                dpidx.append(pair + 1)
+            gam.append(float(gm))
+            tpr.append(expected_tokens_per_round(spec.alpha, gm))
+    stack = [params] + ([np.stack(extra)] if extra else [])
+    if any_refused:
+        r = np.ones((1, N_PARAMS))
+        r[0, P_KV_BUDGET_TOKENS] = -1.0
+        stack.append(r)
+    allp = np.ascontiguousarray(np.concatenate(stack, axis=0))
+    last = allp.shape[0] - 1
+    pidx = np.array([last if k < 0 else k for k in pidx], dtype=np.int64)
+    dpidx = np.array([last if k < 0 else k for k in dpidx], dtype=np.int64)
+    return out_rows, allp, pidx, dpidx, np.array(gam, dtype=np.float64), np.array(tpr, dtype=np.float64)
 
 
 def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
@@ -596,14 +789,18 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
         prefill_instances, decode_tp, decode_instances, gpus, chunk_tokens, batch,
         instance_capacity_req_per_s, capacity_req_per_s, usd_per_million_output_tokens,
         efficiency_usd_per_million_output_tokens, feasible, reason, plan`` (a :class:`Plan`, or
-        None when infeasible). Infeasible points are rows with ``feasible=False`` and a reason,
-        never exceptions.
+        None when infeasible), and ``layout``. With ``options.spec_alpha`` every point appears
+        once per ``spec_gamma`` (0 and each of ``options.spec_gammas``; disaggregated points
+        then per GPU x precision x layout x gamma) with the columns ``spec_gamma, spec_alpha,
+        spec_draft``; with ``options.prefix_hit_fraction`` > 0 a ``prefix_hit_fraction`` column.
+        Infeasible points are rows with ``feasible=False`` and a reason, never exceptions.
 
     Raises
     ------
     FastsimInputError
-        Unknown names in the grid or the model, or no selected GPU with a peak for any selected
-        precision.
+        Unknown names in the grid or the model, no selected GPU with a peak for any selected
+        precision, or a speculative-decoding draft that is unknown or has another vocabulary
+        than the model (:func:`fastsim.specdec.spec_decoding`).
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -618,6 +815,19 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     col_cap, col_b, col_c = (t.colocated_capacity_req_per_s.to_numpy(), t.colocated_batch.to_numpy(),
                              t.chunk_tokens.to_numpy())
     rate, mean_o = demand.rate_req_per_s, demand.mean_output_tokens
+    spec = options.spec_for(model, catalog)
+    gam = t.spec_gamma.to_numpy() if spec is not None else np.zeros(len(t), dtype=np.int64)
+    hit = float(options.prefix_hit_fraction)
+
+    def plan_extra(i):
+        """Speculative-decoding and prefix-cache fields of the plan of table row i (none by default)."""
+        e = {}
+        if spec is not None:
+            e.update(spec_gamma=int(gam[i]), spec_alpha=spec.alpha, spec_draft=spec.draft)
+        if hit:
+            e["prefix_hit_fraction"] = hit
+        return e
+
     out = []
     if "colocated" in options.modes:
         inst = instances_needed(rate, col_cap)
@@ -626,9 +836,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
             plan = Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=tp,
                         instances=int(inst[i]), chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                         instance_capacity_req_per_s=float(col_cap[i]),
-                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay) if ok else None
+                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay, **plan_extra(i)) if ok else None
             out.append(dict(
-                gpu=g.name, precision=pr.name, mode="colocated", layout=lay, tp=tp,
+                gpu=g.name, precision=pr.name, mode="colocated", layout=lay, **plan_extra(i), tp=tp,
                 instances=int(inst[i]) if ok else 0,
                 prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0,
                 gpus=plan.gpus if ok else 0, chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
@@ -643,8 +853,8 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
         groups: dict = {}
         for i, (g, pr, tp, lay) in enumerate(rows):
             if not refusal[i]:
-                groups.setdefault((g.name, pr.name, lay), []).append(i)
-        for (gname, pname, lay), idx in groups.items():
+                groups.setdefault((g.name, pr.name, lay, int(gam[i])), []).append(i)
+        for (gname, pname, lay, _), idx in groups.items():
             g = catalog.gpu(gname)
             idx = np.asarray(idx)
             tps = np.array([rows[i][2] for i in idx], dtype=np.float64)
@@ -666,11 +876,11 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                         prefill_capacity_req_per_s=float(pre_cap[ip]),
                         decode_capacity_req_per_s=float(dec_cap[idd]),
                         instance_capacity_req_per_s=float(dec_cap[idd]),
-                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay) if ok else None
+                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay, **plan_extra(idd)) if ok else None
             eff = (tp_p / pre_cap[ip] + tp_d / dec_cap[idd]) * g.price_usd_per_hour / (mean_o * 3600.0) * 1e6 \
                 if ok else np.inf
             out.append(dict(
-                gpu=gname, precision=pname, mode="disaggregated", layout=lay, tp=tp_d, instances=n_d,
+                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, instances=n_d,
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 gpus=plan.gpus if ok else 0, chunk_tokens=0, batch=int(dec_b[idd]),
                 instance_capacity_req_per_s=float(dec_cap[idd]),
@@ -701,7 +911,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
              decode_tp: int | None = None, prefill_instances: int | None = None,
              decode_instances: int | None = None, chunk_tokens: int | None = None,
              catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
-             layout: str = "tp") -> Plan:
+             layout: str = "tp", spec_gamma: int = 0) -> Plan:
     """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
 
     Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
@@ -736,6 +946,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         Screen constants; its GPU, precision, TP and layout lists are replaced by the named ones.
     layout : str, default "tp"
         Instance layout (:data:`fastsim.stepmodel.LAYOUTS`) of every instance of the plan.
+    spec_gamma : int, default 0
+        Draft tokens per speculative-decoding round (0: none); > 0 needs ``options.spec_alpha``
+        (and takes ``options.spec_draft``).
 
     Returns
     -------
@@ -748,8 +961,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     FastsimInputError
         Unknown names, TP not a power of two from 1 to 64, a mode other than colocated /
         disaggregated, instance counts or chunk not integers >= 1, a GPU without a peak for
-        the precision, or a layout the model refuses (e.g. a TP that does not divide its
-        attention heads, SPEC §10).
+        the precision, a layout the model refuses (e.g. a TP that does not divide its
+        attention heads, SPEC §10), ``spec_gamma`` not an integer >= 0 or > 0 without
+        ``options.spec_alpha``, or a draft that cannot share the layout.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -768,8 +982,24 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         why = instance_layout_refusal(model, g, t_, dp, ep)
         if why:
             raise FastsimInputError("tp" if layout == "tp" else "layout", t_ if layout == "tp" else layout, why)
-    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps, layouts=(layout,))
-    t = instance_table(model, demand, catalog=catalog, options=opts).set_index("tp")
+    if isinstance(spec_gamma, bool) or not isinstance(spec_gamma, (int, np.integer)) or spec_gamma < 0:
+        raise FastsimInputError("spec_gamma", spec_gamma, "an integer >= 0 (draft tokens per round; 0 = none)")
+    if spec_gamma and options.spec_alpha is None:
+        raise FastsimInputError("spec_gamma", spec_gamma, "0 unless options.spec_alpha (the acceptance) is given")
+    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps, layouts=(layout,),
+                   spec_gammas=(int(spec_gamma),) if spec_gamma else options.spec_gammas)
+    t = instance_table(model, demand, catalog=catalog, options=opts)
+    extra = {}
+    if options.spec_alpha is not None:
+        t = t[t.spec_gamma == int(spec_gamma)]
+        spec = options.spec_for(model, catalog)
+        extra.update(spec_gamma=int(spec_gamma), spec_alpha=spec.alpha, spec_draft=spec.draft)
+        why = next((r for r in t.refusal if r), "")
+        if spec_gamma and why:
+            raise FastsimInputError("spec_draft", spec.draft, why)
+    if options.prefix_hit_fraction:
+        extra["prefix_hit_fraction"] = float(options.prefix_hit_fraction)
+    t = t.set_index("tp")
     rate = demand.rate_req_per_s
     if mode == "colocated":
         row = t.loc[tp]
@@ -777,7 +1007,8 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         n = int(instances) if instances is not None else max(int(instances_needed(rate, cap)), 1)
         return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=int(tp), instances=n,
                     chunk_tokens=int(chunk_tokens or row.chunk_tokens or 512), batch=int(row.colocated_batch),
-                    instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout)
+                    instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout,
+                    **extra)
     tp_p, tp_d = int(prefill_tp or tp), int(decode_tp or tp)
     cap_p = float(t.loc[tp_p].prefill_capacity_req_per_s)
     cap_d = float(t.loc[tp_d].decode_capacity_req_per_s)
@@ -787,4 +1018,4 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 batch=int(t.loc[tp_d].decode_batch), prefill_capacity_req_per_s=cap_p,
                 decode_capacity_req_per_s=cap_d, instance_capacity_req_per_s=cap_d,
-                price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout)
+                price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout, **extra)

@@ -56,6 +56,30 @@ def _pos_int(field):
     return conv
 
 
+def _fraction(flag, what):
+    """A number in [0, 1) (an acceptance probability, a hit fraction)."""
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not 0.0 <= v < 1.0:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {what} in [0, 1)")
+        return v
+    return conv
+
+
+def _int_list(text):
+    """Comma-separated integers >= 1 (``--spec-gamma 2,4``)."""
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        vals = ()
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: integers >= 1 separated by commas, e.g. 2,4")
+    return vals
+
+
 def _price(text):
     name, _, usd = text.partition("=")
     try:
@@ -211,6 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-verify", action="store_true", help="analytic ranking only")
     sp.add_argument("--mean-lengths", action="store_true",
                     help="screen latency with mean lengths instead of P90 (to show why one should not)")
+    sp.add_argument("--spec-alpha", type=_fraction("--spec-alpha", "a per-token acceptance probability"),
+                    metavar="A", help="also screen speculative decoding with this per-token acceptance (each plan "
+                                      "without it and with each --spec-gamma)")
+    sp.add_argument("--spec-gamma", type=_int_list, metavar="G1,G2",
+                    help="draft tokens per round to screen with --spec-alpha (default 2,4)")
+    sp.add_argument("--spec-draft", metavar="NAME",
+                    help="draft model for --spec-alpha: a catalog name, a config.json path or 'mtp' (a one-layer "
+                         "head on the target); default: a smaller model of the target's family, else mtp")
+    sp.add_argument("--prefix-hit", type=_fraction("--prefix-hit", "a fraction of the prompt tokens"), metavar="F",
+                    help="fraction of prompt tokens served from the prefix cache: their prefill compute is "
+                         "skipped (default 0)")
     sp.set_defaults(func=_cmd_plan)
 
     sp = sub.add_parser("simulate", help="simulate one plan at one rate", description=SIMULATE_DESCRIPTION)
@@ -376,15 +411,31 @@ def _cmd_plan(args):
     gpus = tuple(args.gpu) if args.gpu else None
     if gpus and any(g.lower() == "all" for g in gpus):
         gpus = tuple(cat.gpus)
+    for flag, v in (("--spec-gamma", args.spec_gamma), ("--spec-draft", args.spec_draft)):
+        if v is not None and args.spec_alpha is None:
+            raise FastsimInputError(flag, v if isinstance(v, str) else ",".join(map(str, v)),
+                                    "only with --spec-alpha (the per-token acceptance of speculative decoding)")
+    spec_kw = {}
+    if args.spec_alpha is not None:
+        spec_kw.update(spec_alpha=args.spec_alpha, spec_draft=args.spec_draft)
+        if args.spec_gamma:
+            spec_kw["spec_gammas"] = tuple(args.spec_gamma)
+    if args.prefix_hit:
+        spec_kw["prefix_hit_fraction"] = args.prefix_hit
     opts = ScreenOptions(gpus=gpus,
                          precisions=tuple(args.precision) if args.precision else None,
                          tps=tuple(args.tp) if args.tp else None,
                          layouts=tuple(args.layout) if args.layout else None,
-                         modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"))
+                         modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"), **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
     for p in opts.precisions or ():
         cat.precision(p)
+    try:
+        spec = opts.spec_for(model, cat)      # resolves and checks the draft before any work
+    except FastsimInputError as exc:
+        raise FastsimInputError("--spec-draft", args.spec_draft if args.spec_draft is not None else exc.value,
+                                exc.allowed) from None
     bar = None
     if not args.no_verify and args.format == "table" and sys.stderr.isatty():
         from tqdm import tqdm
@@ -435,6 +486,10 @@ def _cmd_plan(args):
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
+    if spec is not None:   # speculative decoding screened: say which plans use it
+        headers.insert(6, "spec dec")
+        for row, d in zip(rows, report.deployments):
+            row.insert(6, f"gamma {d.plan.spec_gamma}" if d.plan.spec_gamma else "off")
     d = demand
     head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
             + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
@@ -443,6 +498,11 @@ def _cmd_plan(args):
                f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
                f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
                "selects plans whose longer requests miss it, whatever their size"))
+    if spec is not None:
+        head += (f"; speculative decoding screened: alpha {spec.alpha:g}, draft {spec.draft}, gamma "
+                 + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
+    if opts.prefix_hit_fraction:
+        head += f"; prefix-cache hits {opts.prefix_hit_fraction:.0%} of prompt tokens"
     if args.format == "table":
         print(head)
     _emit(args, records, rows, headers, report.notes, key="plans")

@@ -72,13 +72,19 @@ class PlannedDeployment:
         dict
             The final plan's layout, GPUs, costs, capacity, price (``price_usd_per_gpu_hour``
             per GPU, ``usd_per_hour`` for the plan's GPUs, as the sweep table names them),
-            rate and targets, and a
+            rate and targets; ``spec_gamma`` (0 = no speculative decoding), ``spec_alpha`` and
+            ``spec_draft`` when the screen considered speculative decoding, and
+            ``prefix_hit_fraction`` when it was not 0; and a
             ``verification`` dict (None when not verified); non-finite P90s become None. Each
             dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
             value is +inf) or ``not applicable`` (no value exists).
         """
         p = self.plan
         d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
+        if p.spec_alpha is not None:      # screened with speculative decoding: gamma 0 = without it
+            d.update(spec_gamma=p.spec_gamma, spec_alpha=p.spec_alpha, spec_draft=p.spec_draft)
+        if p.prefix_hit_fraction:
+            d["prefix_hit_fraction"] = p.prefix_hit_fraction
         if p.mode == "disaggregated":
             d.update(prefill_tp=p.prefill_tp, decode_tp=p.decode_tp,
                      prefill_instances=p.prefill_instances, decode_instances=p.decode_instances)
