@@ -814,11 +814,17 @@ def _policy_results(plans, works, prefixes, opts, policy, routing, spec, p_draft
     return out
 
 
-def warmup() -> None:
+def warmup(engine_policies: bool = True) -> None:
     """Compile (or load from cache) the simulator kernels with a tiny run of each plan kind.
 
     Covers writable and read-only input arrays (a :class:`fastsim.workload.Workload` holds
     read-only ones), so neither compiles later.
+
+    Parameters
+    ----------
+    engine_policies : bool
+        Also the engine-policy kernels (:mod:`fastsim.sim.policy`; about 20 s to compile on 2
+        cores, once per install).
 
     Returns
     -------
@@ -837,6 +843,8 @@ def warmup() -> None:
                    **kw)
     # one run (its inputs go to the kernel as read-only views, writable or not)
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, **kw)
+    if not engine_policies:
+        return
     # the engine policies: one run and a batch
     p[P_KV_BUDGET_TOKENS] = 1024.0
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, policy="vllm", **kw)
