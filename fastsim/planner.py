@@ -18,7 +18,7 @@ from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_positive
 from .search import SLO, RepairResult, repair
 
-__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment"]
+__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "unsimulated_reason"]
 
 
 @dataclass(frozen=True)
@@ -128,12 +128,38 @@ class PlannedDeployment:
 
         def explain_top(k, x):
             if k == "verification":
-                return "not applicable: not simulated (analytic ranking only, or below the verified top k)"
+                why = unsimulated_reason(self.analytic)
+                return ("not applicable: not simulated (" + (why or "analytic ranking only, or below the verified "
+                                                                    "top k") + ")")
             if k == "instance_capacity_req_per_s":
                 return "not applicable: a disaggregated plan (see prefill and decode capacities)"
             return None
         d["null_reasons"] = null_reasons(d, explain_top)
         return d
+
+
+def unsimulated_reason(plan: Plan) -> str:
+    """Why the planner's verification cannot simulate a plan as the screen sized it ("" when it can).
+
+    The verification runs the simulator's lecture policy on synthetic or trace workloads: it has no
+    speculative decoding (the engine policies of :mod:`fastsim.sim.policy` have it), and a synthetic
+    workload has no shared prefixes, so a plan sized with either would be simulated as another plan.
+
+    Parameters
+    ----------
+    plan : Plan
+
+    Returns
+    -------
+    str
+        A reason, or "" when the plan can be verified.
+    """
+    if plan.spec_gamma:
+        return "speculative decoding, which the lecture policy of the verification does not simulate"
+    if plan.prefix_hit_fraction:
+        return (f"sized for {plan.prefix_hit_fraction:.0%} prefix-cache hits, which the lecture policy of the "
+                "verification does not simulate")
+    return ""
 
 
 def _finite(x):
@@ -219,7 +245,9 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     horizon_s : float
         Simulated arrival window per run (s), 600 by default (lecture §2.3, lesson three).
     verify : bool
-        False returns the analytic ranking only.
+        False returns the analytic ranking only. Plans the verification cannot simulate as sized
+        (speculative decoding, prefix-cache hits: :func:`unsimulated_reason`) stay unverified,
+        with a note.
     seed : int
         Root seed of the synthetic workloads (:func:`fastsim.workload.seeds_for`).
     catalog : Catalog, optional
@@ -262,7 +290,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed)
     for _, row in feas.iterrows():
         r = None
-        if verify:
+        if verify and not unsimulated_reason(row.plan):
             r = repair(row.plan, workloads, slo, horizon_s=sim_horizon,
                        latency_prompt_tokens=demand.latency_prompt_tokens,
                        latency_output_tokens=demand.latency_output_tokens, max_added=max_added,
@@ -276,4 +304,12 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
-    return PlanReport([deployments[i] for i in order], grid, demand)
+    final = [deployments[i] for i in order]
+    skipped = {}
+    for k, d in enumerate(final, 1):
+        why = unsimulated_reason(d.analytic) if verify else ""
+        if why:
+            skipped.setdefault(why, []).append(str(k))
+    notes = [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "
+             f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
+    return PlanReport(final, grid, demand, notes)

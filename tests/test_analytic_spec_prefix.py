@@ -265,3 +265,18 @@ def test_cli_plan_prefix_hit_and_defaults(capsys):
 def test_cli_bad_speculation_flags(capsys, argv, flag):
     rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", *argv)
     assert rc == 2 and flag in err and len(err.strip().splitlines()) == 1
+
+
+def test_planner_does_not_pass_off_a_plain_simulation_as_a_speculative_one():
+    from fastsim.planner import plan_deployment
+    rep = plan_deployment(CHAT.model, D, CHAT, top_k=3, seeds=1, horizon_s=60.0,
+                          options=ScreenOptions(spec_alpha=0.8, gpus=("B200",), precisions=("FP8",)))
+    spec = [d for d in rep.deployments if d.plan.spec_gamma]
+    plain = [d for d in rep.deployments if not d.plan.spec_gamma]
+    assert spec and plain
+    assert all(d.repair is None for d in spec) and all(d.repair is not None for d in plain)
+    k = [i for i, d in enumerate(rep.deployments, 1) if d.plan.spec_gamma]
+    assert f"plan{'s' if len(k) > 1 else ''} {', '.join(map(str, k))} not simulated: speculative decoding" in " ".join(rep.notes)
+    reason = spec[0].to_dict()["null_reasons"]["verification"]
+    assert "speculative decoding" in reason
+    assert spec[0].to_dict()["spec_gamma"] == spec[0].plan.spec_gamma
