@@ -170,11 +170,33 @@ def _add_plan_args(sp):
 
 
 def _add_arrival_args(sp):
-    sp.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded",
-                    help="request routing across instances (default: fewest outstanding tokens)")
+    sp.add_argument("--routing", choices=("least-loaded", "round-robin", "prefix-aware"), default="least-loaded",
+                    help="request routing across instances (default: fewest outstanding tokens; prefix-aware: "
+                         "most cached prefix blocks, SGLang router rules, with --policy vllm or sglang)")
     sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
                     help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
     sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
+    _add_engine_args(sp, prefixes=True)
+
+
+def _add_engine_args(sp, prefixes: bool):
+    g = sp.add_argument_group("engine policy (colocated plans)")
+    g.add_argument("--policy", choices=("lecture", "vllm", "sglang"), default="lecture",
+                   help="scheduler: lecture (reserve P + O at admission, chunk on top of decodes; default), vllm "
+                        "(shared token budget, 16-token KV blocks on demand, preemption) or sglang (prefill first, "
+                        "token KV, retraction); the engines' defaults for the plan's GPU")
+    g.add_argument("--max-num-batched-tokens", type=_pos_int("--max-num-batched-tokens"), metavar="N",
+                   help="vllm: token budget per step; sglang: chunked_prefill_size (default: the engine's)")
+    g.add_argument("--max-num-seqs", type=_pos_int("--max-num-seqs"), metavar="N",
+                   help="most running requests per instance (default: the engine's)")
+    g.add_argument("--no-prefix-caching", action="store_true",
+                   help="turn the engine's prefix cache off (on by default in vLLM V1 and SGLang)")
+    if not prefixes:
+        return
+    g.add_argument("--shared-prefix", type=_pos_int("--shared-prefix"), metavar="TOKENS",
+                   help="synthetic workloads: a system prompt of TOKENS shared by every request")
+    g.add_argument("--session-turns", type=_pos_int("--session-turns"), metavar="K",
+                   help="synthetic workloads: multi-turn sessions of K turns, each prompt extending the last")
 
 
 #: ``fastsim simulate --help``: what its columns mean.
@@ -246,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefix-hit", type=_fraction("--prefix-hit", "a fraction of the prompt tokens"), metavar="F",
                     help="fraction of prompt tokens served from the prefix cache: their prefill compute is "
                          "skipped (default 0)")
+    _add_engine_args(sp, prefixes=False)
     sp.set_defaults(func=_cmd_plan)
 
     sp = sub.add_parser("simulate", help="simulate one plan at one rate", description=SIMULATE_DESCRIPTION)
@@ -262,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
                          "resampled from a trace (azure-conv, azure-code or a file)")
     sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
+    g = sp.add_argument_group("speculative decoding (with --policy vllm or sglang)")
+    g.add_argument("--spec-alpha", dest="sim_spec_alpha", type=float, metavar="A",
+                   help="per-token acceptance probability in [0, 1): turns speculative decoding on")
+    g.add_argument("--spec-gamma", dest="sim_spec_gamma", type=_pos_int("--spec-gamma"), default=4, metavar="G",
+                   help="draft tokens per round (default 4)")
+    g.add_argument("--spec-draft", dest="sim_spec_draft", metavar="NAME",
+                   help="draft model (catalog name, config.json, or mtp); default: a smaller model of the "
+                        "target's family, else mtp")
     sp.set_defaults(func=_cmd_simulate)
 
     sp = sub.add_parser("bench", help="measure the simulator on the standard workloads")
@@ -440,9 +471,14 @@ def _cmd_plan(args):
     if not args.no_verify and args.format == "table" and sys.stderr.isatty():
         from tqdm import tqdm
         bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
+    engine = _engine_dict(args)
+    if engine is not None:
+        notes = list(notes) + [f"verification under the {args.policy} policy (its defaults for each plan's GPU"
+                               + (", overridden" if len(engine) > 2 else "") + "; fastsim.sim.policy); "
+                               "disaggregated plans are not simulated under it"]
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
-                             progress=bar.update if bar else None)
+                             progress=bar.update if bar else None, engine=engine)
     if bar:
         bar.close()
     report.notes.extend(notes)
@@ -921,7 +957,68 @@ def _synthetic_workloads(args, scenario, rate):
                            output=replace(scenario.output, kind="fixed", sigma=0.0))
     elif kind != "lognormal":
         raise FastsimInputError("--lengths", kind, "lognormal, fixed or trace:NAME")
-    return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv) for s in seeds]
+    pre = {}
+    if getattr(args, "shared_prefix", None):
+        pre["shared_prefix_tokens"] = args.shared_prefix
+    if getattr(args, "session_turns", None):
+        pre["session_turns"] = args.session_turns
+    return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
+
+
+def _engine_dict(args):
+    """The ``engine`` of :mod:`fastsim.search` from the engine flags (None: the lecture policy)."""
+    over = [(f, v) for f, v in (("--max-num-batched-tokens", args.max_num_batched_tokens),
+                                ("--max-num-seqs", args.max_num_seqs),
+                                ("--no-prefix-caching", True if args.no_prefix_caching else None)) if v is not None]
+    if args.policy == "lecture":
+        if over:
+            raise FastsimInputError(over[0][0], over[0][1], "with --policy vllm or sglang only")
+        return None
+    engine = {"policy": args.policy, "spec_seed": int(getattr(args, "seed", 0) or 0)}
+    if args.max_num_batched_tokens is not None:
+        engine["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.max_num_seqs is not None:
+        engine["max_num_seqs"] = args.max_num_seqs
+    if args.no_prefix_caching:
+        engine["prefix_caching"] = False
+    return engine
+
+
+def _engine_setup(args, plan, model, cat):
+    """The plan (with the speculation flags), simulator plan, simulate keywords and notes of the engine flags.
+
+    Returns ``(plan, sim plan, kwargs for simulate / simulate_batch, notes)``.
+    """
+    from dataclasses import replace
+    from .search import _engine_kwargs, sim_plan
+    from .stepmodel import P_KV_BUDGET_TOKENS, StepConstants
+    engine = _engine_dict(args)
+    notes = []
+    spec_alpha = getattr(args, "sim_spec_alpha", None)
+    if spec_alpha is not None:
+        if engine is None:
+            raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm or sglang (the lecture policy "
+                                    "does not simulate speculative decoding)")
+        from .specdec import spec_decoding
+        spec = spec_decoding(args.sim_spec_gamma, spec_alpha, args.sim_spec_draft, model, catalog=cat)
+        plan = replace(plan, spec_gamma=spec.gamma, spec_alpha=spec.alpha, spec_draft=spec.draft)
+    if engine is not None and plan.mode != "colocated":
+        raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
+                                "policies model colocated instances)")
+    sp = sim_plan(plan, cat, model=model)
+    if plan.spec_gamma and not sp.p[P_KV_BUDGET_TOKENS] > 0:
+        raise FastsimInputError("--spec-draft", plan.spec_draft, f"a draft that fits beside {model.name} on "
+                                f"{plan.tp} x {plan.gpu} (the pair leaves no KV)")
+    kw = dict(_engine_kwargs(engine, plan, cat, model, StepConstants()), routing=args.routing)
+    if engine is not None:
+        pol = kw["policy"]
+        if plan.spec_gamma:
+            notes.append(f"speculative decoding: gamma {plan.spec_gamma}, alpha {plan.spec_alpha:g}, draft "
+                         f"{plan.spec_draft}; KV budget {int(sp.p[P_KV_BUDGET_TOKENS]):,} tokens with the draft resident")
+        notes.append(f"policy {pol.name}: max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
+                     f"{pol.max_num_seqs}, KV blocks of {pol.block_tokens} token(s), prefix caching "
+                     f"{'on' if pol.prefix_caching else 'off'} ({pol.source}); the plan's chunk does not apply")
+    return plan, sp, kw, notes
 
 
 def _cmd_bench(args):
@@ -1036,10 +1133,13 @@ def _cmd_simulate(args):
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
         notes = list(notes) + getattr(args, "_lengths_notes", [])
         horizon = args.horizon
-    sp = sim_plan(plan, cat, model=model)
+    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat)
+    notes = list(notes) + enotes
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
                         ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
-                        max_context_tokens=model.max_context_tokens, routing=args.routing) for w in wls]
+                        max_context_tokens=model.max_context_tokens,
+                        prefix=getattr(w, "prefix", None) if "policy" in ekw else None, **ekw) for w in wls]
+    engine = "policy" in ekw
     from ._output import null_reasons, percentile_reason
     records = []
     for i, r in enumerate(results):
@@ -1052,7 +1152,13 @@ def _cmd_simulate(args):
                "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
                "busy_fraction": [float(x) for x in m.utilisation],
                "utilisation": _utilisation(r, plan, horizon), "mean_batch": [float(x) for x in m.mean_batch],
-               "passed": bool(m.attainment >= 0.9 and not m.overloaded)}
+               "passed": bool(m.attainment >= 0.9 and not m.overloaded),
+               "policy": m.policy, "preemptions": int(m.preemptions),
+               "cached_prompt_tokens": int(m.cached_prompt_tokens),
+               "cache_hit_fraction": m.cache_hit_fraction,
+               "cache_hit_fraction_per_instance": (None if m.cache_hit_fraction_per_instance is None else
+                                                   [float(x) for x in m.cache_hit_fraction_per_instance]),
+               "spec_tokens_per_round": m.spec_tokens_per_round}
         rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
         records.append(rec)
     rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
@@ -1061,7 +1167,9 @@ def _cmd_simulate(args):
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
              "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["busy_fraction"]),
              " ".join(_fmt(u, ".2f") for u in r["utilisation"]),
-             "pass" if r["passed"] else "FAIL"] for r in records]
+             "pass" if r["passed"] else "FAIL"] + ([r["preemptions"], _fmt(r["cache_hit_fraction"], ".3f"),
+                                                    _fmt(r["spec_tokens_per_round"], ".2f")] if engine else [])
+            for r in records]
     if len(results) > 1:
         # the verdict over all seeds together, as `plan` and `capacity` judge a plan
         from .search import SLO, _pooled
@@ -1075,12 +1183,12 @@ def _cmd_simulate(args):
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
                      "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
                      sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
-                     "pass" if v.passed else "FAIL"])
+                     "pass" if v.passed else "FAIL"] + (["", "", ""] if engine else []))
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
                "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
-               "SLO"]
+               "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else [])
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
@@ -1181,6 +1289,17 @@ def _capacity_notes(res) -> list:
     return out
 
 
+def _capacity_engine(args, plan, model, cat, notes):
+    """The ``engine`` argument of the capacity searches from the engine flags (None: the lecture policy)."""
+    for flag, v in (("--shared-prefix", args.shared_prefix), ("--session-turns", args.session_turns)):
+        if v is not None:
+            raise FastsimInputError(flag, v, "not given to capacity (synthetic shared prefixes are simulated by "
+                                    "`fastsim simulate`; capacity --trace uses a trace's own prefix blocks)")
+    _, _, _, enotes = _engine_setup(args, plan, model, cat)     # checks the flags, states the policy
+    notes.extend(enotes)
+    return _engine_dict(args)
+
+
 def _cmd_capacity(args):
     from .search import SLO, max_sustainable_rate
     _check_plot(args)
@@ -1208,7 +1327,8 @@ def _cmd_capacity(args):
                                    horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model,
                                    rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
                                    cv=1.0 if args.cv is None else args.cv, on_probe_start=live.start,
-                                   on_runs=live.runs if live.bar_wanted else None, on_probe=live.done)
+                                   on_runs=live.runs if live.bar_wanted else None, on_probe=live.done,
+                                   engine=_capacity_engine(args, plan, model, cat, notes))
     finally:
         live.close()
     rec = res.to_dict()
@@ -1313,7 +1433,8 @@ def _cmd_capacity_trace(args):
             print(_scale_row(count[0], p), flush=True)
     res = max_sustainable_scale(plan, source, SLO(demand.ttft_s, demand.tpot_s), horizon_s=args.horizon,
                                 rel_tol=args.tol, scale_hint=scale_hint, catalog=cat, model=model,
-                                routing=args.routing, on_probe=shown)
+                                routing=args.routing, on_probe=shown,
+                                engine=_capacity_engine(args, plan, model, cat, notes))
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     rec["analytic_feasible"] = not screen_why

@@ -138,27 +138,35 @@ class PlannedDeployment:
         return d
 
 
-def unsimulated_reason(plan: Plan) -> str:
+def unsimulated_reason(plan: Plan, engine: dict | None = None, prefixes: bool = False) -> str:
     """Why the planner's verification cannot simulate a plan as the screen sized it ("" when it can).
 
-    The verification runs the simulator's lecture policy on synthetic or trace workloads: it has no
-    speculative decoding (the engine policies of :mod:`fastsim.sim.policy` have it), and a synthetic
-    workload has no shared prefixes, so a plan sized with either would be simulated as another plan.
+    The lecture policy of the simulator has neither speculative decoding nor a prefix cache; the
+    engine policies (:mod:`fastsim.sim.policy`) have both, the cache only for a workload that
+    carries prefix block ids (a trace with ``hash_ids``, such as ``mooncake-conv``).
 
     Parameters
     ----------
     plan : Plan
+    engine : dict, optional
+        The verification's engine policy (``engine`` of :func:`fastsim.search.verify`).
+    prefixes : bool
+        Whether the verification workload carries prefix block ids.
 
     Returns
     -------
     str
         A reason, or "" when the plan can be verified.
     """
-    if plan.spec_gamma:
-        return "speculative decoding, which the lecture policy of the verification does not simulate"
-    if plan.prefix_hit_fraction:
-        return (f"sized for {plan.prefix_hit_fraction:.0%} prefix-cache hits, which the lecture policy of the "
-                "verification does not simulate")
+    if engine is not None and plan.mode == "disaggregated":
+        return "a disaggregated plan, which the engine policies do not simulate (they model colocated instances)"
+    if plan.spec_gamma and engine is None:
+        return ("speculative decoding, which the lecture policy of the verification does not simulate "
+                "(--policy vllm or sglang does)")
+    if plan.prefix_hit_fraction and (engine is None or not prefixes):
+        return (f"sized for {plan.prefix_hit_fraction:.0%} prefix-cache hits, which the verification simulates "
+                "only under an engine policy (--policy vllm or sglang) on a workload with prefix blocks (a trace "
+                "with hash_ids, such as mooncake-conv)")
     return ""
 
 
@@ -211,7 +219,7 @@ def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: i
     from . import workload as W
     if isinstance(source, W.Workload):
         # the last request of a trace arrives exactly at its end: keep it inside the half-open window
-        return [(source.arrival_s, source.prompt_tokens, source.output_tokens)], float(np.nextafter(source.duration_s, np.inf))
+        return [source], float(np.nextafter(source.duration_s, np.inf))
     out = []
     for s in W.seeds_for(seed, seeds):
         w = W.synthesize(source, demand.rate_req_per_s, horizon_s, s)
@@ -222,7 +230,7 @@ def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: i
 def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 10, seeds: int = 8,
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
-                    max_added: int | None = None, progress=None) -> PlanReport:
+                    max_added: int | None = None, progress=None, engine: dict | None = None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -258,6 +266,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         Passed to :func:`fastsim.search.repair`.
     progress : callable, optional
         Called with no arguments after each plan is handled.
+    engine : dict, optional
+        Verify under an engine policy (:mod:`fastsim.sim.policy`; ``engine`` of
+        :func:`fastsim.search.verify`, e.g. ``{"policy": "vllm"}``): plans sized with speculative
+        decoding are then simulated with their draft, and plans sized for prefix-cache hits on a
+        workload with prefix blocks. None: the lecture policy.
 
     Returns
     -------
@@ -288,13 +301,14 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     workloads = None
     if verify and len(feas):
         workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed)
+    prefixes = getattr(source, "prefix", None) is not None
     for _, row in feas.iterrows():
         r = None
-        if verify and not unsimulated_reason(row.plan):
+        if verify and not unsimulated_reason(row.plan, engine, prefixes):
             r = repair(row.plan, workloads, slo, horizon_s=sim_horizon,
                        latency_prompt_tokens=demand.latency_prompt_tokens,
                        latency_output_tokens=demand.latency_output_tokens, max_added=max_added,
-                       catalog=catalog, constants=options.constants, model=model)
+                       catalog=catalog, constants=options.constants, model=model, engine=engine)
         if progress is not None:
             progress()
         deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),
@@ -307,7 +321,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     final = [deployments[i] for i in order]
     skipped = {}
     for k, d in enumerate(final, 1):
-        why = unsimulated_reason(d.analytic) if verify else ""
+        why = unsimulated_reason(d.analytic, engine, prefixes) if verify else ""
         if why:
             skipped.setdefault(why, []).append(str(k))
     notes = [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "

@@ -19,7 +19,7 @@ import numpy as np
 from .analytic import Plan
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
-from .stepmodel import P_KVPG, P_NET_BW, StepConstants, step_params, step_time
+from .stepmodel import P_KV_BUDGET_TOKENS, P_KVPG, P_NET_BW, StepConstants, step_params, step_time
 
 __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", "verify", "repair",
            "lone_request_check", "max_sustainable_rate", "pooled_overload", "max_sustainable_scale",
@@ -127,6 +127,12 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
                                              **plan.layout_kwargs(plan.prefill_tp)), plan.prefill_instances,
                                  step_params(model, g, pr, plan.decode_tp, constants,
                                              **plan.layout_kwargs(plan.decode_tp)), plan.decode_instances)
+    if plan.spec_gamma:
+        # the draft shares the instance: the KV budget left beside it (fastsim.specdec)
+        from .specdec import spec_step_params
+        p, _ = spec_step_params(model, g, pr, plan.tp, constants, plan.spec, catalog=catalog,
+                                **plan.layout_kwargs(plan.tp))
+        return ColocatedPlan(p, plan.instances, plan.chunk_tokens)
     return ColocatedPlan(step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp)),
                          plan.instances, plan.chunk_tokens)
 
@@ -140,19 +146,42 @@ class _Replay(NamedTuple):
     prefix: object = None
 
 
-def _engine_kwargs(engine) -> dict:
-    """The simulator keywords of an engine setting (``engine`` of :func:`verify` and the capacity searches)."""
+def _engine_kwargs(engine, plan: Plan, catalog: Catalog, model: Model, constants: StepConstants) -> dict:
+    """The simulator keywords of an engine setting for a plan (``engine`` of :func:`verify` and the capacity searches).
+
+    A plan sized with speculative decoding (``plan.spec_gamma > 0``) brings its draft: ``spec`` and
+    ``p_draft`` (:func:`fastsim.specdec.spec_step_params`); the lecture policy cannot simulate it.
+    """
     if engine is None:
+        if plan.spec_gamma:
+            raise FastsimInputError("engine", None, f"an engine policy (e.g. {{'policy': 'vllm'}}) for {plan.describe()}: "
+                                    "speculative decoding is simulated under the vllm and sglang policies only")
         return {}
-    if not isinstance(engine, dict):
-        raise FastsimInputError("engine", engine, "a dict of simulate_batch keywords (policy, spec, p_draft, "
-                                "spec_seed) and optionally sim_plan")
-    return {k: v for k, v in engine.items() if k != "sim_plan"}
-
-
-def _engine_plan(engine, sp):
-    """The simulator plan: ``engine["sim_plan"]`` when given (speculative decoding cuts the KV budget), else ``sp``."""
-    return engine.get("sim_plan") or sp if isinstance(engine, dict) else sp
+    if not isinstance(engine, dict) or "policy" not in engine:
+        raise FastsimInputError("engine", engine, "a dict with a policy (vllm, sglang or an EnginePolicy) and "
+                                "optionally spec_seed")
+    kw = dict(engine)
+    over = {k: kw.pop(k) for k in ("max_num_batched_tokens", "max_num_seqs", "prefix_caching") if k in kw}
+    if isinstance(kw["policy"], str) and kw["policy"] != "lecture":
+        # the engine's defaults for this plan's GPU (and KV pool), with the user's overrides
+        from .sim.policy import engine_policy
+        p = sim_plan(plan, catalog, constants, model)
+        p = p.p if hasattr(p, "p") else p.p_decode
+        kw["policy"] = engine_policy(kw["policy"], catalog.gpu(plan.gpu).hbm_bytes,
+                                     kv_budget_tokens=float(p[P_KV_BUDGET_TOKENS]),
+                                     context_tokens=model.max_context_tokens, **over)
+    elif over:
+        raise FastsimInputError("engine", sorted(over), "engine settings with a vllm or sglang policy name")
+    if plan.spec_gamma:
+        from .specdec import spec_step_params
+        if plan.mode != "colocated":
+            raise FastsimInputError("plan", plan.describe(), "a colocated plan (the engine policies simulate "
+                                    "speculative decoding on colocated instances)")
+        _, pd = spec_step_params(model, catalog.gpu(plan.gpu), catalog.precision(plan.precision), plan.tp, constants,
+                                 plan.spec, catalog=catalog, **plan.layout_kwargs(plan.tp))
+        kw.update(spec=plan.spec, p_draft=pd)
+        kw.setdefault("spec_seed", 0)
+    return kw
 
 
 def pooled_overload(metrics, horizon_s: float) -> bool:
@@ -264,10 +293,12 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
         Fractions of the arrival window bounding the measured requests (SPEC §1).
     routing : {"least-loaded", "round-robin", "prefix-aware"}
     engine : dict, optional
-        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
-        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
-        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
-        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
+        A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
+        plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
+        policy, which refuses such a plan.
     drain_s : float
         Extra simulated time after the last arrival so that the measured requests can finish
         (default 0: the run ends with the arrival window, as SPEC §6 defines it). The measured
@@ -292,12 +323,13 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     model = model or catalog.model(plan.model)
     if drain_s:
         require_positive("drain_s", drain_s)
-    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
+    sp = sim_plan(plan, catalog, constants, model)
+    ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     total = horizon_s + drain_s
     window = (measure_window[0] * horizon_s / total, measure_window[1] * horizon_s / total)
     # every seed in one parallel kernel call; results are identical to one simulate() per seed
     results = simulate_batch([sp], list(workloads), horizon_s=total, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                             max_context_tokens=model.max_context_tokens, routing=routing, **_engine_kwargs(engine),
+                             max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
                              measure_window=window, full=True)
     return _pooled(results, slo, window, total)
 
@@ -401,7 +433,7 @@ def _instances(plan: Plan) -> int:
 def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_tokens: float,
            latency_output_tokens: float, max_added: int | None = None, catalog: Catalog | None = None,
            constants: StepConstants = StepConstants(), model: Model | None = None,
-           measure_window=(0.2, 0.8), routing: str = "least-loaded") -> RepairResult:
+           measure_window=(0.2, 0.8), routing: str = "least-loaded", engine: dict | None = None) -> RepairResult:
     """Verify a plan and add instances until it passes (SPEC §7).
 
     Colocated plans gain one instance at a time; disaggregated plans gain a decode instance when
@@ -425,8 +457,9 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     max_added : int, optional
         Instance-adding rounds before giving up; default ``max(8, instances)`` (up to a doubling
         of a large plan).
-    catalog, constants, model, measure_window, routing
-        As for :func:`verify`.
+    catalog, constants, model, measure_window, routing, engine
+        As for :func:`verify` (with an engine policy the lone-request check, which follows the
+        lecture's chunking, is skipped).
 
     Returns
     -------
@@ -443,12 +476,14 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
     kw = dict(horizon_s=horizon_s, catalog=catalog, constants=constants, model=model,
-              measure_window=measure_window, routing=routing)
+              measure_window=measure_window, routing=routing, engine=engine)
     v = verify(plan, workloads, slo, **kw)
     history = [(plan, v)]
     if v.passed:
         return RepairResult(plan, v, True, None, "", history)
-    why = lone_request_check(plan, latency_prompt_tokens, latency_output_tokens, slo, catalog, constants, model)
+    # the lone-request check follows the lecture's chunking; an engine policy chunks by its own budget
+    why = "" if engine is not None else lone_request_check(plan, latency_prompt_tokens, latency_output_tokens, slo,
+                                                           catalog, constants, model)
     if not why and v.requests and v.rejected / v.requests > 1.0 - slo.attainment:
         why = (f"{v.rejected:,} requests are rejected (longer than {model.name}'s context of "
                f"{model.max_context_tokens:,} tokens or than an instance's KV cache): more instances of the "
@@ -720,10 +755,12 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         Fractions of the horizon bounding the measured requests (SPEC §1).
     routing : {"least-loaded", "round-robin", "prefix-aware"}
     engine : dict, optional
-        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
-        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
-        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
-        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
+        A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
+        plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
+        policy, which refuses such a plan.
     arrival : {'poisson', 'gamma'}
         Arrival process, with inter-arrival coefficient of variation ``cv`` (1 for Poisson).
     cv : float
@@ -767,7 +804,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     require_positive("horizon_s", horizon_s)
     analytic = float(plan.capacity_req_per_s)
     r = require_positive("rate_hint_req_per_s", rate_hint_req_per_s) if rate_hint_req_per_s else (analytic or 1.0)
-    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
+    sp = sim_plan(plan, catalog, constants, model)
+    ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     S = int(seeds)
     crn = _CRN(dists, S, float(horizon_s), r, arrival, cv, seed)
     lo = hi = None
@@ -785,7 +823,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         for k in range(0, len(wls), step):
             ms += simulate_batch([sp], wls[k:k + step], horizon_s=horizon_s, ttft_slo_s=slo.ttft_s,
                                  tpot_slo_s=slo.tpot_s, max_context_tokens=model.max_context_tokens, routing=routing,
-                                 measure_window=measure_window, **_engine_kwargs(engine))
+                                 measure_window=measure_window, **ekw)
             if on_runs is not None:
                 on_runs(len(wls[k:k + step]))
         met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, slo, horizon_s)
@@ -1199,10 +1237,12 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         Fractions of each probe's horizon bounding the measured requests (SPEC §1).
     routing : {"least-loaded", "round-robin", "prefix-aware"}
     engine : dict, optional
-        An engine policy for the simulations (:mod:`fastsim.sim.policy`): keywords of
-        :func:`fastsim.sim.simulate_batch` (``policy``, ``spec``, ``p_draft``, ``spec_seed``), and
-        optionally ``sim_plan``, the simulator plan to use instead of the one built from ``plan``
-        (speculative decoding cuts its KV budget for the draft). None: the lecture policy.
+        An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
+        A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
+        plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
+        policy, which refuses such a plan.
     on_round_start : callable(round: int, scales: list of float), optional
         Called before each round's batch.
     on_probe : callable(probe: ScaleProbe), optional
@@ -1257,7 +1297,8 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
     if scale_hint is not None and s0 < min_scale:
         raise FastsimInputError("scale_hint", scale_hint, f">= min_scale ({min_scale:.6g})")
     s0 = max(s0, min_scale)
-    sp = _engine_plan(engine, sim_plan(plan, catalog, constants, model))
+    sp = sim_plan(plan, catalog, constants, model)
+    ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     a, P, O = wl.arrival_s, wl.prompt_tokens, wl.output_tokens
     m = int(probes_per_round)
     probes: list = []
@@ -1279,7 +1320,7 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         H = max(hz)
         full = any(h != H for h in hz)
         runs = simulate_batch([sp], wls, horizon_s=H, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                              max_context_tokens=model.max_context_tokens, routing=routing, **_engine_kwargs(engine),
+                              max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
                               measure_window=measure_window, full=full)
         for s, h, k, r in zip(scales, hz, kept, runs):
             if h == H:
