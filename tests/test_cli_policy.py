@@ -1,0 +1,123 @@
+"""``--policy`` and its flags on simulate, capacity and plan; the planner under an engine policy."""
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from cliutil import run
+from fastsim.analytic import Demand, plan_for
+from fastsim.catalog import default_catalog
+from fastsim.planner import unsimulated_reason
+from fastsim.search import SLO, sim_plan, verify
+from fastsim.sim import simulate
+from fastsim.workload import seeds_for, synthesize
+
+PLAN = ["--gpu", "B200", "--precision", "FP8", "--instances", "2", "--chunk", "512"]
+CAT = default_catalog()
+
+
+def simulate_json(capsys, *extra):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "40", "--format", "json", *PLAN, *extra)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_simulate_policy_outputs_match_the_api(capsys):
+    d = simulate_json(capsys, "--policy", "vllm", "--max-num-seqs", "64", "--shared-prefix", "1024")
+    r = d["runs"][0]
+    assert r["policy"] == "vllm"
+    # the same run through the API
+    w = synthesize("chat", 20.0, 40.0, seeds_for(0, 1)[0], shared_prefix_tokens=1024)
+    plan = plan_for("llama-3.1-70b", Demand.from_scenario(CAT.scenario("chat")), gpu="B200", precision="FP8",
+                    instances=2, chunk_tokens=512)
+    from fastsim.sim.policy import engine_policy
+    from fastsim.stepmodel import P_KV_BUDGET_TOKENS
+    sp = sim_plan(plan)
+    pol = engine_policy("vllm", CAT.gpu("B200").hbm_bytes, max_num_seqs=64,
+                        kv_budget_tokens=float(sp.p[P_KV_BUDGET_TOKENS]), context_tokens=131072)
+    m = simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=40.0, ttft_slo_s=1.0, tpot_slo_s=0.05,
+                 policy=pol, prefix=w.prefix).metrics
+    assert r["preemptions"] == m.preemptions
+    assert r["cached_prompt_tokens"] == m.cached_prompt_tokens > 0
+    assert r["cache_hit_fraction"] == pytest.approx(m.cache_hit_fraction)
+    assert r["ttft_p90_s"] == pytest.approx(m.ttft_p90_s)
+    assert any("max_num_seqs 64" in n for n in d["notes"])
+
+
+def test_simulate_policy_csv_and_table_columns(capsys):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "20", "--format", "csv", *PLAN,
+                       "--policy", "sglang")
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out.split("\n\n")[0])))
+    assert rows[0]["policy"] == "sglang" and "preemptions" in rows[0] and "spec_tokens_per_round" in rows[0]
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "20", *PLAN, "--policy", "vllm")
+    assert rc == 0 and "preemptions" in out and "cache hit" in out
+
+
+def test_simulate_speculative_decoding(capsys):
+    d = simulate_json(capsys, "--policy", "vllm", "--spec-alpha", "0.8")
+    r = d["runs"][0]
+    want = (1 - 0.8 ** 5) / (1 - 0.8)
+    assert abs(r["spec_tokens_per_round"] - want) / want < 0.05
+    assert any("speculative decoding: gamma 4" in n for n in d["notes"])
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--max-num-seqs", "8"], "--max-num-seqs"),                      # engine flags need an engine policy
+    (["--spec-alpha", "0.8"], "--spec-alpha"),
+    (["--policy", "vllm", "--routing", "prefix-aware", "--mode", "disaggregated"], "--policy"),
+])
+def test_engine_flag_errors_name_the_flag(capsys, extra, flag):
+    args = ["simulate", "--scenario", "chat", "--horizon", "10", "--gpu", "B200", "--precision", "FP8"] + extra
+    if "--mode" not in extra:
+        args += ["--instances", "1"]
+    rc, out, err = run(capsys, *args)
+    assert rc == 2 and flag in err
+
+
+def test_capacity_under_vllm(capsys):
+    rc, out, err = run(capsys, "capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8",
+                       "--instances", "1", "--seeds", "2", "--horizon", "60", "--tol", "0.05", "--format", "json",
+                       "--policy", "vllm", "--max-num-batched-tokens", "2048")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert any("policy vllm" in n and "max_num_batched_tokens 2048" in n for n in d["notes"])
+    # the same search through the API
+    from fastsim.search import max_sustainable_rate
+    sc = CAT.scenario("chat")
+    plan = plan_for("llama-3.1-70b", Demand.from_scenario(sc), gpu="B200", precision="FP8", instances=1)
+    res = max_sustainable_rate(plan, sc, SLO(sc.ttft_s, sc.tpot_s), seeds=2, horizon_s=60.0, rel_tol=0.05,
+                               engine={"policy": "vllm", "max_num_batched_tokens": 2048, "spec_seed": 0})
+    assert d["rate_req_per_s"] == pytest.approx(res.rate_req_per_s, rel=1e-12) and res.rate_req_per_s > 0
+    lecture = max_sustainable_rate(plan, sc, SLO(sc.ttft_s, sc.tpot_s), seeds=2, horizon_s=60.0, rel_tol=0.05)
+    assert lecture.rate_req_per_s != res.rate_req_per_s
+
+
+def test_unsimulated_reason_follows_the_policy():
+    d = Demand.from_scenario(CAT.scenario("chat"))
+    spec = plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", instances=2, spec_gamma=0)
+    from dataclasses import replace
+    spec = replace(spec, spec_gamma=2, spec_alpha=0.8, spec_draft="llama-3.1-8b")
+    hit = replace(spec, spec_gamma=0, prefix_hit_fraction=0.5)
+    assert "speculative" in unsimulated_reason(spec)
+    assert unsimulated_reason(spec, {"policy": "vllm"}) == ""
+    assert "prefix" in unsimulated_reason(hit, {"policy": "vllm"}, prefixes=False)
+    assert unsimulated_reason(hit, {"policy": "vllm"}, prefixes=True) == ""
+    dis = plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", mode="disaggregated", prefill_tp=1, decode_tp=1,
+                   prefill_instances=1, decode_instances=1)
+    assert "disaggregated" in unsimulated_reason(dis, {"policy": "vllm"})
+
+
+def test_verify_refuses_a_speculative_plan_under_the_lecture_policy():
+    from dataclasses import replace
+    from fastsim.errors import FastsimInputError
+    d = Demand.from_scenario(CAT.scenario("chat"))
+    p = replace(plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", instances=2),
+                spec_gamma=2, spec_alpha=0.8, spec_draft="llama-3.1-8b")
+    w = synthesize("chat", 5.0, 20.0, 0)
+    with pytest.raises(FastsimInputError, match="engine"):
+        verify(p, [w], SLO(1.0, 0.05), horizon_s=20.0)
+    v = verify(p, [w], SLO(1.0, 0.05), horizon_s=20.0, engine={"policy": "vllm"})
+    assert v.runs == 1 and v.attainment > 0.9
