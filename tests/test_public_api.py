@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Submodules whose ``__all__`` is public API too.
 MODULES = ("fastsim.catalog", "fastsim.stepmodel", "fastsim.analytic", "fastsim.workload", "fastsim.sim",
            "fastsim.search", "fastsim.planner", "fastsim.ledger", "fastsim.whatif", "fastsim.sweep",
-           "fastsim.plots", "fastsim.bench", "fastsim.cli")
+           "fastsim.plots", "fastsim.bench", "fastsim.cli", "fastsim.specdec", "fastsim.sim.policy")
 
 
 def _has_section(doc: str, name: str) -> bool:
