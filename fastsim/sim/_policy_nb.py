@@ -4,18 +4,47 @@ One run is one colocated plan serving one workload under the ``vllm`` or ``sglan
 optional prefix caching and speculative decoding. State lives in flat arrays: per request (tokens
 known, computed, generated, own KV blocks, cache references, ...), per instance (a ring buffer
 for the waiting queue, which takes preempted requests at its front; the running batch in
-admission order, compacted as requests finish; scalars in the ``S_*`` columns) and, with prefix
-caching, per instance and prefix block (reference count, owner and an LRU list of the entries no
-running request references). Every step loops over the running batch, as the engines' schedulers
-do. The kernel uses the float operations of :mod:`fastsim.sim.reference_policy` in the same
-order, so both give the same times to the bit. Nothing here raises: a run returns a status code.
+admission order, compacted as requests finish; scalars) and, with prefix caching, per instance
+and prefix block (reference count, owner and an LRU list of the entries no running request
+references). The kernel uses the float operations of :mod:`fastsim.sim.reference_policy` in the
+same order, so both give the same times to the bit. Nothing here raises: a run returns a status
+code.
+
+Events. Instances share nothing but the arrivals (routing reads their loads and caches) and the
+samples, so once an instance's boundary is the next event the kernel runs its following
+boundaries in the same loop while they come strictly before the next arrival (an arrival goes
+first at equal times) and at or before the next sample time and the horizon.
+
+The fast decode set (windowless models without speculative decoding). A decode needs one token
+and, with its blocks held for ``c`` computed tokens (``ceil(c / bt)``, which the kernel checks),
+one more block exactly when ``c`` is a multiple of ``bt``. The longest prefix of the running
+batch made of such decodes is kept as a set whose per-request state is frozen at joining and
+advanced by a per-instance clock, counted in the steps in which the whole set runs: a member that
+joined at clock ``c0`` with ``comp0`` computed tokens has ``comp0 + (clock - c0)`` at a later
+clock, and as many more generated tokens. Running sums replace the loops over it: the set's size
+(its tokens and decodes), its context ``sum(comp + 1)`` (+ size per step), and the members per
+residue class ``(comp0 - c0) mod bt``, whose class ``-clock mod bt`` gives the blocks the step
+needs. Finishes come from a timing wheel keyed by the clock of the step giving the last token
+(a bucket may also hold later clocks, which stay). A step schedules the set in one piece when
+all of it is sure to run: under ``vllm`` when its size fits in the token budget and its blocks in
+the free ones (then nobody is preempted, as the set comes first in the batch, and the evictions
+after its allocations are those of its final free count); under ``sglang`` in a decode step
+whose blocks fit (no retraction); SGLang's prefill steps leave it alone (its clock stands still).
+Otherwise (or for retraction) the set is written back to per-request state and the general code
+runs; decodes rejoin at later boundaries, after a pause that doubles with consecutive failures.
+Finishing members are released in batch order, as the general loop does; SGLang's admission room
+(the running requests' reservations, summed in batch order) is computed only when a waiting
+request is considered. The step time is :func:`fastsim.stepmodel.step_time_nb`'s expression with
+its step-independent parts computed once (the same values; exact shortcuts as in ``_kernels``).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-from ..stepmodel import P_LAYERS, P_QDIM_DEC, P_QDIM_PF, step_time_nb
+from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
+                         P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW
 
@@ -66,6 +95,68 @@ def _nb(c, w, s, lay, bt):
 
 
 @njit(cache=True)
+def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext, lhead, ltail, cfree, free,
+                own, nref, bpb):
+    """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail) and free its blocks."""
+    if caching:
+        b0 = boff[r]
+        for j in range(nxb[r]):
+            bid = bids[b0 + j]
+            if j < hh[r] or eown[e0 + bid] == r:
+                if j >= hh[r]:
+                    eown[e0 + bid] = -1
+                eref[e0 + bid] -= 1
+                if eref[e0 + bid] == 0:
+                    lprev[e0 + bid] = ltail[i]
+                    lnext[e0 + bid] = -1
+                    if ltail[i] >= 0:
+                        lnext[e0 + ltail[i]] = bid
+                    else:
+                        lhead[i] = bid
+                    ltail[i] = bid
+                    cfree[i] += bpb
+                    free[i] += bpb
+    free[i] += own[r]
+    own[r] = 0
+    nref[r] = 0
+
+
+@njit(cache=True)
+def _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb):
+    """Evict the least recently released cache entries until the cached-free blocks fit in the free ones."""
+    while cfree[i] > free[i]:
+        bid = lhead[i]
+        lhead[i] = lnext[e0 + bid]
+        if lhead[i] >= 0:
+            lprev[e0 + lhead[i]] = -1
+        else:
+            ltail[i] = -1
+        eref[e0 + bid] = -1
+        eown[e0 + bid] = -1
+        cfree[i] -= bpb
+
+
+@njit(cache=True)
+def _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0, finc, comp, gen, ntok, own,
+                    sched):
+    """Write back the per-request state of instance i's fast decodes and empty the fast set."""
+    c = fc[i]
+    for k in range(nF[i]):
+        r = rbuf[r0 + k]
+        d = c - fc0[r]
+        own[r] += (comp[r] + d + bt - 1) // bt - (comp[r] + bt - 1) // bt
+        comp[r] += d
+        gen[r] += d
+        ntok[r] += d
+        sched[r] = 0
+        wheel[wb0 + (finc[r] & wmask)] = -1
+    for j in range(bt):
+        cnt[cb0 + j] = 0
+    ctxF[i] = 0
+    nF[i] = 0
+
+
+@njit(cache=True)
 def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, finish, inst_out, status,
                    cached_out, preempt_out, busy, iout, wait_s, kv_s, sys_s, horizon, dt, full):
     n = arrival.shape[0]
@@ -100,6 +191,45 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     qd = pd[P_QDIM_DEC]
     g1 = float(gamma + 1)
     per = gamma + 1
+    # the fast decode set (module docstring): windowless, without speculation
+    fastok = gamma == 0 and SL == 0
+    # step-time constants: the factors of the reference's products, grouped as it groups them
+    c4g = 4.0 * lay * qdec * g1
+    c2p = 2.0 * lay * qpf
+    c4p = 4.0 * lay * qpf
+    # step_time_nb's step-independent parts, by the same expressions (same values)
+    tp = p[P_TP]
+    g = p[P_GPUS]
+    dp = p[P_DP]
+    topk = p[P_TOPK]
+    kvpg = p[P_KVPG]
+    hid = p[P_HIDDEN]
+    overhead = p[P_OVERHEAD]
+    d_bw = p[P_ETA_BW] * p[P_HBM_BW]
+    wdense = p[P_WDENSE]
+    wexp = p[P_WEXP]
+    keep = 1.0 - p[P_KFRAC]
+    matmul2 = 2.0 * p[P_MATMUL]
+    d_c = p[P_ETA_C] * p[P_PEAK]
+    n_ar = p[P_N_AR]
+    ar_a = 2.0 * (tp - 1.0) * p[P_ALPHA]
+    ar_b = 2.0 * (tp - 1.0) / tp
+    d_nv = p[P_ETA_NV] * p[P_NVLINK]
+    a2a_n2 = p[P_N_A2A] * 2.0
+    a2a_a = (g - 1.0) * p[P_ALPHA]
+    a2a_b = (g - 1.0) / g
+    d_ep = p[P_ETA_NV] * p[P_EP_BW]
+    # exact shortcuts (as in _kernels' colocated path): x / 1.0 == x; a dense model's weight read
+    # is (wdense + 0.0) / d_bw == wdense / d_bw; with ar_b == 0 and no all-to-all the
+    # communication is the same signed zero product at every step (n_tokens >= 1), computed once
+    div_g = g != 1.0
+    div_dp = dp != 1.0
+    moe_w = wexp != 0.0
+    weight_c = wdense / d_bw
+    comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
+                  and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
+    comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
+              + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
     # per request
     ntok = np.empty(n, np.int64)
     comp = np.zeros(n, np.int64)
@@ -112,6 +242,11 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     dec = np.zeros(n, np.bool_)
     once = np.zeros(n, np.bool_)
     rounds = np.zeros(n, np.int64)
+    fc0 = np.zeros(n, np.int64)      # fast set: the instance's fast clock when the request joined
+    finc = np.zeros(n, np.int64)     # fast set: the clock of the step that gives its last token
+    fkey = np.zeros(n, np.int64)     # fast set: its residue class, (computed - clock) mod bt
+    wnext = np.full(n, -1, np.int64)  # fast set: next request of its wheel bucket
+    maxo = 1
     for r in range(n):
         ntok[r] = prompt[r]
         first[r] = np.nan
@@ -120,6 +255,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
         status[r] = REQ_UNFINISHED
         cached_out[r] = 0
         preempt_out[r] = 0
+        if output[r] > maxo:
+            maxo = output[r]
     # per instance
     qcap = n + 1
     qbuf = np.empty(ni * qcap, np.int64)
@@ -135,11 +272,25 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     unf = np.zeros(ni, np.int64)
     active = np.zeros(ni, np.bool_)
     next_t = np.full(ni, np.inf, np.float64)
-    nstep = np.zeros(ni, np.int64)
     for i in range(ni):
         busy[i] = 0.0
         for c in range(N_OCOLS):
             iout[i, c] = 0
+    # fast decode set per instance: size, clock, context sum, scheduled in the running step,
+    # the residue class that needs a block at the current clock, failures, next step to join
+    nF = np.zeros(ni, np.int64)
+    fc = np.zeros(ni, np.int64)
+    ctxF = np.zeros(ni, np.int64)
+    fsched = np.zeros(ni, np.bool_)
+    cidx = np.zeros(ni, np.int64)
+    fails = np.zeros(ni, np.int64)
+    jnext = np.zeros(ni, np.int64)
+    wsz = 1
+    while wsz <= maxo and wsz < 8192:
+        wsz *= 2
+    wmask = wsz - 1
+    wheel = np.full(ni * wsz if fastok else 1, -1, np.int64)
+    cnt = np.zeros(ni * bt if fastok else 1, np.int64)
     # prefix cache: per instance and block id
     ecap = max(H, 1)
     eref = np.full(ni * ecap, -1, np.int64)      # -1: not cached
@@ -222,190 +373,346 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             if next_t[best] == np.inf:
                 next_t[best] = t
             continue
-        # ---- step boundary of instance i ----
+        # ---- step boundaries of instance i: this one and the next ones before the next arrival
+        # and sample (nothing else reads or writes its state; see the module docstring) ----
         i = ev
         e0 = i * ecap
         r0 = i * scap
-        if active[i]:
-            k2 = 0
-            for k in range(nrun[i]):
-                r = rbuf[r0 + k]
-                x = sched[r]
-                if x > 0:
-                    rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
-                    fin = False
-                    if dec[r] and gamma > 0:
-                        u = _uniform_nb(seed, r, rounds[r])
-                        rounds[r] += 1
-                        kacc = 0
-                        thr = alpha
-                        while kacc < gamma and u < thr:
-                            kacc += 1
-                            thr *= alpha
-                        a = min(1 + kacc, output[r] - gen[r])
-                        iout[i, O_SPEC_ROUNDS] += 1
-                        iout[i, O_SPEC_TOKENS] += a
-                        comp[r] += a
-                        gen[r] += a
-                        iout[i, O_TOKENS_OUT] += a
-                        if gen[r] == output[r]:
-                            fin = True
-                        else:
-                            ntok[r] += a
-                    else:
-                        comp[r] += x
-                        if comp[r] == ntok[r]:
-                            gen[r] += 1
-                            iout[i, O_TOKENS_OUT] += 1
-                            if gen[r] == 1:
-                                first[r] = t
+        wb0 = i * wsz
+        cb0 = i * bt
+        ta = arrival[ia] if ia < n else np.inf
+        lim = ms * dt if ms < n_samp else np.inf
+        if horizon < lim:
+            lim = horizon
+        while True:
+            if active[i]:
+                kst = nF[i]
+                k2 = nF[i]
+                if fsched[i]:
+                    # the fast set's step: one token each; finishes from the wheel bucket
+                    fsched[i] = False
+                    c = fc[i]
+                    nf = nF[i]
+                    iout[i, O_TOKENS_OUT] += nf
+                    bk = wb0 + (c & wmask)
+                    r = wheel[bk]
+                    ndue = 0
+                    if r >= 0:
+                        hd = -1
+                        while r >= 0:
+                            nx = wnext[r]
+                            if finc[r] == c:
+                                ndue += 1
+                            else:
+                                wnext[r] = hd
+                                hd = r
+                            r = nx
+                        wheel[bk] = hd
+                    rem[i] -= nf + ndue
+                    if ndue > 0:
+                        k2 = 0
+                        for k in range(nf):
+                            r = rbuf[r0 + k]
+                            if finc[r] == c:
+                                d = c - fc0[r]
+                                cn = comp[r] + d + 1
+                                own[r] += (cn + bt - 1) // bt - (comp[r] + bt - 1) // bt
+                                ctxF[i] -= cn
+                                cnt[cb0 + fkey[r]] -= 1
+                                ntok[r] += d
+                                comp[r] = cn
+                                gen[r] = output[r]
+                                finish[r] = t
+                                status[r] = REQ_FINISHED
+                                in_sys -= 1
+                                unf[i] -= 1
+                                _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
+                                            lhead, ltail, cfree, free, own, nref, bpb)
+                            else:
+                                rbuf[r0 + k2] = r
+                                k2 += 1
+                        nF[i] = k2
+                    ctxF[i] += nF[i]
+                    fc[i] = c + 1
+                    cidx[i] = cidx[i] - 1 if cidx[i] > 0 else bt - 1
+                for k in range(kst, nrun[i]):
+                    r = rbuf[r0 + k]
+                    x = sched[r]
+                    if x > 0:
+                        rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
+                        fin = False
+                        if dec[r] and gamma > 0:
+                            u = _uniform_nb(seed, r, rounds[r])
+                            rounds[r] += 1
+                            kacc = 0
+                            thr = alpha
+                            while kacc < gamma and u < thr:
+                                kacc += 1
+                                thr *= alpha
+                            a = min(1 + kacc, output[r] - gen[r])
+                            iout[i, O_SPEC_ROUNDS] += 1
+                            iout[i, O_SPEC_TOKENS] += a
+                            comp[r] += a
+                            gen[r] += a
+                            iout[i, O_TOKENS_OUT] += a
                             if gen[r] == output[r]:
                                 fin = True
                             else:
-                                ntok[r] += 1
-                    if not fin:
-                        rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
-                    if caching:
-                        b0 = boff[r]
-                        nfull = min(boff[r + 1] - b0, prompt[r] // bth)
-                        while nxb[r] < nfull and (nxb[r] + 1) * bth <= comp[r]:
-                            bid = bids[b0 + nxb[r]]
-                            if eref[e0 + bid] < 0:
-                                eref[e0 + bid] = 1
-                                eown[e0 + bid] = r
-                                own[r] -= bpb
-                                nref[r] += 1
-                            nxb[r] += 1
-                    sched[r] = 0
-                    if fin:
-                        finish[r] = t
-                        status[r] = REQ_FINISHED
-                        in_sys -= 1
-                        unf[i] -= 1
-                        # release
+                                ntok[r] += a
+                        else:
+                            comp[r] += x
+                            if comp[r] == ntok[r]:
+                                gen[r] += 1
+                                iout[i, O_TOKENS_OUT] += 1
+                                if gen[r] == 1:
+                                    first[r] = t
+                                if gen[r] == output[r]:
+                                    fin = True
+                                else:
+                                    ntok[r] += 1
+                        if not fin:
+                            rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                         if caching:
                             b0 = boff[r]
-                            for j in range(nxb[r]):
-                                bid = bids[b0 + j]
-                                if j < hh[r] or eown[e0 + bid] == r:
-                                    if j >= hh[r]:
-                                        eown[e0 + bid] = -1
-                                    eref[e0 + bid] -= 1
-                                    if eref[e0 + bid] == 0:
-                                        lprev[e0 + bid] = ltail[i]
-                                        lnext[e0 + bid] = -1
-                                        if ltail[i] >= 0:
-                                            lnext[e0 + ltail[i]] = bid
-                                        else:
-                                            lhead[i] = bid
-                                        ltail[i] = bid
-                                        cfree[i] += bpb
-                                        free[i] += bpb
-                        free[i] += own[r]
-                        own[r] = 0
-                        nref[r] = 0
-                        continue
-                rbuf[r0 + k2] = r
-                k2 += 1
-            nrun[i] = k2
-        # ---- schedule the next step ----
-        nsch = 0
-        for attempt in range(2):
-            if kind == VLLM:
-                budget = B
-                preempted = False
-                k = 0
-                while k < nrun[i] and budget > 0:
-                    r = rbuf[r0 + k]
-                    isdec = gen[r] >= 1 and comp[r] == ntok[r] - 1
-                    if isdec:
-                        x = per
-                        if x > budget:
-                            break
-                    else:
-                        x = min(ntok[r] - comp[r], budget)
-                    need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
-                    if need < 0:
-                        need = 0
-                    ok = True
-                    while need > free[i]:
-                        v = rbuf[r0 + nrun[i] - 1]
-                        nrun[i] -= 1
-                        # preempt v to the front of the queue (recompute)
-                        rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
-                        if caching:
-                            b0 = boff[v]
-                            for j in range(nxb[v]):
-                                bid = bids[b0 + j]
-                                if j < hh[v] or eown[e0 + bid] == v:
-                                    if j >= hh[v]:
-                                        eown[e0 + bid] = -1
-                                    eref[e0 + bid] -= 1
-                                    if eref[e0 + bid] == 0:
-                                        lprev[e0 + bid] = ltail[i]
-                                        lnext[e0 + bid] = -1
-                                        if ltail[i] >= 0:
-                                            lnext[e0 + ltail[i]] = bid
-                                        else:
-                                            lhead[i] = bid
-                                        ltail[i] = bid
-                                        cfree[i] += bpb
-                                        free[i] += bpb
-                        free[i] += own[v]
-                        own[v] = 0
-                        nref[v] = 0
-                        comp[v] = 0
-                        hh[v] = 0
-                        nxb[v] = 0
-                        preempt_out[v] += 1
-                        iout[i, O_PREEMPT] += 1
-                        rem[i] += (ntok[v] - comp[v]) + (output[v] - gen[v])
-                        qhead[i] = (qhead[i] - 1 + qcap) % qcap
-                        qbuf[i * qcap + qhead[i]] = v
-                        qlen[i] += 1
-                        preempted = True
-                        if v == r:
-                            ok = False
-                            break
-                    if not ok:
+                            nfull = min(boff[r + 1] - b0, prompt[r] // bth)
+                            while nxb[r] < nfull and (nxb[r] + 1) * bth <= comp[r]:
+                                bid = bids[b0 + nxb[r]]
+                                if eref[e0 + bid] < 0:
+                                    eref[e0 + bid] = 1
+                                    eown[e0 + bid] = r
+                                    own[r] -= bpb
+                                    nref[r] += 1
+                                nxb[r] += 1
+                        sched[r] = 0
+                        if fin:
+                            finish[r] = t
+                            status[r] = REQ_FINISHED
+                            in_sys -= 1
+                            unf[i] -= 1
+                            _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
+                                        lhead, ltail, cfree, free, own, nref, bpb)
+                            continue
+                    rbuf[r0 + k2] = r
+                    k2 += 1
+                nrun[i] = k2
+            # ---- decodes right after the fast set join it ----
+            if fastok and nF[i] < nrun[i] and iout[i, O_STEPS] >= jnext[i]:
+                while nF[i] < nrun[i]:
+                    r = rbuf[r0 + nF[i]]
+                    if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
                         break
-                    free[i] -= need
-                    own[r] += need
-                    while cfree[i] > free[i]:
-                        bid = lhead[i]
-                        lhead[i] = lnext[e0 + bid]
-                        if lhead[i] >= 0:
-                            lprev[e0 + lhead[i]] = -1
+                    if caching and nxb[r] < min(boff[r + 1] - boff[r], prompt[r] // bth):
+                        break
+                    if own[r] + nref[r] * bpb != (comp[r] + bt - 1) // bt:
+                        break
+                    c = fc[i]
+                    fc0[r] = c
+                    fe = c + output[r] - gen[r] - 1
+                    finc[r] = fe
+                    bk = wb0 + (fe & wmask)
+                    wnext[r] = wheel[bk]
+                    wheel[bk] = r
+                    key = (comp[r] - c) % bt
+                    if key < 0:
+                        key += bt
+                    fkey[r] = key
+                    cnt[cb0 + key] += 1
+                    ctxF[i] += comp[r] + 1
+                    nF[i] += 1
+            # ---- schedule the next step ----
+            nsch = 0
+            for attempt in range(2):
+                if kind == VLLM:
+                    budget = B
+                    preempted = False
+                    k = 0
+                    if nF[i] > 0:
+                        nf = nF[i]
+                        needf = cnt[cb0 + cidx[i]]
+                        if nf <= B and needf <= free[i]:
+                            # the fast set in one piece: all of it fits in the budget and the blocks,
+                            # so nobody is preempted and its evictions are those of the final free
+                            free[i] -= needf
+                            if cfree[i] > free[i]:
+                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            fsched[i] = True
+                            nsch = nf
+                            budget = B - nf
+                            k = nf
+                            fails[i] = 0
                         else:
-                            ltail[i] = -1
-                        eref[e0 + bid] = -1
-                        eown[e0 + bid] = -1
-                        cfree[i] -= bpb
-                    sched[r] = x
-                    dec[r] = isdec
-                    nsch += 1
-                    budget -= x
-                    k += 1
-                if not preempted or nsch == 0:
+                            _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0, finc,
+                                            comp, gen, ntok, own, sched)
+                            fails[i] += 1
+                            jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
+                    while k < nrun[i] and budget > 0:
+                        r = rbuf[r0 + k]
+                        isdec = gen[r] >= 1 and comp[r] == ntok[r] - 1
+                        if isdec:
+                            x = per
+                            if x > budget:
+                                break
+                        else:
+                            x = min(ntok[r] - comp[r], budget)
+                        need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                        if need < 0:
+                            need = 0
+                        ok = True
+                        while need > free[i]:
+                            v = rbuf[r0 + nrun[i] - 1]
+                            nrun[i] -= 1
+                            # preempt v to the front of the queue (recompute)
+                            rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
+                            _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
+                                        lhead, ltail, cfree, free, own, nref, bpb)
+                            comp[v] = 0
+                            hh[v] = 0
+                            nxb[v] = 0
+                            preempt_out[v] += 1
+                            iout[i, O_PREEMPT] += 1
+                            rem[i] += (ntok[v] - comp[v]) + (output[v] - gen[v])
+                            qhead[i] = (qhead[i] - 1 + qcap) % qcap
+                            qbuf[i * qcap + qhead[i]] = v
+                            qlen[i] += 1
+                            preempted = True
+                            if v == r:
+                                ok = False
+                                break
+                        if not ok:
+                            break
+                        free[i] -= need
+                        own[r] += need
+                        if cfree[i] > free[i]:
+                            _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                        sched[r] = x
+                        dec[r] = isdec
+                        nsch += 1
+                        budget -= x
+                        k += 1
+                    if not preempted or nsch == 0:
+                        while qlen[i] > 0 and budget > 0 and nrun[i] < S:
+                            r = qbuf[i * qcap + qhead[i]]
+                            P = prompt[r]
+                            # prefix hits
+                            h = 0
+                            if caching:
+                                b0 = boff[r]
+                                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                                while h < cap and eref[e0 + bids[b0 + h]] >= 0:
+                                    h += 1
+                            evb = 0
+                            for j in range(h):
+                                if eref[e0 + bids[boff[r] + j]] == 0:
+                                    evb += bpb
+                            x = min(ntok[r] - h * bth, budget)
+                            need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
+                            if need + evb > free[i]:
+                                break
+                            # admit r
+                            rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            for j in range(h):
+                                bid = bids[boff[r] + j]
+                                if eref[e0 + bid] == 0:
+                                    pv = lprev[e0 + bid]
+                                    nx = lnext[e0 + bid]
+                                    if pv >= 0:
+                                        lnext[e0 + pv] = nx
+                                    else:
+                                        lhead[i] = nx
+                                    if nx >= 0:
+                                        lprev[e0 + nx] = pv
+                                    else:
+                                        ltail[i] = pv
+                                    cfree[i] -= bpb
+                                    free[i] -= bpb
+                                eref[e0 + bid] += 1
+                            hh[r] = h
+                            nref[r] = h
+                            nxb[r] = h
+                            comp[r] = h * bth
+                            if not once[r]:
+                                once[r] = True
+                                cached_out[r] = h * bth
+                                iout[i, O_CACHED] += h * bth
+                                iout[i, O_PROMPT_ADMITTED] += P
+                            free[i] -= need
+                            own[r] = need
+                            if cfree[i] > free[i]:
+                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            qhead[i] = (qhead[i] + 1) % qcap
+                            qlen[i] -= 1
+                            rbuf[r0 + nrun[i]] = r
+                            nrun[i] += 1
+                            sched[r] = x
+                            dec[r] = False
+                            nsch += 1
+                            budget -= x
+                else:
+                    # SGLang: a prefill step when possible, else a decode step
+                    budget = B
+                    free0 = free[i]
+                    nrun0 = nrun[i]
+                    # the fast set holds decodes only: the prefill pass starts after it
+                    for k in range(nF[i], nrun[i]):
+                        if budget == 0:
+                            break
+                        r = rbuf[r0 + k]
+                        isdec = gen[r] >= 1 and comp[r] == ntok[r] - 1
+                        if not isdec:
+                            x = min(ntok[r] - comp[r], budget)
+                            need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                            if need < 0:
+                                need = 0
+                            if need > free[i]:
+                                break
+                            free[i] -= need
+                            own[r] += need
+                            if cfree[i] > free[i]:
+                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            sched[r] = x
+                            dec[r] = False
+                            nsch += 1
+                            budget -= x
+                    have_rt = False
+                    rem_total = 0.0
                     while qlen[i] > 0 and budget > 0 and nrun[i] < S:
+                        if not have_rt:
+                            # the admission room, computed when first needed, by the reference's
+                            # operations in its order: the free KV at the start of the step, minus
+                            # each running request's reservation, minus the pieces just scheduled
+                            have_rt = True
+                            rem_total = float(free0)
+                            c = fc[i]
+                            nf = nF[i]
+                            for k in range(nrun0):
+                                r = rbuf[r0 + k]
+                                gg = gen[r] + (c - fc0[r]) if k < nf else gen[r]
+                                rem_total -= float(min(output[r] - gg, clip)) * ratio[i]
+                            for k in range(nf, nrun0):
+                                r = rbuf[r0 + k]
+                                if sched[r] > 0:
+                                    rem_total -= float(sched[r])
                         r = qbuf[i * qcap + qhead[i]]
                         P = prompt[r]
-                        # prefix hits
                         h = 0
                         if caching:
                             b0 = boff[r]
                             cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
                             while h < cap and eref[e0 + bids[b0 + h]] >= 0:
                                 h += 1
+                        ext = ntok[r] - h * bth
                         evb = 0
                         for j in range(h):
                             if eref[e0 + bids[boff[r] + j]] == 0:
                                 evb += bpb
-                        x = min(ntok[r] - h * bth, budget)
+                        resv = min(output[r] - gen[r], clip)
+                        if float(ext + resv) + float(evb) > rem_total:
+                            break
+                        x = min(ext, budget)
                         need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
                         if need + evb > free[i]:
                             break
-                        # admit r
                         rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
                         for j in range(h):
                             bid = bids[boff[r] + j]
@@ -434,16 +741,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             iout[i, O_PROMPT_ADMITTED] += P
                         free[i] -= need
                         own[r] = need
-                        while cfree[i] > free[i]:
-                            bid = lhead[i]
-                            lhead[i] = lnext[e0 + bid]
-                            if lhead[i] >= 0:
-                                lprev[e0 + lhead[i]] = -1
-                            else:
-                                ltail[i] = -1
-                            eref[e0 + bid] = -1
-                            eown[e0 + bid] = -1
-                            cfree[i] -= bpb
+                        if cfree[i] > free[i]:
+                            _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
                         rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                         qhead[i] = (qhead[i] + 1) % qcap
                         qlen[i] -= 1
@@ -453,255 +752,161 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         dec[r] = False
                         nsch += 1
                         budget -= x
-            else:
-                # SGLang: a prefill step when possible, else a decode step
-                budget = B
-                rem_total = float(free[i])
-                for k in range(nrun[i]):
-                    r = rbuf[r0 + k]
-                    rem_total -= float(min(output[r] - gen[r], clip)) * ratio[i]
-                for k in range(nrun[i]):
-                    if budget == 0:
-                        break
-                    r = rbuf[r0 + k]
-                    isdec = gen[r] >= 1 and comp[r] == ntok[r] - 1
-                    if not isdec:
-                        x = min(ntok[r] - comp[r], budget)
-                        need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
-                        if need < 0:
-                            need = 0
-                        if need > free[i]:
+                        rem_total -= float(ext + resv) + float(evb)
+                        if x < ext:
                             break
-                        free[i] -= need
-                        own[r] += need
-                        while cfree[i] > free[i]:
-                            bid = lhead[i]
-                            lhead[i] = lnext[e0 + bid]
-                            if lhead[i] >= 0:
-                                lprev[e0 + lhead[i]] = -1
-                            else:
-                                ltail[i] = -1
-                            eref[e0 + bid] = -1
-                            eown[e0 + bid] = -1
-                            cfree[i] -= bpb
-                        sched[r] = x
-                        dec[r] = False
-                        nsch += 1
-                        budget -= x
-                        rem_total -= float(x)
-                while qlen[i] > 0 and budget > 0 and nrun[i] < S:
-                    r = qbuf[i * qcap + qhead[i]]
-                    P = prompt[r]
-                    h = 0
-                    if caching:
-                        b0 = boff[r]
-                        cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
-                        while h < cap and eref[e0 + bids[b0 + h]] >= 0:
-                            h += 1
-                    ext = ntok[r] - h * bth
-                    evb = 0
-                    for j in range(h):
-                        if eref[e0 + bids[boff[r] + j]] == 0:
-                            evb += bpb
-                    resv = min(output[r] - gen[r], clip)
-                    if float(ext + resv) + float(evb) > rem_total:
-                        break
-                    x = min(ext, budget)
-                    need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
-                    if need + evb > free[i]:
-                        break
-                    rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
-                    for j in range(h):
-                        bid = bids[boff[r] + j]
-                        if eref[e0 + bid] == 0:
-                            pv = lprev[e0 + bid]
-                            nx = lnext[e0 + bid]
-                            if pv >= 0:
-                                lnext[e0 + pv] = nx
-                            else:
-                                lhead[i] = nx
-                            if nx >= 0:
-                                lprev[e0 + nx] = pv
-                            else:
-                                ltail[i] = pv
-                            cfree[i] -= bpb
-                            free[i] -= bpb
-                        eref[e0 + bid] += 1
-                    hh[r] = h
-                    nref[r] = h
-                    nxb[r] = h
-                    comp[r] = h * bth
-                    if not once[r]:
-                        once[r] = True
-                        cached_out[r] = h * bth
-                        iout[i, O_CACHED] += h * bth
-                        iout[i, O_PROMPT_ADMITTED] += P
-                    free[i] -= need
-                    own[r] = need
-                    while cfree[i] > free[i]:
-                        bid = lhead[i]
-                        lhead[i] = lnext[e0 + bid]
-                        if lhead[i] >= 0:
-                            lprev[e0 + lhead[i]] = -1
-                        else:
-                            ltail[i] = -1
-                        eref[e0 + bid] = -1
-                        eown[e0 + bid] = -1
-                        cfree[i] -= bpb
-                    rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
-                    qhead[i] = (qhead[i] + 1) % qcap
-                    qlen[i] -= 1
-                    rbuf[r0 + nrun[i]] = r
-                    nrun[i] += 1
-                    sched[r] = x
-                    dec[r] = False
-                    nsch += 1
-                    budget -= x
-                    rem_total -= float(ext + resv) + float(evb)
-                    if x < ext:
-                        break
-                if nsch == 0:
-                    nd = 0
-                    tneed = 0
-                    for k in range(nrun[i]):
-                        r = rbuf[r0 + k]
-                        if gen[r] >= 1 and comp[r] == ntok[r] - 1:
-                            nd += 1
-                            need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
-                            if need > 0:
-                                tneed += need
-                    if nd > 0:
-                        if tneed > free[i]:
-                            first_iter = True
-                            while nrun[i] > 1:
-                                ndd = 0
-                                for k in range(nrun[i]):
-                                    r = rbuf[r0 + k]
-                                    if gen[r] >= 1 and comp[r] == ntok[r] - 1:
-                                        ndd += 1
-                                if not (first_iter or free[i] < ndd * rsteps * per):
-                                    break
-                                first_iter = False
-                                kv_ = 0
-                                for k in range(nrun[i]):
-                                    r = rbuf[r0 + k]
-                                    v = rbuf[r0 + kv_]
-                                    if gen[r] < gen[v] or (gen[r] == gen[v] and prompt[r] >= prompt[v]):
-                                        kv_ = k
-                                v = rbuf[r0 + kv_]
-                                for k in range(kv_, nrun[i] - 1):
-                                    rbuf[r0 + k] = rbuf[r0 + k + 1]
-                                nrun[i] -= 1
-                                # retract v to the back of the queue (recompute)
-                                rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
-                                if caching:
-                                    b0 = boff[v]
-                                    for j in range(nxb[v]):
-                                        bid = bids[b0 + j]
-                                        if j < hh[v] or eown[e0 + bid] == v:
-                                            if j >= hh[v]:
-                                                eown[e0 + bid] = -1
-                                            eref[e0 + bid] -= 1
-                                            if eref[e0 + bid] == 0:
-                                                lprev[e0 + bid] = ltail[i]
-                                                lnext[e0 + bid] = -1
-                                                if ltail[i] >= 0:
-                                                    lnext[e0 + ltail[i]] = bid
-                                                else:
-                                                    lhead[i] = bid
-                                                ltail[i] = bid
-                                                cfree[i] += bpb
-                                                free[i] += bpb
-                                free[i] += own[v]
-                                own[v] = 0
-                                nref[v] = 0
-                                comp[v] = 0
-                                hh[v] = 0
-                                nxb[v] = 0
-                                preempt_out[v] += 1
-                                iout[i, O_PREEMPT] += 1
-                                rem[i] += (ntok[v] - comp[v]) + (output[v] - gen[v])
-                                qbuf[i * qcap + (qhead[i] + qlen[i]) % qcap] = v
-                                qlen[i] += 1
-                            tot_dec = 0
-                            tot_max = 0
-                            for k in range(nrun[i]):
-                                r = rbuf[r0 + k]
-                                tot_dec += gen[r]
-                                tot_max += output[r]
-                            ratio[i] = min(1.0, float(tot_dec + rsteps * nrun[i]) / float(tot_max))
-                        else:
-                            ratio[i] = max(ratio[i] - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
-                        for k in range(nrun[i]):
+                    if nsch == 0:
+                        nd = nF[i]
+                        tneed = cnt[cb0 + cidx[i]] if nF[i] > 0 else 0
+                        for k in range(nF[i], nrun[i]):
                             r = rbuf[r0 + k]
                             if gen[r] >= 1 and comp[r] == ntok[r] - 1:
+                                nd += 1
                                 need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
-                                if need < 0:
-                                    need = 0
-                                free[i] -= need
-                                own[r] += need
-                                while cfree[i] > free[i]:
-                                    bid = lhead[i]
-                                    lhead[i] = lnext[e0 + bid]
-                                    if lhead[i] >= 0:
-                                        lprev[e0 + lhead[i]] = -1
-                                    else:
-                                        ltail[i] = -1
-                                    eref[e0 + bid] = -1
-                                    eown[e0 + bid] = -1
-                                    cfree[i] -= bpb
-                                sched[r] = per
-                                dec[r] = True
-                                nsch += 1
-            if nsch > 0 or (qlen[i] == 0 and nrun[i] == 0):
+                                if need > 0:
+                                    tneed += need
+                        if nd > 0:
+                            if tneed > free[i]:
+                                if nF[i] > 0:
+                                    _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
+                                                    finc, comp, gen, ntok, own, sched)
+                                    fails[i] += 1
+                                    jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
+                                first_iter = True
+                                while nrun[i] > 1:
+                                    ndd = 0
+                                    for k in range(nrun[i]):
+                                        r = rbuf[r0 + k]
+                                        if gen[r] >= 1 and comp[r] == ntok[r] - 1:
+                                            ndd += 1
+                                    if not (first_iter or free[i] < ndd * rsteps * per):
+                                        break
+                                    first_iter = False
+                                    kv_ = 0
+                                    for k in range(nrun[i]):
+                                        r = rbuf[r0 + k]
+                                        v = rbuf[r0 + kv_]
+                                        if gen[r] < gen[v] or (gen[r] == gen[v] and prompt[r] >= prompt[v]):
+                                            kv_ = k
+                                    v = rbuf[r0 + kv_]
+                                    for k in range(kv_, nrun[i] - 1):
+                                        rbuf[r0 + k] = rbuf[r0 + k + 1]
+                                    nrun[i] -= 1
+                                    # retract v to the back of the queue (recompute)
+                                    rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
+                                    _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
+                                                lhead, ltail, cfree, free, own, nref, bpb)
+                                    comp[v] = 0
+                                    hh[v] = 0
+                                    nxb[v] = 0
+                                    preempt_out[v] += 1
+                                    iout[i, O_PREEMPT] += 1
+                                    rem[i] += (ntok[v] - comp[v]) + (output[v] - gen[v])
+                                    qbuf[i * qcap + (qhead[i] + qlen[i]) % qcap] = v
+                                    qlen[i] += 1
+                                tot_dec = 0
+                                tot_max = 0
+                                for k in range(nrun[i]):
+                                    r = rbuf[r0 + k]
+                                    tot_dec += gen[r]
+                                    tot_max += output[r]
+                                ratio[i] = min(1.0, float(tot_dec + rsteps * nrun[i]) / float(tot_max))
+                            else:
+                                ratio[i] = max(ratio[i] - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
+                            if nF[i] > 0:
+                                # the fast set's decodes in one piece (their blocks fit: no retraction)
+                                free[i] -= cnt[cb0 + cidx[i]]
+                                if cfree[i] > free[i]:
+                                    _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                                fsched[i] = True
+                                nsch += nF[i]
+                                fails[i] = 0
+                            for k in range(nF[i], nrun[i]):
+                                r = rbuf[r0 + k]
+                                if gen[r] >= 1 and comp[r] == ntok[r] - 1:
+                                    need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                                    if need < 0:
+                                        need = 0
+                                    free[i] -= need
+                                    own[r] += need
+                                    if cfree[i] > free[i]:
+                                        _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                                    sched[r] = per
+                                    dec[r] = True
+                                    nsch += 1
+                if nsch > 0 or (qlen[i] == 0 and nrun[i] == 0):
+                    break
+            used = (nbt - free[i]) * bt
+            if used > iout[i, O_KV_PEAK]:
+                iout[i, O_KV_PEAK] = used
+            if nsch == 0:
+                active[i] = False
+                next_t[i] = np.inf
                 break
-        used = (nbt - free[i]) * bt
-        if used > iout[i, O_KV_PEAK]:
-            iout[i, O_KV_PEAK] = used
-        if nsch == 0:
-            active[i] = False
-            next_t[i] = np.inf
-            continue
-        # ---- step time ----
-        ctx = 0
-        ex = 0
-        nd = 0
-        for k in range(nrun[i]):
-            r = rbuf[r0 + k]
-            if sched[r] > 0 and dec[r]:
-                c = comp[r] + 1
-                ctx += c
-                e = c - W
-                if e > 0:
-                    ex += e
-                nd += 1
-        attn = 4.0 * lay * qdec * g1 * (float(ctx) - f * float(ex))
-        kvt = ctx
-        kex = ex
-        n_tok = nd * per
-        for k in range(nrun[i]):
-            r = rbuf[r0 + k]
-            x = sched[r]
-            if x > 0 and not dec[r]:
-                s = comp[r]
-                e = s - W
-                if e > 0:
-                    hs = float(s) - f * float(e)
-                    kex += e
-                else:
-                    hs = float(s)
-                kvt += s
-                attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * hs
-                n_tok += x
-        d = step_time_nb(p, float(n_tok), float(kvt) - f * float(kex), attn)
-        if gamma > 0 and nd > 0:
-            dd = step_time_nb(pd, float(nd), float(ctx), 4.0 * ld * qd * float(ctx))
-            d = d + float(gamma) * dd
-        iout[i, O_STEPS] += 1
-        iout[i, O_BATCH_SUM] += nsch
-        active[i] = True
-        next_t[i] = t + d
-        busy[i] += d
+            # ---- step time ----
+            ctx = 0
+            ex = 0
+            nd = 0
+            if fsched[i]:
+                ctx = ctxF[i]
+                nd = nF[i]
+            for k in range(nF[i], nrun[i]):
+                r = rbuf[r0 + k]
+                if sched[r] > 0 and dec[r]:
+                    c = comp[r] + 1
+                    ctx += c
+                    e = c - W
+                    if e > 0:
+                        ex += e
+                    nd += 1
+            attn = c4g * (float(ctx) - f * float(ex))
+            kvt = ctx
+            kex = ex
+            n_tok = nd * per
+            for k in range(nF[i], nrun[i]):
+                r = rbuf[r0 + k]
+                x = sched[r]
+                if x > 0 and not dec[r]:
+                    s = comp[r]
+                    e = s - W
+                    if e > 0:
+                        hs = float(s) - f * float(e)
+                        kex += e
+                    else:
+                        hs = float(s)
+                    kvt += s
+                    xf = float(x)
+                    attn += c2p * xf * xf + c4p * xf * hs
+                    n_tok += x
+            # step_time_nb(p, float(n_tok), float(kvt) - f * float(kex), attn), same operations
+            ntf = float(n_tok)
+            kvf = float(kvt) - f * float(kex)
+            if moe_w:
+                weight_s = (wdense + wexp * (1.0 - keep ** ntf)) / d_bw
+            else:
+                weight_s = weight_c
+            kvb = kvf * kvpg
+            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+            num = matmul2 * ntf + attn
+            comp_s = (num / g if div_g else num) / d_c
+            if comm_fixed:
+                comm_s = comm_c
+            else:
+                comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
+                          + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
+            aw = weight_s + kv_time
+            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+            if gamma > 0 and nd > 0:
+                dd = step_time_nb(pd, float(nd), float(ctx), 4.0 * ld * qd * float(ctx))
+                d = d + float(gamma) * dd
+            iout[i, O_STEPS] += 1
+            iout[i, O_BATCH_SUM] += nsch
+            active[i] = True
+            t = t + d
+            next_t[i] = t
+            busy[i] += d
+            if not (t < ta and t <= lim):
+                break
     while ms < n_samp:
         sys_s[ms] = in_sys
         if full:
