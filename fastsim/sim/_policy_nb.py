@@ -97,7 +97,11 @@ def _nb(c, w, s, lay, bt):
 @njit(cache=True)
 def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext, lhead, ltail, cfree, free,
                 own, nref, bpb):
-    """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail) and free its blocks."""
+    """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail) and free its blocks.
+
+    For the rare paths (preemption, retraction): a call costs reference counts on every array it is
+    passed, so the finishes, which are frequent, have this code written out in place.
+    """
     if caching:
         b0 = boff[r]
         for j in range(nxb[r]):
@@ -119,21 +123,6 @@ def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext
     free[i] += own[r]
     own[r] = 0
     nref[r] = 0
-
-
-@njit(cache=True)
-def _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb):
-    """Evict the least recently released cache entries until the cached-free blocks fit in the free ones."""
-    while cfree[i] > free[i]:
-        bid = lhead[i]
-        lhead[i] = lnext[e0 + bid]
-        if lhead[i] >= 0:
-            lprev[e0 + lhead[i]] = -1
-        else:
-            ltail[i] = -1
-        eref[e0 + bid] = -1
-        eown[e0 + bid] = -1
-        cfree[i] -= bpb
 
 
 @njit(cache=True)
@@ -426,8 +415,27 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 status[r] = REQ_FINISHED
                                 in_sys -= 1
                                 unf[i] -= 1
-                                _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
-                                            lhead, ltail, cfree, free, own, nref, bpb)
+                                if caching:
+                                    b0 = boff[r]
+                                    for j in range(nxb[r]):
+                                        bid = bids[b0 + j]
+                                        if j < hh[r] or eown[e0 + bid] == r:
+                                            if j >= hh[r]:
+                                                eown[e0 + bid] = -1
+                                            eref[e0 + bid] -= 1
+                                            if eref[e0 + bid] == 0:
+                                                lprev[e0 + bid] = ltail[i]
+                                                lnext[e0 + bid] = -1
+                                                if ltail[i] >= 0:
+                                                    lnext[e0 + ltail[i]] = bid
+                                                else:
+                                                    lhead[i] = bid
+                                                ltail[i] = bid
+                                                cfree[i] += bpb
+                                                free[i] += bpb
+                                free[i] += own[r]
+                                own[r] = 0
+                                nref[r] = 0
                             else:
                                 rbuf[r0 + k2] = r
                                 k2 += 1
@@ -489,8 +497,27 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             status[r] = REQ_FINISHED
                             in_sys -= 1
                             unf[i] -= 1
-                            _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
-                                        lhead, ltail, cfree, free, own, nref, bpb)
+                            if caching:
+                                b0 = boff[r]
+                                for j in range(nxb[r]):
+                                    bid = bids[b0 + j]
+                                    if j < hh[r] or eown[e0 + bid] == r:
+                                        if j >= hh[r]:
+                                            eown[e0 + bid] = -1
+                                        eref[e0 + bid] -= 1
+                                        if eref[e0 + bid] == 0:
+                                            lprev[e0 + bid] = ltail[i]
+                                            lnext[e0 + bid] = -1
+                                            if ltail[i] >= 0:
+                                                lnext[e0 + ltail[i]] = bid
+                                            else:
+                                                lhead[i] = bid
+                                            ltail[i] = bid
+                                            cfree[i] += bpb
+                                            free[i] += bpb
+                            free[i] += own[r]
+                            own[r] = 0
+                            nref[r] = 0
                             continue
                     rbuf[r0 + k2] = r
                     k2 += 1
@@ -533,8 +560,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             # the fast set in one piece: all of it fits in the budget and the blocks,
                             # so nobody is preempted and its evictions are those of the final free
                             free[i] -= needf
-                            if cfree[i] > free[i]:
-                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            while cfree[i] > free[i]:
+                                bid = lhead[i]
+                                lhead[i] = lnext[e0 + bid]
+                                if lhead[i] >= 0:
+                                    lprev[e0 + lhead[i]] = -1
+                                else:
+                                    ltail[i] = -1
+                                eref[e0 + bid] = -1
+                                eown[e0 + bid] = -1
+                                cfree[i] -= bpb
                             fsched[i] = True
                             nsch = nf
                             budget = B - nf
@@ -582,8 +617,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             break
                         free[i] -= need
                         own[r] += need
-                        if cfree[i] > free[i]:
-                            _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                        while cfree[i] > free[i]:
+                            bid = lhead[i]
+                            lhead[i] = lnext[e0 + bid]
+                            if lhead[i] >= 0:
+                                lprev[e0 + lhead[i]] = -1
+                            else:
+                                ltail[i] = -1
+                            eref[e0 + bid] = -1
+                            eown[e0 + bid] = -1
+                            cfree[i] -= bpb
                         sched[r] = x
                         dec[r] = isdec
                         nsch += 1
@@ -637,8 +680,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 iout[i, O_PROMPT_ADMITTED] += P
                             free[i] -= need
                             own[r] = need
-                            if cfree[i] > free[i]:
-                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            while cfree[i] > free[i]:
+                                bid = lhead[i]
+                                lhead[i] = lnext[e0 + bid]
+                                if lhead[i] >= 0:
+                                    lprev[e0 + lhead[i]] = -1
+                                else:
+                                    ltail[i] = -1
+                                eref[e0 + bid] = -1
+                                eown[e0 + bid] = -1
+                                cfree[i] -= bpb
                             rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                             qhead[i] = (qhead[i] + 1) % qcap
                             qlen[i] -= 1
@@ -668,8 +719,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 break
                             free[i] -= need
                             own[r] += need
-                            if cfree[i] > free[i]:
-                                _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                            while cfree[i] > free[i]:
+                                bid = lhead[i]
+                                lhead[i] = lnext[e0 + bid]
+                                if lhead[i] >= 0:
+                                    lprev[e0 + lhead[i]] = -1
+                                else:
+                                    ltail[i] = -1
+                                eref[e0 + bid] = -1
+                                eown[e0 + bid] = -1
+                                cfree[i] -= bpb
                             sched[r] = x
                             dec[r] = False
                             nsch += 1
@@ -741,8 +800,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             iout[i, O_PROMPT_ADMITTED] += P
                         free[i] -= need
                         own[r] = need
-                        if cfree[i] > free[i]:
-                            _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                        while cfree[i] > free[i]:
+                            bid = lhead[i]
+                            lhead[i] = lnext[e0 + bid]
+                            if lhead[i] >= 0:
+                                lprev[e0 + lhead[i]] = -1
+                            else:
+                                ltail[i] = -1
+                            eref[e0 + bid] = -1
+                            eown[e0 + bid] = -1
+                            cfree[i] -= bpb
                         rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                         qhead[i] = (qhead[i] + 1) % qcap
                         qlen[i] -= 1
@@ -816,8 +883,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if nF[i] > 0:
                                 # the fast set's decodes in one piece (their blocks fit: no retraction)
                                 free[i] -= cnt[cb0 + cidx[i]]
-                                if cfree[i] > free[i]:
-                                    _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                                while cfree[i] > free[i]:
+                                    bid = lhead[i]
+                                    lhead[i] = lnext[e0 + bid]
+                                    if lhead[i] >= 0:
+                                        lprev[e0 + lhead[i]] = -1
+                                    else:
+                                        ltail[i] = -1
+                                    eref[e0 + bid] = -1
+                                    eown[e0 + bid] = -1
+                                    cfree[i] -= bpb
                                 fsched[i] = True
                                 nsch += nF[i]
                                 fails[i] = 0
@@ -829,8 +904,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                         need = 0
                                     free[i] -= need
                                     own[r] += need
-                                    if cfree[i] > free[i]:
-                                        _evict_nb(i, e0, lhead, ltail, lprev, lnext, eref, eown, cfree, free, bpb)
+                                    while cfree[i] > free[i]:
+                                        bid = lhead[i]
+                                        lhead[i] = lnext[e0 + bid]
+                                        if lhead[i] >= 0:
+                                            lprev[e0 + lhead[i]] = -1
+                                        else:
+                                            ltail[i] = -1
+                                        eref[e0 + bid] = -1
+                                        eown[e0 + bid] = -1
+                                        cfree[i] -= bpb
                                     sched[r] = per
                                     dec[r] = True
                                     nsch += 1
