@@ -282,10 +282,12 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     cnt = np.zeros(ni * bt if fastok else 1, np.int64)
     # prefix cache: per instance and block id
     ecap = max(H, 1)
-    eref = np.full(ni * ecap, -1, np.int64)      # -1: not cached
-    eown = np.full(ni * ecap, -1, np.int64)
-    lprev = np.full(ni * ecap, -1, np.int64)
-    lnext = np.full(ni * ecap, -1, np.int64)
+    # (int32, and only the reference counts filled: with many block ids these tables are large,
+    # and an owner or LRU link is only read after it was written)
+    eref = np.full(ni * ecap, -1, np.int32)      # -1: not cached
+    eown = np.empty(ni * ecap, np.int32)
+    lprev = np.empty(ni * ecap, np.int32)
+    lnext = np.empty(ni * ecap, np.int32)
     lhead = np.full(ni, -1, np.int64)
     ltail = np.full(ni, -1, np.int64)
 
