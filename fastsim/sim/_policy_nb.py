@@ -376,6 +376,83 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
         if horizon < lim:
             lim = horizon
         while True:
+            if (fastok and active[i] and fsched[i] and nrun[i] == nF[i] and qlen[i] == 0
+                    and wheel[wb0 + (fc[i] & wmask)] < 0):
+                # pure boundaries: the fast set is all that runs and nobody waits; while no member
+                # finishes, the set fits (budget under vllm, blocks) and nothing is evicted, each
+                # boundary is what the general code below does, in locals: complete (one token
+                # each), schedule the set in one piece, compose (SGLang: a decode step, the ratio
+                # decays). The first boundary that does not qualify falls through to it.
+                c = fc[i]
+                nf = nF[i]
+                ctx = ctxF[i]
+                ci = cidx[i]
+                fr = free[i]
+                cfr = cfree[i]
+                rt = ratio[i]
+                bz = busy[i]
+                peak = iout[i, O_KV_PEAK]
+                n_pure = 0
+                stop = False
+                ntf = float(nf)
+                if moe_w:
+                    weight_s = (wdense + wexp * (1.0 - keep ** ntf)) / d_bw
+                else:
+                    weight_s = weight_c
+                if comm_fixed:
+                    comm_s = comm_c
+                else:
+                    comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
+                              + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
+                mm = matmul2 * ntf
+                while True:
+                    if wheel[wb0 + (c & wmask)] >= 0:
+                        break
+                    ci2 = ci - 1 if ci > 0 else bt - 1
+                    needf = cnt[cb0 + ci2]
+                    if kind == VLLM and nf > B:
+                        break
+                    if needf > fr or cfr > fr - needf:
+                        break
+                    c += 1
+                    ci = ci2
+                    ctx += nf
+                    fr -= needf
+                    if kind != VLLM:
+                        rt = max(rt - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
+                    used = (nbt - fr) * bt
+                    if used > peak:
+                        peak = used
+                    kvf = float(ctx) - f * 0.0
+                    attn = c4g * kvf
+                    kvb = kvf * kvpg
+                    kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                    num = mm + attn
+                    comp_s = (num / g if div_g else num) / d_c
+                    aw = weight_s + kv_time
+                    d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                    n_pure += 1
+                    t = t + d
+                    bz += d
+                    if not (t < ta and t <= lim):
+                        stop = True
+                        break
+                if n_pure > 0:
+                    iout[i, O_TOKENS_OUT] += n_pure * nf
+                    rem[i] -= n_pure * nf
+                    iout[i, O_STEPS] += n_pure
+                    iout[i, O_BATCH_SUM] += n_pure * nf
+                    iout[i, O_KV_PEAK] = peak
+                    fc[i] = c
+                    cidx[i] = ci
+                    ctxF[i] = ctx
+                    free[i] = fr
+                    ratio[i] = rt
+                    busy[i] = bz
+                    fails[i] = 0
+                    next_t[i] = t
+                    if stop:
+                        break
             if active[i]:
                 kst = nF[i]
                 k2 = nF[i]
