@@ -268,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prefix-hit", type=_fraction("--prefix-hit", "a fraction of the prompt tokens"), metavar="F",
                     help="fraction of prompt tokens served from the prefix cache: their prefill compute is "
                          "skipped (default 0)")
+    sp.add_argument("--emit", choices=("vllm", "sglang"),
+                    help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
+                         "per plan; fastsim.emit)")
     _add_engine_args(sp, prefixes=False)
     sp.set_defaults(func=_cmd_plan)
 
@@ -504,6 +507,7 @@ def _cmd_plan(args):
 
     report.notes.extend(_legend("plan", [(i, (r["verification"] or {}).get("null_reasons", {}))
                                          for i, r in enumerate(records, 1)], _PLAN_LABELS))
+    launches = _emit_launch(args, report, records, cat, model) if args.emit else []
     if not records:
         reasons = report.grid["reason"].value_counts() if len(report.grid) else {}
         report.notes.append("no configuration of the grid meets these SLOs analytically"
@@ -542,8 +546,29 @@ def _cmd_plan(args):
     if args.format == "table":
         print(head)
     _emit(args, records, rows, headers, report.notes, key="plans")
+    if args.format == "table" and launches:
+        print("\n" + "\n\n".join(launches))
     _notes_out(args, report.notes)
     return 0
+
+
+def _emit_launch(args, report, records, cat, model):
+    """Add each plan's ``launch`` commands (:func:`fastsim.emit.launch_commands`) to its record; the
+    table's text blocks. A plan the engine cannot run gets ``launch`` None and a note saying why."""
+    from .emit import format_launch, launch_commands
+    blocks = []
+    for i, (d, r) in enumerate(zip(report.deployments, records), 1):
+        try:
+            r["launch"] = launch_commands(d.plan, args.emit, cat, model)
+            blocks.append(format_launch(r["launch"], i))
+        except FastsimInputError as exc:
+            r["launch"] = None
+            r.setdefault("null_reasons", {})["launch"] = "not applicable: " + exc.allowed
+            report.notes.append(f"plan {i}: no {args.emit} command ({exc})")
+    if getattr(args, "policy", None) == args.emit:
+        report.notes.append(f"--emit pins each plan's analytic batch and chunk; the {args.policy} verification "
+                            "ran with the engine defaults or the flags given")
+    return blocks
 
 
 def _nonneg_int(field):

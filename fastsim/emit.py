@@ -1,0 +1,469 @@
+"""Launch commands of a plan for a real engine: ``fastsim plan --emit vllm|sglang``.
+
+:func:`launch_commands` turns a :class:`fastsim.analytic.Plan` into the command line of every
+instance role of the plan (colocated, or prefill and decode), written with the engine's own flag
+names, plus the router in front of the instances. Nothing is guessed silently: what an engine
+cannot run as planned (a precision the checkpoint is not in and the engine cannot quantize to, an
+MTP head the checkpoint does not have, an instance whose GPUs do not split evenly over nodes) is
+refused with a :class:`fastsim.errors.FastsimInputError` naming ``--emit`` and the plan.
+
+What each figure of the plan becomes
+------------------------------------
+========================== ===================================== ======================================
+plan                       vLLM (``vllm serve``)                 SGLang (``python -m sglang.launch_server``)
+========================== ===================================== ======================================
+checkpoint                 positional model tag                  ``--model-path``
+GPUs per instance, ``tp``  ``--tensor-parallel-size G``          ``--tp-size G``
+layout ``tp+ep``           ``+ --enable-expert-parallel``        ``+ --ep-size G``
+layout ``dp+ep``           ``--tensor-parallel-size 1``          ``--tp-size G --dp-size G``
+                           ``--data-parallel-size G``            ``--enable-dp-attention --ep-size G``
+                           ``--enable-expert-parallel``
+decode batch ``b``         ``--max-num-seqs ceil(b / dp)``       ``--max-running-requests b``
+chunk ``c`` (colocated)    ``--enable-chunked-prefill``          ``--chunked-prefill-size c``
+                           ``--max-num-batched-tokens``
+                           ``ceil((b (gamma + 1) + c) / dp)``
+FP8 weights                ``--quantization fp8``                ``--quantization fp8``
+                           (BF16 checkpoint; an FP8 checkpoint   (same rule)
+                           carries its own)
+KV of 1 byte (FP8, FP4)    ``--kv-cache-dtype fp8``              ``--kv-cache-dtype fp8_e4m3``
+memory_utilization (0.9)   ``--gpu-memory-utilization``          ``--mem-fraction-static``
+model context              ``--max-model-len``                   ``--context-length``
+draft model, gamma         ``--speculative-config`` JSON:        ``--speculative-algorithm STANDALONE``
+                           ``method draft_model``, ``model``,    ``--speculative-draft-model-path``
+                           ``num_speculative_tokens gamma``      ``--speculative-num-steps gamma``
+                                                                 ``--speculative-eagle-topk 1``
+                                                                 ``--speculative-num-draft-tokens``
+                                                                 ``gamma + 1``
+MTP head (DeepSeek-V3/R1)  ``method mtp``                        ``--speculative-algorithm EAGLE``
+instance over N nodes      ``--nnodes N --node-rank r``          ``--nnodes N --node-rank r``
+                           ``--master-addr`` (``--headless`` on  ``--dist-init-addr``
+                           r > 0); dp+ep: ``--data-parallel-*``
+prefill / decode roles     ``--kv-transfer-config`` JSON:        ``--disaggregation-mode prefill|decode``
+                           ``kv_connector NixlConnector``,       ``--disaggregation-transfer-backend``
+                           ``kv_role kv_producer|kv_consumer``   ``mooncake``
+router                     an HTTP load balancer (vLLM ships     ``python -m sglang_router.launch_router``
+                           none for separate instances)          ``--policy cache_aware``;
+                                                                 ``--pd-disaggregation --prefill URL PORT``
+                                                                 ``--decode URL``
+========================== ===================================== ======================================
+
+Why the token budgets differ: vLLM's ``max_num_batched_tokens`` is one budget per step shared by
+the running decodes (``gamma + 1`` tokens each with speculative decoding) and the prefill chunk,
+so the plan's step of ``b`` decodes plus a chunk of ``c`` prompt tokens needs ``b (gamma + 1) + c``;
+SGLang's ``chunked_prefill_size`` counts the prompt tokens of a prefill step only (its default
+scheduler runs prefill and decode steps apart), so it is ``c``. Under the ``dp+ep`` layout every
+data-parallel rank of vLLM is an engine with its own scheduler (the plan's instance-wide batch and
+budget are split over the ``dp`` ranks), while SGLang divides ``--max-running-requests`` and
+``--chunked-prefill-size`` over its DP-attention ranks itself.
+
+Sources (flag names as the engines define them; no engine code is used):
+
+* vLLM ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args``): ``--tensor-parallel-size``,
+  ``--data-parallel-size``, ``--data-parallel-size-local``, ``--data-parallel-start-rank``,
+  ``--data-parallel-address``, ``--data-parallel-rpc-port``, ``--enable-expert-parallel``,
+  ``--nnodes``, ``--node-rank``, ``--master-addr``, ``--gpu-memory-utilization``,
+  ``--kv-cache-dtype``, ``--max-model-len``, ``--quantization``, ``--max-num-seqs``,
+  ``--max-num-batched-tokens``, ``--enable-chunked-prefill``, ``--speculative-config``,
+  ``--kv-transfer-config``; ``vllm/config/speculative.py`` (``SpeculativeConfig``: ``method``
+  ``draft_model`` / ``mtp``, ``model``, ``num_speculative_tokens``, ``quantization``);
+  ``vllm/config/kv_transfer.py`` (``KVTransferConfig``: ``kv_connector``, ``kv_role``
+  ``kv_producer`` / ``kv_consumer``); ``vllm/config/parallel.py`` (``nnodes``, ``node_rank``,
+  ``master_addr`` for multi-node multiprocessing; ``enable_expert_parallel``); ``vllm serve
+  --headless`` on the nodes other than the head (vLLM's multi-node and data-parallel deployment
+  documentation).
+* SGLang ``python/sglang/srt/server_args.py`` (``ServerArgs``; a field ``x_y`` is the flag
+  ``--x-y``): ``model_path``, ``tp_size``, ``dp_size``, ``enable_dp_attention``, ``ep_size``,
+  ``nnodes``, ``node_rank``, ``dist_init_addr``, ``context_length``, ``quantization``,
+  ``kv_cache_dtype`` (choices ``fp8_e4m3``, ``fp8_e5m2``, ...), ``mem_fraction_static``,
+  ``max_running_requests``, ``chunked_prefill_size``, ``speculative_algorithm`` (``STANDALONE``,
+  ``EAGLE``, ...), ``speculative_draft_model_path``, ``speculative_draft_model_quantization``,
+  ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``,
+  ``disaggregation_mode``, ``disaggregation_transfer_backend``, ``disaggregation_bootstrap_port``.
+* SGLang router ``sgl-model-gateway/bindings/python/src/sglang_router/router_args.py``
+  (``RouterArgs.add_cli_args``): ``--worker-urls``, ``--policy`` (``cache_aware``, ...),
+  ``--pd-disaggregation``, ``--prefill URL [BOOTSTRAP_PORT]``, ``--decode URL``, ``--host``,
+  ``--port``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+from typing import TYPE_CHECKING
+
+from .catalog import Catalog, Model, default_catalog
+from .errors import FastsimInputError
+
+if TYPE_CHECKING:                      # fastsim.stepmodel loads numba: imported only when called
+    from .stepmodel import StepConstants
+
+__all__ = ["ENGINES", "HF_CHECKPOINTS", "launch_commands", "format_launch"]
+
+#: Engines :func:`launch_commands` writes commands for.
+ENGINES = ("vllm", "sglang")
+
+#: Checkpoint served for each built-in catalog model: ``(Hugging Face repo id, weight format)``.
+#: The catalog's ``source`` names the config each model's figures come from; the instruction-tuned
+#: release of the same architecture is what one serves. The weight format says what the
+#: checkpoint holds: BF16 (quantized online to FP8 by ``--quantization fp8``), FP8 (DeepSeek-V3 and
+#: R1 ship block-quantized FP8 weights) or MXFP4 (gpt-oss ships its experts in MXFP4).
+HF_CHECKPOINTS = {
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "BF16"),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "BF16"),
+    "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "BF16"),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3", "FP8"),
+    "deepseek-r1": ("deepseek-ai/DeepSeek-R1", "FP8"),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B", "BF16"),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B", "BF16"),
+    "qwen3-32b": ("Qwen/Qwen3-32B", "BF16"),
+    "gpt-oss-120b": ("openai/gpt-oss-120b", "MXFP4"),
+    "gpt-oss-20b": ("openai/gpt-oss-20b", "MXFP4"),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1", "BF16"),
+    "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1", "BF16"),   # v0.1: the 4,096-token window modelled
+}
+
+#: Catalog models whose checkpoint carries a multi-token-prediction layer (``num_nextn_predict_layers``).
+MTP_MODELS = frozenset({"deepseek-v3", "deepseek-r1"})
+
+#: Ports and addresses written into the commands (the engines' defaults where they have one).
+VLLM_PORT = 8000                 # vllm serve --port default
+VLLM_DP_RPC_PORT = 13345         # --data-parallel-rpc-port of a multi-node data-parallel instance
+SGLANG_PORT = 30000              # sglang.launch_server --port default
+SGLANG_BOOTSTRAP_PORT = 8998     # --disaggregation-bootstrap-port default
+SGLANG_DIST_PORT = 20000         # port of --dist-init-addr
+ROUTER_PORT = 8000               # the SGLang router's --port (its default 30000 is a worker's)
+VLLM_KV_CONNECTOR = "NixlConnector"
+SGLANG_TRANSFER_BACKEND = "mooncake"   # SGLang's default --disaggregation-transfer-backend
+HEAD_ADDR = "<head-node-ip>"           # placeholder: the address of an instance's first node
+
+_KV_FP8 = {"vllm": "fp8", "sglang": "fp8_e4m3"}
+
+
+def _plan_label(plan) -> str:
+    if plan.mode == "disaggregated":
+        shape = f"P:{plan.label(plan.prefill_tp)} x{plan.prefill_instances} D:{plan.label(plan.decode_tp)} x{plan.decode_instances}"
+    else:
+        shape = f"{plan.label(plan.tp)} x{plan.instances}"
+    spec = f" spec gamma {plan.spec_gamma}" if plan.spec_gamma else ""
+    return f"{plan.gpu} {plan.precision} {plan.mode} {shape}{spec}"
+
+
+def _refuse(engine, plan, why):
+    return FastsimInputError("--emit", f"{engine} for plan {_plan_label(plan)}", why)
+
+
+def _resolve_model(plan, catalog: Catalog, model) -> Model:
+    if isinstance(model, Model):
+        return model
+    return catalog.model(model if model is not None else plan.model)
+
+
+def _checkpoint(m: Model, override: str | None):
+    """``(checkpoint to serve, weight format or None when unknown)``."""
+    if override:
+        return str(override), None
+    key = m.name.lower()
+    if key in HF_CHECKPOINTS:
+        return HF_CHECKPOINTS[key]
+    prefix = "config.json at "
+    if m.source.startswith(prefix):          # a config.json read by path: serve its directory
+        return os.path.dirname(m.source[len(prefix):]), None
+    return None, None
+
+
+def _quantization(engine, plan, precision, weight_format, who):
+    """The ``--quantization`` value (None: none needed) for weights of ``precision``."""
+    p = precision.upper()
+    if weight_format is None:                   # a checkpoint fastsim does not know
+        return "fp8" if p == "FP8" else None
+    if p == weight_format:
+        return None                             # BF16 as is; FP8 / MXFP4 checkpoints carry their own config
+    if p == "FP8" and weight_format == "BF16":
+        return "fp8"                            # online FP8 quantization of a BF16 checkpoint
+    raise _refuse(engine, plan, f"a checkpoint with {p} weights: {who} ships {weight_format} weights, which "
+                                f"{engine} does not convert to {p}; give a {p} checkpoint "
+                                f"(launch_commands(checkpoint=...))")
+
+
+def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt, precision, gpu,
+                   constants, spec_ckpt, spec_wfmt):
+    """argv (without multi-node flags) and notes of one instance of a role."""
+    layout = plan.layout
+    dp = gpus if layout == "dp+ep" else 1
+    gamma = int(plan.spec_gamma or 0)
+    notes = []
+    quant = _quantization(engine, plan, precision.name, wfmt, ckpt)
+    if precision.kv_bytes == 1:
+        kv = _KV_FP8[engine]
+    elif precision.kv_bytes == 2:
+        kv = None
+    else:
+        raise _refuse(engine, plan, f"a KV cache of 1 or 2 bytes per element (precision {precision.name} "
+                                    f"has {precision.kv_bytes:g})")
+    mem = f"{constants.memory_utilization:g}"
+    if engine == "vllm":
+        a = ["vllm", "serve", ckpt, "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
+        if layout == "dp+ep":
+            a += ["--tensor-parallel-size", "1", "--data-parallel-size", str(gpus), "--enable-expert-parallel"]
+        else:
+            a += ["--tensor-parallel-size", str(gpus)]
+            if layout == "tp+ep":
+                a += ["--enable-expert-parallel"]
+        a += ["--max-model-len", str(model.max_context_tokens), "--gpu-memory-utilization", mem]
+        if quant:
+            a += ["--quantization", quant]
+        if kv:
+            a += ["--kv-cache-dtype", kv]
+        if batch:
+            a += ["--max-num-seqs", str(math.ceil(batch / dp))]
+        if chunk:
+            budget = math.ceil((batch * (gamma + 1) + chunk) / dp)
+            a += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
+            notes.append(f"token budget {budget} = ({batch} decodes x {gamma + 1} token{'s' if gamma else ''} + a {chunk}-token "
+                         f"prefill chunk){f' / {dp} data-parallel ranks' if dp > 1 else ''}: vLLM's budget is "
+                         "shared by decodes and prefill chunks")
+        if gamma:
+            if plan.spec_draft == "mtp":
+                cfg = {"method": "mtp", "num_speculative_tokens": gamma}
+            else:
+                cfg = {"method": "draft_model", "model": spec_ckpt, "num_speculative_tokens": gamma}
+                dq = _quantization(engine, plan, precision.name, spec_wfmt, spec_ckpt)
+                if dq:
+                    cfg["quantization"] = dq
+            a += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+        if role in ("prefill", "decode"):
+            kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+            a += ["--kv-transfer-config",
+                  json.dumps({"kv_connector": VLLM_KV_CONNECTOR, "kv_role": kv_role}, separators=(",", ":"))]
+    else:
+        a = ["python", "-m", "sglang.launch_server", "--model-path", ckpt, "--host", "0.0.0.0",
+             "--port", str(SGLANG_PORT), "--tp-size", str(gpus)]
+        if layout == "dp+ep":
+            a += ["--dp-size", str(gpus), "--enable-dp-attention", "--ep-size", str(gpus)]
+        elif layout == "tp+ep":
+            a += ["--ep-size", str(gpus)]
+        a += ["--context-length", str(model.max_context_tokens), "--mem-fraction-static", mem]
+        if quant:
+            a += ["--quantization", quant]
+        if kv:
+            a += ["--kv-cache-dtype", kv]
+        if batch:
+            a += ["--max-running-requests", str(batch)]
+        if chunk:
+            a += ["--chunked-prefill-size", str(chunk)]
+            notes.append("SGLang runs prefill and decode steps apart by default (fastsim --policy sglang "
+                         "simulates it); the analytic plan puts the chunk on top of the decodes")
+        if gamma:
+            if plan.spec_draft == "mtp":
+                a += ["--speculative-algorithm", "EAGLE"]
+            else:
+                a += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", spec_ckpt]
+                dq = _quantization(engine, plan, precision.name, spec_wfmt, spec_ckpt)
+                if dq:
+                    a += ["--speculative-draft-model-quantization", dq]
+            a += ["--speculative-num-steps", str(gamma), "--speculative-eagle-topk", "1",
+                  "--speculative-num-draft-tokens", str(gamma + 1)]
+        if role in ("prefill", "decode"):
+            a += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND]
+            if role == "prefill":
+                a += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
+    if not batch:
+        notes.append("the plan sizes no decode batch for this role: the engine's default running-request "
+                     "cap applies" + ("; prefill instances serve whole prompts (fastsim's M/D/1 prefill "
+                                      "server), the engine's default token budget applies" if role == "prefill" else ""))
+    elif role == "decode" and engine == "vllm":
+        notes.append("decode instances run the decodes only: vLLM's default token budget applies")
+    if quant == "fp8" and wfmt is None:
+        notes.append(f"--quantization fp8 assumes {ckpt} holds BF16 weights (drop it for an FP8 checkpoint)")
+    if precision.name.upper() in ("NVFP4", "MXFP4") and wfmt is None:
+        notes.append(f"{precision.name} needs a checkpoint already quantized to it; the engine reads its format "
+                     "from the checkpoint's config")
+    return a, notes
+
+
+def _multinode(engine, plan, argv, *, gpus, gpn, layout):
+    """One argv per node of an instance of ``gpus`` GPUs on nodes of ``gpn`` GPUs."""
+    if gpus <= gpn:
+        return [argv], []
+    if gpus % gpn:
+        raise _refuse(engine, plan, f"an instance whose {gpus} GPUs fill whole nodes of {gpn} GPUs")
+    n = gpus // gpn
+    out = []
+    for r in range(n):
+        a = list(argv)
+        if engine == "sglang":
+            a += ["--nnodes", str(n), "--node-rank", str(r), "--dist-init-addr", f"{HEAD_ADDR}:{SGLANG_DIST_PORT}"]
+        elif layout == "dp+ep":
+            a += ["--data-parallel-size-local", str(gpn), "--data-parallel-address", HEAD_ADDR,
+                  "--data-parallel-rpc-port", str(VLLM_DP_RPC_PORT)]
+            if r:
+                a += ["--headless", "--data-parallel-start-rank", str(r * gpn)]
+        else:
+            a += ["--nnodes", str(n), "--node-rank", str(r), "--master-addr", HEAD_ADDR]
+            if r:
+                a += ["--headless"]
+        out.append(a)
+    note = (f"one instance spans {n} nodes of {gpn} GPUs: run one command per node, {HEAD_ADDR} = the "
+            "address of its node 0" + ("" if engine == "sglang" or layout == "dp+ep"
+                                       else " (vLLM multi-node multiprocessing; or Ray with "
+                                            "--distributed-executor-backend ray)"))
+    return out, [note]
+
+
+def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=None, *,
+                    checkpoint: str | None = None, constants: StepConstants | None = None) -> list:
+    """Launch commands of every instance of a plan, and its router, for vLLM or SGLang.
+
+    Parameters
+    ----------
+    plan : fastsim.analytic.Plan
+        A plan of :func:`fastsim.planner.plan_deployment` (its final, repaired plan) or of the
+        analytic screen.
+    engine : {"vllm", "sglang"}
+    catalog : Catalog, optional
+        Where the plan's model, GPU (``gpus_per_node``) and precision (KV bytes) are looked up;
+        default :func:`fastsim.catalog.default_catalog`.
+    model : Model or str, optional
+        The model the plan serves when ``plan.model`` is not a catalog name (a plan made from a
+        ``config.json``): the :class:`~fastsim.catalog.Model` the planner was given, or a catalog
+        name or ``config.json`` path. Default: ``catalog.model(plan.model)``.
+    checkpoint : str, optional
+        The checkpoint to serve (a Hugging Face repo id or a directory). Default: the
+        instruction-tuned release of a built-in model (:data:`HF_CHECKPOINTS`), or the directory
+        of the ``config.json`` the model was read from.
+    constants : StepConstants, optional
+        Gives ``memory_utilization`` (the memory fraction of both engines; default 0.9).
+
+    Returns
+    -------
+    list of dict
+        One dict per command, instance roles first (``colocated``, or ``prefill`` then ``decode``),
+        then the ``router`` when the plan has more than one instance: ``role`` (str),
+        ``instances`` (how many instances run this command, int), ``gpus_per_instance`` (int; 0
+        for the router), ``nodes_per_instance`` (int), ``node_rank`` (int: an instance that spans
+        nodes has one command per node), ``command`` (argv, list of str; empty when the engine
+        has no router of its own) and ``notes`` (list of str). Placeholders in angle brackets
+        (``<head-node-ip>``, ``<decode-0>``) stand for addresses; every instance of a role runs
+        the same command on its own GPUs (``CUDA_VISIBLE_DEVICES``) and host or port.
+
+    Raises
+    ------
+    FastsimInputError
+        ``engine`` is not one of :data:`ENGINES` (field ``--emit``); or the plan cannot be run as
+        planned by the engine (field ``--emit``, the value naming the engine and the plan): a
+        precision the checkpoint is not in and the engine cannot quantize to, a KV cache other
+        than 1 or 2 bytes, an MTP draft on a model without an MTP layer, an instance whose GPUs
+        do not fill whole nodes, or a model with no known checkpoint and none given.
+    """
+    if engine not in ENGINES:
+        raise FastsimInputError("--emit", engine, " or ".join(ENGINES))
+    cat = catalog or default_catalog()
+    m = _resolve_model(plan, cat, model)
+    gpu = cat.gpu(plan.gpu)
+    precision = cat.precision(plan.precision)
+    if constants is None:
+        from .stepmodel import StepConstants
+        constants = StepConstants()
+    consts = constants
+    ckpt, wfmt = _checkpoint(m, checkpoint)
+    if ckpt is None:
+        raise _refuse(engine, plan, f"a model with a known checkpoint: {m.name} has none; give one "
+                                    "(launch_commands(checkpoint=...)) or read the model from its config.json")
+    spec_ckpt = spec_wfmt = None
+    if plan.spec_gamma:
+        if plan.spec_draft == "mtp":
+            if m.name.lower() not in MTP_MODELS:
+                raise _refuse(engine, plan, f"an MTP draft on a checkpoint with an MTP layer ({', '.join(sorted(MTP_MODELS))}); "
+                                            f"{m.name} has none: choose a draft model (--spec-draft)")
+        else:
+            draft = _resolve_model(plan, cat, plan.spec_draft)
+            spec_ckpt, spec_wfmt = _checkpoint(draft, None)
+            if spec_ckpt is None:
+                raise _refuse(engine, plan, f"a draft model with a known checkpoint: {draft.name} has none")
+    if plan.mode == "disaggregated":
+        roles = [("prefill", plan.prefill_instances, plan.prefill_tp, 0, 0),
+                 ("decode", plan.decode_instances, plan.decode_tp, int(plan.batch), 0)]
+    else:
+        roles = [("colocated", plan.instances, plan.tp, int(plan.batch), int(plan.chunk_tokens))]
+    out = []
+    urls = {}
+    for role, count, gpus, batch, chunk in roles:
+        argv, notes = _instance_args(engine, plan, role=role, gpus=gpus, batch=batch, chunk=chunk, model=m,
+                                     ckpt=ckpt, wfmt=wfmt, precision=precision, gpu=gpu, constants=consts,
+                                     spec_ckpt=spec_ckpt, spec_wfmt=spec_wfmt)
+        per_node, more = _multinode(engine, plan, argv, gpus=gpus, gpn=gpu.gpus_per_node, layout=plan.layout)
+        if engine == "vllm" and role in ("prefill", "decode"):
+            more.append("each NixlConnector instance on a host needs its own VLLM_NIXL_SIDE_CHANNEL_PORT")
+        if count > 1:
+            more.append(f"run {count} instances of this command, each on its own "
+                        f"{'GPU' if gpus == 1 else str(gpus) + ' GPUs'} and host or --port")
+        for r, a in enumerate(per_node):
+            out.append({"role": role, "instances": int(count), "gpus_per_instance": int(gpus),
+                        "nodes_per_instance": len(per_node), "node_rank": r, "command": a,
+                        "notes": notes + more})
+        port = VLLM_PORT if engine == "vllm" else SGLANG_PORT
+        urls[role] = [f"http://<{role}-{i}>:{port}" for i in range(count)]
+    total = sum(c for _, c, *_ in roles)
+    if plan.mode == "colocated" and total == 1:
+        out[0]["notes"].append("one instance: clients talk to it directly, no router")
+        return out
+    if engine == "sglang":
+        cmd = ["python", "-m", "sglang_router.launch_router"]
+        if plan.mode == "disaggregated":
+            cmd += ["--pd-disaggregation"]
+            for u in urls["prefill"]:
+                cmd += ["--prefill", u, str(SGLANG_BOOTSTRAP_PORT)]
+            for u in urls["decode"]:
+                cmd += ["--decode", u]
+        else:
+            cmd += ["--worker-urls", *urls["colocated"]]
+        cmd += ["--policy", "cache_aware", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+        rnotes = ["<role-i> = the host of instance i of that role; cache_aware sends a request to the "
+                  "instance holding most of its prefix unless the load is unbalanced"]
+    else:
+        cmd = []
+        if plan.mode == "disaggregated":
+            rnotes = ["vLLM has no router for separate prefill and decode instances: put a P/D proxy in "
+                      "front (a request goes to a prefill instance with max_tokens 1, then to a decode "
+                      "instance that pulls its KV through the NixlConnector), e.g. llm-d or vLLM's "
+                      "disaggregated-serving proxy example; prefill "
+                      + " ".join(urls["prefill"]) + "; decode " + " ".join(urls["decode"])]
+        else:
+            rnotes = ["vLLM has no router across separate instances: put an HTTP load balancer "
+                      "(least outstanding requests, or prefix-aware) in front of "
+                      + " ".join(urls["colocated"])]
+    out.append({"role": "router", "instances": 1, "gpus_per_instance": 0, "nodes_per_instance": 1,
+                "node_rank": 0, "command": cmd, "notes": rnotes})
+    return out
+
+
+def format_launch(entries: list, plan_number: int | None = None) -> str:
+    """The commands of :func:`launch_commands` as shell text, one block per command.
+
+    Parameters
+    ----------
+    entries : list of dict
+        The result of :func:`launch_commands`.
+    plan_number : int, optional
+        The plan's rank, printed in each block's heading.
+
+    Returns
+    -------
+    str
+        Lines ``# plan N, role (instances x GPUs[, node r of n])``, the command (arguments quoted
+        for a POSIX shell) and ``#   note`` lines.
+    """
+    lines = []
+    for e in entries:
+        head = f"# {'plan ' + str(plan_number) + ', ' if plan_number is not None else ''}{e['role']}"
+        if e["role"] != "router":
+            head += f" ({e['instances']} x {e['gpus_per_instance']} GPU{'s' if e['gpus_per_instance'] > 1 else ''}"
+            if e["nodes_per_instance"] > 1:
+                head += f", node {e['node_rank']} of {e['nodes_per_instance']}"
+            head += ")"
+        lines.append(head)
+        if e["command"]:
+            lines.append(" ".join(shlex.quote(a) for a in e["command"]))
+        lines.extend("#   " + n for n in e["notes"])
+    return "\n".join(lines)
