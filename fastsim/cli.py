@@ -96,6 +96,22 @@ def _add_common(sp):
                     help="override a GPU's price in $/hour (repeatable)")
 
 
+def _add_calibration(sp):
+    sp.add_argument("--calibration", metavar="FILE.toml",
+                    help="step-model constants per GPU and precision from `fastsim calibrate` (default: SPEC §3's)")
+
+
+def _constants(args):
+    """The step constants of a command: StepConstants(), or the calibration read from --calibration."""
+    from .stepmodel import StepConstants
+    if not getattr(args, "calibration", None):
+        return StepConstants()
+    if getattr(args, "_calibration", None) is None:
+        from .calibrate import load_calibration
+        args._calibration = load_calibration(args.calibration, catalog=_catalog(args))
+    return args._calibration
+
+
 def _add_workload(sp, require_slo=False):
     src = sp.add_mutually_exclusive_group()
     src.add_argument("--scenario", help="built-in or catalog scenario (chat, coding-agent, offline-batch, low-latency-8b)")
@@ -272,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
                          "per plan; fastsim.emit)")
     _add_engine_args(sp, prefixes=False)
+    _add_calibration(sp)
     sp.set_defaults(func=_cmd_plan)
 
     sp = sub.add_parser("simulate", help="simulate one plan at one rate", description=SIMULATE_DESCRIPTION)
@@ -296,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--spec-draft", dest="sim_spec_draft", metavar="NAME",
                    help="draft model (catalog name, config.json, or mtp); default: a smaller model of the "
                         "target's family, else mtp")
+    _add_calibration(sp)
     sp.set_defaults(func=_cmd_simulate)
 
     sp = sub.add_parser("bench", help="measure the simulator on the standard workloads")
@@ -317,9 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=None, help="root seed (default 0; not used with --trace)")
     _add_arrival_args(sp)
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
+    _add_calibration(sp)
     sp.set_defaults(func=_cmd_capacity)
     _add_ledger_commands(sub)
     _add_sweep_command(sub)
+    _add_calibrate_command(sub)
     return ap
 
 
@@ -460,7 +480,8 @@ def _cmd_plan(args):
                          precisions=tuple(args.precision) if args.precision else None,
                          tps=tuple(args.tp) if args.tp else None,
                          layouts=tuple(args.layout) if args.layout else None,
-                         modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"), **spec_kw)
+                         modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
+                         constants=_constants(args), **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
     for p in opts.precisions or ():
@@ -611,6 +632,7 @@ def _add_ledger_commands(sub):
     sp.add_argument("--output-tokens", type=_positive("--output-tokens"),
                     help="mean output tokens per request (required with --rate for decode rows)")
     sp.add_argument("--plot", metavar="FILE.png", help="also draw the ledger as stacked bars")
+    _add_calibration(sp)
     sp.set_defaults(func=_cmd_ledger)
 
     sp = sub.add_parser("ladder", help="the optimization ladder (levels 0-5 and a control row)")
@@ -722,7 +744,7 @@ def _cmd_ledger(args):
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
-                      output_tokens=args.output_tokens)
+                      output_tokens=args.output_tokens, constants=_constants(args))
     rows, notes = [], []
     moe = model.is_moe
     for _, r in df.iterrows():
@@ -858,7 +880,31 @@ def _add_sweep_command(sub):
     sp.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786")
     sp.add_argument("--workers", type=_pos_int("--workers"), help="start a local Dask cluster of N worker processes")
     sp.add_argument("--rows", type=_pos_int("--rows"), default=20, help="rows shown in the table output (default 20)")
+    _add_calibration(sp)
     sp.set_defaults(func=_cmd_sweep)
+
+
+def _add_calibrate_command(sub):
+    """The ``calibrate`` sub-command (implemented in :func:`fastsim.calibrate.cli_calibrate`)."""
+    sp = sub.add_parser("calibrate", help="fit the step model's constants to measured steps and/or "
+                        "per-operation profiles (least squares) and write a calibration file")
+    sp.add_argument("--steps", metavar="FILE.csv", help="measured steps: gpu, precision, tp, model, decode_tokens, "
+                    "prefill_tokens, kv_tokens, step_s (see README)")
+    sp.add_argument("--profiles", action="append", metavar="NAME|PATH",
+                    help="Vidur per-operation profiles: vidur-h100 (shipped), a CSV or a directory (repeatable)")
+    sp.add_argument("--gpu", default="H100", help="GPU the profiles were measured on (default H100)")
+    sp.add_argument("--precision", default="BF16",
+                    help="precision the profile constants apply to (default BF16; '*' = every precision)")
+    sp.add_argument("--out", metavar="FILE.toml", help="write the calibration file here")
+    sp.add_argument("--plot", metavar="FILE.png", help="measured vs modelled times")
+    sp.add_argument("--detail", action="store_true",
+                    help="also fit each profiled model x TP and each all-reduce size on its own")
+    _add_common(sp)
+
+    def run(args):
+        from .calibrate import cli_calibrate
+        return cli_calibrate(args)
+    sp.set_defaults(func=run)
 
 
 def _cmd_sweep(args):
@@ -937,10 +983,10 @@ def _plan_from_args_inner(args, cat, model, demand):
                 return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
                                 prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
                                 prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-                                catalog=cat, layout=d.get("layout", "tp")), model
+                                catalog=cat, layout=d.get("layout", "tp"), options=_options(args)), model
             return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
                             instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat,
-                            layout=d.get("layout", "tp")), model
+                            layout=d.get("layout", "tp"), options=_options(args)), model
         except (KeyError, TypeError) as exc:
             raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
     missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
@@ -959,7 +1005,13 @@ def _plan_from_args_inner(args, cat, model, demand):
     return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                    chunk_tokens=args.chunk, catalog=cat, layout=args.layout), model
+                    chunk_tokens=args.chunk, catalog=cat, layout=args.layout, options=_options(args)), model
+
+
+def _options(args):
+    """ScreenOptions with the command's step constants (--calibration)."""
+    from .analytic import ScreenOptions
+    return ScreenOptions(constants=_constants(args))
 
 
 def _synthetic_workloads(args, scenario, rate):
@@ -1016,7 +1068,7 @@ def _engine_setup(args, plan, model, cat):
     """
     from dataclasses import replace
     from .search import _engine_kwargs, sim_plan
-    from .stepmodel import P_KV_BUDGET_TOKENS, StepConstants
+    from .stepmodel import P_KV_BUDGET_TOKENS
     engine = _engine_dict(args)
     notes = []
     spec_alpha = getattr(args, "sim_spec_alpha", None)
@@ -1030,11 +1082,11 @@ def _engine_setup(args, plan, model, cat):
     if engine is not None and plan.mode != "colocated":
         raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
                                 "policies model colocated instances)")
-    sp = sim_plan(plan, cat, model=model)
+    sp = sim_plan(plan, cat, _constants(args), model=model)
     if plan.spec_gamma and not sp.p[P_KV_BUDGET_TOKENS] > 0:
         raise FastsimInputError("--spec-draft", plan.spec_draft, f"a draft that fits beside {model.name} on "
                                 f"{plan.tp} x {plan.gpu} (the pair leaves no KV)")
-    kw = dict(_engine_kwargs(engine, plan, cat, model, StepConstants()), routing=args.routing)
+    kw = dict(_engine_kwargs(engine, plan, cat, model, _constants(args)), routing=args.routing)
     if engine is not None:
         pol = kw["policy"]
         if plan.spec_gamma:
@@ -1263,12 +1315,14 @@ class _ProbeProgress:
             self.bar = None
 
 
-def _screen_infeasible(plan, model, demand, cat) -> str:
+def _screen_infeasible(plan, model, demand, cat, constants=None) -> str:
     """Why the analytic screen gives the plan no capacity (its reason for the plan's instances)."""
     from dataclasses import replace
     from .analytic import ScreenOptions, _REASONS, instance_table
     tps = (plan.tp,) if plan.mode == "colocated" else tuple(sorted({plan.prefill_tp, plan.decode_tp}))
     opts = replace(ScreenOptions(), gpus=(plan.gpu,), precisions=(plan.precision,), tps=tps, layouts=(plan.layout,))
+    if constants is not None:
+        opts = replace(opts, constants=constants)
     t = instance_table(model, demand, catalog=cat, options=opts).set_index("tp")
     if plan.mode == "colocated":
         why = t.loc[plan.tp].refusal or _REASONS.get(int(t.loc[plan.tp].colocated_status), "")
@@ -1341,7 +1395,7 @@ def _cmd_capacity(args):
     if args.arrival == "poisson" and args.cv not in (None, 1.0):
         raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
     table = args.format == "table"
-    screen_why = _screen_infeasible(plan, model, demand, cat) if not plan.capacity_req_per_s > 0 else ""
+    screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
         print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
               f"{args.seeds} seeds x {args.horizon:g} s per probe", flush=True)
@@ -1353,7 +1407,8 @@ def _cmd_capacity(args):
                                    rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
                                    cv=1.0 if args.cv is None else args.cv, on_probe_start=live.start,
                                    on_runs=live.runs if live.bar_wanted else None, on_probe=live.done,
-                                   engine=_capacity_engine(args, plan, model, cat, notes))
+                                   engine=_capacity_engine(args, plan, model, cat, notes),
+                                   constants=_constants(args))
     finally:
         live.close()
     rec = res.to_dict()
@@ -1441,7 +1496,7 @@ def _cmd_capacity_trace(args):
         notes.append("a trace replays its own arrivals once per probe: " + ", ".join(unused)
                      + (" do" if len(unused) > 1 else " does") + " not apply")
     table = args.format == "table"
-    screen_why = _screen_infeasible(plan, model, demand, cat) if not plan.capacity_req_per_s > 0 else ""
+    screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
         print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= "
               f"{demand.tpot_s * 1e3:g} ms; trace {source.name}: {source.n:,} requests over "
@@ -1459,7 +1514,7 @@ def _cmd_capacity_trace(args):
     res = max_sustainable_scale(plan, source, SLO(demand.ttft_s, demand.tpot_s), horizon_s=args.horizon,
                                 rel_tol=args.tol, scale_hint=scale_hint, catalog=cat, model=model,
                                 routing=args.routing, on_probe=shown,
-                                engine=_capacity_engine(args, plan, model, cat, notes))
+                                engine=_capacity_engine(args, plan, model, cat, notes), constants=_constants(args))
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     rec["analytic_feasible"] = not screen_why

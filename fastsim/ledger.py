@@ -51,6 +51,7 @@ from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
 from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_LAYERS, P_WDENSE, StepConstants, decode_attn_flops,
+                        resolve_constants,
                         expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
 
 __all__ = [
@@ -404,6 +405,7 @@ def weight_read_lower_bound_s(model, gpu, precision, tp: int, constants: StepCon
     """
     m, g, pr = _lookup("model", model), _lookup("gpu", gpu), _lookup("precision", precision)
     tp = require_tp("tp", tp)
+    constants = resolve_constants(constants, g, pr)
     return m.active_matmul_params * pr.weight_bytes / tp / (constants.eta_bw * g.hbm_bw_bytes_per_s)
 
 
@@ -492,6 +494,7 @@ def memory_per_gpu(model, gpu, precision, tp: int, kv_tokens, constants: StepCon
     share = expert_share(m, tp, ep)
     used = ((m.total_params - routed) * wb / tp_attn + routed * wb * share
             + held / dp * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp_attn))
+    constants = resolve_constants(constants, g, pr)
     budget = kv_budget_tokens(m, pr, g, tp, constants, dp=dp, ep=ep)
     return dict(memory_per_gpu_bytes=used,
                 memory_limit_per_gpu_bytes=np.full_like(used, constants.memory_utilization * g.hbm_bytes),

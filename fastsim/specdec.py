@@ -43,7 +43,7 @@ import numpy as np
 from .catalog import GPU, Catalog, Model, Precision, default_catalog
 from .errors import FastsimInputError
 from .stepmodel import (N_PARAMS, P_DP, P_GPUS, P_KV_BUDGET_TOKENS, P_LAYERS, P_MATMUL, P_QDIM_DEC, P_SLIDE_FRAC,
-                        P_WDENSE, P_WINDOW, StepConstants, decode_attn_flops, expert_share,
+                        P_WDENSE, P_WINDOW, StepConstants, decode_attn_flops, expert_share, resolve_constants,
                         instance_layout_refusal, step_params, step_time)
 
 __all__ = ["SpecDecoding", "MTP", "DRAFT_MAX_PARAM_FRACTION", "spec_decoding", "default_draft", "model_family",
@@ -345,8 +345,9 @@ def spec_step_params(model: Model | str, gpu: GPU | str, precision: Precision | 
         Of both models (weights and KV).
     tp : int
         GPUs of the instance (G), as in :func:`fastsim.stepmodel.step_params`.
-    constants : StepConstants
-        Efficiencies, overhead and memory utilisation (both models).
+    constants : StepConstants or fastsim.calibrate.Calibration
+        Efficiencies, overhead and memory utilisation (both models; a calibration: its constants
+        for ``gpu`` and ``precision``).
     spec : SpecDecoding
         Only ``spec.draft`` is used here.
     dp, ep : int, keyword-only
@@ -370,6 +371,7 @@ def spec_step_params(model: Model | str, gpu: GPU | str, precision: Precision | 
     m = _as_model(model, catalog)
     g_ = gpu if isinstance(gpu, GPU) else catalog.gpu(gpu)
     pr = precision if isinstance(precision, Precision) else catalog.precision(precision)
+    memory = resolve_constants(constants, g_, pr)      # a calibration's memory share for this GPU
     p_t = step_params(m, g_, pr, tp, constants, dp=dp, ep=ep)
     g, dp, ep = int(tp), int(dp), int(ep)
     why = spec_refusal(m, spec, g_, g, dp, ep, catalog)
@@ -395,7 +397,7 @@ def spec_step_params(model: Model | str, gpu: GPU | str, precision: Precision | 
         d_bytes = d_bytes + (proj + 2.0 * m.hidden - shared) * wb * dp
     routed = m.routed_expert_params * wb * (expert_share(m, g, ep) * g)
     dense = m.total_params - m.routed_expert_params
-    budget = g * constants.memory_utilization * g_.hbm_bytes - dense * wb * dp - routed - d_bytes
+    budget = g * memory.memory_utilization * g_.hbm_bytes - dense * wb * dp - routed - d_bytes
     per_token = (g * m.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp_attn) / dp
                  + g * d.kv_bytes_per_token_per_gpu(pr.kv_bytes, tp_attn) / dp)
     tokens = budget / per_token

@@ -42,7 +42,7 @@ from .errors import FastsimInputError
 from .layouts import LAYOUTS, layout_degrees
 
 __all__ = [
-    "StepConstants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
+    "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
 ]
 
@@ -112,6 +112,39 @@ class StepConstants:
             v = getattr(self, name)
             if not (0.0 < v <= 1.0):
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
+
+
+def resolve_constants(constants, gpu: GPU, precision: Precision, tp: int = 0) -> StepConstants:
+    """The step constants that apply to one GPU and precision.
+
+    Parameters
+    ----------
+    constants : StepConstants or fastsim.calibrate.Calibration
+        A :class:`StepConstants` applies to every GPU and precision and is returned as is; a
+        calibration (any object with a ``step_constants(gpu_name, precision_name)`` method, see
+        :class:`fastsim.calibrate.Calibration`) gives the constants fitted for the pair.
+    gpu : GPU
+    precision : Precision
+    tp : int, default 0
+        GPUs of the tensor-parallel group whose all-reduce the constants time (a calibration may
+        hold all-reduce constants per group size); 0 = not a step (memory figures only).
+
+    Returns
+    -------
+    StepConstants
+
+    Raises
+    ------
+    FastsimInputError
+        ``constants`` is neither.
+    """
+    if isinstance(constants, StepConstants):
+        return constants
+    get = getattr(constants, "step_constants", None)
+    if get is None:
+        raise FastsimInputError("constants", type(constants).__name__,
+                                "a StepConstants or a fastsim.calibrate.Calibration")
+    return get(gpu.name, precision.name, int(tp))
 
 
 def instance_layout_refusal(model: Model, gpu: GPU, gpus: int, dp: int = 1, ep: int = 1) -> str | None:
@@ -194,8 +227,8 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
         Gives the HBM capacity (bytes).
     tp : int
         GPUs of the instance (G; the TP degree when ``dp = 1``). Not validated here.
-    constants : StepConstants
-        Gives ``memory_utilization``.
+    constants : StepConstants or fastsim.calibrate.Calibration
+        Gives ``memory_utilization`` (a calibration: its constants for ``gpu`` and ``precision``).
     dp, ep : int
         Data-parallel attention ranks and expert-parallel degree (see :func:`step_params`).
 
@@ -204,6 +237,7 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     float
         KV tokens per instance (not rounded; <= 0 when the weights alone do not fit).
     """
+    constants = resolve_constants(constants, gpu, precision)
     g = tp
     tp_attn = g // dp
     routed = model.routed_expert_params * precision.weight_bytes * (expert_share(model, g, ep) * g)
@@ -230,8 +264,9 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     precision : Precision
     tp : int
         GPUs of the instance (G), 1 to 4096; the tensor-parallel degree when ``dp = 1``.
-    constants : StepConstants
-        Efficiencies, all-reduce latency, per-step overhead and memory utilisation.
+    constants : StepConstants or fastsim.calibrate.Calibration
+        Efficiencies, all-reduce latency, per-step overhead and memory utilisation (a calibration:
+        its constants for ``gpu`` and ``precision``, :func:`resolve_constants`).
     dp : int, keyword-only
         Data-parallel attention ranks (default 1); attention TP = ``tp / dp``. MoE models with
         ``ep = tp`` only (DeepSeek-V3's serving layout).
@@ -253,6 +288,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         no peak for.
     """
     g, dp, ep = _check_layout(model, gpu, tp, dp, ep)
+    constants = resolve_constants(constants, gpu, precision, g // dp)
     if precision.flops_key not in gpu.peak_flops_per_s:
         raise FastsimInputError("precision", precision.name,
                                 f"a precision {gpu.name} has a peak for: {', '.join(gpu.peak_flops_per_s)}")
