@@ -1815,6 +1815,9 @@ def cli_sweep(args) -> int:
         kw["capacity"] = True
     if "chunk_tokens" in kw:
         kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
+    if getattr(args, "calibration", None):
+        from .cli import _constants
+        kw["constants"] = _constants(args)
     try:
         settings = SweepSettings(**kw)
     except TypeError as exc:

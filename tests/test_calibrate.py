@@ -236,3 +236,17 @@ def test_calibrate_plot(tmp_path, capsys):
     rc, out, err = run(capsys, "calibrate", "--profiles", "vidur-h100", "--plot", str(png))
     assert rc == 0 and png.stat().st_size > 10_000
     assert "median" in out and "all_reduce p=8" in out
+
+
+def test_calibration_reaches_sweep(tmp_path, capsys):
+    r = calibrate(profiles="vidur-h100")
+    cal = tmp_path / "h100.toml"
+    r.calibration.write(cal)
+    base = ["sweep", "--axis", "gpu=H100", "--axis", "precision=BF16", "--axis", "tp=8", "--axis", "scenario=chat",
+            "--axis", "mode=colocated", "--format", "json"]
+    rc, plain, _ = run(capsys, *base)
+    rc2, fitted, _ = run(capsys, *base, "--calibration", str(cal))
+    assert rc == rc2 == 0
+    a = [x["capacity_req_per_s"] for x in json.loads(plain)["rows"]]
+    b = [x["capacity_req_per_s"] for x in json.loads(fitted)["rows"]]
+    assert len(a) == len(b) >= 1 and a != b
