@@ -126,23 +126,31 @@ def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext
 
 
 @njit(cache=True)
-def _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0, finc, comp, gen, ntok, own,
-                    sched):
-    """Write back the per-request state of instance i's fast decodes and empty the fast set."""
+def _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0, finc, comp, gen,
+                    ntok, own, sched):
+    """Write back the per-request state of instance i's fast decodes, empty the fast set, drop the holes."""
     c = fc[i]
-    for k in range(nF[i]):
+    fend = nF[i] + hol[i]
+    k2 = 0
+    for k in range(nrun[i] + hol[i]):
         r = rbuf[r0 + k]
-        d = c - fc0[r]
-        own[r] += (comp[r] + d + bt - 1) // bt - (comp[r] + bt - 1) // bt
-        comp[r] += d
-        gen[r] += d
-        ntok[r] += d
-        sched[r] = 0
-        wheel[wb0 + (finc[r] & wmask)] = -1
+        if r < 0:
+            continue
+        if k < fend:
+            d = c - fc0[r]
+            own[r] += (comp[r] + d + bt - 1) // bt - (comp[r] + bt - 1) // bt
+            comp[r] += d
+            gen[r] += d
+            ntok[r] += d
+            sched[r] = 0
+            wheel[wb0 + (finc[r] & wmask)] = -1
+        rbuf[r0 + k2] = r
+        k2 += 1
     for j in range(bt):
         cnt[cb0 + j] = 0
     ctxF[i] = 0
     nF[i] = 0
+    hol[i] = 0
 
 
 @njit(cache=True)
@@ -234,6 +242,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     fc0 = np.zeros(n, np.int64)      # fast set: the instance's fast clock when the request joined
     finc = np.zeros(n, np.int64)     # fast set: the clock of the step that gives its last token
     fkey = np.zeros(n, np.int64)     # fast set: its residue class, (computed - clock) mod bt
+    fpos = np.zeros(n, np.int64)     # fast set: its index in the running batch (holes included)
     wnext = np.full(n, -1, np.int64)  # fast set: next request of its wheel bucket
     maxo = 1
     for r in range(n):
@@ -252,7 +261,10 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     qhead = np.zeros(ni, np.int64)
     qlen = np.zeros(ni, np.int64)
     scap = min(S, n) + 1
-    rbuf = np.empty(ni * scap, np.int64)
+    # the running batch: the fast set (with holes where members finished) then the others
+    rcap = 2 * scap + 16
+    rbuf = np.empty(ni * rcap, np.int64)
+    dueb = np.empty(scap, np.int64)
     nrun = np.zeros(ni, np.int64)
     free = np.full(ni, nbt, np.int64)
     cfree = np.zeros(ni, np.int64)
@@ -268,6 +280,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     # fast decode set per instance: size, clock, context sum, scheduled in the running step,
     # the residue class that needs a block at the current clock, failures, next step to join
     nF = np.zeros(ni, np.int64)
+    hol = np.zeros(ni, np.int64)     # holes in the fast set's part of the batch (0 when it is empty)
     fc = np.zeros(ni, np.int64)
     ctxF = np.zeros(ni, np.int64)
     fsched = np.zeros(ni, np.bool_)
@@ -368,7 +381,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
         # and sample (nothing else reads or writes its state; see the module docstring) ----
         i = ev
         e0 = i * ecap
-        r0 = i * scap
+        r0 = i * rcap
         wb0 = i * wsz
         cb0 = i * bt
         ta = arrival[ia] if ia < n else np.inf
@@ -454,8 +467,10 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     if stop:
                         break
             if active[i]:
-                kst = nF[i]
-                k2 = nF[i]
+                # the others start after the fast set and its holes (finishing members turn into
+                # holes, so that index does not move)
+                kst = nF[i] + hol[i]
+                kend = nrun[i] + hol[i]
                 if fsched[i]:
                     # the fast set's step: one token each; finishes from the wheel bucket
                     fsched[i] = False
@@ -470,6 +485,12 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         while r >= 0:
                             nx = wnext[r]
                             if finc[r] == c:
+                                # in batch order (as the general loop releases them)
+                                a = ndue
+                                while a > 0 and fpos[dueb[a - 1]] > fpos[r]:
+                                    dueb[a] = dueb[a - 1]
+                                    a -= 1
+                                dueb[a] = r
                                 ndue += 1
                             else:
                                 wnext[r] = hd
@@ -477,52 +498,49 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             r = nx
                         wheel[bk] = hd
                     rem[i] -= nf + ndue
-                    if ndue > 0:
-                        k2 = 0
-                        for k in range(nf):
-                            r = rbuf[r0 + k]
-                            if finc[r] == c:
-                                d = c - fc0[r]
-                                cn = comp[r] + d + 1
-                                own[r] += (cn + bt - 1) // bt - (comp[r] + bt - 1) // bt
-                                ctxF[i] -= cn
-                                cnt[cb0 + fkey[r]] -= 1
-                                ntok[r] += d
-                                comp[r] = cn
-                                gen[r] = output[r]
-                                finish[r] = t
-                                status[r] = REQ_FINISHED
-                                in_sys -= 1
-                                unf[i] -= 1
-                                if caching:
-                                    b0 = boff[r]
-                                    for j in range(nxb[r]):
-                                        bid = bids[b0 + j]
-                                        if j < hh[r] or eown[e0 + bid] == r:
-                                            if j >= hh[r]:
-                                                eown[e0 + bid] = -1
-                                            eref[e0 + bid] -= 1
-                                            if eref[e0 + bid] == 0:
-                                                lprev[e0 + bid] = ltail[i]
-                                                lnext[e0 + bid] = -1
-                                                if ltail[i] >= 0:
-                                                    lnext[e0 + ltail[i]] = bid
-                                                else:
-                                                    lhead[i] = bid
-                                                ltail[i] = bid
-                                                cfree[i] += bpb
-                                                free[i] += bpb
-                                free[i] += own[r]
-                                own[r] = 0
-                                nref[r] = 0
-                            else:
-                                rbuf[r0 + k2] = r
-                                k2 += 1
-                        nF[i] = k2
+                    for a in range(ndue):
+                        r = dueb[a]
+                        d = c - fc0[r]
+                        cn = comp[r] + d + 1
+                        own[r] += (cn + bt - 1) // bt - (comp[r] + bt - 1) // bt
+                        ctxF[i] -= cn
+                        cnt[cb0 + fkey[r]] -= 1
+                        ntok[r] += d
+                        comp[r] = cn
+                        gen[r] = output[r]
+                        finish[r] = t
+                        status[r] = REQ_FINISHED
+                        rbuf[r0 + fpos[r]] = -1
+                        in_sys -= 1
+                        unf[i] -= 1
+                        if caching:
+                            b0 = boff[r]
+                            for j in range(nxb[r]):
+                                bid = bids[b0 + j]
+                                if j < hh[r] or eown[e0 + bid] == r:
+                                    if j >= hh[r]:
+                                        eown[e0 + bid] = -1
+                                    eref[e0 + bid] -= 1
+                                    if eref[e0 + bid] == 0:
+                                        lprev[e0 + bid] = ltail[i]
+                                        lnext[e0 + bid] = -1
+                                        if ltail[i] >= 0:
+                                            lnext[e0 + ltail[i]] = bid
+                                        else:
+                                            lhead[i] = bid
+                                        ltail[i] = bid
+                                        cfree[i] += bpb
+                                        free[i] += bpb
+                        free[i] += own[r]
+                        own[r] = 0
+                        nref[r] = 0
+                    nF[i] -= ndue
+                    hol[i] += ndue
                     ctxF[i] += nF[i]
                     fc[i] = c + 1
                     cidx[i] = cidx[i] - 1 if cidx[i] > 0 else bt - 1
-                for k in range(kst, nrun[i]):
+                k2 = kst
+                for k in range(kst, kend):
                     r = rbuf[r0 + k]
                     x = sched[r]
                     if x > 0:
@@ -600,11 +618,23 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             continue
                     rbuf[r0 + k2] = r
                     k2 += 1
-                nrun[i] = k2
+                nrun[i] = nF[i] + (k2 - kst)
+                if hol[i] > 0 and (nF[i] == 0 or (hol[i] > 16 and 2 * hol[i] > nF[i])):
+                    # drop the holes (amortised: at least max(17, nF / 2) finishes since the last time)
+                    fend = nF[i] + hol[i]
+                    k2 = 0
+                    for k in range(nrun[i] + hol[i]):
+                        r = rbuf[r0 + k]
+                        if r >= 0:
+                            if k < fend:
+                                fpos[r] = k2
+                            rbuf[r0 + k2] = r
+                            k2 += 1
+                    hol[i] = 0
             # ---- decodes right after the fast set join it ----
             if fastok and nF[i] < nrun[i] and iout[i, O_STEPS] >= jnext[i]:
                 while nF[i] < nrun[i]:
-                    r = rbuf[r0 + nF[i]]
+                    r = rbuf[r0 + nF[i] + hol[i]]
                     if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
                         break
                     if caching and nxb[r] < min(boff[r + 1] - boff[r], prompt[r] // bth):
@@ -622,6 +652,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     if key < 0:
                         key += bt
                     fkey[r] = key
+                    fpos[r] = nF[i] + hol[i]
                     cnt[cb0 + key] += 1
                     ctxF[i] += comp[r] + 1
                     nF[i] += 1
@@ -652,14 +683,14 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             fsched[i] = True
                             nsch = nf
                             budget = B - nf
-                            k = nf
+                            k = nf + hol[i]
                             fails[i] = 0
                         else:
-                            _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0, finc,
-                                            comp, gen, ntok, own, sched)
+                            _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
+                                            finc, comp, gen, ntok, own, sched)
                             fails[i] += 1
                             jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
-                    while k < nrun[i] and budget > 0:
+                    while k < nrun[i] + hol[i] and budget > 0:
                         r = rbuf[r0 + k]
                         isdec = gen[r] >= 1 and comp[r] == ntok[r] - 1
                         if isdec:
@@ -673,7 +704,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             need = 0
                         ok = True
                         while need > free[i]:
-                            v = rbuf[r0 + nrun[i] - 1]
+                            v = rbuf[r0 + nrun[i] + hol[i] - 1]
                             nrun[i] -= 1
                             # preempt v to the front of the queue (recompute)
                             rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
@@ -772,7 +803,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                             qhead[i] = (qhead[i] + 1) % qcap
                             qlen[i] -= 1
-                            rbuf[r0 + nrun[i]] = r
+                            rbuf[r0 + nrun[i] + hol[i]] = r
                             nrun[i] += 1
                             sched[r] = x
                             dec[r] = False
@@ -784,7 +815,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     free0 = free[i]
                     nrun0 = nrun[i]
                     # the fast set holds decodes only: the prefill pass starts after it
-                    for k in range(nF[i], nrun[i]):
+                    for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                         if budget == 0:
                             break
                         r = rbuf[r0 + k]
@@ -822,12 +853,14 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             have_rt = True
                             rem_total = float(free0)
                             c = fc[i]
-                            nf = nF[i]
-                            for k in range(nrun0):
+                            fend = nF[i] + hol[i]
+                            for k in range(nrun0 + hol[i]):
                                 r = rbuf[r0 + k]
-                                gg = gen[r] + (c - fc0[r]) if k < nf else gen[r]
+                                if r < 0:
+                                    continue
+                                gg = gen[r] + (c - fc0[r]) if k < fend else gen[r]
                                 rem_total -= float(min(output[r] - gg, clip)) * ratio[i]
-                            for k in range(nf, nrun0):
+                            for k in range(fend, nrun0 + hol[i]):
                                 r = rbuf[r0 + k]
                                 if sched[r] > 0:
                                     rem_total -= float(sched[r])
@@ -892,7 +925,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                         qhead[i] = (qhead[i] + 1) % qcap
                         qlen[i] -= 1
-                        rbuf[r0 + nrun[i]] = r
+                        rbuf[r0 + nrun[i] + hol[i]] = r
                         nrun[i] += 1
                         sched[r] = x
                         dec[r] = False
@@ -904,7 +937,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     if nsch == 0:
                         nd = nF[i]
                         tneed = cnt[cb0 + cidx[i]] if nF[i] > 0 else 0
-                        for k in range(nF[i], nrun[i]):
+                        for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                             r = rbuf[r0 + k]
                             if gen[r] >= 1 and comp[r] == ntok[r] - 1:
                                 nd += 1
@@ -914,8 +947,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         if nd > 0:
                             if tneed > free[i]:
                                 if nF[i] > 0:
-                                    _materialise_nb(i, r0, rbuf, nF, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
-                                                    finc, comp, gen, ntok, own, sched)
+                                    _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask,
+                                                    fc0, finc, comp, gen, ntok, own, sched)
                                     fails[i] += 1
                                     jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
                                 first_iter = True
@@ -975,7 +1008,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 fsched[i] = True
                                 nsch += nF[i]
                                 fails[i] = 0
-                            for k in range(nF[i], nrun[i]):
+                            for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                                 r = rbuf[r0 + k]
                                 if gen[r] >= 1 and comp[r] == ntok[r] - 1:
                                     need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
@@ -1012,7 +1045,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             if fsched[i]:
                 ctx = ctxF[i]
                 nd = nF[i]
-            for k in range(nF[i], nrun[i]):
+            for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                 r = rbuf[r0 + k]
                 if sched[r] > 0 and dec[r]:
                     c = comp[r] + 1
@@ -1025,7 +1058,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             kvt = ctx
             kex = ex
             n_tok = nd * per
-            for k in range(nF[i], nrun[i]):
+            for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                 r = rbuf[r0 + k]
                 x = sched[r]
                 if x > 0 and not dec[r]:
