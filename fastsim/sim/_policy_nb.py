@@ -281,6 +281,11 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     # the residue class that needs a block at the current clock, failures, next step to join
     nF = np.zeros(ni, np.int64)
     hol = np.zeros(ni, np.int64)     # holes in the fast set's part of the batch (0 when it is empty)
+    # SGLang's admission room: the running requests' output tokens left (exact) and how many of
+    # them can exceed the clip (then the room is summed request by request)
+    mog = np.zeros(ni, np.int64)
+    nbig = np.zeros(ni, np.int64)
+    advb = np.empty(scap, np.float64)
     fc = np.zeros(ni, np.int64)
     ctxF = np.zeros(ni, np.int64)
     fsched = np.zeros(ni, np.bool_)
@@ -453,6 +458,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 if n_pure > 0:
                     iout[i, O_TOKENS_OUT] += n_pure * nf
                     rem[i] -= n_pure * nf
+                    mog[i] -= n_pure * nf
                     iout[i, O_STEPS] += n_pure
                     iout[i, O_BATCH_SUM] += n_pure * nf
                     iout[i, O_KV_PEAK] = peak
@@ -498,8 +504,11 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             r = nx
                         wheel[bk] = hd
                     rem[i] -= nf + ndue
+                    mog[i] -= nf
                     for a in range(ndue):
                         r = dueb[a]
+                        if output[r] > clip:
+                            nbig[i] -= 1
                         d = c - fc0[r]
                         cn = comp[r] + d + 1
                         own[r] += (cn + bt - 1) // bt - (comp[r] + bt - 1) // bt
@@ -555,6 +564,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 kacc += 1
                                 thr *= alpha
                             a = min(1 + kacc, output[r] - gen[r])
+                            mog[i] -= a
                             iout[i, O_SPEC_ROUNDS] += 1
                             iout[i, O_SPEC_TOKENS] += a
                             comp[r] += a
@@ -568,6 +578,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             comp[r] += x
                             if comp[r] == ntok[r]:
                                 gen[r] += 1
+                                mog[i] -= 1
                                 iout[i, O_TOKENS_OUT] += 1
                                 if gen[r] == 1:
                                     first[r] = t
@@ -592,6 +603,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         if fin:
                             finish[r] = t
                             status[r] = REQ_FINISHED
+                            if output[r] > clip:
+                                nbig[i] -= 1
                             in_sys -= 1
                             unf[i] -= 1
                             if caching:
@@ -708,6 +721,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             nrun[i] -= 1
                             # preempt v to the front of the queue (recompute)
                             rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
+                            mog[i] -= output[v] - gen[v]
+                            if output[v] > clip:
+                                nbig[i] -= 1
                             _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
                                         lhead, ltail, cfree, free, own, nref, bpb)
                             comp[v] = 0
@@ -805,6 +821,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             qlen[i] -= 1
                             rbuf[r0 + nrun[i] + hol[i]] = r
                             nrun[i] += 1
+                            mog[i] += output[r] - gen[r]
+                            if output[r] > clip:
+                                nbig[i] += 1
                             sched[r] = x
                             dec[r] = False
                             nsch += 1
@@ -814,6 +833,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     budget = B
                     free0 = free[i]
                     nrun0 = nrun[i]
+                    mog0 = mog[i]
+                    xsum = 0
+                    npcs = 0
                     # the fast set holds decodes only: the prefill pass starts after it
                     for k in range(nF[i] + hol[i], nrun[i] + hol[i]):
                         if budget == 0:
@@ -843,27 +865,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             dec[r] = False
                             nsch += 1
                             budget -= x
+                            xsum += x
+                            npcs += 1
                     have_rt = False
+                    apx = False
                     rem_total = 0.0
+                    rt_a = 0.0
+                    bnd = 0.0
+                    err_n = 0
+                    nadm = 0
                     while qlen[i] > 0 and budget > 0 and nrun[i] < S:
-                        if not have_rt:
-                            # the admission room, computed when first needed, by the reference's
-                            # operations in its order: the free KV at the start of the step, minus
-                            # each running request's reservation, minus the pieces just scheduled
-                            have_rt = True
-                            rem_total = float(free0)
-                            c = fc[i]
-                            fend = nF[i] + hol[i]
-                            for k in range(nrun0 + hol[i]):
-                                r = rbuf[r0 + k]
-                                if r < 0:
-                                    continue
-                                gg = gen[r] + (c - fc0[r]) if k < fend else gen[r]
-                                rem_total -= float(min(output[r] - gg, clip)) * ratio[i]
-                            for k in range(fend, nrun0 + hol[i]):
-                                r = rbuf[r0 + k]
-                                if sched[r] > 0:
-                                    rem_total -= float(sched[r])
                         r = qbuf[i * qcap + qhead[i]]
                         P = prompt[r]
                         h = 0
@@ -878,7 +889,52 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if eref[e0 + bids[boff[r] + j]] == 0:
                                 evb += bpb
                         resv = min(output[r] - gen[r], clip)
-                        if float(ext + resv) + float(evb) > rem_total:
+                        lhs = float(ext + resv) + float(evb)
+                        if not have_rt:
+                            # the admission room ``rem_total`` of the reference (the free KV at the
+                            # start of the step, minus each running request's reservation
+                            # ``float(min(O - g, clip)) x ratio`` in batch order, minus the pieces
+                            # scheduled above, minus the admissions so far) decides only this
+                            # comparison. When no running request's output exceeds the clip, the
+                            # reservations sum to ratio x (an exact integer), so the room is known
+                            # to within the rounding of its n operations, each at most 2^-53 of the
+                            # largest magnitude ``bnd``: a comparison outside 9 times that margin
+                            # is the reference's; else (or with outputs over the clip) the room is
+                            # computed by the reference's operations, in its order
+                            exact = False
+                            if not apx:
+                                if nbig[i] == 0:
+                                    apx = True
+                                    rt_a = float(free0) - ratio[i] * float(mog0) - float(xsum)
+                                    bnd = float(free0) + ratio[i] * float(mog0) + float(xsum)
+                                    err_n = nrun0 + npcs + 8
+                                else:
+                                    exact = True
+                            if apx:
+                                margin = float(err_n) * bnd * 1e-15
+                                if lhs > rt_a + margin:
+                                    break
+                                if not (lhs < rt_a - margin):
+                                    exact = True
+                            if exact:
+                                have_rt = True
+                                apx = False
+                                rem_total = float(free0)
+                                c = fc[i]
+                                fend = nF[i] + hol[i]
+                                for k in range(nrun0 + hol[i]):
+                                    r2 = rbuf[r0 + k]
+                                    if r2 < 0:
+                                        continue
+                                    gg = gen[r2] + (c - fc0[r2]) if k < fend else gen[r2]
+                                    rem_total -= float(min(output[r2] - gg, clip)) * ratio[i]
+                                for k in range(fend, nrun0 + hol[i]):
+                                    r2 = rbuf[r0 + k]
+                                    if sched[r2] > 0:
+                                        rem_total -= float(sched[r2])
+                                for k in range(nadm):
+                                    rem_total -= advb[k]
+                        if have_rt and lhs > rem_total:
                             break
                         x = min(ext, budget)
                         need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
@@ -927,11 +983,21 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         qlen[i] -= 1
                         rbuf[r0 + nrun[i] + hol[i]] = r
                         nrun[i] += 1
+                        mog[i] += output[r] - gen[r]
+                        if output[r] > clip:
+                            nbig[i] += 1
                         sched[r] = x
                         dec[r] = False
                         nsch += 1
                         budget -= x
-                        rem_total -= float(ext + resv) + float(evb)
+                        if have_rt:
+                            rem_total -= lhs
+                        else:
+                            rt_a -= lhs
+                            bnd += lhs
+                            err_n += 1
+                            advb[nadm] = lhs
+                            nadm += 1
                         if x < ext:
                             break
                     if nsch == 0:
@@ -973,6 +1039,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                     nrun[i] -= 1
                                     # retract v to the back of the queue (recompute)
                                     rem[i] -= (ntok[v] - comp[v]) + (output[v] - gen[v])
+                                    mog[i] -= output[v] - gen[v]
+                                    if output[v] > clip:
+                                        nbig[i] -= 1
                                     _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
                                                 lhead, ltail, cfree, free, own, nref, bpb)
                                     comp[v] = 0
