@@ -397,7 +397,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             if (fastok and active[i] and fsched[i] and nrun[i] == nF[i] and qlen[i] == 0
                     and wheel[wb0 + (fc[i] & wmask)] < 0):
                 # pure boundaries: the fast set is all that runs and nobody waits; while no member
-                # finishes, the set fits (budget under vllm, blocks) and nothing is evicted, each
+                # finishes and the set fits (budget under vllm, blocks), each
                 # boundary is what the general code below does, in locals: complete (one token
                 # each), schedule the set in one piece, compose (SGLang: a decode step, the ratio
                 # decays). The first boundary that does not qualify falls through to it.
@@ -430,12 +430,22 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     needf = cnt[cb0 + ci2]
                     if kind == VLLM and nf > B:
                         break
-                    if needf > fr or cfr > fr - needf:
+                    if needf > fr:
                         break
                     c += 1
                     ci = ci2
                     ctx += nf
                     fr -= needf
+                    while cfr > fr:
+                        bid = lhead[i]
+                        lhead[i] = lnext[e0 + bid]
+                        if lhead[i] >= 0:
+                            lprev[e0 + lhead[i]] = -1
+                        else:
+                            ltail[i] = -1
+                        eref[e0 + bid] = -1
+                        eown[e0 + bid] = -1
+                        cfr -= bpb
                     if kind != VLLM:
                         rt = max(rt - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
                     used = (nbt - fr) * bt
@@ -466,6 +476,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     cidx[i] = ci
                     ctxF[i] = ctx
                     free[i] = fr
+                    cfree[i] = cfr
                     ratio[i] = rt
                     busy[i] = bz
                     fails[i] = 0
