@@ -151,6 +151,14 @@ def _trace_notes(wl):
                 kinds.setdefault(part, []).append(line)
         notes.append(f"trace {wl.name}: --skip-invalid dropped {len(wl.dropped):,} rows: " + "; ".join(
             f"{len(lines):,} with {what} (first at line {lines[0]})" for what, lines in kinds.items()))
+    if wl.n > 1:
+        import numpy as np
+        _, counts = np.unique(wl.arrival_s, return_counts=True)
+        shared = int(counts[counts > 1].sum())
+        if shared > 0.1 * wl.n:
+            notes.append(f"trace {wl.name}: {shared:,} of {wl.n:,} requests share their arrival time with another "
+                         f"(up to {int(counts.max())} at one instant, {counts.shape[0]:,} distinct times): those "
+                         "bursts stay bursts at every time scale (a slower replay cannot spread them)")
     from .workload import trace_rate_warning
     warn = trace_rate_warning(wl)
     if warn:
@@ -185,14 +193,25 @@ def _add_plan_args(sp):
                         "or dp+ep (data-parallel attention + expert parallelism); MoE models only for the EP layouts")
 
 
-def _add_arrival_args(sp):
+def _add_spec_args(sp):
+    g = sp.add_argument_group("speculative decoding (with --policy vllm or sglang)")
+    g.add_argument("--spec-alpha", dest="sim_spec_alpha", type=float, metavar="A",
+                   help="per-token acceptance probability in [0, 1): turns speculative decoding on")
+    g.add_argument("--spec-gamma", dest="sim_spec_gamma", type=_pos_int("--spec-gamma"), default=None, metavar="G",
+                   help="draft tokens per round (default 4)")
+    g.add_argument("--spec-draft", dest="sim_spec_draft", metavar="NAME",
+                   help="draft model (catalog name, config.json, or mtp); default: a smaller model of the "
+                        "target's family, else mtp")
+
+
+def _add_arrival_args(sp, prefixes: bool = True):
     sp.add_argument("--routing", choices=("least-loaded", "round-robin", "prefix-aware"), default="least-loaded",
                     help="request routing across instances (default: fewest outstanding tokens; prefix-aware: "
                          "most cached prefix blocks, SGLang router rules, with --policy vllm or sglang)")
     sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
                     help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
     sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
-    _add_engine_args(sp, prefixes=True)
+    _add_engine_args(sp, prefixes=prefixes)
 
 
 def _add_engine_args(sp, prefixes: bool):
@@ -213,6 +232,9 @@ def _add_engine_args(sp, prefixes: bool):
                    help="synthetic workloads: a system prompt of TOKENS shared by every request")
     g.add_argument("--session-turns", type=_pos_int("--session-turns"), metavar="K",
                    help="synthetic workloads: multi-turn sessions of K turns, each prompt extending the last")
+    g.add_argument("--session-gap", type=_positive("--session-gap"), metavar="S",
+                   help="with --session-turns: seconds between a session's turns (default 120, the median gap "
+                        "of the Mooncake conversation trace)")
 
 
 #: ``fastsim simulate --help``: what its columns mean.
@@ -305,14 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
                          "resampled from a trace (azure-conv, azure-code or a file)")
     sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
-    g = sp.add_argument_group("speculative decoding (with --policy vllm or sglang)")
-    g.add_argument("--spec-alpha", dest="sim_spec_alpha", type=float, metavar="A",
-                   help="per-token acceptance probability in [0, 1): turns speculative decoding on")
-    g.add_argument("--spec-gamma", dest="sim_spec_gamma", type=_pos_int("--spec-gamma"), default=4, metavar="G",
-                   help="draft tokens per round (default 4)")
-    g.add_argument("--spec-draft", dest="sim_spec_draft", metavar="NAME",
-                   help="draft model (catalog name, config.json, or mtp); default: a smaller model of the "
-                        "target's family, else mtp")
+    _add_spec_args(sp)
     _add_calibration(sp)
     sp.set_defaults(func=_cmd_simulate)
 
@@ -333,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "which a shorter --horizon cuts)")
     sp.add_argument("--tol", type=_positive("--tol"), default=0.01, help="relative tolerance (default 0.01)")
     sp.add_argument("--seed", type=int, default=None, help="root seed (default 0; not used with --trace)")
-    _add_arrival_args(sp)
+    _add_arrival_args(sp, prefixes=False)
+    _add_spec_args(sp)
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
     _add_calibration(sp)
     sp.set_defaults(func=_cmd_capacity)
@@ -979,14 +995,23 @@ def _plan_from_args_inner(args, cat, model, demand):
                 raise FastsimInputError("--model", args.model, f"the plan's own model {plan_model.name!r} (or no --model)")
             model = plan_model
         try:
+            # the plan's speculative decoding and prefix-hit sizing come with it
+            from dataclasses import replace
+            opts = _options(args)
+            gamma = int(d.get("spec_gamma") or 0)
+            if gamma:
+                opts = replace(opts, spec_alpha=float(d["spec_alpha"]), spec_gammas=(gamma,),
+                               spec_draft=d.get("spec_draft"))
+            if d.get("prefix_hit_fraction"):
+                opts = replace(opts, prefix_hit_fraction=float(d["prefix_hit_fraction"]))
             if d["mode"] == "disaggregated":
                 return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
                                 prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
                                 prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-                                catalog=cat, layout=d.get("layout", "tp"), options=_options(args)), model
+                                catalog=cat, layout=d.get("layout", "tp"), options=opts, spec_gamma=gamma), model
             return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
                             instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat,
-                            layout=d.get("layout", "tp"), options=_options(args)), model
+                            layout=d.get("layout", "tp"), options=opts, spec_gamma=gamma), model
         except (KeyError, TypeError) as exc:
             raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
     missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
@@ -1039,6 +1064,10 @@ def _synthetic_workloads(args, scenario, rate):
         pre["shared_prefix_tokens"] = args.shared_prefix
     if getattr(args, "session_turns", None):
         pre["session_turns"] = args.session_turns
+    if getattr(args, "session_gap", None) is not None:
+        if not getattr(args, "session_turns", None):
+            raise FastsimInputError("--session-gap", args.session_gap, "with --session-turns only")
+        pre["session_gap_s"] = args.session_gap
     return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
 
 
@@ -1061,7 +1090,7 @@ def _engine_dict(args):
     return engine
 
 
-def _engine_setup(args, plan, model, cat):
+def _engine_setup(args, plan, model, cat, demand=None):
     """The plan (with the speculation flags), simulator plan, simulate keywords and notes of the engine flags.
 
     Returns ``(plan, sim plan, kwargs for simulate / simulate_batch, notes)``.
@@ -1072,13 +1101,36 @@ def _engine_setup(args, plan, model, cat):
     engine = _engine_dict(args)
     notes = []
     spec_alpha = getattr(args, "sim_spec_alpha", None)
+    for flag, v in (("--spec-gamma", getattr(args, "sim_spec_gamma", None)),
+                    ("--spec-draft", getattr(args, "sim_spec_draft", None))):
+        if v is not None and spec_alpha is None:
+            raise FastsimInputError(flag, v, "with --spec-alpha only (it turns speculative decoding on)")
+    if spec_alpha is not None and plan.spec_gamma:
+        raise FastsimInputError("--spec-alpha", spec_alpha, f"no value: the plan from --from-plan has its own "
+                                f"speculative decoding (gamma {plan.spec_gamma}, alpha {plan.spec_alpha:g})")
+    for flag, v in (("--shared-prefix", getattr(args, "shared_prefix", None)),
+                    ("--session-turns", getattr(args, "session_turns", None))):
+        if v is not None and getattr(args, "trace", None):
+            raise FastsimInputError(flag, v, "no value with --trace (a trace brings its own prompts and, in "
+                                    "hash_ids, its own prefix blocks); synthetic workloads (--scenario) only")
+    if (getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)) and engine is None:
+        notes.append("the lecture policy has no prefix cache: --shared-prefix / --session-turns only make the "
+                     "prompts longer (--policy vllm or sglang serves the shared blocks from a cache)")
     if spec_alpha is not None:
         if engine is None:
             raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm or sglang (the lecture policy "
                                     "does not simulate speculative decoding)")
         from .specdec import spec_decoding
-        spec = spec_decoding(args.sim_spec_gamma, spec_alpha, args.sim_spec_draft, model, catalog=cat)
-        plan = replace(plan, spec_gamma=spec.gamma, spec_alpha=spec.alpha, spec_draft=spec.draft)
+        spec = spec_decoding(args.sim_spec_gamma or 4, spec_alpha, args.sim_spec_draft, model, catalog=cat)
+        if demand is not None and plan.mode == "colocated":
+            # the plan re-sized with its draft (analytic capacity, KV budget), as `plan --spec-alpha` sizes it
+            from .analytic import plan_for
+            opts = replace(_options(args), spec_alpha=spec.alpha, spec_gammas=(spec.gamma,), spec_draft=spec.draft)
+            plan = plan_for(model, demand, gpu=plan.gpu, precision=plan.precision, tp=plan.tp,
+                            instances=plan.instances, chunk_tokens=plan.chunk_tokens, catalog=cat,
+                            layout=plan.layout, options=opts, spec_gamma=spec.gamma)
+        else:
+            plan = replace(plan, spec_gamma=spec.gamma, spec_alpha=spec.alpha, spec_draft=spec.draft)
     if engine is not None and plan.mode != "colocated":
         raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
                                 "policies model colocated instances)")
@@ -1092,9 +1144,18 @@ def _engine_setup(args, plan, model, cat):
         if plan.spec_gamma:
             notes.append(f"speculative decoding: gamma {plan.spec_gamma}, alpha {plan.spec_alpha:g}, draft "
                          f"{plan.spec_draft}; KV budget {int(sp.p[P_KV_BUDGET_TOKENS]):,} tokens with the draft resident")
+        from .sim.window import NO_WINDOW, kv_window
+        windowed = kv_window(sp.p)[0] != NO_WINDOW
+        cache = "off" if not pol.prefix_caching else (
+            "on" if not windowed else "on in the engine but not modelled for a sliding-window model (a preempted "
+            "request recomputes its whole prompt; prefix blocks are refused)")
         notes.append(f"policy {pol.name}: max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
                      f"{pol.max_num_seqs}, KV blocks of {pol.block_tokens} token(s), prefix caching "
-                     f"{'on' if pol.prefix_caching else 'off'} ({pol.source}); the plan's chunk does not apply")
+                     f"{cache} ({pol.source}); the plan's chunk does not apply")
+        if args.routing == "prefix-aware" and not (getattr(args, "shared_prefix", None) or
+                                                   getattr(args, "session_turns", None) or args.trace):
+            notes.append("--routing prefix-aware: this workload shares no prefix blocks, so every request goes to "
+                         "the least-loaded instance")
     return plan, sp, kw, notes
 
 
@@ -1210,7 +1271,7 @@ def _cmd_simulate(args):
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
         notes = list(notes) + getattr(args, "_lengths_notes", [])
         horizon = args.horizon
-    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat)
+    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand)
     notes = list(notes) + enotes
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
                         ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
@@ -1254,18 +1315,36 @@ def _cmd_simulate(args):
         pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                   "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
                   "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
-                  "rejected": v.rejected, "overloaded": v.overloaded, "passed": v.passed}
+                  "rejected": v.rejected, "unfinished": sum(r["unfinished"] for r in records),
+                  "overloaded": v.overloaded, "passed": v.passed}
+        if engine:
+            rounds = [m.spec_tokens_per_round for m in (r.metrics for r in results)]
+            pooled.update(policy=v.policy, preemptions=v.preemptions, cache_hit_fraction=v.cache_hit_fraction,
+                          spec_tokens_per_round=(float(np.nanmean(rounds)) if not all(map(math.isnan, rounds))
+                                                 else math.nan))
         pooled["null_reasons"] = null_reasons(pooled, _sim_reason(pooled))
         records.append(pooled)
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
                      "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
                      sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
-                     "pass" if v.passed else "FAIL"] + (["", "", ""] if engine else []))
+                     "pass" if v.passed else "FAIL"] + ([v.preemptions, _fmt(v.cache_hit_fraction, ".3f"),
+                                                         _fmt(pooled["spec_tokens_per_round"], ".2f")]
+                                                        if engine else []))
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
                "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
                "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else [])
+    if engine:
+        notes = list(notes) + [
+            "preemptions: requests preempted (vllm) or retracted (sglang) and recomputed later; cache hit: prompt "
+            "tokens served from the prefix cache at the requests' first admission / prompt tokens admitted (n/a: "
+            "no prefix cache; 0 when no two requests share a prefix block); tokens/round: output tokens a "
+            "request gains per verify step (n/a: no speculative decoding)"]
+    rej = sum(r["rejected"] for r in records if r["seed_index"] != "all")
+    if rej and not isinstance(source, W.Workload):
+        notes = list(notes) + [f"{rej:,} requests rejected: prompt + output above {model.name}'s context of "
+                               f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache"]
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
@@ -1368,15 +1447,11 @@ def _capacity_notes(res) -> list:
     return out
 
 
-def _capacity_engine(args, plan, model, cat, notes):
-    """The ``engine`` argument of the capacity searches from the engine flags (None: the lecture policy)."""
-    for flag, v in (("--shared-prefix", args.shared_prefix), ("--session-turns", args.session_turns)):
-        if v is not None:
-            raise FastsimInputError(flag, v, "not given to capacity (synthetic shared prefixes are simulated by "
-                                    "`fastsim simulate`; capacity --trace uses a trace's own prefix blocks)")
-    _, _, _, enotes = _engine_setup(args, plan, model, cat)     # checks the flags, states the policy
+def _capacity_engine(args, plan, model, cat, notes, demand):
+    """``(plan, engine)`` of the capacity searches from the engine and speculation flags (engine None: lecture)."""
+    plan, _, _, enotes = _engine_setup(args, plan, model, cat, demand)   # checks the flags, states the policy
     notes.extend(enotes)
-    return _engine_dict(args)
+    return plan, _engine_dict(args)
 
 
 def _cmd_capacity(args):
@@ -1390,6 +1465,7 @@ def _cmd_capacity(args):
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     plan, model = _plan_from_args(args, cat, model, demand)
+    plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
     if args.arrival == "poisson" and args.cv not in (None, 1.0):
@@ -1407,7 +1483,7 @@ def _cmd_capacity(args):
                                    rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
                                    cv=1.0 if args.cv is None else args.cv, on_probe_start=live.start,
                                    on_runs=live.runs if live.bar_wanted else None, on_probe=live.done,
-                                   engine=_capacity_engine(args, plan, model, cat, notes),
+                                   engine=engine,
                                    constants=_constants(args))
     finally:
         live.close()
@@ -1480,6 +1556,7 @@ def _cmd_capacity_trace(args):
     finally:
         args.rate = hint_rate
     plan, model = _plan_from_args(args, cat, model, demand)
+    plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
     if not args.tol < 1:
         raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
     scale_hint = None
@@ -1514,7 +1591,7 @@ def _cmd_capacity_trace(args):
     res = max_sustainable_scale(plan, source, SLO(demand.ttft_s, demand.tpot_s), horizon_s=args.horizon,
                                 rel_tol=args.tol, scale_hint=scale_hint, catalog=cat, model=model,
                                 routing=args.routing, on_probe=shown,
-                                engine=_capacity_engine(args, plan, model, cat, notes), constants=_constants(args))
+                                engine=engine, constants=_constants(args))
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     rec["analytic_feasible"] = not screen_why

@@ -112,6 +112,7 @@ class PlannedDeployment:
                 "instances_after_repair": (p.prefill_instances + p.decode_instances if p.mode == "disaggregated"
                                            else p.instances),
                 "runs": v.runs, "measured_requests": v.measured, "rejected_requests": v.rejected,
+                "policy": v.policy, "preemptions": v.preemptions, "cache_hit_fraction": v.cache_hit_fraction,
                 "unrepairable_reason": r.reason or None,
             }
 
@@ -122,6 +123,8 @@ class PlannedDeployment:
                     return "not applicable: the plan passed as planned (or no instance count can pass)"
                 if k == "unrepairable_reason":
                     return "not applicable: the plan passes, or a repair was tried"
+                if k == "cache_hit_fraction":
+                    return "not applicable: no prefix cache (the lecture policy, or caching off)"
                 return None
             ver["null_reasons"] = null_reasons(ver, explain)
             d["verification"] = {k: (_finite(x) if isinstance(x, float) else x) for k, x in ver.items()}

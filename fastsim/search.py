@@ -66,6 +66,14 @@ class Verification:
         Measured requests; requests rejected (too long for the instance or the model).
     requests : int
         All requests simulated.
+    policy : str
+        The simulator's engine policy (``lecture``, ``vllm`` or ``sglang``).
+    preemptions : int
+        Preemptions (vLLM) or retractions (SGLang) over all runs; 0 under the lecture policy.
+    cache_hit_fraction : float
+        Prompt tokens served from the prefix cache / prompt tokens admitted, over all runs
+        (nan without prefix caching): what the simulation reached, beside a plan's sized
+        ``prefix_hit_fraction``.
     """
 
     attainment: float
@@ -77,6 +85,9 @@ class Verification:
     measured: int
     rejected: int
     requests: int = 0
+    policy: str = "lecture"
+    preemptions: int = 0
+    cache_hit_fraction: float = float("nan")
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict.
@@ -167,9 +178,18 @@ def _engine_kwargs(engine, plan: Plan, catalog: Catalog, model: Model, constants
         from .sim.policy import engine_policy
         p = sim_plan(plan, catalog, constants, model)
         p = p.p if hasattr(p, "p") else p.p_decode
-        kw["policy"] = engine_policy(kw["policy"], catalog.gpu(plan.gpu).hbm_bytes,
-                                     kv_budget_tokens=float(p[P_KV_BUDGET_TOKENS]),
-                                     context_tokens=model.max_context_tokens, **over)
+        pol = engine_policy(kw["policy"], catalog.gpu(plan.gpu).hbm_bytes,
+                            kv_budget_tokens=float(p[P_KV_BUDGET_TOKENS]),
+                            context_tokens=model.max_context_tokens, **over)
+        dp = int(plan.layout_kwargs(plan.tp).get("dp", 1)) if plan.mode == "colocated" else 1
+        if pol.name == "vllm" and dp > 1:
+            # vLLM's data-parallel ranks are engines of their own, each with these limits
+            # (vllm/v1/engine/core.py, DPEngineCoreProc); SGLang's --max-running-requests counts the
+            # whole instance and SGLang splits it over its DP-attention ranks
+            pol = pol._replace(max_num_batched_tokens=pol.max_num_batched_tokens * dp,
+                               max_num_seqs=pol.max_num_seqs * dp,
+                               source=pol.source + f"; x {dp} data-parallel ranks")
+        kw["policy"] = pol
     elif over:
         raise FastsimInputError("engine", sorted(over), "engine settings with a vllm or sglang policy name")
     if plan.spec_gamma:
@@ -263,9 +283,16 @@ def _pooled(results, slo: SLO, measure_window, horizon_s):
     tpot_all = np.concatenate(tpot_all) if tpot_all else np.empty(0)
     q = _p90
     att = met / measured if measured else 0.0
+    ms = [r.metrics for r in results]
+    policy = ms[0].policy if ms else "lecture"
+    cached = sum(m.cached_prompt_tokens for m in ms)
+    admitted = sum(m.prompt_tokens_admitted for m in ms)
+    caching = any(m.cache_hit_fraction_per_instance is not None for m in ms)
     return Verification(attainment=att, ttft_p90_s=q(ttft_all), tpot_p90_s=q(tpot_all),
                         passed=bool(att >= slo.attainment and not overloaded), overloaded=overloaded,
-                        runs=len(results), measured=measured, rejected=rejected, requests=requests)
+                        runs=len(results), measured=measured, rejected=rejected, requests=requests,
+                        policy=policy, preemptions=sum(int(m.preemptions) for m in ms),
+                        cache_hit_fraction=cached / admitted if caching and admitted else float("nan"))
 
 
 def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalog | None = None,

@@ -174,7 +174,8 @@ def spec_decoding(gamma, alpha, draft: str | None = None, model: Model | str | N
     FastsimInputError
         ``gamma`` not an integer >= 1 (booleans refused); ``alpha`` not a number in [0, 1);
         ``draft`` not a string, an unknown draft name, a draft whose vocabulary size differs
-        from the target's, a draft that is the target itself; ``draft`` and ``model`` both None.
+        from the target's, a draft that is the target itself or has at least its parameters;
+        ``draft`` and ``model`` both None.
     """
     if isinstance(gamma, bool) or not isinstance(gamma, (Integral, Real)) or not math.isfinite(float(gamma)) \
             or float(gamma) != int(gamma) or int(gamma) < 1:
@@ -203,6 +204,10 @@ def spec_decoding(gamma, alpha, draft: str | None = None, model: Model | str | N
                                             f"scores; {d.name} has {d.vocab:,}), or 'mtp'")
                 if d.name == target.name:
                     raise FastsimInputError("draft", draft, f"a model other than the target {target.name}, or 'mtp'")
+                if d.total_params >= target.total_params:
+                    raise FastsimInputError("draft", draft, f"a model smaller than the target {target.name} "
+                                            f"({target.total_params / 1e9:.1f}B parameters; {d.name} has "
+                                            f"{d.total_params / 1e9:.1f}B), or 'mtp'")
     return SpecDecoding(int(gamma), float(alpha), name)
 
 

@@ -121,3 +121,42 @@ def test_verify_refuses_a_speculative_plan_under_the_lecture_policy():
         verify(p, [w], SLO(1.0, 0.05), horizon_s=20.0)
     v = verify(p, [w], SLO(1.0, 0.05), horizon_s=20.0, engine={"policy": "vllm"})
     assert v.runs == 1 and v.attainment > 0.9
+
+
+def test_from_plan_keeps_the_plans_speculative_decoding(capsys, tmp_path):
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--spec-alpha", "0.8", "--no-verify", "--format", "json",
+                       "--top-k", "3", "--gpu", "B200", "--precision", "FP8")
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    k = next(i for i, p in enumerate(plans) if p.get("spec_gamma"))
+    f = tmp_path / "plans.json"
+    f.write_text(out)
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--plan-index", str(k),
+                       "--horizon", "30", "--policy", "vllm", "--format", "json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["runs"][0]["spec_tokens_per_round"] > 1.0
+    assert any(f"gamma {plans[k]['spec_gamma']}" in n for n in d["notes"])
+    # its own speculation and the flag's cannot both apply
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--plan-index", str(k),
+                       "--horizon", "30", "--policy", "vllm", "--spec-alpha", "0.5")
+    assert rc == 2 and "--spec-alpha" in err
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--spec-gamma", "3"], "--spec-gamma"),
+    (["--spec-draft", "mtp"], "--spec-draft"),
+    (["--session-gap", "5"], "--session-gap"),
+])
+def test_flags_that_need_another_flag(capsys, extra, flag):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "10", *PLAN, "--policy", "vllm", *extra)
+    assert rc == 2 and flag in err
+
+
+def test_shared_prefix_is_refused_on_a_trace_and_noted_under_lecture(capsys):
+    rc, out, err = run(capsys, "simulate", "--trace", "azure-conv", "--model", "llama-3.1-8b", "--ttft", "1",
+                       "--tpot", "0.05", "--gpu", "H100", "--precision", "FP8", "--instances", "1",
+                       "--policy", "vllm", "--shared-prefix", "512")
+    assert rc == 2 and "--shared-prefix" in err
+    d = simulate_json(capsys, "--shared-prefix", "256")
+    assert any("lecture policy has no prefix cache" in n for n in d["notes"])

@@ -22,7 +22,7 @@ from fastsim.search import SLO, max_sustainable_rate, sim_plan
 from fastsim.sim import simulate
 from fastsim.sim.policy import engine_policy
 from fastsim.stepmodel import P_KV_BUDGET_TOKENS
-from fastsim.workload import synthesize
+from fastsim.workload import seeds_for, synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "POLICIES.md"
@@ -59,7 +59,7 @@ def measure(seeds: int):
             caps[pol] = (res, time.perf_counter() - t0)
         # one run at the lecture policy's capacity under each policy
         rate = caps["lecture"][0].rate_req_per_s
-        wl = synthesize(sc, rate, 600.0, 0)
+        wl = synthesize(sc, rate, 600.0, seeds_for(0, 1)[0])      # as `fastsim simulate --seed 0` draws it
         runs = {}
         for pol in POLICIES:
             e = _engine(pol, cat, plan, model) or {}
@@ -98,8 +98,8 @@ def render(rows, seeds: int) -> str:
            "  recomputed later.",
            f"- **vllm-2048**: vLLM with `--max-num-batched-tokens {SMALL_BUDGET}` (its default on GPUs under",
            "  70 GiB): on-demand KV and preemption as above, with smaller prefill chunks per step.",
-           "- **sglang**: SGLang. Prefill steps (16,384 tokens on a 180 GB GPU) and decode steps alternate,",
-           "  prefill first. Admission reserves part of each running request's remaining output",
+           "- **sglang**: SGLang. Prefill steps (16,384 tokens on a 180 GB GPU) take priority: a decode step",
+           "  runs only when no waiting prompt can be prefilled. Admission reserves part of each running request's remaining output",
            "  (`new_token_ratio`, 0.7 decaying to 0.098). Requests are retracted when the decodes run out of KV.",
            "",
            "| scenario | SLO P90 TTFT / TPOT | " + " | ".join(f"{p} req/s" for p in POLICIES)
@@ -116,7 +116,8 @@ def render(rows, seeds: int) -> str:
     out += ["",
             "## Why they differ: one 600-s run at the lecture policy's capacity",
             "",
-            "Same requests (seed 0) under each policy. The columns are mean requests per step, the peak of the KV",
+            "Same requests under each policy (`fastsim simulate --scenario NAME --rate R --gpu B200 --precision FP8",
+            "--tp 1 --instances 1 --chunk 512 --policy P`, seed 0). The columns are mean requests per step, the peak of the KV",
             "in use (tokens; for the lecture's rule, the KV reserved), preemptions (vLLM) or retractions",
             "(SGLang), and the P90 latencies. A policy whose capacity is below this rate is overloaded",
             "in its row: its attainment is low and its TTFT includes the backlog.",

@@ -692,6 +692,10 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     work = _check(works, [raw], opts[0])
     if engine:
         return _policy_results([plan], works, [prefix], opts, policy, routing, spec, p_draft, spec_seed, True)[0]
+    if prefix is not None or p_draft is not None:
+        raise FastsimInputError("prefix" if prefix is not None else "p_draft", "given",
+                                "None under the lecture policy (it has no prefix cache and no speculative "
+                                "decoding; policy='vllm' or 'sglang' has both)")
     one = np.zeros(1, np.int64)
     run_i, ist, fst, out, n_samp = _run([plan], one, one, work, opts, True)
     m = _all_metrics(run_i, ist, fst, out, opts[0])[0]

@@ -35,8 +35,8 @@ if its new blocks (plus the cached blocks it revives) are free, else admission s
 blocks the queue). A step that would run nothing after a preemption is scheduled again at once.
 
 ``sglang`` (SGLang ``Scheduler.get_next_batch_to_run``, ``PrefillAdder``, ``retract_decode``,
-``python/sglang/srt/managers/``). Prefill and decode steps alternate, prefill first (SGLang's
-default, without ``--enable-mixed-chunk``). A prefill step continues the prompt being chunked and
+``python/sglang/srt/managers/``). Prefill steps take priority (SGLang's default, without
+``--enable-mixed-chunk``): a decode step runs only when no prefill step can be formed. A prefill step continues the prompt being chunked and
 admits waiting requests FCFS within ``chunked_prefill_size`` tokens (the last one chunked, then
 stop), fewer than ``max_running_requests`` running, and an admission budget: the free KV minus,
 for each running request, ``min(O - generated, 4096) x new_token_ratio``; a new request needs its
@@ -59,7 +59,9 @@ still computed and their KV still read). Entries nobody references stay cached i
 an LRU list; an allocation that needs their blocks evicts the least recently released first. A
 request that finishes or is preempted drops its references. Counted: the prompt tokens each
 request took from the cache at its first admission. Block ids must identify the whole prefix up to
-the block (as Mooncake's do). Not modelled: output tokens are never cached (the trace gives no
+the block (as Mooncake's do). A workload without block ids gets private ones (256-token blocks, no
+two requests sharing one): a preempted request then takes its own prompt back from the cache if its
+blocks were not evicted meanwhile, as in the engines (not counted as hits). Not modelled: output tokens are never cached (the trace gives no
 ids for them), nor prefixes within a block. Prefix caching with a sliding-window model is refused.
 
 Routing ``prefix-aware`` (SGLang router ``cache_aware``, its defaults ``balance_abs_threshold = 64``,
@@ -214,6 +216,11 @@ def engine_policy(name: str, gpu_memory_bytes: float = 80e9, *, max_num_batched_
     FastsimInputError
         An unknown name or an override that is not an integer >= 1.
     """
+    g = float(gpu_memory_bytes) if isinstance(gpu_memory_bytes, (int, float, np.integer, np.floating)) else math.nan
+    if isinstance(gpu_memory_bytes, bool) or not (math.isfinite(g) and g > 0):
+        raise FastsimInputError("gpu_memory_bytes", gpu_memory_bytes, "a finite number of bytes > 0")
+    if prefix_caching is not None and not isinstance(prefix_caching, (bool, np.bool_)):
+        raise FastsimInputError("prefix_caching", prefix_caching, "True, False or None (the engine's default)")
     pol = policy_defaults(name, gpu_memory_bytes, kv_budget_tokens=kv_budget_tokens, context_tokens=context_tokens)
     rep = {}
     for field, v in (("max_num_batched_tokens", max_num_batched_tokens), ("max_num_seqs", max_num_seqs),
@@ -243,16 +250,63 @@ def _check_policy(policy) -> EnginePolicy:
     return policy
 
 
-def _prefix_arrays(prefix, n: int, field: str = "prefix"):
+#: Block size of the private prefix ids given to a workload without prefix blocks (tokens): a
+#: preempted request can then take its own prompt back from the cache, in whole blocks of this size.
+PRIVATE_BLOCK_TOKENS = 256
+
+
+def _prefix_arrays(prefix, prompt: np.ndarray, field: str = "prefix"):
     """``(offsets, dense ids, block_tokens, distinct ids)`` of a workload's prefix blocks (or none)."""
+    n = prompt.shape[0]
     if prefix is None:
         return np.zeros(n + 1, np.int64), np.zeros(0, np.int64), 0, 0
-    off = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
-    ids = np.asarray(prefix.ids, dtype=np.int64)
+    try:
+        off = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
+        ids = np.asarray(prefix.ids, dtype=np.int64)
+        bt = prefix.block_tokens
+    except (AttributeError, TypeError, ValueError):
+        raise FastsimInputError(field, type(prefix).__name__, "a fastsim.workload.PrefixBlocks (block_tokens, "
+                                "offsets, ids) or None") from None
+    if isinstance(bt, bool) or not isinstance(bt, (int, np.integer)) or bt < 1:
+        raise FastsimInputError(f"{field}.block_tokens", bt, "an integer >= 1")
     if off.shape != (n + 1,):
         raise FastsimInputError(f"{field}.offsets", f"shape {off.shape}", f"shape ({n + 1},) (one more than requests)")
+    if n and (off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] != ids.shape[0]):
+        raise FastsimInputError(f"{field}.offsets", "not a CSR of the ids", "0, non-decreasing, ending at len(ids)")
+    if ids.size and ids.min() < 0:
+        raise FastsimInputError(f"{field}.ids", int(ids.min()), "ids >= 0")
+    most = -(-prompt // int(bt))
+    over = np.flatnonzero(np.diff(off) > most)
+    if over.size:
+        i = int(over[0])
+        raise FastsimInputError(f"{field} (request {i})", f"{int(off[i + 1] - off[i])} blocks",
+                                f"at most ceil(P / {int(bt)}) = {int(most[i])} blocks for its {int(prompt[i])}-token "
+                                "prompt (are these the blocks of another workload?)")
     uniq, dense = np.unique(ids, return_inverse=True)
-    return off, np.ascontiguousarray(dense.astype(np.int64)), int(prefix.block_tokens), int(uniq.shape[0])
+    return off, np.ascontiguousarray(dense.astype(np.int64)), int(bt), int(uniq.shape[0])
+
+
+def _private_prefix(prompt: np.ndarray):
+    """Prefix blocks that no two requests share (``PRIVATE_BLOCK_TOKENS`` each, full blocks only).
+
+    Without prefix ids a request can still take its OWN prompt back from the cache after a
+    preemption, as vLLM and SGLang do (the blocks stay cached until evicted); these ids model that.
+    """
+    nb = prompt // PRIVATE_BLOCK_TOKENS
+    off = np.zeros(prompt.shape[0] + 1, np.int64)
+    np.cumsum(nb, out=off[1:])
+    return off, np.arange(int(off[-1]), dtype=np.int64), PRIVATE_BLOCK_TOKENS, int(off[-1])
+
+
+def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray):
+    """The prefix arrays a run uses: the workload's blocks, or private ones (:func:`_private_prefix`).
+
+    Private blocks only with prefix caching on and no sliding window (whose cached blocks are not
+    modelled: there a preempted request recomputes its whole prompt).
+    """
+    if prefix is None and pol.prefix_caching and kv_window(p)[0] == NO_WINDOW:
+        return _private_prefix(prompt)
+    return _prefix_arrays(prefix, prompt)
 
 
 def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context: int, routing: int,
@@ -316,6 +370,8 @@ def cfg_dict(c: np.ndarray, cf: np.ndarray) -> dict:
 
 def _spec_check(spec, p_draft):
     if spec is None:
+        if p_draft is not None:
+            raise FastsimInputError("p_draft", "given", "None without spec (a draft needs spec=SpecDecoding)")
         return None, np.zeros(N_PARAMS)
     g = getattr(spec, "gamma", None)
     a = getattr(spec, "alpha", None)
@@ -345,6 +401,9 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
         raise FastsimInputError("routing", routing, " or ".join(ROUTINGS))
     pol = _check_policy(policy)
     spec, pd = _spec_check(spec, p_draft)
+    if spec is not None and pol.max_num_batched_tokens < spec.gamma + 1:
+        raise FastsimInputError("max_num_batched_tokens", pol.max_num_batched_tokens,
+                                f">= gamma + 1 = {spec.gamma + 1} (a decode verifies gamma + 1 tokens per step)")
     R = len(plans)
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
     rf = np.zeros(K.N_RFCOLS, np.float64)
@@ -365,7 +424,7 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
             raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
                                     "policies model colocated instances)")
         n = w[0].shape[0]
-        off, ids, bth, nid = _prefix_arrays(pre, n)
+        off, ids, bth, nid = prefix_for_run(pre, w[1], pol, pl.p)
         c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed)
         rows.append((pl, w, off, ids, c, cf))
     results = []
