@@ -492,6 +492,13 @@ def _cmd_plan(args):
             spec_kw["spec_gammas"] = tuple(args.spec_gamma)
     if args.prefix_hit:
         spec_kw["prefix_hit_fraction"] = args.prefix_hit
+        if getattr(source, "prefix", None) is not None:
+            from .workload import prefix_reuse_bound
+            bound = prefix_reuse_bound(source)
+            if args.prefix_hit > bound:
+                notes = list(notes) + [f"--prefix-hit {args.prefix_hit:g} is above what even an unbounded cache could "
+                                       f"serve on {source.name} ({bound:.3f} of its prompt tokens): the screen "
+                                       "sizes plans for hits the trace cannot give"]
     opts = ScreenOptions(gpus=gpus,
                          precisions=tuple(args.precision) if args.precision else None,
                          tps=tuple(args.tp) if args.tp else None,

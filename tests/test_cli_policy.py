@@ -160,3 +160,11 @@ def test_shared_prefix_is_refused_on_a_trace_and_noted_under_lecture(capsys):
     assert rc == 2 and "--shared-prefix" in err
     d = simulate_json(capsys, "--shared-prefix", "256")
     assert any("lecture policy has no prefix cache" in n for n in d["notes"])
+
+
+def test_prefix_hit_above_the_traces_bound_is_noted(capsys):
+    rc, out, err = run(capsys, "plan", "--trace", "mooncake-conv", "--model", "llama-3.1-8b", "--ttft", "2",
+                       "--tpot", "0.1", "--prefix-hit", "0.9", "--no-verify", "--top-k", "1", "--format", "json")
+    assert rc == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("above what even an unbounded cache could serve" in n and "0.373" in n for n in notes)
