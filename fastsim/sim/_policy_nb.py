@@ -394,13 +394,14 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
         if horizon < lim:
             lim = horizon
         while True:
-            if (fastok and active[i] and fsched[i] and nrun[i] == nF[i] and qlen[i] == 0
-                    and wheel[wb0 + (fc[i] & wmask)] < 0):
-                # pure boundaries: the fast set is all that runs and nobody waits; while no member
-                # finishes and the set fits (budget under vllm, blocks), each
-                # boundary is what the general code below does, in locals: complete (one token
-                # each), schedule the set in one piece, compose (SGLang: a decode step, the ratio
-                # decays). The first boundary that does not qualify falls through to it.
+            skipc = False
+            if fastok and active[i] and fsched[i] and nrun[i] == nF[i]:
+                # pure boundaries: the fast set is all that runs. Each boundary is what the general
+                # code below does, in locals: complete the step (one token each; finishing members
+                # from the wheel bucket, in batch order), then, while nobody waits and the set
+                # fits (budget under vllm, blocks), schedule it in one piece (evicting as needed;
+                # SGLang: a decode step, the ratio decays) and compose the step. A boundary whose
+                # schedule does not qualify goes on in the general code with its step completed.
                 c = fc[i]
                 nf = nF[i]
                 ctx = ctxF[i]
@@ -411,30 +412,156 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 bz = busy[i]
                 peak = iout[i, O_KV_PEAK]
                 n_pure = 0
+                tok_d = 0
+                rem_d = 0
+                bsum_d = 0
                 stop = False
-                ntf = float(nf)
-                if moe_w:
-                    weight_s = (wdense + wexp * (1.0 - keep ** ntf)) / d_bw
-                else:
-                    weight_s = weight_c
-                if comm_fixed:
-                    comm_s = comm_c
-                else:
-                    comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
-                              + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
-                mm = matmul2 * ntf
+                nf_st = -1
+                weight_s = 0.0
+                comm_s = 0.0
+                mm = 0.0
                 while True:
-                    if wheel[wb0 + (c & wmask)] >= 0:
-                        break
-                    ci2 = ci - 1 if ci > 0 else bt - 1
-                    needf = cnt[cb0 + ci2]
-                    if kind == VLLM and nf > B:
-                        break
-                    if needf > fr:
-                        break
-                    c += 1
-                    ci = ci2
+                    if qlen[i] == 0 and not (kind == VLLM and nf > B):
+                        # the common case in a tight loop: nobody finishes (checked before the
+                        # step is completed), nobody waits, the blocks fit
+                        if nf != nf_st:
+                            nf_st = nf
+                            ntf = float(nf)
+                            if moe_w:
+                                weight_s = (wdense + wexp * (1.0 - keep ** ntf)) / d_bw
+                            else:
+                                weight_s = weight_c
+                            if comm_fixed:
+                                comm_s = comm_c
+                            else:
+                                comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
+                                          + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
+                            mm = matmul2 * ntf
+                        while True:
+                            if wheel[wb0 + (c & wmask)] >= 0:
+                                break
+                            ci2 = ci - 1 if ci > 0 else bt - 1
+                            needf = cnt[cb0 + ci2]
+                            if needf > fr:
+                                break
+                            tok_d += nf
+                            rem_d += nf
+                            c += 1
+                            ci = ci2
+                            ctx += nf
+                            fr -= needf
+                            while cfr > fr:
+                                bid = lhead[i]
+                                lhead[i] = lnext[e0 + bid]
+                                if lhead[i] >= 0:
+                                    lprev[e0 + lhead[i]] = -1
+                                else:
+                                    ltail[i] = -1
+                                eref[e0 + bid] = -1
+                                eown[e0 + bid] = -1
+                                cfr -= bpb
+                            if kind != VLLM:
+                                rt = max(rt - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
+                            used = (nbt - fr) * bt
+                            if used > peak:
+                                peak = used
+                            kvf = float(ctx) - f * 0.0
+                            attn = c4g * kvf
+                            kvb = kvf * kvpg
+                            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                            num = mm + attn
+                            comp_s = (num / g if div_g else num) / d_c
+                            aw = weight_s + kv_time
+                            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                            n_pure += 1
+                            bsum_d += nf
+                            t = t + d
+                            bz += d
+                            if not (t < ta and t <= lim):
+                                stop = True
+                                break
+                        if stop:
+                            break
+                    # a boundary with finishes (or whose schedule may not qualify)
+                    tok_d += nf
+                    bk = wb0 + (c & wmask)
+                    r = wheel[bk]
+                    ndue = 0
+                    if r >= 0:
+                        hd = -1
+                        while r >= 0:
+                            nx = wnext[r]
+                            if finc[r] == c:
+                                a2 = ndue
+                                while a2 > 0 and fpos[dueb[a2 - 1]] > fpos[r]:
+                                    dueb[a2] = dueb[a2 - 1]
+                                    a2 -= 1
+                                dueb[a2] = r
+                                ndue += 1
+                            else:
+                                wnext[r] = hd
+                                hd = r
+                            r = nx
+                        wheel[bk] = hd
+                    rem_d += nf + ndue
+                    if ndue > 0:
+                        for a2 in range(ndue):
+                            r = dueb[a2]
+                            if output[r] > clip:
+                                nbig[i] -= 1
+                            d = c - fc0[r]
+                            cn = comp[r] + d + 1
+                            own[r] += (cn + bt - 1) // bt - (comp[r] + bt - 1) // bt
+                            ctx -= cn
+                            cnt[cb0 + fkey[r]] -= 1
+                            ntok[r] += d
+                            comp[r] = cn
+                            gen[r] = output[r]
+                            finish[r] = t
+                            status[r] = REQ_FINISHED
+                            rbuf[r0 + fpos[r]] = -1
+                            in_sys -= 1
+                            unf[i] -= 1
+                            if caching:
+                                b0 = boff[r]
+                                for j in range(nxb[r]):
+                                    bid = bids[b0 + j]
+                                    if j < hh[r] or eown[e0 + bid] == r:
+                                        if j >= hh[r]:
+                                            eown[e0 + bid] = -1
+                                        eref[e0 + bid] -= 1
+                                        if eref[e0 + bid] == 0:
+                                            lprev[e0 + bid] = ltail[i]
+                                            lnext[e0 + bid] = -1
+                                            if ltail[i] >= 0:
+                                                lnext[e0 + ltail[i]] = bid
+                                            else:
+                                                lhead[i] = bid
+                                            ltail[i] = bid
+                                            cfr += bpb
+                                            fr += bpb
+                            fr += own[r]
+                            own[r] = 0
+                            nref[r] = 0
+                        nf -= ndue
+                        hol[i] += ndue
+                        nrun[i] -= ndue
+                        if nf == 0 or (hol[i] > 16 and 2 * hol[i] > nf):
+                            k2 = 0
+                            for k in range(nf + hol[i]):
+                                r = rbuf[r0 + k]
+                                if r >= 0:
+                                    fpos[r] = k2
+                                    rbuf[r0 + k2] = r
+                                    k2 += 1
+                            hol[i] = 0
                     ctx += nf
+                    c += 1
+                    ci = ci - 1 if ci > 0 else bt - 1
+                    needf = cnt[cb0 + ci]
+                    if nf == 0 or qlen[i] > 0 or (kind == VLLM and nf > B) or needf > fr:
+                        skipc = True
+                        break
                     fr -= needf
                     while cfr > fr:
                         bid = lhead[i]
@@ -451,6 +578,19 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     used = (nbt - fr) * bt
                     if used > peak:
                         peak = used
+                    if nf != nf_st:
+                        nf_st = nf
+                        ntf = float(nf)
+                        if moe_w:
+                            weight_s = (wdense + wexp * (1.0 - keep ** ntf)) / d_bw
+                        else:
+                            weight_s = weight_c
+                        if comm_fixed:
+                            comm_s = comm_c
+                        else:
+                            comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
+                                      + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
+                        mm = matmul2 * ntf
                     kvf = float(ctx) - f * 0.0
                     attn = c4g * kvf
                     kvb = kvf * kvpg
@@ -460,30 +600,34 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     aw = weight_s + kv_time
                     d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
                     n_pure += 1
+                    bsum_d += nf
                     t = t + d
                     bz += d
                     if not (t < ta and t <= lim):
                         stop = True
                         break
+                iout[i, O_TOKENS_OUT] += tok_d
+                rem[i] -= rem_d
+                mog[i] -= tok_d
+                iout[i, O_STEPS] += n_pure
+                iout[i, O_BATCH_SUM] += bsum_d
+                iout[i, O_KV_PEAK] = peak
+                fc[i] = c
+                cidx[i] = ci
+                ctxF[i] = ctx
+                nF[i] = nf
+                free[i] = fr
+                cfree[i] = cfr
+                ratio[i] = rt
+                busy[i] = bz
+                next_t[i] = t
                 if n_pure > 0:
-                    iout[i, O_TOKENS_OUT] += n_pure * nf
-                    rem[i] -= n_pure * nf
-                    mog[i] -= n_pure * nf
-                    iout[i, O_STEPS] += n_pure
-                    iout[i, O_BATCH_SUM] += n_pure * nf
-                    iout[i, O_KV_PEAK] = peak
-                    fc[i] = c
-                    cidx[i] = ci
-                    ctxF[i] = ctx
-                    free[i] = fr
-                    cfree[i] = cfr
-                    ratio[i] = rt
-                    busy[i] = bz
                     fails[i] = 0
-                    next_t[i] = t
-                    if stop:
-                        break
-            if active[i]:
+                if skipc:
+                    fsched[i] = False
+                if stop:
+                    break
+            if active[i] and not skipc:
                 # the others start after the fast set and its holes (finishing members turn into
                 # holes, so that index does not move)
                 kst = nF[i] + hol[i]
