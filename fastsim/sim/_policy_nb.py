@@ -4,11 +4,10 @@ One run is one colocated plan serving one workload under the ``vllm`` or ``sglan
 optional prefix caching and speculative decoding. State lives in flat arrays: per request (tokens
 known, computed, generated, own KV blocks, cache references, ...), per instance (a ring buffer
 for the waiting queue, which takes preempted requests at its front; the running batch in
-admission order, compacted as requests finish; scalars) and, with prefix caching, per instance
-and prefix block (reference count, owner and an LRU list of the entries no running request
-references). The kernel uses the float operations of :mod:`fastsim.sim.reference_policy` in the
-same order, so both give the same times to the bit. Nothing here raises: a run returns a status
-code.
+admission order; scalars) and, with prefix caching, per instance and prefix block (reference
+count, owner and an LRU list of the entries no running request references). The kernel uses the
+float operations of :mod:`fastsim.sim.reference_policy` in the same order, so both give the same
+times to the bit. Nothing here raises: a run returns a status code.
 
 Events. Instances share nothing but the arrivals (routing reads their loads and caches) and the
 samples, so once an instance's boundary is the next event the kernel runs its following
@@ -32,10 +31,26 @@ after its allocations are those of its final free count); under ``sglang`` in a 
 whose blocks fit (no retraction); SGLang's prefill steps leave it alone (its clock stands still).
 Otherwise (or for retraction) the set is written back to per-request state and the general code
 runs; decodes rejoin at later boundaries, after a pause that doubles with consecutive failures.
-Finishing members are released in batch order, as the general loop does; SGLang's admission room
-(the running requests' reservations, summed in batch order) is computed only when a waiting
-request is considered. The step time is :func:`fastsim.stepmodel.step_time_nb`'s expression with
-its step-independent parts computed once (the same values; exact shortcuts as in ``_kernels``).
+A finishing member leaves a hole in the batch (its index is kept), so the others' indices do not
+move; the holes are dropped once they are many (amortised O(1) per finish) or the set is empty.
+Finishing members are released in batch order, as the general loop does.
+
+Pure boundaries. While the set is all that runs, a boundary is completed, scheduled and composed
+in one loop on local copies of the instance's state (a tight inner loop while nobody finishes,
+nobody waits and the blocks fit, evicting as needed); a boundary whose schedule does not
+qualify continues in the general code with its step completed.
+
+SGLang's admission room (the free KV minus each running request's ``float(min(O - g, clip)) x
+ratio``, in batch order, minus the pieces and admissions of the step) only decides comparisons
+with a waiting request's needs. With no running output above the clip the reservations sum to
+``ratio x`` an exact integer (a running sum), so the room is known to within the rounding of its
+operations; a comparison outside 9 times that bound is the reference's, else (or with outputs over
+the clip) the room is computed by the reference's operations in its order.
+
+Step time: :func:`fastsim.stepmodel.step_time_nb`'s expression with its step-independent parts
+computed once (the same values; exact shortcuts as in ``_kernels``). Helpers that take arrays cost
+reference counts at each call, so frequent paths (finishes, evictions) are written out in place.
+Prefix-cache tables are int32 and only the reference counts are filled at the start.
 """
 from __future__ import annotations
 
@@ -1168,8 +1183,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         if nd > 0:
                             if tneed > free[i]:
                                 if nF[i] > 0:
-                                    _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask,
-                                                    fc0, finc, comp, gen, ntok, own, sched)
+                                    _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0,
+                                                    wmask, fc0, finc, comp, gen, ntok, own, sched)
                                     fails[i] += 1
                                     jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
                                 first_iter = True
