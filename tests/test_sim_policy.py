@@ -47,8 +47,8 @@ def check_policy_against_reference(p, n_instances, arr, P, O, pol, *, horizon, r
     res = simulate(plan, arr, P, O, horizon_s=horizon, ttft_slo_s=1.0, tpot_slo_s=0.1, policy=pol,
                    routing=routing, prefix=prefix, spec=spec, p_draft=p_draft, spec_seed=seed,
                    max_context_tokens=max_context)
-    off, ids, bth, nid = prefix_for_run(prefix, np.asarray(P, dtype=np.int64), pol, plan.p)
-    c, cf = _config_rows(pol, plan.p, n_instances, max_context, 0, bth, nid, spec, seed)
+    off, ids, bth, nid, private = prefix_for_run(prefix, np.asarray(P, dtype=np.int64), pol, plan.p)
+    c, cf = _config_rows(pol, plan.p, n_instances, max_context, 0, bth, nid, spec, seed, private)
     ref = simulate_policy_reference(arr, P, O, off, ids, p=plan.p, n_instances=n_instances, cfg=cfg_dict(c, cf),
                                     horizon=horizon, dt=1.0, max_context=max_context, routing=routing,
                                     p_draft=p_draft)

@@ -71,8 +71,9 @@ ROUTE_PREFIX_AWARE = 2
 
 # int64 configuration row of a run (set by the wrapper)
 (C_KIND, C_BUDGET, C_MAX_SEQS, C_BT, C_CACHING, C_BTH, C_GAMMA, C_CLIP, C_RETRACT, C_ROUTING, C_N_INST,
- C_MAX_CONTEXT, C_NB_TOTAL, C_SEED, C_ROUTE_ABS, C_WINDOW, C_SLIDE_L, C_N_LAYERS, C_N_BLOCK_IDS) = range(19)
-N_CCOLS = 19
+ C_MAX_CONTEXT, C_NB_TOTAL, C_SEED, C_ROUTE_ABS, C_WINDOW, C_SLIDE_L, C_N_LAYERS, C_N_BLOCK_IDS,
+ C_PRIVATE) = range(20)
+N_CCOLS = 20
 # float64 configuration row of a run
 (CF_ALPHA, CF_RATIO_INIT, CF_RATIO_MIN, CF_RATIO_DECAY, CF_ROUTE_REL, CF_ROUTE_THR, CF_SLIDE) = range(7)
 N_CFCOLS = 7
@@ -111,14 +112,25 @@ def _nb(c, w, s, lay, bt):
 
 @njit(cache=True)
 def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext, lhead, ltail, cfree, free,
-                own, nref, bpb):
+                own, nref, bpb, private, bth, prompt, comp):
     """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail) and free its blocks.
 
     For the rare paths (preemption, retraction): a call costs reference counts on every array it is
-    passed, so the finishes, which are frequent, have this code written out in place.
+    passed, so the finishes, which are frequent, have this code written out in place. With private
+    blocks, the request's computed full prompt blocks become cache entries here, at its preemption.
     """
     if caching:
         b0 = boff[r]
+        if private:
+            nfull = min(min(boff[r + 1] - b0, prompt[r] // bth), comp[r] // bth)
+            while nxb[r] < nfull:
+                bid = bids[b0 + nxb[r]]
+                if eref[e0 + bid] < 0:
+                    eref[e0 + bid] = 1
+                    eown[e0 + bid] = r
+                    own[r] -= bpb
+                    nref[r] += 1
+                nxb[r] += 1
         for j in range(nxb[r]):
             bid = bids[b0 + j]
             if j < hh[r] or eown[e0 + bid] == r:
@@ -177,6 +189,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     S = cfg[C_MAX_SEQS]
     bt = cfg[C_BT]
     caching = cfg[C_CACHING] != 0
+    private = cfg[C_PRIVATE] != 0
     bth = cfg[C_BTH]
     bpb = bth // bt if bth > 0 else 0
     gamma = cfg[C_GAMMA]
@@ -758,7 +771,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                     ntok[r] += 1
                         if not fin:
                             rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
-                        if caching:
+                        if caching and not private:
                             b0 = boff[r]
                             nfull = min(boff[r + 1] - b0, prompt[r] // bth)
                             while nxb[r] < nfull and (nxb[r] + 1) * bth <= comp[r]:
@@ -820,7 +833,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     r = rbuf[r0 + nF[i] + hol[i]]
                     if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
                         break
-                    if caching and nxb[r] < min(boff[r + 1] - boff[r], prompt[r] // bth):
+                    if caching and not private and nxb[r] < min(boff[r + 1] - boff[r], prompt[r] // bth):
                         break
                     if own[r] + nref[r] * bpb != (comp[r] + bt - 1) // bt:
                         break
@@ -895,7 +908,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if output[v] > clip:
                                 nbig[i] -= 1
                             _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
-                                        lhead, ltail, cfree, free, own, nref, bpb)
+                                        lhead, ltail, cfree, free, own, nref, bpb, private, bth, prompt, comp)
                             comp[v] = 0
                             hh[v] = 0
                             nxb[v] = 0
@@ -1213,7 +1226,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                     if output[v] > clip:
                                         nbig[i] -= 1
                                     _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
-                                                lhead, ltail, cfree, free, own, nref, bpb)
+                                                lhead, ltail, cfree, free, own, nref, bpb, private, bth, prompt,
+                                                comp)
                                     comp[v] = 0
                                     hh[v] = 0
                                     nxb[v] = 0

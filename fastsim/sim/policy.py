@@ -60,8 +60,9 @@ an LRU list; an allocation that needs their blocks evicts the least recently rel
 request that finishes or is preempted drops its references. Counted: the prompt tokens each
 request took from the cache at its first admission. Block ids must identify the whole prefix up to
 the block (as Mooncake's do). A workload without block ids gets private ones (256-token blocks, no
-two requests sharing one): a preempted request then takes its own prompt back from the cache if its
-blocks were not evicted meanwhile, as in the engines (not counted as hits). Not modelled: output tokens are never cached (the trace gives no
+two requests sharing one), which become cache entries when their request is preempted: it then takes
+its own prompt back from the cache if the blocks were not evicted meanwhile, as in the engines (not
+counted as hits; blocks of finished requests, which nobody could hit, are not kept). Not modelled: output tokens are never cached (the trace gives no
 ids for them), nor prefixes within a block. Prefix caching with a sliding-window model is refused.
 
 Routing ``prefix-aware`` (SGLang router ``cache_aware``, its defaults ``balance_abs_threshold = 64``,
@@ -282,6 +283,10 @@ def _prefix_arrays(prefix, prompt: np.ndarray, field: str = "prefix"):
         raise FastsimInputError(f"{field} (request {i})", f"{int(off[i + 1] - off[i])} blocks",
                                 f"at most ceil(P / {int(bt)}) = {int(most[i])} blocks for its {int(prompt[i])}-token "
                                 "prompt (are these the blocks of another workload?)")
+    top = int(ids.max()) + 1 if ids.size else 0
+    if top <= 2 * ids.size + 1024:
+        # ids already nearly dense (Mooncake's count up from 0): used as they are, no sort
+        return off, np.ascontiguousarray(ids), int(bt), top
     uniq, dense = np.unique(ids, return_inverse=True)
     return off, np.ascontiguousarray(dense.astype(np.int64)), int(bt), int(uniq.shape[0])
 
@@ -295,7 +300,7 @@ def _private_prefix(prompt: np.ndarray):
     nb = prompt // PRIVATE_BLOCK_TOKENS
     off = np.zeros(prompt.shape[0] + 1, np.int64)
     np.cumsum(nb, out=off[1:])
-    return off, np.arange(int(off[-1]), dtype=np.int64), PRIVATE_BLOCK_TOKENS, int(off[-1])
+    return off, np.arange(int(off[-1]), dtype=np.int64), PRIVATE_BLOCK_TOKENS, int(off[-1]), True
 
 
 def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray):
@@ -303,14 +308,19 @@ def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray)
 
     Private blocks only with prefix caching on and no sliding window (whose cached blocks are not
     modelled: there a preempted request recomputes its whole prompt).
+
+    Returns
+    -------
+    tuple
+        ``(offsets, dense ids, block tokens, distinct ids, private)``.
     """
     if prefix is None and pol.prefix_caching and kv_window(p)[0] == NO_WINDOW:
         return _private_prefix(prompt)
-    return _prefix_arrays(prefix, prompt)
+    return _prefix_arrays(prefix, prompt) + (False,)
 
 
 def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context: int, routing: int,
-                 prefix_block_tokens: int, n_ids: int, spec, seed: int):
+                 prefix_block_tokens: int, n_ids: int, spec, seed: int, private: bool = False):
     """The kernel's int64 and float64 configuration rows of one run."""
     w, s, lay, f = kv_window(p)
     bt = int(pol.block_tokens)
@@ -345,6 +355,7 @@ def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context
     c[PK.C_SLIDE_L] = s
     c[PK.C_N_LAYERS] = lay
     c[PK.C_N_BLOCK_IDS] = n_ids
+    c[PK.C_PRIVATE] = 1 if private else 0
     cf = np.zeros(PK.N_CFCOLS, np.float64)
     cf[PK.CF_ALPHA] = alpha
     cf[PK.CF_RATIO_INIT] = 0.7
@@ -365,7 +376,8 @@ def cfg_dict(c: np.ndarray, cf: np.ndarray) -> dict:
                 retract_steps=int(c[PK.C_RETRACT]), ratio_init=float(cf[PK.CF_RATIO_INIT]),
                 ratio_min=float(cf[PK.CF_RATIO_MIN]), ratio_decay=float(cf[PK.CF_RATIO_DECAY]),
                 route_abs=int(c[PK.C_ROUTE_ABS]), route_rel=float(cf[PK.CF_ROUTE_REL]),
-                route_cache_thr=float(cf[PK.CF_ROUTE_THR]), nb_total=int(c[PK.C_NB_TOTAL]))
+                route_cache_thr=float(cf[PK.CF_ROUTE_THR]), nb_total=int(c[PK.C_NB_TOTAL]),
+                private=bool(c[PK.C_PRIVATE]))
 
 
 def _spec_check(spec, p_draft):
@@ -424,8 +436,9 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
             raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
                                     "policies model colocated instances)")
         n = w[0].shape[0]
-        off, ids, bth, nid = prefix_for_run(pre, w[1], pol, pl.p)
-        c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed)
+        off, ids, bth, nid, private = prefix_for_run(pre, w[1], pol, pl.p)
+        c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed,
+                             private)
         rows.append((pl, w, off, ids, c, cf))
     results = []
     if R == 1 or full:

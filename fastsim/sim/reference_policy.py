@@ -137,6 +137,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                         [int(x) for x in blk_ids[int(blk_off[i]):int(blk_off[i + 1])]]))
     kind, B, S, bt = cfg["kind"], cfg["budget"], cfg["max_seqs"], cfg["block_tokens"]
     caching, bth = cfg["caching"], cfg["prefix_block_tokens"]
+    private = cfg.get("private", False)
     bpb = bth // bt if bth > 0 else 0
     gamma, alpha, seed = cfg["gamma"], cfg["alpha"], cfg["seed"]
     insts = [Inst(p, cfg) for _ in range(n_instances)]
@@ -190,6 +191,9 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
 
     def preempt(inst, r, front):
         inst.rem -= r.rem()
+        if private:
+            # private blocks become cache entries when their request is preempted
+            make_entries(inst, r, min(nfull(r), r.computed // bth))
         release(inst, r)
         r.computed = 0
         r.h = 0
@@ -211,6 +215,15 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                 inst.cached_free -= bpb
                 inst.free -= bpb
             e[0] += 1
+
+    def make_entries(inst, r, upto):
+        while r.nxt_blk < upto:
+            bid = r.blocks[r.nxt_blk]
+            if bid not in inst.entries:
+                inst.entries[bid] = [1, r.idx]
+                r.own -= bpb
+                r.nref += 1
+            r.nxt_blk += 1
 
     def evictable(inst, r, h):
         return bpb * sum(1 for j in range(h) if inst.entries[r.blocks[j]][0] == 0)
@@ -450,13 +463,8 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                         r.ntok += 1
             inst.rem += r.rem()
             # full prompt blocks computed by this request become cache entries
-            while r.nxt_blk < nfull(r) and (r.nxt_blk + 1) * bth <= r.computed:
-                bid = r.blocks[r.nxt_blk]
-                if bid not in inst.entries:
-                    inst.entries[bid] = [1, r.idx]
-                    r.own -= bpb
-                    r.nref += 1
-                r.nxt_blk += 1
+            if not private:
+                make_entries(inst, r, min(nfull(r), r.computed // bth) if caching else 0)
             if r.status == FINISHED:
                 release(inst, r)
                 inst.running.remove(r)
