@@ -520,9 +520,13 @@ def _cmd_plan(args):
         bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
     engine = _engine_dict(args)
     if engine is not None:
-        notes = list(notes) + [f"verification under the {args.policy} policy (its defaults for each plan's GPU"
-                               + (", overridden" if len(engine) > 2 else "") + "; fastsim.sim.policy); "
-                               "disaggregated plans are not simulated under it"]
+        pinned = getattr(args, "emit", None) == args.policy
+        if pinned:
+            engine["plan_settings"] = True
+        notes = list(notes) + [f"verification under the {args.policy} policy ("
+                               + ("the settings --emit writes for each plan: its batch and chunk" if pinned else
+                                  "its defaults for each plan's GPU" + (", overridden" if len(engine) > 2 else ""))
+                               + "; fastsim.sim.policy); disaggregated plans are not simulated under it"]
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine)
@@ -609,9 +613,10 @@ def _emit_launch(args, report, records, cat, model):
             r["launch"] = None
             r.setdefault("null_reasons", {})["launch"] = "not applicable: " + exc.allowed
             report.notes.append(f"plan {i}: no {args.emit} command ({exc})")
-    if getattr(args, "policy", None) == args.emit:
-        report.notes.append(f"--emit pins each plan's analytic batch and chunk; the {args.policy} verification "
-                            "ran with the engine defaults or the flags given")
+    if getattr(args, "policy", "lecture") != args.emit:
+        report.notes.append(f"--emit pins each plan's analytic batch and chunk; the verification ran under the "
+                            f"{getattr(args, 'policy', 'lecture')} policy (--policy {args.emit} verifies these "
+                            "settings)")
     return blocks
 
 

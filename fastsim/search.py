@@ -173,6 +173,14 @@ def _engine_kwargs(engine, plan: Plan, catalog: Catalog, model: Model, constants
                                 "optionally spec_seed")
     kw = dict(engine)
     over = {k: kw.pop(k) for k in ("max_num_batched_tokens", "max_num_seqs", "prefix_caching") if k in kw}
+    from_plan = bool(kw.pop("plan_settings", False)) and plan.mode == "colocated" and plan.batch > 0
+    if from_plan:
+        # the settings `fastsim plan --emit` writes for this plan (fastsim.emit): the plan's decode batch,
+        # and a token budget of its decodes' tokens plus its chunk (vLLM) or its chunk (SGLang)
+        name = kw["policy"] if isinstance(kw["policy"], str) else kw["policy"].name
+        over.setdefault("max_num_seqs", int(plan.batch))
+        over.setdefault("max_num_batched_tokens", int(plan.batch) * (int(plan.spec_gamma) + 1)
+                        + int(plan.chunk_tokens) if name == "vllm" else int(plan.chunk_tokens))
     if isinstance(kw["policy"], str) and kw["policy"] != "lecture":
         # the engine's defaults for this plan's GPU (and KV pool), with the user's overrides
         from .sim.policy import engine_policy
@@ -182,7 +190,7 @@ def _engine_kwargs(engine, plan: Plan, catalog: Catalog, model: Model, constants
                             kv_budget_tokens=float(p[P_KV_BUDGET_TOKENS]),
                             context_tokens=model.max_context_tokens, **over)
         dp = int(plan.layout_kwargs(plan.tp).get("dp", 1)) if plan.mode == "colocated" else 1
-        if pol.name == "vllm" and dp > 1:
+        if pol.name == "vllm" and dp > 1 and not from_plan:
             # vLLM's data-parallel ranks are engines of their own, each with these limits
             # (vllm/v1/engine/core.py, DPEngineCoreProc); SGLang's --max-running-requests counts the
             # whole instance and SGLang splits it over its DP-attention ranks
@@ -322,7 +330,9 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     engine : dict, optional
         An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
         A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
-        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``, or with
+        ``plan_settings: True`` the settings ``fastsim plan --emit`` writes for the plan (its decode
+        batch; a budget of its decodes' tokens plus its chunk for vLLM, its chunk for SGLang); an
         :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
         plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
         policy, which refuses such a plan.
@@ -784,7 +794,9 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     engine : dict, optional
         An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
         A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
-        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``, or with
+        ``plan_settings: True`` the settings ``fastsim plan --emit`` writes for the plan (its decode
+        batch; a budget of its decodes' tokens plus its chunk for vLLM, its chunk for SGLang); an
         :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
         plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
         policy, which refuses such a plan.
@@ -1266,7 +1278,9 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
     engine : dict, optional
         An engine policy for the simulations (:mod:`fastsim.sim.policy`): ``{"policy": "vllm"}``.
         A name takes the engine's defaults for the plan's GPU and KV pool, with the optional
-        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``; an
+        overrides ``max_num_batched_tokens``, ``max_num_seqs`` and ``prefix_caching``, or with
+        ``plan_settings: True`` the settings ``fastsim plan --emit`` writes for the plan (its decode
+        batch; a budget of its decodes' tokens plus its chunk for vLLM, its chunk for SGLang); an
         :class:`~fastsim.sim.policy.EnginePolicy` is used as it is. Optionally ``spec_seed``. A
         plan sized with speculative decoding brings its draft (``plan.spec``). None: the lecture
         policy, which refuses such a plan.

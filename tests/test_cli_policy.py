@@ -168,3 +168,23 @@ def test_prefix_hit_above_the_traces_bound_is_noted(capsys):
     assert rc == 0, err
     notes = json.loads(out)["notes"]
     assert any("above what even an unbounded cache could serve" in n and "0.373" in n for n in notes)
+
+
+def test_plan_settings_are_the_emitted_ones():
+    """With plan_settings (plan --policy X --emit X), the verification runs the settings --emit writes."""
+    from fastsim.emit import launch_commands
+    from fastsim.search import _engine_kwargs
+    from fastsim.stepmodel import StepConstants
+    d = Demand.from_scenario(CAT.scenario("chat"))
+    plan = plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", instances=2, chunk_tokens=512)
+    assert plan.batch > 0
+    model = CAT.model("llama-3.1-70b")
+    for name, budget in (("vllm", plan.batch + 512), ("sglang", 512)):
+        kw = _engine_kwargs({"policy": name, "plan_settings": True}, plan, CAT, model, StepConstants())
+        pol = kw["policy"]
+        assert (pol.max_num_seqs, pol.max_num_batched_tokens) == (plan.batch, budget)
+        argv = launch_commands(plan, name, CAT, model)[0]["command"]
+        flag_seqs = "--max-num-seqs" if name == "vllm" else "--max-running-requests"
+        flag_budget = "--max-num-batched-tokens" if name == "vllm" else "--chunked-prefill-size"
+        assert argv[argv.index(flag_seqs) + 1] == str(plan.batch)
+        assert argv[argv.index(flag_budget) + 1] == str(budget)
