@@ -1972,7 +1972,7 @@ def cli_calibrate(args) -> int:
     """
     import sys
     from ._output import csv_frame, dumps
-    from .cli import _catalog, _check_plot, _fmt
+    from ._command_helpers import _catalog, _check_plot, _fmt
     _check_plot(args)
     cat = _catalog(args)
     if getattr(args, "serving", None):
@@ -2062,7 +2062,7 @@ def _cli_serving(args, cat) -> int:
     """``fastsim calibrate --serving``: :func:`fit_serving`, its parameters and its residual per rate and metric."""
     import sys
     from ._output import csv_frame, dumps
-    from .cli import _fmt
+    from ._command_helpers import _fmt
     if args.steps or args.profiles:
         raise FastsimInputError("--serving", " ".join(args.serving), "no --steps or --profiles with it (fit them "
                                 "in a separate run)")

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 
+from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _trace_notes
 from .errors import FastsimInputError, require_positive, require_tp
 from .layouts import LAYOUTS
 
@@ -101,17 +102,6 @@ def _add_calibration(sp):
                     help="step-model constants per GPU and precision from `fastsim calibrate` (default: SPEC §3's)")
 
 
-def _constants(args):
-    """The step constants of a command: StepConstants(), or the calibration read from --calibration."""
-    from .stepmodel import StepConstants
-    if not getattr(args, "calibration", None):
-        return StepConstants()
-    if getattr(args, "_calibration", None) is None:
-        from .calibrate import load_calibration
-        args._calibration = load_calibration(args.calibration, catalog=_catalog(args))
-    return args._calibration
-
-
 def _add_workload(sp, require_slo=False):
     src = sp.add_mutually_exclusive_group()
     src.add_argument("--scenario", help="built-in or catalog scenario (chat, coding-agent, offline-batch, low-latency-8b)")
@@ -139,32 +129,6 @@ def _read_trace(args, name):
     wl = W.read_trace(name, time_unit=getattr(args, "time_unit", None),
                       skip_invalid=getattr(args, "skip_invalid", False))
     return wl, _trace_notes(wl)
-
-
-def _trace_notes(wl):
-    """Notes on how a trace was read: rows dropped by --skip-invalid, a rate that suggests the wrong unit."""
-    notes = []
-    if wl.dropped:
-        kinds = {}
-        for line, why in wl.dropped:
-            for part in why.split(", "):
-                kinds.setdefault(part, []).append(line)
-        notes.append(f"trace {wl.name}: --skip-invalid dropped {len(wl.dropped):,} rows: " + "; ".join(
-            f"{len(lines):,} with {what} (first at line {lines[0]})" for what, lines in kinds.items()))
-    if wl.n > 1:
-        import numpy as np
-        _, counts = np.unique(wl.arrival_s, return_counts=True)
-        shared = int(counts[counts > 1].sum())
-        if shared > 0.1 * wl.n:
-            notes.append(f"trace {wl.name}: {shared:,} of {wl.n:,} requests share their arrival time with another "
-                         f"(up to {int(counts.max())} at one instant, {counts.shape[0]:,} distinct times): those "
-                         "bursts stay bursts at every time scale (a slower replay cannot spread them)")
-    from .workload import trace_rate_warning
-    warn = trace_rate_warning(wl)
-    if warn:
-        print("warning: " + warn, file=sys.stderr)
-        notes.append("warning: " + warn)
-    return notes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -359,14 +323,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _catalog(args):
-    from .catalog import default_catalog, load_catalog
-    cat = load_catalog(args.catalog) if args.catalog else default_catalog()
-    if args.price:
-        cat = cat.with_prices(dict(args.price))
-    return cat
-
-
 def _read_plan_json(args):
     """The plan object chosen by --from-plan / --plan-index (read once), or None."""
     if not getattr(args, "from_plan", None):
@@ -444,12 +400,6 @@ def _resolve_workload(args, cat):
     demand = Demand.from_scenario(scen, rate_req_per_s=args.rate, ttft_s=args.ttft, tpot_s=args.tpot,
                                   latency_quantile=q)
     return model, demand, scen, notes
-
-
-def _fmt(x, spec):
-    """A table cell: ``inf`` for +inf, ``n/a`` for a missing or undefined value (see :mod:`fastsim._output`)."""
-    from ._output import cell
-    return cell(x, spec)
 
 
 def _emit(args, records, table_rows, headers, notes=(), key="rows"):
@@ -700,13 +650,6 @@ def _records(df, explain=None):
         rec["null_reasons"] = null_reasons(rec, explain)
         out.append(rec)
     return out
-
-
-def _check_plot(args, kind="file", files=()):
-    """Check ``--plot`` before any work (one-line error, exit 2, instead of a traceback after the run)."""
-    if getattr(args, "plot", None) is not None:
-        from .plots import check_plot_path
-        check_plot_path(args.plot, kind, files=files)
 
 
 def _check_context(flag, values, model):

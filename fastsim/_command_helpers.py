@@ -1,0 +1,69 @@
+"""Helpers of the commands, shared by :mod:`fastsim.cli` and the modules that implement commands.
+
+What a command's parsed arguments resolve to (the catalog with ``--catalog`` / ``--price``, the
+step constants of ``--calibration``), the notes on how a trace was read, table cells, the
+``--plot`` check. :mod:`fastsim.sweep` and :mod:`fastsim.calibrate` use them without importing the
+command line (which imports them), and this module imports neither.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def _catalog(args):
+    """The catalog of a command: ``--catalog`` files (default: the built-in one) with ``--price`` overrides."""
+    from .catalog import default_catalog, load_catalog
+    cat = load_catalog(args.catalog) if args.catalog else default_catalog()
+    if args.price:
+        cat = cat.with_prices(dict(args.price))
+    return cat
+
+
+def _constants(args):
+    """The step constants of a command: StepConstants(), or the calibration read from --calibration."""
+    from .stepmodel import StepConstants
+    if not getattr(args, "calibration", None):
+        return StepConstants()
+    if getattr(args, "_calibration", None) is None:
+        from .calibrate import load_calibration
+        args._calibration = load_calibration(args.calibration, catalog=_catalog(args))
+    return args._calibration
+
+
+def _trace_notes(wl):
+    """Notes on how a trace was read: rows dropped by --skip-invalid, a rate that suggests the wrong unit."""
+    notes = []
+    if wl.dropped:
+        kinds = {}
+        for line, why in wl.dropped:
+            for part in why.split(", "):
+                kinds.setdefault(part, []).append(line)
+        notes.append(f"trace {wl.name}: --skip-invalid dropped {len(wl.dropped):,} rows: " + "; ".join(
+            f"{len(lines):,} with {what} (first at line {lines[0]})" for what, lines in kinds.items()))
+    if wl.n > 1:
+        import numpy as np
+        _, counts = np.unique(wl.arrival_s, return_counts=True)
+        shared = int(counts[counts > 1].sum())
+        if shared > 0.1 * wl.n:
+            notes.append(f"trace {wl.name}: {shared:,} of {wl.n:,} requests share their arrival time with another "
+                         f"(up to {int(counts.max())} at one instant, {counts.shape[0]:,} distinct times): those "
+                         "bursts stay bursts at every time scale (a slower replay cannot spread them)")
+    from .workload import trace_rate_warning
+    warn = trace_rate_warning(wl)
+    if warn:
+        print("warning: " + warn, file=sys.stderr)
+        notes.append("warning: " + warn)
+    return notes
+
+
+def _fmt(x, spec):
+    """A table cell: ``inf`` for +inf, ``n/a`` for a missing or undefined value (see :mod:`fastsim._output`)."""
+    from ._output import cell
+    return cell(x, spec)
+
+
+def _check_plot(args, kind="file", files=()):
+    """Check ``--plot`` before any work (one-line error, exit 2, instead of a traceback after the run)."""
+    if getattr(args, "plot", None) is not None:
+        from .plots import check_plot_path
+        check_plot_path(args.plot, kind, files=files)

@@ -1,0 +1,541 @@
+"""The grid of a sweep: its axes, their validation against a catalog, grid files, point ids.
+
+A grid is the Cartesian product of the axes of :data:`AXES`; :func:`make_grid` validates a mapping
+of axes (or :func:`load_grid` reads one from a TOML / JSON file, :func:`parse_axis` from the command
+line) into a :class:`SweepGrid`; :class:`SweepSettings` holds how the sweep runs. A point's id
+(:func:`_point_ids`) is a 64-bit hash of its axis values, stable whatever the execution order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from ..analytic import ScreenOptions
+from ..catalog import Catalog, default_catalog
+from ..errors import FastsimInputError, require_tp
+from ..stepmodel import LAYOUTS, StepConstants
+
+#: Axes a grid may give, in the canonical order of the product (the first varies slowest).
+AXES = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "layout", "chunk_tokens", "max_batch",
+        "instances", "prefill_instances", "decode_instances", "scenario", "trace", "rate_req_per_s",
+        "ttft_s", "tpot_s", "price")
+
+_DEFAULT_TPS = (1, 2, 4, 8)
+_AUTO = "auto"
+MAX_POINTS = 50_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep runs (everything but the axes).
+
+    Attributes
+    ----------
+    verify : {"none", "top-k-per-scenario", "all"}
+        Which analytically feasible points are simulated. ``top-k-per-scenario`` takes the
+        ``top_k`` cheapest (integer cost) of every group of points sharing model, workload, rate,
+        TTFT, TPOT and price.
+    top_k : int
+        Points per group for ``top-k-per-scenario`` (>= 1).
+    seeds : int
+        Simulated replications per point (synthetic workloads; a trace is replayed once).
+    horizon_s : float
+        Simulated arrival window per run (s), 600 by default (lecture §2.3, lesson three).
+    seed : int
+        Root seed (>= 0).
+    capacity : bool
+        Also bisect each verified point for its maximum sustainable rate (scenarios only).
+    capacity_tol : float
+        Relative tolerance of that bisection.
+    tpot_margin, ttft_tail : float
+        As in :class:`fastsim.analytic.ScreenOptions`.
+    chunk_tokens : tuple of int
+        Chunk sizes searched where the ``chunk_tokens`` axis is ``"auto"``.
+    constants : StepConstants
+        Step-model constants (SPEC §3), for the screen and the simulator.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown ``verify`` mode; ``top_k`` or ``seeds`` not an integer >= 1 or ``seed`` not
+        an integer >= 0 (booleans rejected); ``capacity`` not a boolean; a non-numeric or
+        non-positive ``horizon_s``; ``capacity_tol`` outside (0, 1); chunk sizes, margin or
+        tail that :class:`fastsim.analytic.ScreenOptions` rejects.
+    """
+
+    verify: str = "none"
+    top_k: int = 3
+    seeds: int = 4
+    horizon_s: float = 600.0
+    seed: int = 0
+    capacity: bool = False
+    capacity_tol: float = 0.02
+    tpot_margin: float = 0.85
+    ttft_tail: float = 2.3
+    chunk_tokens: tuple = (256, 512, 1024, 2048)
+    constants: StepConstants = field(default_factory=StepConstants)
+
+    def __post_init__(self):
+        if self.verify not in ("none", "top-k-per-scenario", "all"):
+            raise FastsimInputError("verify", self.verify, "none, top-k-per-scenario or all")
+        for name, lo in (("top_k", 1), ("seeds", 1), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise FastsimInputError(name, v, f"an integer >= {lo}")
+        if not isinstance(self.capacity, (bool, np.bool_)):
+            raise FastsimInputError("capacity", self.capacity, "true or false")
+        for name in ("horizon_s", "capacity_tol", "tpot_margin", "ttft_tail"):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise FastsimInputError(name, v, "a number")
+        if isinstance(self.chunk_tokens, (str, bytes)) or not hasattr(self.chunk_tokens, "__iter__") or any(
+                isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) for c in self.chunk_tokens):
+            raise FastsimInputError("chunk_tokens", self.chunk_tokens, "a list of integers >= 1")
+        from ..errors import require_positive
+        require_positive("horizon_s", self.horizon_s)
+        if not (0 < self.capacity_tol < 1):
+            raise FastsimInputError("capacity_tol", self.capacity_tol, "a fraction in (0, 1)")
+        ScreenOptions(chunk_tokens=self.chunk_tokens, tpot_margin=self.tpot_margin, ttft_tail=self.ttft_tail)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able form.
+
+        Returns
+        -------
+        dict
+            Every field; ``constants`` as a dict, ``chunk_tokens`` as a list.
+        """
+        d = dataclasses.asdict(self)
+        d["chunk_tokens"] = list(self.chunk_tokens)
+        return d
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One value of the workload axis, resolved."""
+
+    label: str
+    kind: str                 # "scenario" or "trace"
+    obj: object               # Scenario or Workload
+    model: str | None         # the scenario's model (None for a trace)
+    rate_req_per_s: float
+    ttft_s: float | None
+    tpot_s: float | None
+    lengths: tuple            # mean P, mean O, P90 P, P90 O
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """A validated grid: canonical values per axis, resolved against a catalog.
+
+    Build it with :func:`make_grid` or :func:`load_grid`. ``axes`` maps every name of
+    :data:`AXES` to a tuple of canonical values (absent axes hold their default); ``given`` names
+    the axes the user gave.
+
+    Attributes
+    ----------
+    axes : dict[str, tuple]
+        Canonical values of every axis of :data:`AXES`.
+    given : tuple of str
+        Axes the user gave.
+    catalog : Catalog
+        The catalog the names were resolved against.
+    sources : tuple of _Source
+        The workload axis (scenario or trace values), resolved.
+    models : dict[str, Model]
+        The models of the ``model`` axis, by value.
+    """
+
+    axes: dict
+    given: tuple
+    catalog: Catalog
+    sources: tuple
+    models: dict
+
+    @property
+    def shape(self) -> tuple:
+        """Values per axis (tuple of int), in :data:`AXES` order (the workload axis counted once, under ``scenario``)."""
+        return tuple(len(self.axes[a]) for a in AXES)
+
+    @property
+    def n_points(self) -> int:
+        """Number of points of the product (int)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def describe(self) -> dict:
+        """The axes as given (JSON-able).
+
+        Returns
+        -------
+        dict of str to list
+            For each axis in :attr:`given`, its canonical values (price tables as dicts of
+            floats).
+        """
+        return {a: [_jsonable(v) for v in self.axes["scenario" if a == "trace" else a]] for a in self.given}
+
+
+def _tuple(v):
+    """A list from a settings file as a tuple (anything else as is, for SweepSettings to reject)."""
+    return tuple(v) if isinstance(v, (list, tuple)) else v
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {k: float(x) for k, x in v.items()}
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+def _values(name, raw) -> list:
+    if isinstance(raw, (list, tuple)):
+        vals = list(raw)
+    else:
+        vals = [raw]
+    if not vals:
+        raise FastsimInputError(f"axis {name}", [], "at least one value")
+    return vals
+
+
+def _int_value(name, v, lo, auto=False):
+    if auto and isinstance(v, str) and v.strip().lower() == _AUTO:
+        return _AUTO
+    if isinstance(v, str):
+        try:
+            v = int(v.strip())
+        except ValueError:
+            raise FastsimInputError(f"axis {name}", v, f"an integer >= {lo}" + (" or 'auto'" if auto else "")) from None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)) or v != int(v) or v < lo:
+        raise FastsimInputError(f"axis {name}", v, f"an integer >= {lo}" + (" or 'auto'" if auto else ""))
+    return int(v)
+
+
+def _float_value(name, v):
+    orig = v
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise FastsimInputError(f"axis {name}", orig, "a finite number > 0") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(v) or v <= 0:
+        raise FastsimInputError(f"axis {name}", orig, "a finite number > 0")
+    return float(v)
+
+
+def _price_value(v, catalog: Catalog):
+    """'catalog', a number (the point's GPU), or {gpu: usd}; strings 'B200:6+H100:2' too."""
+    if isinstance(v, str):
+        t = v.strip()
+        if t.lower() in ("catalog", "default"):
+            return "catalog"
+        if ":" in t or "=" in t:
+            out = {}
+            for part in t.split("+"):
+                g, sep, usd = part.replace("=", ":").partition(":")
+                if not sep:
+                    raise FastsimInputError("axis price", v, "'catalog', USD per GPU-hour, or GPU:USD[+GPU:USD...]")
+                out[g.strip()] = usd.strip()
+            v = out
+        else:
+            return _float_value("price", t)
+    if isinstance(v, Mapping):
+        if not v:
+            raise FastsimInputError("axis price", v, "a non-empty table of GPU = USD per hour")
+        return {catalog.gpu(g).name: _float_value(f"price.{g}", x) for g, x in sorted(v.items())}
+    return _float_value("price", v)
+
+
+def _price_label(v) -> str:
+    if isinstance(v, dict):
+        return "+".join(f"{g}:{x:g}" for g, x in sorted(v.items()))
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def _canon(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{float(x)!r}" for k, x in sorted(value.items())) + "}"
+    if isinstance(value, float):
+        return repr(float(value))
+    return str(value)
+
+
+def _resolve_source(kind: str, v, catalog: Catalog, cache: dict, read_trace=None) -> _Source:
+    from .. import workload as W
+    from ..analytic import Demand
+    if not isinstance(v, str) or not v.strip():
+        raise FastsimInputError(f"axis {kind}", v, "a name" + (" or a trace file path" if kind == "trace" else ""))
+    if kind == "scenario":
+        s = catalog.scenario(v)
+        d = Demand.from_scenario(s)
+        return _Source(s.name, "scenario", s, s.model, s.rate_req_per_s, s.ttft_s, s.tpot_s,
+                       (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens))
+    wl = cache.get(v) or (read_trace or W.read_trace)(v)
+    cache[v] = wl
+    if wl.n < 2 or not (wl.duration_s > 0):
+        raise FastsimInputError("axis trace", v, "a trace with at least two distinct arrival times")
+    p, o = wl.prompt_tokens.astype(np.float64), wl.output_tokens.astype(np.float64)
+    return _Source(wl.name if v.strip().lower() in W.BUILTIN_TRACES else v, "trace", wl, None,
+                   wl.mean_rate_req_per_s, None, None,
+                   (float(p.mean()), float(o.mean()), float(np.quantile(p, 0.9)), float(np.quantile(o, 0.9))))
+
+
+def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None) -> SweepGrid:
+    """Validate a mapping of axes and resolve it against a catalog, before any work starts.
+
+    Parameters
+    ----------
+    axes : mapping of str to a value or a list of values
+        Names from :data:`AXES`. Values: ``model`` catalog names or ``config.json`` paths;
+        ``gpu`` names or ``"all"``; ``precision`` names; ``mode`` ``colocated`` /
+        ``disaggregated``; ``tp``, ``prefill_tp``, ``decode_tp`` powers of two (the last two
+        default to ``tp``); ``layout`` instance layouts (:data:`fastsim.stepmodel.LAYOUTS`, default
+        ``tp``; the EP layouts apply to MoE models, other points are refused rows);
+        ``chunk_tokens`` integers >= 1 or ``"auto"`` (the best of the chunk
+        set); ``max_batch`` integers >= 0 (0 = no cap); ``instances``, ``prefill_instances``,
+        ``decode_instances`` integers >= 1 or ``"auto"`` (the planner's count; for disaggregated
+        points ``instances`` sets both sides unless they are given); ``scenario`` names or
+        ``trace`` names / paths (not both); ``rate_req_per_s``, ``ttft_s``, ``tpot_s`` positive
+        numbers (default: the scenario's; required for traces except the rate, which defaults to
+        the trace's mean rate); ``price`` ``"catalog"``, a number (US dollars per GPU-hour of the
+        point's GPU) or a table ``{GPU = USD}``. Defaults: the catalog's default GPUs
+        (H100, H200, B200), every precision, both modes, TP 1, 2, 4, 8, scenario ``chat``.
+    catalog : Catalog, optional
+    read_trace : callable(str) -> Workload, optional
+        Reads a ``trace`` axis value; default :func:`fastsim.workload.read_trace` with its
+        defaults (``fastsim sweep --time-unit / --skip-invalid`` pass their own).
+
+    Returns
+    -------
+    SweepGrid
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the axis: unknown axis, empty axis, repeated value, a value of the wrong type or
+        out of range, an unknown name, both ``scenario`` and ``trace``, a trace without its SLOs,
+        or more than 50,000,000 points.
+    """
+    catalog = catalog or default_catalog()
+    if not isinstance(axes, Mapping):
+        raise FastsimInputError("grid", type(axes).__name__, "a table of axes")
+    unknown = [a for a in axes if a not in AXES]
+    if unknown:
+        raise FastsimInputError(f"axis {unknown[0]}", unknown[0], "one of " + ", ".join(AXES))
+    raw = {a: _values(a, axes[a]) for a in axes}
+    if "scenario" in raw and "trace" in raw:
+        raise FastsimInputError("axis trace", raw["trace"], "either a scenario axis or a trace axis, not both")
+    out: dict = {}
+    models: dict = {}
+    for v in raw.get("model", []):
+        if not isinstance(v, str):
+            raise FastsimInputError("axis model", v, "a catalog model name or a config.json path")
+        m = catalog.model(v)
+        models[m.name] = m
+    out["model"] = tuple(models) if "model" in raw else (None,)
+    gpus = []
+    for v in raw.get("gpu", catalog.default_gpus()):
+        if not isinstance(v, str):
+            raise FastsimInputError("axis gpu", v, "a catalog GPU name or 'all'")
+        gpus.extend(list(catalog.gpus) if v.strip().lower() == "all" else [catalog.gpu(v).name])
+    out["gpu"] = tuple(gpus)
+    precs = []
+    for v in raw.get("precision", catalog.default_precisions()):
+        if not isinstance(v, str):
+            raise FastsimInputError("axis precision", v, "a catalog precision name")
+        precs.append(catalog.precision(v).name)
+    out["precision"] = tuple(precs)
+    modes = []
+    for v in raw.get("mode", ["colocated", "disaggregated"]):
+        if v not in ("colocated", "disaggregated"):
+            raise FastsimInputError("axis mode", v, "colocated or disaggregated")
+        modes.append(v)
+    out["mode"] = tuple(modes)
+    for name in ("tp", "prefill_tp", "decode_tp"):
+        vals = raw.get(name, list(_DEFAULT_TPS) if name == "tp" else None)
+        if vals is None:
+            out[name] = (0,)
+            continue
+        tv = []
+        for v in vals:
+            if isinstance(v, (bool, np.bool_)):
+                raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64 (not a boolean)")
+            try:
+                tv.append(require_tp(f"axis {name}", int(v) if isinstance(v, str) and v.strip().isdigit() else v))
+            except (TypeError, FastsimInputError):
+                raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64") from None
+        out[name] = tuple(tv)
+    lays = []
+    for v in raw.get("layout", ["tp"]):
+        if v not in LAYOUTS:
+            raise FastsimInputError("axis layout", v, "one of " + ", ".join(LAYOUTS))
+        lays.append(v)
+    out["layout"] = tuple(lays)
+    out["chunk_tokens"] = tuple(_int_value("chunk_tokens", v, 1, auto=True) for v in raw.get("chunk_tokens", [_AUTO]))
+    out["max_batch"] = tuple(_int_value("max_batch", v, 0) for v in raw.get("max_batch", [0]))
+    out["instances"] = tuple(_int_value("instances", v, 1, auto=True) for v in raw.get("instances", [_AUTO]))
+    for name in ("prefill_instances", "decode_instances"):
+        out[name] = tuple(_int_value(name, v, 1, auto=True) for v in raw[name]) if name in raw else ("",)
+    kind = "trace" if "trace" in raw else "scenario"
+    cache: dict = {}
+    sources = tuple(_resolve_source(kind, v, catalog, cache, read_trace) for v in raw.get(kind, ["chat"]))
+    out["scenario"] = tuple(s.label for s in sources)
+    out["trace"] = ("",)
+    for name in ("rate_req_per_s", "ttft_s", "tpot_s"):
+        out[name] = tuple(_float_value(name, v) for v in raw[name]) if name in raw else (None,)
+    if kind == "trace":
+        for name in ("ttft_s", "tpot_s"):
+            if name not in raw:
+                raise FastsimInputError(f"axis {name}", None, "a P90 target in seconds (required with a trace axis)")
+        if "model" not in raw:
+            raise FastsimInputError("axis model", None, "a model name or config.json path (required with a trace axis)")
+    out["price"] = tuple(_price_value(v, catalog) for v in raw.get("price", ["catalog"]))
+    for a in AXES:
+        canon = [_canon(v) for v in out[a]]
+        if len(set(canon)) != len(canon):
+            dup = next(c for c in canon if canon.count(c) > 1)
+            raise FastsimInputError(f"axis {a}", dup, "distinct values (this one is repeated)")
+    for s in sources:
+        if s.model is not None:
+            models.setdefault(s.model, catalog.model(s.model))
+    given = tuple(a for a in AXES if a in raw)
+    grid = SweepGrid(out, given, catalog, sources, models)
+    if grid.n_points > MAX_POINTS:
+        raise FastsimInputError("grid", f"{grid.n_points:,} points", f"at most {MAX_POINTS:,} points")
+    return grid
+
+
+def parse_axis(text: str) -> tuple:
+    """Parse a command-line axis ``NAME=V1,V2,...`` into ``(name, [values])`` (strings).
+
+    Parameters
+    ----------
+    text : str
+        ``NAME=V1,V2,...``; ``-`` in the name reads as ``_``; blank values are dropped.
+
+    Returns
+    -------
+    (str, list of str)
+        The axis name (one of :data:`AXES`) and its values, unconverted (:func:`make_grid`
+        converts and checks them).
+
+    Raises
+    ------
+    FastsimInputError
+        No ``=``, an unknown name, or no value.
+    """
+    name, sep, vals = str(text).partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep:
+        raise FastsimInputError("--axis", text, "NAME=V1,V2,... with NAME one of " + ", ".join(AXES))
+    if name not in AXES:
+        raise FastsimInputError(f"axis {name}", text, "one of " + ", ".join(AXES))
+    values = [v.strip() for v in vals.split(",") if v.strip()]
+    if not values:
+        raise FastsimInputError(f"axis {name}", text, "at least one value")
+    return name, values
+
+
+def load_grid(path: str) -> tuple:
+    """Read a grid file: TOML (or JSON) with an ``[axes]`` table and an optional ``[sweep]`` table.
+
+    Parameters
+    ----------
+    path : str
+        The file; a ``.json`` extension reads JSON, anything else TOML.
+
+    Returns
+    -------
+    (dict, dict)
+        The raw axes (validate them with :func:`make_grid`) and the ``[sweep]`` settings
+        (keys of :class:`SweepSettings`).
+
+    Raises
+    ------
+    FastsimInputError
+        A missing or malformed file, no ``[axes]`` table, an unknown top-level table or setting.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise FastsimInputError("grid file", path, f"a readable TOML or JSON file ({exc.strerror})") from None
+    try:
+        t = json.loads(raw) if str(path).endswith(".json") else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FastsimInputError("grid file", path, f"valid TOML/JSON ({exc})") from None
+    unknown = set(t) - {"axes", "sweep"}
+    if unknown:
+        raise FastsimInputError(f"grid file {path}", sorted(unknown), "tables [axes] and [sweep]")
+    if not isinstance(t.get("axes"), dict):
+        raise FastsimInputError(f"grid file {path}", None, "an [axes] table")
+    settings = t.get("sweep", {})
+    keys = {f.name for f in dataclasses.fields(SweepSettings)} - {"constants"}
+    bad = set(settings) - keys
+    if bad:
+        raise FastsimInputError(f"[sweep] in {path}", sorted(bad), "keys among " + ", ".join(sorted(keys)))
+    return dict(t["axes"]), dict(settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Point ids
+# ---------------------------------------------------------------------------------------------
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _h64(text: str) -> np.uint64:
+    return np.uint64(int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little"))
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint64(30))
+        h = h * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(27))
+        h = h * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
+    """uint64 ids: fold the hashes of ``axis=value`` over every axis in canonical order.
+
+    An absent axis contributes its default (a name list such as the default GPUs, or a sentinel
+    meaning "the scenario's value"), so two points differ in id exactly when their axis values do.
+    """
+    h = np.full(n, _h64("fastsim-sweep-point-v1"), dtype=np.uint64)
+    for a in AXES:
+        if a == "trace":
+            continue
+        name = "trace" if a == "scenario" and "trace" in grid.given else a
+        table = np.array([_h64(f"{name}={_canon(v)}") for v in grid.axes[a]], dtype=np.uint64)
+        if a == "layout":
+            # the plain TP layout leaves a point's id as it was before layouts existed
+            is_tp = np.array([v == "tp" for v in grid.axes[a]], dtype=bool)[codes[a]]
+            h = np.where(is_tp, h, _mix(h ^ table[codes[a]]))
+            continue
+        h = _mix(h ^ table[codes[a]])
+    return h
+
+
+def _hex(ids: np.ndarray) -> np.ndarray:
+    """16-digit lower-case hex strings of uint64 ids (object array), without a Python loop per id."""
+    ids = np.ascontiguousarray(ids, dtype=np.uint64)
+    text = ids.astype(">u8").tobytes().hex().encode("ascii")
+    return np.frombuffer(text, dtype="S16").astype("U16").astype(object)

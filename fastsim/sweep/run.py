@@ -1,0 +1,189 @@
+"""run_sweep: a whole sweep, from the grid to the table, written in chunks and resumable.
+
+The analytic table of every point first, then chunks in grid order (a chunk closes at
+``chunk_points`` points or ``chunk_verify`` points to simulate), each simulated
+(:mod:`fastsim.sweep.tasks`, locally or on Dask: :mod:`fastsim.sweep.scheduling`) and appended to
+the output (:mod:`fastsim.sweep.storage`) as it completes. ``resume=True`` keeps the points already
+written (by point id) and computes only the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+
+from ..catalog import Catalog
+from ..errors import FastsimInputError
+from .grid import SweepGrid, SweepSettings, _tuple, load_grid, make_grid
+from .pareto import MAX_PLOTS, plot_sweep
+from .scheduling import _execute
+from .storage import _format, _meta_path, read_table
+from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
+from .tasks import _build_task, _select
+
+def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
+              out: str | None = None, resume: bool = False, scheduler: str | None = None,
+              workers: int | None = None, progress: bool | None = None, chunk_points: int = 20_000,
+              chunk_verify: int = 128, max_requests_per_call: int = 3_000_000,
+              plot_dir: str | None = None, max_plots: int | None = MAX_PLOTS, **settings_kw) -> pd.DataFrame:
+    """Run a sweep: analytic table, batched verification, optional capacity, written in chunks.
+
+    Parameters
+    ----------
+    grid : SweepGrid, mapping of axes, or str
+        A validated grid, a mapping for :func:`make_grid`, or the path of a grid file
+        (:func:`load_grid`; its ``[sweep]`` table gives default settings).
+    catalog : Catalog, optional
+    settings : SweepSettings, optional
+        Or give its fields as keyword arguments (``verify="all"``, ``seeds=4``, ...).
+    out : str, optional
+        Output file: ``.parquet`` (a directory of part files; needs pyarrow), ``.csv`` or
+        ``.json`` / ``.jsonl`` (JSON Lines). Written chunk by chunk, rows in completion order;
+        :func:`read_table` returns them in grid order. A ``FILE.sweep.json`` beside it records the
+        grid and settings.
+    resume : bool
+        Keep the points already in ``out`` (by point id) and compute only the others. Without it
+        an existing ``out`` is replaced.
+    scheduler : str, optional
+        Address of a running Dask scheduler; simulation chunks are sent there.
+    workers : int, optional
+        Start a local Dask cluster of this many worker processes instead.
+    progress : bool, optional
+        Show a tqdm bar on stderr (default: when stderr is a terminal).
+    chunk_points, chunk_verify : int
+        A chunk closes at this many points, or at this many points to simulate.
+    max_requests_per_call : int
+        Simulated requests per ``simulate_batch`` call (bounds memory: about 100 bytes each).
+    plot_dir : str, optional
+        Write the Pareto plots there (:func:`plot_sweep`).
+    max_plots : int or None, default 12
+        Plot the first ``max_plots`` questions only (None: every question).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Every point of the grid, in grid order, the columns of :data:`COLUMNS`.
+
+    Raises
+    ------
+    FastsimInputError
+        A bad grid or setting (before any work starts), an unknown output extension, a resume
+        whose grid or settings differ from the interrupted run's, Dask requested but not installed.
+    """
+    import sys
+    # looked up on the package when called, so that replacing fastsim.sweep._run_task or
+    # fastsim.sweep._write_chunk (as the tests that interrupt a sweep do) takes effect here
+    from . import _run_task, _write_chunk
+    file_settings = {}
+    if isinstance(grid, (str, os.PathLike)):
+        axes, file_settings = load_grid(os.fspath(grid))
+        grid = make_grid(axes, catalog)
+    elif not isinstance(grid, SweepGrid):
+        grid = make_grid(grid, catalog)
+    if settings is None:
+        kw = dict(file_settings)
+        kw.update(settings_kw)
+        if "chunk_tokens" in kw:
+            kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
+        try:
+            settings = SweepSettings(**kw)
+        except TypeError as exc:
+            raise FastsimInputError("sweep settings", sorted(kw), f"fields of SweepSettings ({exc})") from None
+    s = settings
+    for name, v in (("chunk_points", chunk_points), ("chunk_verify", chunk_verify),
+                    ("max_requests_per_call", max_requests_per_call)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise FastsimInputError(name, v, "an integer >= 1")
+    if workers is not None and (isinstance(workers, bool) or int(workers) != workers or workers < 1):
+        raise FastsimInputError("--workers", workers, "an integer >= 1")
+    fmt = _format(out) if out else None
+    meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict()}
+    if out:
+        mp = _meta_path(out)
+        if resume and os.path.exists(mp):
+            with open(mp, "r", encoding="utf-8") as fh:
+                old = json.load(fh)
+            if old.get("table_version", 1) != TABLE_VERSION:
+                raise FastsimInputError("--resume", out, f"a table of this fastsim version (it was written with "
+                                        f"table version {old.get('table_version', 1)}, this is {TABLE_VERSION}); "
+                                        "start afresh without --resume")
+            if old != json.loads(json.dumps(meta)):
+                raise FastsimInputError("--resume", out, "the grid and settings of the run that wrote it "
+                                        f"(see {os.path.basename(mp)}); start afresh without --resume")
+        if not resume:
+            if os.path.isdir(out):
+                for f in os.listdir(out):
+                    if f.endswith(".parquet") or f.endswith(".tmp"):
+                        os.remove(os.path.join(out, f))
+            elif os.path.exists(out):
+                os.remove(out)
+        with open(mp, "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=1)
+    # 1. analytic table of every point (cheap, deterministic)
+    table = analytic_table(grid, settings=s)
+    sel = _select(table, s)
+    done = np.zeros(len(table), bool)
+    previous = None
+    part = 0
+    if out and resume:
+        previous = read_table(out)
+        done = table["point_id"].isin(set(previous["point_id"])).to_numpy()
+        if fmt == "parquet" and os.path.isdir(out):
+            part = len([f for f in os.listdir(out) if f.endswith(".parquet")])
+    todo = np.flatnonzero(~done)
+    # 2. chunks in grid order
+    chunks = []
+    start = 0
+    while start < todo.shape[0]:
+        stop = min(start + chunk_points, todo.shape[0])
+        csum = np.cumsum(sel[todo[start:stop]])
+        over = np.searchsorted(csum, chunk_verify, side="right")
+        stop = min(stop, start + max(int(over), 1))
+        chunks.append(todo[start:stop])
+        start = stop
+    T = _tables(grid, s) if sel.any() else None
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = None
+    if show:
+        from tqdm import tqdm
+        bar = tqdm(total=int(todo.shape[0]), unit="point", desc="sweep", file=sys.stderr, leave=False)
+    results = []
+
+    def finish(rows, sim):
+        nonlocal part
+        chunk = table.iloc[rows].copy()
+        if sim is not None:
+            pos = {int(p): j for j, p in enumerate(sim["point"])}
+            idx = np.array([pos.get(int(p), -1) for p in chunk["point"]])
+            has = idx >= 0
+            for c in _SIM_COLUMNS:
+                col = chunk[c].to_numpy().copy()
+                col[has] = np.asarray(sim[c])[idx[has]]
+                chunk[c] = col
+        chunk = _typed(chunk)
+        if out:
+            _write_chunk(out, fmt, chunk, part)
+            part += 1
+        results.append(chunk)
+        if bar is not None:
+            bar.update(len(rows))
+
+    try:
+        _execute(chunks, sel, lambda vrows: _build_task(table, vrows, grid, T, s, max_requests_per_call),
+                 _run_task, finish, scheduler, workers)
+    finally:
+        if bar is not None:
+            bar.close()
+    frames = [f for f in ([previous] if previous is not None else []) + results if len(f)]
+    keep = table["point_id"].to_numpy()
+    if frames:
+        full = pd.concat(frames, ignore_index=True)
+        full = full[full["point_id"].isin(set(keep))].drop_duplicates("point_id", keep="last")
+        full = _typed(full.sort_values("point", kind="stable").reset_index(drop=True))
+    else:
+        full = table.iloc[:0]
+    if plot_dir:
+        plot_sweep(full, plot_dir, max_plots=max_plots)
+    return full

@@ -1,0 +1,180 @@
+"""Sweep tables on disk: CSV, JSON Lines or a Parquet directory, written chunk by chunk, read back.
+
+:func:`_write_chunk` appends one chunk (fsync'd, so an interruption loses at most the chunk being
+written; :func:`_repair_tail` cuts a line cut short); :func:`read_table` reads any of the formats
+back in grid order; ``FILE.sweep.json`` (:func:`_meta_path`) records the grid and settings a
+resume must match. JSON rows carry ``null_reasons`` for their missing and infinite cells.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+
+from ..errors import FastsimInputError
+from .table import COLUMNS, _typed
+
+def _format(path: str) -> str:
+    ext = os.path.splitext(str(path))[1].lower()
+    if ext == ".csv":
+        return "csv"
+    if ext in (".json", ".jsonl"):
+        return "jsonl"
+    if ext == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise FastsimInputError("--out", path, "a .csv or .json file (.parquet needs pyarrow: "
+                                    "pip install pyarrow)") from None
+        return "parquet"
+    raise FastsimInputError("--out", path, "a file ending in .parquet, .csv, .json or .jsonl")
+
+
+def _repair_tail(path: str) -> None:
+    """Cut a line-oriented file after its last newline (a chunk cut short by an interruption)."""
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data and not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+def read_table(path: str) -> pd.DataFrame:
+    """Read a sweep table written by :func:`run_sweep` (any of its formats), rows in grid order.
+
+    Parameters
+    ----------
+    path : str
+        A ``.csv``, ``.json`` / ``.jsonl`` (JSON Lines) file or a ``.parquet`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :data:`COLUMNS` with their dtypes; an empty frame if nothing was written.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown extension or a file that is not a sweep table.
+    """
+    fmt = _format(path)
+    if not os.path.exists(path):
+        return _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
+    if fmt == "csv":
+        _repair_tail(path)
+        df = pd.read_csv(path, dtype={c: (str if d == "str" else d) for c, d in COLUMNS if d in ("str", "Int64")},
+                         keep_default_na=False,
+                         na_values={c: ["", "nan"] for c, d in COLUMNS if d in ("float64", "Int64")})
+    elif fmt == "jsonl":
+        _repair_tail(path)
+        with open(path, "r", encoding="utf-8") as fh:
+            recs = [_from_json_row(json.loads(ln)) for ln in fh if ln.strip()]
+        df = pd.DataFrame.from_records(recs, columns=[c for c, _ in COLUMNS])
+        for c, d in COLUMNS:
+            if d == "float64":
+                df[c] = df[c].astype(object).where(df[c].notna(), np.nan).astype(np.float64)
+    else:
+        parts = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))
+        df = pd.concat([pd.read_parquet(os.path.join(path, f)) for f in parts], ignore_index=True) if parts \
+            else pd.DataFrame({c: [] for c, _ in COLUMNS})
+    missing = [c for c, _ in COLUMNS if c not in df.columns]
+    if missing:
+        raise FastsimInputError("sweep table", path, f"a table written by fastsim sweep (missing {missing[0]})")
+    df = _typed(df).sort_values("point", kind="stable").reset_index(drop=True)
+    return df
+
+
+def _write_chunk(path: str, fmt: str, df: pd.DataFrame, part: int) -> None:
+    if fmt == "csv":
+        header = not os.path.exists(path) or os.path.getsize(path) == 0
+        text = df.to_csv(index=False, header=header, na_rep="", float_format=None)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    elif fmt == "jsonl":
+        lines = []
+        for rec in df.to_dict(orient="records"):
+            lines.append(json.dumps(_json_row(rec), allow_nan=False))
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    else:
+        os.makedirs(path, exist_ok=True)
+        tmp = os.path.join(path, f".part-{part:06d}.tmp")
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, os.path.join(path, f"part-{part:06d}.parquet"))
+
+
+def _py(v):
+    """A table cell as a plain Python value for ``json`` (missing integers as None)."""
+    if v is pd.NA:
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+#: Columns that only a colocated (resp. disaggregated) row has.
+_COLOCATED_ONLY = ("tp", "instances", "chunk_tokens", "instance_capacity_req_per_s")
+_DISAGGREGATED_ONLY = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances",
+                       "prefill_capacity_req_per_s", "decode_capacity_req_per_s")
+
+
+def _null_reason(rec: dict, k: str, v) -> str:
+    """Why one cell of a sweep row has no finite value (starts with ``infinite`` or ``not applicable``)."""
+    v = _py(v)
+    if isinstance(v, float) and math.isinf(v) and v > 0:
+        if k.startswith("sim_ttft") or k.startswith("sim_tpot"):
+            return "infinite: more than 10% of the measured requests never got that token (rejected or unfinished)"
+        if not rec.get("feasible", True):
+            return "infinite: the configuration is infeasible (see reason)"
+        if k == "sim_capacity_req_per_s" or k.startswith("sim_capacity_ci95"):
+            return "infinite: no capacity probe failed"
+        return "infinite"
+    if k in _COLOCATED_ONLY and rec.get("mode") == "disaggregated":
+        return "not applicable: a disaggregated row (see the prefill_ and decode_ columns)"
+    if k in _DISAGGREGATED_ONLY and rec.get("mode") == "colocated":
+        return "not applicable: a colocated row"
+    if k.startswith("sim_capacity"):
+        return ("not applicable: capacity not searched (--capacity and a verified point)" if k == "sim_capacity_req_per_s"
+                else "not applicable: no interval (capacity not searched, one seed, or no probe passed)")
+    if k.startswith("sim_") and not rec.get("verified", False):
+        return "not applicable: not simulated (verified is false)"
+    if k == "sim_tpot_p90_s":
+        return "not applicable: no measured request has more than one output token"
+    if not rec.get("feasible", True):
+        return "not applicable: the configuration is infeasible (see reason)"
+    return "not applicable"
+
+
+def _from_json_row(row: dict) -> dict:
+    """A JSON Lines row read back: a null whose reason starts with ``infinite`` is +inf again."""
+    for k, why in (row.pop("null_reasons", None) or {}).items():
+        if row.get(k) is None and str(why).startswith("infinite"):
+            row[k] = math.inf
+    return row
+
+
+def _json_row(rec: dict) -> dict:
+    """One row as strict-JSON values: non-finite and missing cells as None, explained in ``null_reasons``."""
+    row, why = {}, {}
+    for k, v in rec.items():
+        v = _py(v)
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            why[k] = _null_reason(rec, k, v)
+            v = None
+        row[k] = v
+    row["null_reasons"] = why
+    return row
+
+
+def _json_records(df: pd.DataFrame) -> list:
+    """The table as a list of dicts of plain Python values; NaN, inf and missing values as None,
+    each explained in the row's ``null_reasons`` (field -> reason)."""
+    return [_json_row(rec) for rec in df.to_dict(orient="records")]
+
+
+def _meta_path(path: str) -> str:
+    return str(path).rstrip("/\\") + ".sweep.json"

@@ -1,0 +1,394 @@
+"""The analytic table of a sweep: its columns, and every point's analytic result, vectorized.
+
+:func:`analytic_table` evaluates every point of a grid (SPEC section 5) in chunks: one
+:func:`fastsim._analytic_nb.instances_nb` call per chunk over the distinct instances of its points,
+then numpy over the points. :data:`COLUMNS` names the table's columns and dtypes; the simulation
+columns (:func:`_empty_sim`) are filled later by :mod:`fastsim.sweep.tasks`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .. import _analytic_nb as AK
+from ..analytic import instances_needed
+from ..catalog import Catalog
+from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, instance_layout_refusal, layout_degrees, step_params
+from .grid import AXES, _AUTO, SweepGrid, SweepSettings, _hex, _point_ids, _price_label, make_grid
+
+# reason codes of a point
+(_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
+ _R_LAYOUT) = range(11)
+_REASONS = np.array([
+    "",
+    "weights + one request's KV do not fit in memory",
+    "no batch meets the TPOT target",
+    "the latency-quantile prompt cannot be prefilled within the TTFT target",
+    "the GPU has no peak for this precision",
+    "the given instances carry less than the target rate",
+    "prefill: weights + one request's KV do not fit in memory",
+    "prefill: the TTFT target leaves no room for queueing",
+    "decode: weights + one request's KV do not fit in memory",
+    "decode: no batch meets the TPOT target",
+    "the model refuses this layout (a TP that does not divide its attention or KV heads, which vLLM "
+    "refuses, or expert parallelism on a dense model)",
+], dtype=object)
+
+#: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
+#: ``Int64`` columns are pandas nullable integers, missing where they do not apply: ``tp``,
+#: ``instances`` and ``chunk_tokens`` on disaggregated rows, the ``prefill_*`` / ``decode_*`` ones on
+#: colocated rows.
+COLUMNS = (
+    ("point_id", "str"), ("point", "int64"),
+    ("model", "str"), ("gpu", "str"), ("precision", "str"), ("mode", "str"),
+    ("tp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("layout", "str"), ("chunk_tokens", "Int64"),
+    ("max_batch", "int64"), ("instances", "Int64"), ("prefill_instances", "Int64"), ("decode_instances", "Int64"),
+    ("workload", "str"), ("rate_req_per_s", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
+    ("price", "str"), ("price_usd_per_gpu_hour", "float64"),
+    ("mean_prompt_tokens", "float64"), ("mean_output_tokens", "float64"),
+    ("instance_capacity_req_per_s", "float64"), ("prefill_capacity_req_per_s", "float64"),
+    ("decode_capacity_req_per_s", "float64"), ("capacity_req_per_s", "float64"), ("batch", "int64"),
+    ("analytic_ttft_s", "float64"), ("analytic_tpot_s", "float64"),
+    ("gpus", "int64"), ("usd_per_hour", "float64"), ("usd_per_million_output_tokens", "float64"),
+    ("efficiency_usd_per_million_output_tokens", "float64"), ("output_tokens_per_s_per_gpu", "float64"),
+    ("feasible", "bool"), ("reason", "str"),
+    ("verified", "bool"), ("sim_runs", "int64"), ("sim_measured", "int64"), ("sim_rejected", "int64"),
+    ("sim_attainment", "float64"), ("sim_ttft_p90_s", "float64"), ("sim_tpot_p90_s", "float64"),
+    ("sim_overloaded", "bool"), ("sim_passed", "bool"),
+    ("sim_capacity_req_per_s", "float64"), ("sim_capacity_ci95_lo_req_per_s", "float64"),
+    ("sim_capacity_ci95_hi_req_per_s", "float64"),
+)
+_SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):])
+
+#: Version of the table's layout, recorded in ``FILE.sweep.json``; a resume refuses another one.
+#: 2: missing values (not 0) in the columns that do not apply to a row's mode. 3: the ``layout`` column.
+TABLE_VERSION = 3
+
+#: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
+QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
+
+
+@dataclass
+class _Tables:
+    """Small lookup tables shared by every chunk of a grid (built once)."""
+
+    models: list
+    params: np.ndarray          # unique step-parameter rows
+    ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout) -> params row, -1 (no peak), -2 (refused)
+    tps: list
+    model_code_of_point_axis: np.ndarray   # (n_model_axis, n_source) -> index into models
+    demand: np.ndarray          # (n_source, n_ttft, n_tpot, 8)
+    rate: np.ndarray            # (n_source, n_rate)
+    ttft: np.ndarray            # (n_source, n_ttft)
+    tpot: np.ndarray            # (n_source, n_tpot)
+    price: np.ndarray           # (n_price, n_gpu)
+    mean_o: np.ndarray          # (n_source,)
+    mean_p: np.ndarray
+    lat_p: np.ndarray
+
+
+def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
+    cat = grid.catalog
+    A = grid.axes
+    srcs = grid.sources
+    # effective models: the model axis, or each source's model
+    if A["model"] == (None,):
+        names = []
+        for src in srcs:
+            if src.model not in names:
+                names.append(src.model)
+        mcode = np.array([[names.index(src.model) for src in srcs]], dtype=np.int64)
+    else:
+        names = list(A["model"])
+        mcode = np.repeat(np.arange(len(names), dtype=np.int64)[:, None], len(srcs), axis=1)
+    models = [grid.models[n] for n in names]
+    gpus = [cat.gpu(g) for g in A["gpu"]]
+    precs = [cat.precision(p) for p in A["precision"]]
+    tps = sorted({t for a in ("tp", "prefill_tp", "decode_tp") for t in A[a] if t})
+    lays = A["layout"]
+    ptab = np.full((len(models), len(gpus), len(precs), len(tps), len(lays)), -1, dtype=np.int64)
+    rows = []
+    for i, m in enumerate(models):
+        for j, g in enumerate(gpus):
+            for k, pr in enumerate(precs):
+                if pr.flops_key not in g.peak_flops_per_s:
+                    continue
+                for t_i, tp in enumerate(tps):
+                    for l_i, lay in enumerate(lays):
+                        dp, ep = layout_degrees(lay, tp)
+                        if instance_layout_refusal(m, g, tp, dp, ep) is not None:
+                            ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10: TP divides the heads)
+                            continue
+                        ptab[i, j, k, t_i, l_i] = len(rows)
+                        rows.append(step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep))
+    params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
+    ns = len(srcs)
+    ttfts = A["ttft_s"]
+    tpots = A["tpot_s"]
+    rates = A["rate_req_per_s"]
+    demand = np.zeros((ns, len(ttfts), len(tpots), 8))
+    ttft = np.zeros((ns, len(ttfts)))
+    tpot = np.zeros((ns, len(tpots)))
+    rate = np.zeros((ns, len(rates)))
+    for i, src in enumerate(srcs):
+        mp, mo, lp, lo = src.lengths
+        for a, v in enumerate(ttfts):
+            ttft[i, a] = v if v is not None else src.ttft_s
+        for b, v in enumerate(tpots):
+            tpot[i, b] = v if v is not None else src.tpot_s
+        for r, v in enumerate(rates):
+            rate[i, r] = v if v is not None else src.rate_req_per_s
+        for a in range(len(ttfts)):
+            for b in range(len(tpots)):
+                demand[i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail)
+    price = np.zeros((len(A["price"]), len(gpus)))
+    for i, pv in enumerate(A["price"]):
+        for j, g in enumerate(gpus):
+            if pv == "catalog":
+                price[i, j] = g.price_usd_per_hour
+            elif isinstance(pv, dict):
+                price[i, j] = pv.get(g.name, g.price_usd_per_hour)
+            else:
+                price[i, j] = pv
+    lens = np.array([src.lengths for src in srcs], dtype=np.float64)
+    return _Tables(models, params, ptab, tps, mcode, demand, rate, ttft, tpot, price,
+                   lens[:, 1].copy(), lens[:, 0].copy(), lens[:, 2].copy())
+
+
+def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
+    shape = grid.shape
+    codes = {}
+    stride = 1
+    for a, n in zip(reversed(AXES), reversed(shape)):
+        codes[a] = (ix // stride) % n
+        stride *= n
+    return codes
+
+
+def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarray) -> dict:
+    """Analytic columns (numpy arrays) of the points ``ix`` (int64, grid order)."""
+    from .._analytic_nb import instances_nb as sweep_instances_nb
+    A = grid.axes
+    c = _codes(grid, ix)
+    n = ix.shape[0]
+    src = c["scenario"]
+    mi = T.model_code_of_point_axis[c["model"], src]
+    tp_vals = np.array(A["tp"], dtype=np.int64)[c["tp"]]
+    tpos = {t: i for i, t in enumerate(T.tps)}
+    def tp_pos(vals):
+        lut = np.array([tpos.get(int(v), -1) for v in range(65)], dtype=np.int64)
+        return lut[vals]
+    pt = np.array(A["prefill_tp"], dtype=np.int64)[c["prefill_tp"]]
+    dt = np.array(A["decode_tp"], dtype=np.int64)[c["decode_tp"]]
+    pt = np.where(pt > 0, pt, tp_vals)
+    dt = np.where(dt > 0, dt, tp_vals)
+    disagg = np.array([m == "disaggregated" for m in A["mode"]])[c["mode"]]
+    tp_a = np.where(disagg, dt, tp_vals)          # colocated instance or decode side
+    row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"]]
+    row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"]]
+    nT, nP = len(A["ttft_s"]), len(A["tpot_s"])
+    drow = (src * nT + c["ttft_s"]) * nP + c["tpot_s"]
+    chunk_vals = np.array([0 if v == _AUTO else v for v in A["chunk_tokens"]], dtype=np.int64)
+    chunk = np.where(disagg, 0, chunk_vals[c["chunk_tokens"]])
+    mb = np.array(A["max_batch"], dtype=np.int64)[c["max_batch"]]
+    # unique instance rows: (params row, demand row, chunk, max_batch)
+    nd = T.demand.shape[0] * nT * nP
+    cu, cinv = np.unique(chunk, return_inverse=True)
+    mu, minv = np.unique(mb, return_inverse=True)
+    ok_peak = (row_a >= 0) & ((row_b >= 0) | ~disagg)
+    refused = (row_a == -2) | (disagg & (row_b == -2))
+    key_a = ((np.maximum(row_a, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
+    key_b = ((np.maximum(row_b, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
+    both = np.concatenate([key_a, key_b])
+    space = max(T.params.shape[0], 1) * nd * len(cu) * len(mu)
+    if space <= max(8 * both.shape[0], 1 << 20):
+        # small key space: uniqueness by a presence table, O(n + space), no sort (same result as np.unique)
+        present = np.zeros(space, dtype=bool)
+        present[both] = True
+        keys = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[both]
+    else:
+        keys, inv = np.unique(both, return_inverse=True)
+    inv_a, inv_b = inv[:n], inv[n:]
+    k_mb = keys % len(mu)
+    rest = keys // len(mu)
+    k_c = rest % len(cu)
+    rest //= len(cu)
+    k_d = rest % nd
+    k_p = rest // nd
+    m = keys.shape[0]
+    f8 = lambda: np.empty(m, dtype=np.float64)  # noqa: E731
+    i8 = lambda: np.empty(m, dtype=np.int64)  # noqa: E731
+    st, cst = i8(), i8()
+    dcap, db, dstep, pcap, prho, ps = f8(), i8(), f8(), f8(), f8(), f8()
+    ccap, cb, cc, cstep = f8(), i8(), i8(), f8()
+    sweep_instances_nb(T.params, np.ascontiguousarray(k_p), np.ascontiguousarray(T.demand.reshape(-1, 8)),
+                       np.ascontiguousarray(k_d), cu[k_c].astype(np.float64), np.ascontiguousarray(mu[k_mb]),
+                       np.asarray(s.chunk_tokens, dtype=np.float64),
+                       st, dcap, db, dstep, pcap, prho, ps, cst, ccap, cb, cc, cstep)
+    rate = T.rate[src, c["rate_req_per_s"]]
+    mean_o = T.mean_o[src]
+    price = T.price[c["price"], c["gpu"]]
+    inst_vals = np.array([0 if v == _AUTO else v for v in A["instances"]], dtype=np.int64)[c["instances"]]
+    def side_inst(name):
+        vals = A[name]
+        if vals == ("",):
+            return inst_vals
+        return np.array([0 if v == _AUTO else v for v in vals], dtype=np.int64)[c[name]]
+    # colocated
+    col_ok = ok_peak & (cst[inv_a] == AK.OK)
+    cap_c = np.where(col_ok, ccap[inv_a], 0.0)
+    n_c = np.where(inst_vals > 0, inst_vals, instances_needed(rate, cap_c))
+    # disaggregated
+    cap_p = np.where(ok_peak, pcap[inv_b], 0.0)
+    cap_d = np.where(ok_peak, dcap[inv_a], 0.0)
+    dis_ok = ok_peak & (cap_p > 0) & (cap_d > 0)
+    pi, di = side_inst("prefill_instances"), side_inst("decode_instances")
+    n_p = np.where(pi > 0, pi, instances_needed(rate, cap_p))
+    n_d = np.where(di > 0, di, instances_needed(rate, cap_d))
+    ok = np.where(disagg, dis_ok, col_ok)
+    gpus = np.where(disagg, pt * n_p + dt * n_d, tp_vals * n_c)
+    capacity = np.where(disagg, np.minimum(n_p * cap_p, n_d * cap_d), n_c * cap_c)
+    reason = np.full(n, _R_OK, dtype=np.int64)
+    cs = np.where(ok_peak, cst[inv_a], AK.OK)
+    reason = np.where(~disagg & (cs == AK.NO_FIT), _R_NOFIT, reason)
+    reason = np.where(~disagg & (cs == AK.TPOT_UNREACHABLE), _R_TPOT, reason)
+    reason = np.where(~disagg & (cs == AK.TTFT_UNREACHABLE), _R_TTFT, reason)
+    pre_bad = disagg & ok_peak & ~(cap_p > 0)
+    dec_bad = disagg & ok_peak & (cap_p > 0) & ~(cap_d > 0)
+    reason = np.where(pre_bad, np.where(st[inv_b] == AK.NO_FIT, _R_PRE_NOFIT, _R_PRE_TTFT), reason)
+    reason = np.where(dec_bad, np.where(st[inv_a] == AK.NO_FIT, _R_DEC_NOFIT, _R_DEC_TPOT), reason)
+    reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, _R_NOPEAK), reason)
+    below = ok & (capacity < rate * (1.0 - 1e-9))
+    reason = np.where(below, _R_BELOW, reason)
+    feasible = ok & ~below
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = np.where(feasible, gpus * price / (rate * mean_o * 3600.0) * 1e6, np.inf)
+        eff_c = tp_vals * price / (cap_c * mean_o * 3600.0) * 1e6
+        eff_d = (pt / cap_p + dt / cap_d) * price / (mean_o * 3600.0) * 1e6
+        eff = np.where(ok, np.where(disagg, eff_d, eff_c), np.inf)
+        tok_gpu = np.where(feasible, rate * mean_o / gpus, np.nan)
+    lat_p = T.lat_p[src]
+    chunk_eff = np.where(disagg, 0, cc[inv_a])
+    step_c = cstep[inv_a]
+    with np.errstate(invalid="ignore"):
+        ttft_c = np.ceil(lat_p / np.maximum(chunk_eff, 1)) * step_c
+        ttft_d = ps[inv_b] + lat_p * T.params[np.maximum(row_b, 0), P_KVPG] / T.params[np.maximum(row_b, 0), P_NET_BW]
+    a_ttft = np.where(ok, np.where(disagg, ttft_d, ttft_c), np.nan)
+    a_tpot = np.where(ok, np.where(disagg, dstep[inv_a], step_c), np.nan)
+    model_names = np.array([m.name for m in T.models], dtype=object)
+    src_labels = np.array([x.label for x in grid.sources], dtype=object)
+    price_labels = np.array([_price_label(v) for v in A["price"]], dtype=object)
+    col = ~disagg
+    return {
+        "point_id": _hex(_point_ids(grid, c, n)), "point": ix.astype(np.int64),
+        "model": model_names[mi], "gpu": np.array(A["gpu"], dtype=object)[c["gpu"]],
+        "precision": np.array(A["precision"], dtype=object)[c["precision"]],
+        "mode": np.array(A["mode"], dtype=object)[c["mode"]],
+        "tp": _nullable(tp_vals, col), "prefill_tp": _nullable(pt, disagg), "decode_tp": _nullable(dt, disagg),
+        "layout": np.array(A["layout"], dtype=object)[c["layout"]],
+        "chunk_tokens": _nullable(chunk_eff, col), "max_batch": mb,
+        # as the screen: 0 instances where the point is infeasible
+        "instances": _nullable(np.where(ok, n_c, 0), col),
+        "prefill_instances": _nullable(np.where(ok, n_p, 0), disagg),
+        "decode_instances": _nullable(np.where(ok, n_d, 0), disagg),
+        "workload": src_labels[src], "rate_req_per_s": rate, "ttft_s": T.ttft[src, c["ttft_s"]],
+        "tpot_s": T.tpot[src, c["tpot_s"]], "price": price_labels[c["price"]], "price_usd_per_gpu_hour": price,
+        "mean_prompt_tokens": T.mean_p[src], "mean_output_tokens": mean_o,
+        "instance_capacity_req_per_s": np.where(disagg, cap_d, cap_c),
+        "prefill_capacity_req_per_s": np.where(disagg, cap_p, np.nan),
+        "decode_capacity_req_per_s": np.where(disagg, cap_d, np.nan),
+        "capacity_req_per_s": np.where(ok, capacity, 0.0),
+        "batch": np.where(ok_peak, np.where(disagg, db[inv_a], cb[inv_a]), 0).astype(np.int64),
+        "analytic_ttft_s": a_ttft, "analytic_tpot_s": a_tpot,
+        "gpus": np.where(ok, gpus, 0).astype(np.int64), "usd_per_hour": np.where(ok, gpus * price, 0.0),
+        "usd_per_million_output_tokens": cost, "efficiency_usd_per_million_output_tokens": eff,
+        "output_tokens_per_s_per_gpu": tok_gpu, "feasible": feasible, "reason": _REASONS[reason],
+    }
+
+
+def _nullable(values: np.ndarray, valid: np.ndarray) -> pd.arrays.IntegerArray:
+    """A nullable Int64 column: ``values`` where ``valid``, missing elsewhere."""
+    valid = np.asarray(valid, dtype=bool)
+    return pd.arrays.IntegerArray(np.where(valid, values, 0).astype(np.int64), ~valid)
+
+
+def _empty_sim(n: int) -> dict:
+    nan = np.full(n, np.nan)
+    return {"verified": np.zeros(n, bool), "sim_runs": np.zeros(n, np.int64), "sim_measured": np.zeros(n, np.int64),
+            "sim_rejected": np.zeros(n, np.int64), "sim_attainment": nan.copy(), "sim_ttft_p90_s": nan.copy(),
+            "sim_tpot_p90_s": nan.copy(), "sim_overloaded": np.zeros(n, bool), "sim_passed": np.zeros(n, bool),
+            "sim_capacity_req_per_s": nan.copy(), "sim_capacity_ci95_lo_req_per_s": nan.copy(),
+            "sim_capacity_ci95_hi_req_per_s": nan.copy()}
+
+
+def _frame(cols: dict) -> pd.DataFrame:
+    """The table of freshly computed columns (:func:`_analytic_chunk`, :func:`_empty_sim`), typed
+    as :func:`_typed` types them but without its checks: the string columns are object arrays of
+    str with no missing value, the others already have their dtypes."""
+    out = {}
+    for name, dt in COLUMNS:
+        v = cols[name]
+        if dt == "str":
+            out[name] = pd.Series(v, dtype=object, copy=False)
+        elif dt == "Int64":
+            out[name] = pd.Series(v, dtype="Int64", copy=False)
+        else:
+            out[name] = pd.Series(np.asarray(v, dtype=dt), copy=False)
+    return pd.DataFrame(out, copy=False)
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns in :data:`COLUMNS` order with their dtypes (strings as object)."""
+    out = {}
+    for name, dt in COLUMNS:
+        col = df[name]
+        if dt == "str":
+            out[name] = col.astype(object).where(col.notna(), "").astype(str).astype(object)
+        elif dt == "bool":
+            out[name] = col.astype(bool)
+        elif dt == "Int64":
+            out[name] = pd.array(col.astype(object).where(col.notna(), None), dtype="Int64") \
+                if col.dtype == object else col.astype("Int64")
+        else:
+            out[name] = col.astype(dt)
+    return pd.DataFrame(out, index=df.index)
+
+
+def analytic_table(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
+                   chunk_points: int = 1_000_000) -> pd.DataFrame:
+    """The analytic result of every point of a grid (no simulation), vectorized.
+
+    Parameters
+    ----------
+    grid : SweepGrid or mapping of axes
+    catalog : Catalog, optional
+        Used when ``grid`` is a mapping.
+    settings : SweepSettings, optional
+        Margins, chunk set and step constants (defaults as the planner's).
+    chunk_points : int
+        Points evaluated per kernel call (bounds memory).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per point in grid order, the columns of :data:`COLUMNS` (simulation columns empty:
+        ``verified`` False, numbers NaN).
+
+    Raises
+    ------
+    FastsimInputError
+        A bad grid (see :func:`make_grid`).
+    """
+    grid = grid if isinstance(grid, SweepGrid) else make_grid(grid, catalog)
+    s = settings or SweepSettings()
+    T = _tables(grid, s)
+    parts = []
+    for a in range(0, grid.n_points, chunk_points):
+        ix = np.arange(a, min(a + chunk_points, grid.n_points), dtype=np.int64)
+        cols = _analytic_chunk(grid, s, T, ix)
+        cols.update(_empty_sim(ix.shape[0]))
+        parts.append(_frame(cols))
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

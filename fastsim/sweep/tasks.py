@@ -1,0 +1,227 @@
+"""Verification tasks: which points a sweep simulates, and the simulation of one chunk of them.
+
+:func:`_select` picks the points to simulate; :func:`_build_task` packs a chunk of them into a
+picklable :class:`_Task` (what a Dask worker receives); :func:`_run_task` simulates it in batches of
+(configuration x seed) runs, one :func:`fastsim.sim.simulate_batch` call each, and optionally
+bisects each point for its maximum sustainable rate.
+
+Randomness: the workloads of a point come from :func:`_workload_seed`, a function of the root
+seed and the point's workload only (common random numbers across configurations and rates).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..catalog import Catalog
+from ..stepmodel import N_PARAMS, layout_degrees, step_params
+from .grid import SweepGrid, SweepSettings, _h64
+from .table import _empty_sim, _Tables
+
+def _select(df: pd.DataFrame, s: SweepSettings) -> np.ndarray:
+    """Boolean mask of the points to simulate."""
+    feas = df["feasible"].to_numpy()
+    if s.verify == "none":
+        return np.zeros(len(df), bool)
+    if s.verify == "all":
+        return feas.copy()
+    f = df[feas]
+    order = f.sort_values(["usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens",
+                           "gpus", "point"], kind="stable")
+    rank = order.groupby(["model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price"],
+                         sort=False).cumcount()
+    chosen = order.index[rank.to_numpy() < s.top_k]
+    mask = np.zeros(len(df), bool)
+    mask[df.index.get_indexer(chosen)] = True
+    return mask
+
+
+def _workload_seed(root: int, label: str) -> np.random.SeedSequence:
+    h = int(_h64(f"workload={label}"))
+    return np.random.SeedSequence(int(root), spawn_key=(h & 0xFFFFFFFF, h >> 32))
+
+
+def _workload_seed_int(root: int, label: str) -> int:
+    """An integer root seed (63 bits) for the capacity search of a workload: a hash of root and workload."""
+    h = hashlib.blake2b(f"capacity:{int(root)}:workload={label}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One chunk of points to simulate (picklable, sent to Dask workers as is)."""
+
+    points: np.ndarray          # int64 grid index
+    mode: np.ndarray            # 1 = disaggregated
+    p_a: np.ndarray             # (k, N_PARAMS) colocated / decode params
+    p_b: np.ndarray             # (k, N_PARAMS) prefill params
+    n_a: np.ndarray             # colocated instances / decode instances
+    n_b: np.ndarray             # prefill instances
+    chunk: np.ndarray
+    max_batch: np.ndarray
+    src: np.ndarray             # index into sources
+    rate: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
+    max_ctx: np.ndarray
+    capacity_analytic: np.ndarray
+    plans: tuple                # analytic Plan per point (capacity search only)
+    sources: tuple
+    models: tuple               # Model per point (capacity search only)
+    settings: SweepSettings
+    catalog: Catalog | None
+    max_requests_per_call: int
+
+
+def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables, s: SweepSettings,
+                max_requests_per_call: int) -> _Task:
+    from ..analytic import Plan
+    sub = df.iloc[rows]
+    cat = grid.catalog
+    k = len(sub)
+    p_a = np.zeros((k, N_PARAMS))
+    p_b = np.zeros((k, N_PARAMS))
+    plans, models = [], []
+    src_index = {x.label: i for i, x in enumerate(grid.sources)}
+    cache = {}
+    for j, r in enumerate(sub.itertuples(index=False)):
+        m = grid.models.get(r.model) or cat.model(r.model)
+        def prm(tp):
+            key = (r.model, r.gpu, r.precision, int(tp), r.layout)
+            if key not in cache:
+                dp, ep = layout_degrees(r.layout, int(tp))
+                cache[key] = step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(tp), s.constants,
+                                         dp=dp, ep=ep)
+            return cache[key]
+        dis = r.mode == "disaggregated"
+        p_a[j] = prm(r.decode_tp if dis else r.tp)
+        p_b[j] = prm(r.prefill_tp) if dis else p_a[j]
+        models.append(m)
+        if s.capacity:
+            if dis:
+                plans.append(Plan(model=r.model, gpu=r.gpu, precision=r.precision, mode="disaggregated",
+                                  tp=int(r.decode_tp), instances=int(r.decode_instances),
+                                  prefill_tp=int(r.prefill_tp), prefill_instances=int(r.prefill_instances),
+                                  decode_tp=int(r.decode_tp), decode_instances=int(r.decode_instances),
+                                  batch=int(r.batch), prefill_capacity_req_per_s=float(r.prefill_capacity_req_per_s),
+                                  decode_capacity_req_per_s=float(r.decode_capacity_req_per_s),
+                                  instance_capacity_req_per_s=float(r.decode_capacity_req_per_s),
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
+            else:
+                plans.append(Plan(model=r.model, gpu=r.gpu, precision=r.precision, mode="colocated", tp=int(r.tp),
+                                  instances=int(r.instances), chunk_tokens=int(r.chunk_tokens), batch=int(r.batch),
+                                  instance_capacity_req_per_s=float(r.instance_capacity_req_per_s),
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
+    dis = (sub["mode"] == "disaggregated").to_numpy()
+    return _Task(
+        points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b,
+        n_a=np.where(dis, _ints(sub["decode_instances"]), _ints(sub["instances"])),
+        n_b=_ints(sub["prefill_instances"]), chunk=_ints(sub["chunk_tokens"]),
+        max_batch=sub["max_batch"].to_numpy(np.int64),
+        src=np.array([src_index[w] for w in sub["workload"]], dtype=np.int64),
+        rate=sub["rate_req_per_s"].to_numpy(np.float64), ttft=sub["ttft_s"].to_numpy(np.float64),
+        tpot=sub["tpot_s"].to_numpy(np.float64),
+        max_ctx=np.array([m.max_context_tokens for m in models], dtype=np.int64),
+        capacity_analytic=sub["capacity_req_per_s"].to_numpy(np.float64),
+        plans=tuple(plans), sources=grid.sources, models=tuple(models) if s.capacity else (),
+        settings=s, catalog=cat if s.capacity else None, max_requests_per_call=int(max_requests_per_call))
+
+
+def _ints(col: pd.Series) -> np.ndarray:
+    """A nullable integer column as int64, missing values as 0 (the kernels' "does not apply")."""
+    return col.fillna(0).to_numpy(np.int64)
+
+
+def _run_task(task: _Task) -> dict:
+    """Simulate the points of a task: batches of (configuration x seed) runs, one kernel call each.
+
+    Returns a dict of simulation columns (arrays aligned with ``task.points``) plus ``point``.
+    """
+    from .. import workload as W
+    from ..search import SLO, _pooled
+    from ..sim import ColocatedPlan, DisaggregatedPlan, simulate_batch
+    s = task.settings
+    k = task.points.shape[0]
+    out = _empty_sim(k)
+    out["point"] = task.points
+    window = (0.2, 0.8)
+    wl_cache: dict = {}
+
+    def workloads(i):
+        src = task.sources[task.src[i]]
+        key = (int(task.src[i]), float(task.rate[i]))
+        if key not in wl_cache:
+            if src.kind == "trace":
+                wl = src.obj if key[1] == src.rate_req_per_s else src.obj.rescaled(key[1])
+                wl_cache[key] = ([(wl.arrival_s, wl.prompt_tokens, wl.output_tokens)],
+                                 float(np.nextafter(wl.duration_s, np.inf)))
+            else:
+                kids = W.seeds_for(_workload_seed(s.seed, src.label), s.seeds)
+                ws = [W.synthesize(src.obj, key[1], s.horizon_s, kid) for kid in kids]
+                wl_cache[key] = ([(w.arrival_s, w.prompt_tokens, w.output_tokens) for w in ws], s.horizon_s)
+        return wl_cache[key]
+
+    # group runs by (horizon, max context): simulate_batch takes one of each per call
+    groups: dict = {}
+    for i in range(k):
+        wls, hz = workloads(i)
+        groups.setdefault((hz, int(task.max_ctx[i])), []).append(i)
+    for (hz, ctx), idx in groups.items():
+        batch_plans, batch_works, owners = [], [], []
+        n_req = 0
+
+        def flush():
+            if not batch_plans:
+                return
+            res = simulate_batch(batch_plans, batch_works, horizon_s=hz, ttft_slo_s=1.0, tpot_slo_s=1.0,
+                                 max_context_tokens=ctx, measure_window=window, full=True)
+            start = 0
+            for i, nrun in owners:
+                v = _pooled(res[start:start + nrun], SLO(float(task.ttft[i]), float(task.tpot[i])), window, hz)
+                start += nrun
+                out["verified"][i] = True
+                out["sim_runs"][i] = v.runs
+                out["sim_measured"][i] = v.measured
+                out["sim_rejected"][i] = v.rejected
+                out["sim_attainment"][i] = v.attainment
+                out["sim_ttft_p90_s"][i] = v.ttft_p90_s
+                out["sim_tpot_p90_s"][i] = v.tpot_p90_s
+                out["sim_overloaded"][i] = v.overloaded
+                out["sim_passed"][i] = v.passed
+            batch_plans.clear()
+            batch_works.clear()
+            owners.clear()
+
+        for i in idx:
+            if task.mode[i]:
+                plan = DisaggregatedPlan(task.p_b[i], int(task.n_b[i]), task.p_a[i], int(task.n_a[i]),
+                                         decode_max_batch=int(task.max_batch[i]))
+            else:
+                plan = ColocatedPlan(task.p_a[i], int(task.n_a[i]), int(task.chunk[i]), int(task.max_batch[i]))
+            wls, _ = workloads(i)
+            for w in wls:
+                batch_plans.append(plan)
+                batch_works.append(w)
+                n_req += w[0].shape[0]
+            owners.append((i, len(wls)))
+            if n_req >= task.max_requests_per_call:
+                flush()
+                n_req = 0
+        flush()
+    if s.capacity:
+        from ..search import max_sustainable_rate
+        for i in range(k):
+            src = task.sources[task.src[i]]
+            if src.kind != "scenario":
+                continue
+            r = max_sustainable_rate(task.plans[i], src.obj, SLO(float(task.ttft[i]), float(task.tpot[i])),
+                                     seeds=s.seeds, horizon_s=s.horizon_s, rel_tol=s.capacity_tol,
+                                     seed=_workload_seed_int(s.seed, src.label), catalog=task.catalog,
+                                     constants=s.constants, model=task.models[i])
+            out["sim_capacity_req_per_s"][i] = r.rate_req_per_s
+            out["sim_capacity_ci95_lo_req_per_s"][i] = r.ci95[0]
+            out["sim_capacity_ci95_hi_req_per_s"][i] = r.ci95[1]
+    return out
