@@ -563,7 +563,7 @@ def _emit_launch(args, report, records, cat, model):
             r["launch"] = None
             r.setdefault("null_reasons", {})["launch"] = "not applicable: " + exc.allowed
             report.notes.append(f"plan {i}: no {args.emit} command ({exc})")
-    if getattr(args, "policy", "lecture") != args.emit:
+    if getattr(args, "policy", "lecture") != args.emit and not getattr(args, "no_verify", False):
         report.notes.append(f"--emit pins each plan's analytic batch and chunk; the verification ran under the "
                             f"{getattr(args, 'policy', 'lecture')} policy (--policy {args.emit} verifies these "
                             "settings)")

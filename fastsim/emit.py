@@ -27,7 +27,8 @@ FP8 weights                ``--quantization fp8``                ``--quantizatio
                            carries its own)
 KV of 1 byte (FP8, FP4)    ``--kv-cache-dtype fp8``              ``--kv-cache-dtype fp8_e4m3``
 memory_utilization (0.9)   ``--gpu-memory-utilization``          ``--mem-fraction-static``
-model context              ``--max-model-len``                   ``--context-length``
+model context (capped by   ``--max-model-len``                   ``--context-length``
+the instance's KV tokens)
 draft model, gamma         ``--speculative-config`` JSON:        ``--speculative-algorithm STANDALONE``
                            ``method draft_model``, ``model``,    ``--speculative-draft-model-path``
                            ``num_speculative_tokens gamma``      ``--speculative-num-steps gamma``
@@ -202,6 +203,19 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
         raise _refuse(engine, plan, f"a KV cache of 1 or 2 bytes per element (precision {precision.name} "
                                     f"has {precision.kv_bytes:g})")
     mem = f"{constants.memory_utilization:g}"
+    # the context an instance can hold: vLLM refuses to start when one sequence of max-model-len does
+    # not fit its KV cache (vllm/v1/core/kv_cache_utils.py, check_enough_kv_cache_memory)
+    from .stepmodel import kv_budget_tokens
+    lk = plan.layout_kwargs(gpus)
+    kv_tokens = int(kv_budget_tokens(model, precision, gpu, gpus, constants, **lk))
+    if kv_tokens < 1:
+        raise _refuse(engine, plan, f"an instance whose KV cache holds a sequence ({role} on {gpus} x {gpu.name} "
+                                    f"{precision.name} has no room after the weights)")
+    ctx = min(int(model.max_context_tokens), kv_tokens // dp if dp > 1 else kv_tokens)
+    if ctx < model.max_context_tokens:
+        notes.append(f"max model length {ctx:,} tokens, not the model's {model.max_context_tokens:,}: one sequence "
+                     f"must fit the instance's KV cache ({kv_tokens:,} tokens"
+                     + (f", {dp} data-parallel ranks" if dp > 1 else "") + "); longer requests are refused")
     if engine == "vllm":
         a = ["vllm", "serve", ckpt, "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
         if layout == "dp+ep":
@@ -210,7 +224,7 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--tensor-parallel-size", str(gpus)]
             if layout == "tp+ep":
                 a += ["--enable-expert-parallel"]
-        a += ["--max-model-len", str(model.max_context_tokens), "--gpu-memory-utilization", mem]
+        a += ["--max-model-len", str(ctx), "--gpu-memory-utilization", mem]
         if quant:
             a += ["--quantization", quant]
         if kv:
@@ -243,7 +257,7 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--dp-size", str(gpus), "--enable-dp-attention", "--ep-size", str(gpus)]
         elif layout == "tp+ep":
             a += ["--ep-size", str(gpus)]
-        a += ["--context-length", str(model.max_context_tokens), "--mem-fraction-static", mem]
+        a += ["--context-length", str(ctx), "--mem-fraction-static", mem]
         if quant:
             a += ["--quantization", quant]
         if kv:
