@@ -764,7 +764,9 @@ def _least_squares(model_fn, measured, names, start, fixed=()):
 
     def resid(x):
         return np.log(model_fn(vals(x))) - logm
-    res = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale=1.0, xtol=1e-12, ftol=1e-12,
+                            gtol=1e-12)
     x = res.x
     J = res.jac
     m, k = len(measured), len(free)
@@ -779,7 +781,10 @@ def _least_squares(model_fn, measured, names, start, fixed=()):
         sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
         for j, n in enumerate(np.array(free)[identified]):
             xi = x[free.index(n)]
-            intervals[n] = (float(np.exp(xi - q * sd[j])), float(np.exp(xi + q * sd[j])))
+            # an interval never leaves the parameter's physical range (an efficiency at its bound of 1
+            # has a one-sided interval)
+            b_lo, b_hi = _BOUNDS[n]
+            intervals[n] = (float(max(np.exp(xi - q * sd[j]), b_lo)), float(min(np.exp(xi + q * sd[j]), b_hi)))
     v = vals(x)
     for n in np.array(free)[~identified]:
         v[n] = start[n]
@@ -1081,6 +1086,10 @@ def calibrate(steps=None, profiles=(), *, gpu: str = "H100", precision: str = "B
     d = StepConstants()
     if profiles:
         g = cat.gpu(gpu)
+        if any(isinstance(p, str) and p.strip().lower() == "vidur-h100" for p in profiles) and g.name != "H100":
+            raise FastsimInputError("--gpu", gpu, "H100 with --profiles vidur-h100 (those kernels were measured on "
+                                    "H100 SXM; fitting them against another GPU's peaks gives that GPU wrong "
+                                    "efficiencies)")
         label_pr = apply_to or precision
         pr = cat.precision("BF16" if label_pr == "*" else label_pr)
         ops, ar = read_profiles(profiles)
@@ -1176,6 +1185,12 @@ def calibrate(steps=None, profiles=(), *, gpu: str = "H100", precision: str = "B
         srcs.append("profiles " + ", ".join(Path(os.fspath(p)).name for p in profiles))
     notes.append("95% intervals from the Jacobian's covariance at the least-squares optimum (log parameters, "
                  "Student-t); they assume the model's form is right, the residuals show where it is not")
+    at_bound = sorted({f"{n} ({f.label})" for f in fits for n in ("eta_compute", "eta_bw", "eta_nvlink")
+                       if n in f.fitted and f.values.get(n, 0.0) >= 1.0 - 1e-9})
+    if at_bound:
+        notes.append("at the bound of 1 (the datasheet peak): " + "; ".join(at_bound) + ". Their intervals are "
+                     "one-sided. Measurements at or past the roofline can mean wrong units, another GPU or "
+                     "precision than stated, or (for a pooled fit) too few points on that side of the roofline")
     return CalibrationReport(Calibration(ents, "; ".join(srcs)), tuple(fits), tuple(notes))
 
 

@@ -717,6 +717,12 @@ def _cmd_ledger(args):
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
                       output_tokens=args.output_tokens, constants=_constants(args))
     rows, notes = [], []
+    if getattr(args, "calibration", None):
+        from .stepmodel import resolve_constants
+        k = resolve_constants(_constants(args), gpu, prec, args.tp)
+        notes.append(f"--calibration: its efficiencies and all-reduce constants apply here; its per-step overhead "
+                     f"({k.overhead_s * 1e3:.3g} ms) does not: the ledger's launch column is --kernels-per-layer x "
+                     "--launch-us per layer (SPEC §4), while plan, simulate and capacity add the overhead")
     moe = model.is_moe
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"

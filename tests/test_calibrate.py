@@ -250,3 +250,15 @@ def test_calibration_reaches_sweep(tmp_path, capsys):
     a = [x["capacity_req_per_s"] for x in json.loads(plain)["rows"]]
     b = [x["capacity_req_per_s"] for x in json.loads(fitted)["rows"]]
     assert len(a) == len(b) >= 1 and a != b
+
+
+def test_intervals_stay_in_range_and_other_gpus_refuse_the_h100_profiles():
+    from fastsim.calibrate import calibrate
+    from fastsim.errors import FastsimInputError
+    rep = calibrate(profiles="vidur-h100", detail=True)
+    for f in rep.fits:
+        for n, (lo, hi) in f.interval95.items():
+            if n.startswith("eta_"):
+                assert 0.0 < lo <= f.values[n] <= hi <= 1.0, (f.label, n, lo, hi)
+    with pytest.raises(FastsimInputError, match="H100"):
+        calibrate(profiles="vidur-h100", gpu="B200")
