@@ -399,6 +399,13 @@ def _resolve_workload(args, cat):
     model = cat.model(args.model or scen.model)
     demand = Demand.from_scenario(scen, rate_req_per_s=args.rate, ttft_s=args.ttft, tpot_s=args.tpot,
                                   latency_quantile=q)
+    if planned is not None:
+        differ = [f"{what} {a:g} (the scenario's {b:g})" for what, a, b in (
+            ("rate", demand.rate_req_per_s, scen.rate_req_per_s), ("P90 TTFT s", demand.ttft_s, scen.ttft_s),
+            ("P90 TPOT s", demand.tpot_s, scen.tpot_s)) if not math.isclose(a, b)]
+        if differ:
+            notes.append(f"--from-plan with --scenario {scen.name}: the plan's own " + ", ".join(differ)
+                         + f" apply, with {scen.name}'s request lengths; was the plan made for another scenario?")
     return model, demand, scen, notes
 
 

@@ -188,3 +188,15 @@ def test_plan_settings_are_the_emitted_ones():
         flag_budget = "--max-num-batched-tokens" if name == "vllm" else "--chunked-prefill-size"
         assert argv[argv.index(flag_seqs) + 1] == str(plan.batch)
         assert argv[argv.index(flag_budget) + 1] == str(budget)
+
+
+def test_from_plan_of_another_scenario_is_noted(capsys, tmp_path):
+    rc, out, err = run(capsys, "plan", "--scenario", "coding-agent", "--no-verify", "--format", "json", "--top-k", "1")
+    assert rc == 0, err
+    f = tmp_path / "ca.json"
+    f.write_text(out)
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--horizon", "20",
+                       "--format", "json")
+    assert rc == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("rate 4 (the scenario's 20)" in n and "chat's request lengths" in n for n in notes)
