@@ -291,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
                          "resampled from a trace (azure-conv, azure-code or a file)")
     sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
+    sp.add_argument("--profile", metavar="NAME|FILE.csv",
+                    help="time-varying arrivals with the scenario's lengths: a rate profile (m-large, m-mid, m-small, "
+                         "deepseek-r1, or a CSV window_start_s,rate_req_per_s); runs over its span unless --horizon "
+                         "cuts it; zero-rate windows are gaps (no arrivals)")
+    sp.add_argument("--rate-scale", type=_positive("--rate-scale"), default=None, metavar="F",
+                    help="with --profile: multiply every rate by F (fit a profile to a fleet size)")
     _add_spec_args(sp)
     _add_calibration(sp)
     sp.set_defaults(func=_cmd_simulate)
@@ -1064,6 +1070,67 @@ def _synthetic_workloads(args, scenario, rate):
     return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
 
 
+def _simulate_profile(args):
+    """``simulate --profile``: the rate profile (scaled by --rate-scale), or None; sizes the plan at its peak."""
+    from . import workload as W
+    name = getattr(args, "profile", None)
+    if name is None:
+        if getattr(args, "rate_scale", None) is not None:
+            raise FastsimInputError("--rate-scale", args.rate_scale, "with --profile only")
+        return None
+    if args.trace:
+        raise FastsimInputError("--profile", name, "with --scenario (its request lengths), not --trace")
+    prof = W.read_rate_profile(name).scaled(1.0 if args.rate_scale is None else args.rate_scale)
+    if args.rate is None and not args.from_plan:
+        args.rate = prof.peak_rate_req_per_s
+        args._profile_rate_note = (f"the plan's rate is the profile's peak, {prof.peak_rate_req_per_s:,.4g} req/s"
+                                   + ("" if getattr(args, "instances", None) else
+                                      " (give --instances or --rate to size it otherwise)"))
+    return prof
+
+
+def _profile_workloads(args, scenario, prof, demand):
+    """(workloads, horizon, notes) of ``simulate --profile``: one per seed, the scenario's lengths."""
+    from dataclasses import replace
+    from . import workload as W
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    for flag, v in (("--shared-prefix", getattr(args, "shared_prefix", None)),
+                    ("--session-turns", getattr(args, "session_turns", None)),
+                    ("--session-gap", getattr(args, "session_gap", None))):
+        if v is not None:
+            raise FastsimInputError(flag, v, "no value with --profile (sessions are drawn at a constant rate)")
+    kind = args.lengths
+    if kind == "fixed":
+        scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
+                           output=replace(scenario.output, kind="fixed", sigma=0.0))
+    elif kind != "lognormal":
+        raise FastsimInputError("--lengths", kind, "lognormal or fixed with --profile")
+    cv = 1.0 if args.cv is None else args.cv
+    args.seeds = 1 if args.seeds is None else args.seeds
+    notes = [prof.describe() + (f" ({prof.source.rsplit('; ', 1)[-1]})" if args.rate_scale not in (None, 1.0)
+                                else "")]
+    horizon = prof.span_s
+    if args.horizon is not None and args.horizon < prof.span_s:
+        horizon = args.horizon
+        notes.append(f"--horizon {horizon:g} s cuts the profile's span of {prof.span_s:g} s: only its first "
+                     f"{horizon:g} s are simulated")
+    elif args.horizon is not None:
+        notes.append(f"--horizon {args.horizon:g} s is past the profile's span: the run stops at its end, "
+                     f"{prof.span_s:g} s")
+    if getattr(args, "_profile_rate_note", None):
+        notes.append(args._profile_rate_note)
+    elif not math.isclose(demand.rate_req_per_s, prof.peak_rate_req_per_s):
+        notes.append(f"the plan is sized for {demand.rate_req_per_s:g} req/s; the profile's peak is "
+                     f"{prof.peak_rate_req_per_s:,.4g} req/s")
+    args.horizon = horizon
+    wls = [W.synthesize_profile(scenario, prof, s, arrival=args.arrival, cv=cv, horizon_s=horizon)
+           for s in W.seeds_for(args.seed, args.seeds)]
+    return wls, horizon, notes
+
+
 def _engine_dict(args):
     """The ``engine`` of :mod:`fastsim.search` from the engine flags (None: the lecture policy)."""
     over = [(f, v) for f, v in (("--max-num-batched-tokens", args.max_num_batched_tokens),
@@ -1251,9 +1318,13 @@ def _cmd_simulate(args):
     from . import workload as W
     _check_plot(args)
     cat = _catalog(args)
+    profile = _simulate_profile(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     plan, model = _plan_from_args(args, cat, model, demand)
-    if isinstance(source, W.Workload):
+    if profile is not None:
+        wls, horizon, pnotes = _profile_workloads(args, source, profile, demand)
+        notes = list(notes) + pnotes
+    elif isinstance(source, W.Workload):
         if args.seeds is not None or args.horizon is not None:
             notes = list(notes) + ["a trace replays once over its own duration: --seeds and --horizon do not apply"]
         wls = [source]
@@ -1339,7 +1410,9 @@ def _cmd_simulate(args):
         notes = list(notes) + [f"{rej:,} requests rejected: prompt + output above {model.name}'s context of "
                                f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache"]
     if args.format == "table":
-        print(f"{plan.describe()} on {model.name}: {demand.rate_req_per_s:g} req/s, {horizon:g} s; "
+        rate_text = (f"profile {profile.name} (mean {profile.mean_rate_req_per_s:,.4g} req/s)" if profile is not None
+                     else f"{demand.rate_req_per_s:g} req/s")
+        print(f"{plan.describe()} on {model.name}: {rate_text}, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
     _emit(args, records, rows, headers, notes, key="runs")
