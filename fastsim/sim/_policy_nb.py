@@ -110,6 +110,47 @@ def _nb(c, w, s, lay, bt):
     return (_held(c, w, s, lay) + bt - 1) // bt
 
 
+@njit(cache=True, inline="always")
+def _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb):
+    """Evict least recently released cache entries of instance ``i`` until the cached blocks fit the free ones.
+
+    Inlined where it is called (no call, no reference counts on the arrays): it runs on hot paths.
+    """
+    while cfree[i] > free[i]:
+        bid = lhead[i]
+        lhead[i] = lnext[e0 + bid]
+        if lhead[i] >= 0:
+            lprev[e0 + lhead[i]] = -1
+        else:
+            ltail[i] = -1
+        eref[e0 + bid] = -1
+        eown[e0 + bid] = -1
+        cfree[i] -= bpb
+
+
+@njit(cache=True, inline="always")
+def _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb):
+    """Reference request ``r``'s ``h`` leading cache entries on instance ``i`` at its admission; an entry
+    nobody referenced leaves the LRU list and its blocks leave the free KV. Inlined where it is called.
+    """
+    for j in range(h):
+        bid = bids[boff[r] + j]
+        if eref[e0 + bid] == 0:
+            pv = lprev[e0 + bid]
+            nx = lnext[e0 + bid]
+            if pv >= 0:
+                lnext[e0 + pv] = nx
+            else:
+                lhead[i] = nx
+            if nx >= 0:
+                lprev[e0 + nx] = pv
+            else:
+                ltail[i] = pv
+            cfree[i] -= bpb
+            free[i] -= bpb
+        eref[e0 + bid] += 1
+
+
 @njit(cache=True)
 def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext, lhead, ltail, cfree, free,
                 own, nref, bpb, private, bth, prompt, comp):
@@ -866,16 +907,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             # the fast set in one piece: all of it fits in the budget and the blocks,
                             # so nobody is preempted and its evictions are those of the final free
                             free[i] -= needf
-                            while cfree[i] > free[i]:
-                                bid = lhead[i]
-                                lhead[i] = lnext[e0 + bid]
-                                if lhead[i] >= 0:
-                                    lprev[e0 + lhead[i]] = -1
-                                else:
-                                    ltail[i] = -1
-                                eref[e0 + bid] = -1
-                                eown[e0 + bid] = -1
-                                cfree[i] -= bpb
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                             fsched[i] = True
                             nsch = nf
                             budget = B - nf
@@ -926,16 +958,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             break
                         free[i] -= need
                         own[r] += need
-                        while cfree[i] > free[i]:
-                            bid = lhead[i]
-                            lhead[i] = lnext[e0 + bid]
-                            if lhead[i] >= 0:
-                                lprev[e0 + lhead[i]] = -1
-                            else:
-                                ltail[i] = -1
-                            eref[e0 + bid] = -1
-                            eown[e0 + bid] = -1
-                            cfree[i] -= bpb
+                        _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                         sched[r] = x
                         dec[r] = isdec
                         nsch += 1
@@ -962,22 +985,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 break
                             # admit r
                             rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
-                            for j in range(h):
-                                bid = bids[boff[r] + j]
-                                if eref[e0 + bid] == 0:
-                                    pv = lprev[e0 + bid]
-                                    nx = lnext[e0 + bid]
-                                    if pv >= 0:
-                                        lnext[e0 + pv] = nx
-                                    else:
-                                        lhead[i] = nx
-                                    if nx >= 0:
-                                        lprev[e0 + nx] = pv
-                                    else:
-                                        ltail[i] = pv
-                                    cfree[i] -= bpb
-                                    free[i] -= bpb
-                                eref[e0 + bid] += 1
+                            _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
                             hh[r] = h
                             nref[r] = h
                             nxb[r] = h
@@ -989,16 +997,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 iout[i, O_PROMPT_ADMITTED] += P
                             free[i] -= need
                             own[r] = need
-                            while cfree[i] > free[i]:
-                                bid = lhead[i]
-                                lhead[i] = lnext[e0 + bid]
-                                if lhead[i] >= 0:
-                                    lprev[e0 + lhead[i]] = -1
-                                else:
-                                    ltail[i] = -1
-                                eref[e0 + bid] = -1
-                                eown[e0 + bid] = -1
-                                cfree[i] -= bpb
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                             rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                             qhead[i] = (qhead[i] + 1) % qcap
                             qlen[i] -= 1
@@ -1034,16 +1033,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 break
                             free[i] -= need
                             own[r] += need
-                            while cfree[i] > free[i]:
-                                bid = lhead[i]
-                                lhead[i] = lnext[e0 + bid]
-                                if lhead[i] >= 0:
-                                    lprev[e0 + lhead[i]] = -1
-                                else:
-                                    ltail[i] = -1
-                                eref[e0 + bid] = -1
-                                eown[e0 + bid] = -1
-                                cfree[i] -= bpb
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                             sched[r] = x
                             dec[r] = False
                             nsch += 1
@@ -1124,22 +1114,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         if need + evb > free[i]:
                             break
                         rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
-                        for j in range(h):
-                            bid = bids[boff[r] + j]
-                            if eref[e0 + bid] == 0:
-                                pv = lprev[e0 + bid]
-                                nx = lnext[e0 + bid]
-                                if pv >= 0:
-                                    lnext[e0 + pv] = nx
-                                else:
-                                    lhead[i] = nx
-                                if nx >= 0:
-                                    lprev[e0 + nx] = pv
-                                else:
-                                    ltail[i] = pv
-                                cfree[i] -= bpb
-                                free[i] -= bpb
-                            eref[e0 + bid] += 1
+                        _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
                         hh[r] = h
                         nref[r] = h
                         nxb[r] = h
@@ -1151,16 +1126,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             iout[i, O_PROMPT_ADMITTED] += P
                         free[i] -= need
                         own[r] = need
-                        while cfree[i] > free[i]:
-                            bid = lhead[i]
-                            lhead[i] = lnext[e0 + bid]
-                            if lhead[i] >= 0:
-                                lprev[e0 + lhead[i]] = -1
-                            else:
-                                ltail[i] = -1
-                            eref[e0 + bid] = -1
-                            eown[e0 + bid] = -1
-                            cfree[i] -= bpb
+                        _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                         rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
                         qhead[i] = (qhead[i] + 1) % qcap
                         qlen[i] -= 1
@@ -1248,16 +1214,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if nF[i] > 0:
                                 # the fast set's decodes in one piece (their blocks fit: no retraction)
                                 free[i] -= cnt[cb0 + cidx[i]]
-                                while cfree[i] > free[i]:
-                                    bid = lhead[i]
-                                    lhead[i] = lnext[e0 + bid]
-                                    if lhead[i] >= 0:
-                                        lprev[e0 + lhead[i]] = -1
-                                    else:
-                                        ltail[i] = -1
-                                    eref[e0 + bid] = -1
-                                    eown[e0 + bid] = -1
-                                    cfree[i] -= bpb
+                                _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                                 fsched[i] = True
                                 nsch += nF[i]
                                 fails[i] = 0
@@ -1269,16 +1226,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                         need = 0
                                     free[i] -= need
                                     own[r] += need
-                                    while cfree[i] > free[i]:
-                                        bid = lhead[i]
-                                        lhead[i] = lnext[e0 + bid]
-                                        if lhead[i] >= 0:
-                                            lprev[e0 + lhead[i]] = -1
-                                        else:
-                                            ltail[i] = -1
-                                        eref[e0 + bid] = -1
-                                        eown[e0 + bid] = -1
-                                        cfree[i] -= bpb
+                                    _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
                                     sched[r] = per
                                     dec[r] = True
                                     nsch += 1
