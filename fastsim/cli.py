@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every sub-command.
 
     Sub-commands: ``plan``, ``simulate``, ``bench``, ``capacity``, ``ledger``, ``ladder``,
-    ``whatif``, ``sweep``; each sets ``func`` (the handler) and ``command`` on the parsed
+    ``whatif``, ``sweep``, ``calibrate``, ``fleet`` (whose flags :mod:`fastsim.fleet.command`
+    parses); each sets ``func`` (the handler) and ``command`` on the parsed
     namespace.
 
     Returns
@@ -326,7 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger_commands(sub)
     _add_sweep_command(sub)
     _add_calibrate_command(sub)
+    # fleet parses its own flags (fastsim.fleet.command), so building this parser stays light
+    sp = sub.add_parser("fleet", help="static, reactive, scheduled and oracle fleets over a rate profile "
+                        "(fastsim fleet --help)", add_help=False, prefix_chars="+")
+    sp.add_argument("fleet_argv", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=_cmd_fleet)
     return ap
+
+
+def _cmd_fleet(args):
+    from .fleet.command import run_fleet
+    return run_fleet(args.fleet_argv, _Parser, _add_common, _add_calibration)
 
 
 def _read_plan_json(args):

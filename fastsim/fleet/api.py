@@ -1,0 +1,509 @@
+"""``fastsim fleet``: static, reactive, scheduled and oracle fleets of one instance type over a rate profile.
+
+:func:`fleet` sizes each strategy of :mod:`fastsim.fleet.strategies` from a capacity curve of the
+plan's instance type (the maximum sustainable rate of 1..N instances, measured at a few N by
+:func:`fastsim.search.max_sustainable_rate` and interpolated), simulates every strategy's fleet on
+the same arrivals (:func:`fastsim.fleet.sim.simulate_fleet`, a streamed
+:class:`~fastsim.fleet.sim.ProfileArrivals` workload), optionally with failures, and accounts
+GPU-hours, dollars and SLO attainment per window; it then finds the spares that keep the
+attainment target through one failure at the peak.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FastsimInputError, require_positive
+from . import strategies as S
+
+__all__ = ["fleet", "FleetResult", "StrategyResult", "capacity_curve", "plot_fleet"]
+
+
+@dataclass
+class StrategyResult:
+    """One strategy's fleet over the period.
+
+    Attributes
+    ----------
+    name : str
+        ``static``, ``reactive``, ``scheduled`` or ``oracle``.
+    target : ndarray(int64) of shape (w,)
+        Instances the strategy wants ready in each profile window.
+    schedule : FleetSchedule
+        The lifetimes simulated (failures and replacements included).
+    run : FleetRun
+        The simulation.
+    cost : CostBreakdown
+        GPU-hours and dollars over the period.
+    window_attainment : ndarray(float64) of shape (v,)
+        Met / arrived per metric window (nan without arrivals).
+    window_instances : ndarray(float64) of shape (v,)
+        Mean instances ready in each metric window.
+    failures : list of Failure
+    """
+
+    name: str
+    target: np.ndarray
+    schedule: object
+    run: object
+    cost: object
+    window_attainment: np.ndarray
+    window_instances: np.ndarray
+    failures: list
+
+
+@dataclass
+class FleetResult:
+    """What :func:`fleet` returns (see :meth:`to_dict` for the record the command prints).
+
+    Attributes
+    ----------
+    plan : Plan
+        The instance type (``instances`` is not used).
+    profile : RateProfile
+        The profile as simulated (scaled).
+    horizon_s : float
+        The period (s).
+    window_s : float
+        Metric windows (s).
+    capacity : CapacityCurve
+    cold_start : ColdStart
+    strategies : list of StrategyResult
+        In :data:`~fastsim.fleet.strategies.STRATEGIES` order.
+    spares : SparesResult or None
+    settings : dict
+        The knobs used (target utilisation, delays, prices, seeds, ...).
+    notes : list of str
+    """
+
+    plan: object
+    profile: object
+    horizon_s: float
+    window_s: float
+    capacity: object
+    cold_start: object
+    strategies: list
+    spares: object
+    settings: dict
+    notes: list = field(default_factory=list)
+
+    def strategy(self, name: str) -> StrategyResult:
+        """The result of one strategy by name."""
+        for s in self.strategies:
+            if s.name == name:
+                return s
+        raise FastsimInputError("strategy", name, ", ".join(s.name for s in self.strategies))
+
+    def to_dict(self, worst: int = 5) -> dict:
+        """The record ``fastsim fleet --format json`` prints (without ``notes``).
+
+        Parameters
+        ----------
+        worst : int
+            Worst windows listed per strategy.
+
+        Returns
+        -------
+        dict
+            ``plan``, ``profile``, ``horizon_s``, ``window_s``, ``window_start_s`` and
+            ``window_rate_req_per_s`` (the profile's rate at each metric window's start),
+            ``capacity`` (points), ``cold_start``, ``settings``, ``strategies`` (one record each:
+            instances, GPU-hours, reserved / on-demand split, dollars, $ per million output
+            tokens, attainment overall and per window, instances per window, worst windows,
+            failures) and ``spares`` (or None). Non-finite values as the floats they are (the
+            command writes them as null with reasons).
+        """
+        from .schema import WINDOW_COLUMNS
+        p = self.plan
+        starts = self.strategies[0].run.window_start_s
+        rates = _rate_at(self.profile, starts)
+        tgt = self.settings["attainment_target"]
+        out_strats = []
+        for s in self.strategies:
+            c, run = s.cost, s.run
+            att = s.window_attainment
+            order = np.argsort(np.where(np.isnan(att), np.inf, att), kind="stable")[:worst]
+            order = [int(i) for i in order if not np.isnan(att[i])]
+            col = WINDOW_COLUMNS.index
+            rec = {
+                "strategy": s.name,
+                "instances_min": int(s.target.min()), "instances_max": int(s.target.max()),
+                "instances_mean": float(np.nanmean(s.window_instances)),
+                "lifetimes": int(s.schedule.provision_s.shape[0]),
+                "gpu_hours": c.gpu_hours, "reserved_instances": c.reserved_instances,
+                "reserved_gpu_hours": c.reserved_gpu_hours, "on_demand_gpu_hours": c.on_demand_gpu_hours,
+                "reserved_usd": c.reserved_usd, "on_demand_usd": c.on_demand_usd, "usd": c.usd,
+                "output_tokens": c.output_tokens,
+                "usd_per_million_output_tokens": c.usd_per_million_output_tokens,
+                "requests": int(run.n_requests), "attainment": float(run.attainment),
+                "windows_below_target": int(np.sum(att < tgt)),
+                "min_window_attainment": float(np.nanmin(att)) if np.any(~np.isnan(att)) else math.nan,
+                "rejected_no_instance": int(run.counts[:, col("rejected_no_instance")].sum()),
+                "recomputed": int(run.counts[:, col("recomputed")].sum()),
+                "failures": [{"time_s": f.time_s, "lifetime": f.lifetime, "replaced": f.replacement >= 0}
+                             for f in s.failures],
+                "worst_windows": [{"window_start_s": float(starts[i]), "rate_req_per_s": float(rates[i]),
+                                   "instances": float(s.window_instances[i]), "attainment": float(att[i])}
+                                  for i in order],
+                "window_attainment": att.tolist(),
+                "window_instances": s.window_instances.tolist(),
+            }
+            out_strats.append(rec)
+        spares = None
+        if self.spares is not None:
+            sp = self.spares
+            spares = {"base_instances": sp.base_instances, "spares": sp.spares,
+                      "instances": sp.base_instances + sp.spares if sp.spares >= 0 else None,
+                      "target": sp.target, "rate_req_per_s": sp.rate_req_per_s,
+                      "trials": [{"instances": tr.instances, "min_window_attainment": tr.min_attainment,
+                                  "attainment": tr.attainment, "fail_at_s": tr.fail_at_s,
+                                  "recovered_s": tr.recovered_s, "recomputed": tr.recomputed}
+                                 for tr in sp.trials]}
+        cs = self.cold_start
+        return {
+            "plan": {"model": p.model, "gpu": p.gpu, "precision": p.precision, "tp": p.tp,
+                     "gpus_per_instance": p.tp, "chunk_tokens": p.chunk_tokens, "layout": p.layout,
+                     "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour},
+            "profile": {"name": self.profile.name, "windows": self.profile.n_windows,
+                        "span_s": self.profile.span_s, "peak_rate_req_per_s": self.profile.peak_rate_req_per_s,
+                        "mean_rate_req_per_s": self.profile.mean_rate_req_per_s},
+            "horizon_s": self.horizon_s, "window_s": self.window_s,
+            "capacity": {"instances": self.capacity.instances.tolist(),
+                         "rate_req_per_s": self.capacity.rate_req_per_s.tolist()},
+            "cold_start": {"weight_bytes": cs.weight_bytes, "load_bw_bytes_per_s": cs.load_bw_bytes_per_s,
+                           "load_s": cs.load_s, "fixed_start_s": cs.fixed_start_s, "total_s": cs.total_s},
+            "settings": dict(self.settings),
+            "window_start_s": starts.tolist(), "window_rate_req_per_s": rates.tolist(),
+            "strategies": out_strats, "spares": spares,
+        }
+
+
+def _rate_at(profile, t) -> np.ndarray:
+    i = np.clip(np.searchsorted(profile.window_start_s, t, side="right") - 1, 0, profile.n_windows - 1)
+    return profile.rate_req_per_s[i]
+
+
+def capacity_curve(plan, scenario, slo, *, peak_req_per_s: float, seeds: int = 2, horizon_s: float = 600.0,
+                   points: int = 5, catalog=None, constants=None, model=None, rel_tol: float = 0.02,
+                   routing: str = "least-loaded", seed: int = 0) -> S.CapacityCurve:
+    """Measure the maximum sustainable rate of N instances at a few N up to the peak's need.
+
+    N = 1 first; then up to ``points`` counts spaced geometrically from 1 to the count the peak
+    needs at one instance's capacity (at least 2), each bisected with ``seeds`` seeds of
+    ``horizon_s`` (:func:`fastsim.search.max_sustainable_rate`), the first probe at N times
+    the per-instance capacity measured last.
+
+    Parameters
+    ----------
+    plan : Plan
+        Colocated; its ``instances`` are replaced.
+    scenario : Scenario, str or (LengthDist, LengthDist)
+    slo : SLO
+    peak_req_per_s : float
+        The highest rate the fleet must serve (req/s, > 0).
+    seeds, horizon_s, rel_tol, routing, seed, catalog, constants, model
+        As for :func:`fastsim.search.max_sustainable_rate`.
+    points : int
+        Counts measured (>= 1).
+
+    Returns
+    -------
+    CapacityCurve
+
+    Raises
+    ------
+    FastsimInputError
+        Bad inputs, or a plan that sustains no rate at all.
+    """
+    from dataclasses import replace
+    from ..search import max_sustainable_rate
+    from ..stepmodel import StepConstants
+    constants = constants or StepConstants()
+    peak = require_positive("peak_req_per_s", peak_req_per_s)
+    pts = S._count("capacity points", points, 1)
+    ns, caps = [], []
+
+    def measure(n, hint):
+        res = max_sustainable_rate(replace(plan, instances=n), scenario, slo, seeds=seeds, horizon_s=horizon_s,
+                                   rel_tol=rel_tol, rate_hint_req_per_s=hint, seed=seed, catalog=catalog,
+                                   constants=constants, model=model, routing=routing, bootstrap=0)
+        if not res.rate_req_per_s > 0:
+            raise FastsimInputError("plan", plan.describe(), "an instance type that sustains some rate within the "
+                                    f"SLOs ({n} instance(s) passed no probe)")
+        return res.rate_req_per_s
+    c1 = measure(1, None)
+    ns.append(1)
+    caps.append(c1)
+    need = max(2, int(math.ceil(peak / c1)))
+    if pts > 1:
+        grid = np.unique(np.round(np.geomspace(1, need, pts)).astype(np.int64))
+        for n in grid[1:]:
+            per = caps[-1] / ns[-1]
+            caps.append(measure(int(n), float(n) * per))
+            ns.append(int(n))
+    return S.CapacityCurve.from_points(ns, caps)
+
+
+def _simulate_one(job):
+    """One strategy's simulation (a picklable job for a worker process)."""
+    from .sim import simulate_fleet
+    sp, workload, schedule, kw = job
+    return simulate_fleet(sp, workload, schedule, **kw)
+
+
+def _run_jobs(jobs, workers: int):
+    if workers <= 1 or len(jobs) <= 1:
+        return [_simulate_one(j) for j in jobs]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+        return list(ex.map(_simulate_one, jobs))
+
+
+def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: float | None = None,
+          catalog=None, constants=None, model=None, capacity: S.CapacityCurve | None = None,
+          capacity_seeds: int = 2, capacity_points: int = 5, capacity_horizon_s: float = 600.0,
+          load_bw_bytes_per_s: float = S.LOAD_BW_BYTES_PER_S, fixed_start_s: float = S.FIXED_START_S,
+          cold_start_s: float | None = None, target_utilisation: float = S.TARGET_UTILISATION,
+          scale_down_delay_s: float = S.SCALE_DOWN_DELAY_S, static_quantile: float = 1.0,
+          min_instances: int = 1, day_s: float = S.DAY_S, reserved_instances="none",
+          reserved_usd_per_gpu_hour: float | None = None, mtbf_s: float | None = None, repair_s: float = 0.0,
+          fail_times_s=(), spares: bool = True, seed: int = 0, routing: str = "least-loaded",
+          workers: int | None = None, strategies=S.STRATEGIES) -> FleetResult:
+    """Compare static, reactive, scheduled and oracle fleets of a plan's instance type over a profile.
+
+    Parameters
+    ----------
+    plan : Plan
+        A colocated plan (its GPU, precision, TP, chunk; its ``instances`` is not used).
+    scenario : Scenario
+        Request lengths (its rate is not used).
+    profile : RateProfile or str
+        The traffic (:func:`fastsim.workload.read_rate_profile`).
+    slo : SLO
+        P90 TTFT and TPOT targets and the attainment target (per window and overall).
+    rate_scale : float
+        Every rate of the profile multiplied by this (> 0).
+    horizon_s : float, optional
+        The period (s, > 0, at most the profile's span); default the span.
+    catalog, constants, model
+        As for :func:`fastsim.search.sim_plan`.
+    capacity : CapacityCurve, optional
+        The capacity of N instances; default measured by :func:`capacity_curve` with
+        ``capacity_seeds`` seeds of ``capacity_horizon_s`` at ``capacity_points`` counts.
+    load_bw_bytes_per_s, fixed_start_s : float
+        Cold start = checkpoint bytes / load bandwidth + fixed start (defaults
+        :data:`~fastsim.fleet.strategies.LOAD_BW_BYTES_PER_S`,
+        :data:`~fastsim.fleet.strategies.FIXED_START_S`).
+    cold_start_s : float, optional
+        The cold start itself (s, >= 0), instead of the two above.
+    target_utilisation : float
+        Reactive and scheduled sizing: rate / capacity wanted, in (0, 1].
+    scale_down_delay_s : float
+        Reactive downscale stabilisation (s, >= 0).
+    static_quantile : float
+        Static sizing: quantile of the window rates, in (0, 1] (1 = peak).
+    min_instances : int
+        Floor of every strategy's count (>= 0).
+    day_s : float
+        Scheduled look-back (s).
+    reserved_instances : int, "none" or "auto"
+        Reservation of each strategy (:func:`~fastsim.fleet.strategies.cost`).
+    reserved_usd_per_gpu_hour : float, optional
+        Reserved price; default the on-demand price (the plan's GPU price).
+    mtbf_s : float, optional
+        Mean time between failures of one instance (s); None: no random failures.
+    repair_s : float
+        Failure to replacement provisioning (s, >= 0).
+    fail_times_s : sequence of float
+        Failures at given times (s).
+    spares : bool
+        Also find the smallest N + k that keeps the target through one failure at the peak.
+    seed : int
+        Seed of the arrivals (the same for every strategy), the failures and the capacity runs.
+    routing : {'least-loaded', 'round-robin'}
+    workers : int, optional
+        Processes for the strategies' simulations; default 1 for small runs, else the CPUs (at
+        most 4).
+    strategies : sequence of str
+        Which strategies, a subset of :data:`~fastsim.fleet.strategies.STRATEGIES`.
+
+    Returns
+    -------
+    FleetResult
+
+    Raises
+    ------
+    FastsimInputError
+        A disaggregated plan, or any bad input (naming it).
+    """
+    from ..catalog import default_catalog
+    from ..search import sim_plan
+    from ..stepmodel import StepConstants
+    from ..workload import RateProfile, read_rate_profile
+    from .sim import ProfileArrivals
+    catalog = catalog or default_catalog()
+    constants = constants or StepConstants()
+    model = model or catalog.model(plan.model)
+    if plan.mode != "colocated":
+        raise FastsimInputError("plan", plan.describe(), "a colocated plan (the fleet simulator serves colocated "
+                                "instances)")
+    bad = [s for s in strategies if s not in S.STRATEGIES]
+    if bad or not strategies:
+        raise FastsimInputError("strategies", list(strategies), "a non-empty subset of " + ", ".join(S.STRATEGIES))
+    prof = profile if isinstance(profile, RateProfile) else read_rate_profile(profile)
+    prof = prof.scaled(rate_scale)
+    horizon = prof.span_s if horizon_s is None else require_positive("horizon_s", horizon_s)
+    if horizon > prof.span_s * (1 + 1e-12):
+        raise FastsimInputError("horizon_s", horizon_s, f"at most the profile's span, {prof.span_s:g} s")
+    inside = prof.window_start_s < horizon
+    t_w = prof.window_start_s[inside]
+    r_w = prof.rate_req_per_s[inside]
+    e_w = np.minimum(prof.window_end_s[inside], horizon)
+    if not np.any(r_w > 0):
+        raise FastsimInputError("horizon_s", horizon_s, "a period with traffic (the profile's windows before it "
+                                "are all gaps)")
+    widths = prof.window_s
+    window_s = float(np.median(widths))
+    notes = []
+    if not np.allclose(widths[inside][:-1], window_s):
+        notes.append(f"the profile's windows are not all {window_s:g} s: metric windows are {window_s:g} s, each "
+                     "shown with the profile's rate at its start")
+    peak = float(r_w.max())
+
+    g = catalog.gpu(plan.gpu)
+    pr = catalog.precision(plan.precision)
+    if cold_start_s is None:
+        cs = S.cold_start(model.total_params * pr.weight_bytes, load_bw_bytes_per_s, fixed_start_s)
+    else:
+        c = S._nonneg("cold_start_s", cold_start_s)
+        cs = S.ColdStart(model.total_params * pr.weight_bytes, math.inf, c)
+    cold = cs.total_s
+
+    if capacity is None:
+        capacity = capacity_curve(plan, scenario, slo, peak_req_per_s=peak, seeds=capacity_seeds,
+                                  horizon_s=capacity_horizon_s, points=capacity_points, catalog=catalog,
+                                  constants=constants, model=model, routing=routing, seed=seed)
+    elif not isinstance(capacity, S.CapacityCurve):
+        raise FastsimInputError("capacity", type(capacity).__name__, "a CapacityCurve")
+    if capacity.instances.max() < peak / capacity.per_instance_req_per_s(capacity.instances.max()):
+        notes.append(f"capacity measured up to {int(capacity.instances.max())} instances; beyond, each instance is "
+                     "taken to serve what one of those does")
+    n_static = S.static_count(r_w, capacity, quantile=static_quantile, min_instances=min_instances)
+    n_peak = int(capacity.instances_for(peak, max(1, min_instances)))
+    targets, schedules = {}, {}
+    for name in strategies:
+        if name == "static":
+            targets[name] = np.full(t_w.shape[0], n_static, np.int64)
+            schedules[name] = S.static_schedule(n_static)
+        elif name == "reactive":
+            targets[name] = S.reactive_targets(t_w, r_w, capacity, target_utilisation=target_utilisation,
+                                               scale_down_delay_s=scale_down_delay_s, min_instances=min_instances)
+            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=cold, horizon_s=horizon)
+        elif name == "scheduled":
+            targets[name] = S.scheduled_targets(t_w, r_w, capacity, first_day_instances=n_static,
+                                                target_utilisation=target_utilisation, day_s=day_s,
+                                                window_end_s=e_w, min_instances=min_instances)
+            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=cold, ahead=True,
+                                                      horizon_s=horizon)
+        else:
+            targets[name] = S.oracle_targets(r_w, capacity, min_instances=min_instances)
+            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=0.0, ahead=True,
+                                                      horizon_s=horizon)
+    failures = {name: [] for name in strategies}
+    if mtbf_s is not None or len(fail_times_s):
+        for name in strategies:
+            schedules[name], failures[name], skipped = S.inject_failures(
+                schedules[name], horizon_s=horizon, cold_start_s=cold, repair_s=repair_s, mtbf_s=mtbf_s,
+                fail_times_s=fail_times_s, seed=seed)
+            if skipped:
+                notes.append(f"{name}: no instance was up at the failure time(s) "
+                             + ", ".join(f"{x:g} s" for x in skipped) + ": not applied")
+
+    sp = sim_plan(plan, catalog, constants, model)
+    workload = ProfileArrivals(scenario, prof, seed, 1.0, horizon)
+    kw = dict(ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, horizon_s=horizon, window_s=window_s,
+              max_context_tokens=model.max_context_tokens, routing=routing)
+    expected = prof.expected_requests(horizon)
+    if workers is None:
+        workers = min(4, os.cpu_count() or 1) if expected * len(strategies) > 4e6 else 1
+    runs = _run_jobs([(sp, workload, schedules[n], kw) for n in strategies], int(workers))
+
+    results = []
+    price = plan.price_usd_per_gpu_hour
+    from .schema import WINDOW_COLUMNS
+    for name, run in zip(strategies, runs):
+        sched = schedules[name]
+        tokens = int(run.counts[:, WINDOW_COLUMNS.index("output_tokens")].sum())
+        c = S.cost(sched, run.off_s, horizon_s=horizon, gpus_per_instance=plan.tp, on_demand_usd_per_gpu_hour=price,
+                   reserved_usd_per_gpu_hour=reserved_usd_per_gpu_hour, reserved_instances=reserved_instances,
+                   output_tokens=tokens)
+        ts, cs_ = S.ready_steps(sched, run.off_s, horizon)
+        ws = run.window_start_s
+        inst = S.window_mean_count(ts, cs_, ws, np.minimum(ws + run.window_s, horizon))
+        results.append(StrategyResult(name, targets[name], sched, run, c, S.window_attainment(run), inst,
+                                      failures[name]))
+    spares_res = None
+    if spares:
+        spares_res = S.spares_for_failure(sp, scenario, peak, n_peak, target=slo.attainment,
+                                          ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, cold_start_s=cold,
+                                          repair_s=repair_s, seed=seed, max_context_tokens=model.max_context_tokens,
+                                          routing=routing)
+    settings = {"attainment_target": slo.attainment, "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s,
+                "rate_scale": float(rate_scale), "target_utilisation": float(target_utilisation),
+                "scale_down_delay_s": float(scale_down_delay_s), "static_quantile": float(static_quantile),
+                "static_instances": n_static, "peak_instances": n_peak, "min_instances": int(min_instances),
+                "day_s": float(day_s), "reserved": reserved_instances if isinstance(reserved_instances, str)
+                else int(reserved_instances), "on_demand_usd_per_gpu_hour": price,
+                "reserved_usd_per_gpu_hour": price if reserved_usd_per_gpu_hour is None
+                else float(reserved_usd_per_gpu_hour),
+                "mtbf_s": mtbf_s, "repair_s": float(repair_s), "fail_times_s": [float(x) for x in fail_times_s],
+                "seed": int(seed), "routing": routing, "capacity_seeds": int(capacity_seeds),
+                "capacity_horizon_s": float(capacity_horizon_s)}
+    return FleetResult(plan, prof, float(horizon), window_s, capacity, cs, results, spares_res, settings, notes)
+
+
+def plot_fleet(result: FleetResult, path: str, *, title: str = "") -> str:
+    """Rate, instances ready and SLO attainment per window over the period, one line per strategy.
+
+    Parameters
+    ----------
+    result : FleetResult
+    path : str
+        Image file (format from the extension; see :func:`fastsim.plots.check_plot_path`).
+    title : str
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    from ..plots import _figure
+    fig, (a1, a2, a3) = _figure(3, 1, (11, 8.5))
+    fig.set_layout_engine("constrained")
+    starts = result.strategies[0].run.window_start_s
+    days = result.horizon_s >= 2 * 86400
+    unit, div = ("days", 86400.0) if days else ("hours", 3600.0)
+    x = starts / div
+    rate = _rate_at(result.profile, starts)
+    a1.step(x, rate, where="post", color="k", lw=0.8)
+    a1.set(ylabel="rate (req/s)", title=title or f"{result.profile.name}: rate, instances and SLO attainment")
+    colors = {"static": "tab:red", "reactive": "tab:orange", "scheduled": "tab:blue", "oracle": "tab:green"}
+    for s in result.strategies:
+        lab = f"{s.name}: {s.cost.gpu_hours:,.0f} GPU-h, ${s.cost.usd_per_million_output_tokens:.3f}/M tok"
+        a2.step(x, s.window_instances, where="post", lw=0.9, color=colors.get(s.name), label=lab)
+        a3.plot(x, s.window_attainment, lw=0.8, color=colors.get(s.name),
+                label=f"{s.name}: {s.run.attainment:.3f} overall")
+    a2.set(ylabel="instances ready (mean per window)")
+    a2.legend(fontsize=7, loc="upper left")
+    tgt = result.settings["attainment_target"]
+    a3.axhline(tgt, color="k", ls="--", lw=0.8)
+    lo = min([float(np.nanmin(s.window_attainment)) for s in result.strategies
+              if np.any(~np.isnan(s.window_attainment))] + [tgt - 0.05])
+    a3.set(ylabel="SLO attainment per window", xlabel=f"time ({unit})", ylim=(max(0.0, lo - 0.02), 1.005))
+    a3.legend(fontsize=7, loc="lower left")
+    fig.savefig(path)
+    return path

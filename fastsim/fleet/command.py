@@ -1,0 +1,406 @@
+"""The ``fastsim fleet`` command: its flags, output and ``--plot`` of :func:`fastsim.fleet.api.fleet`.
+
+:mod:`fastsim.cli` hands the arguments after ``fleet`` to :func:`run_fleet`, which parses them
+here, so that building the command line's parser does not import the fleet simulator (numba). This
+module does not import the command line (see ``tests/test_import_structure.py``); the command
+line passes its parser class and shared flags in.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from .._command_helpers import _catalog, _check_plot, _constants, _fmt
+from ..errors import FastsimInputError, require_tp
+from . import strategies as S
+
+__all__ = ["run_fleet", "add_fleet_args", "cmd_fleet", "fleet_record", "FLEET_DESCRIPTION"]
+
+FLEET_DESCRIPTION = """\
+Fleets of one instance type over a day-and-week rate profile: static provisioning for the peak
+(or a quantile of the windows), reactive autoscaling (target utilisation, cold start = weights /
+load bandwidth + fixed start, downscale stabilisation), scheduled scaling from the previous day,
+and the oracle lower bound (exact capacity per window, no delay). Each is simulated on the same
+arrivals; the output gives GPU-hours (reserved / on-demand), $ per million output tokens, SLO
+attainment overall and per window, the worst windows, and the spares N + k that keep the
+attainment target through one failure at the peak. The capacity of N instances comes from
+`fastsim capacity`'s bisection at a few N (or --capacity N=RATE). By default the profile is scaled
+so that its peak is the scenario's rate (--rate to choose the peak, --rate-scale to scale the
+profile's own rates)."""
+
+
+def _conv(flag, check, allowed):
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not check(v):
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}")
+        return v
+    return conv
+
+
+def _positive(flag):
+    return _conv(flag, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+def _nonneg(flag):
+    return _conv(flag, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+
+
+def _unit(flag):
+    return _conv(flag, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
+
+
+def _int_at_least(lo):
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= {lo}")
+        return v
+    return conv
+
+
+def _tp(text):
+    try:
+        return require_tp("--tp", int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
+
+
+def _reserved(text):
+    if text in ("none", "auto"):
+        return text
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 0, none or auto")
+    return v
+
+
+def _capacity_point(text):
+    n, _, r = text.partition("=")
+    try:
+        ni, rv = int(n), float(r)
+    except ValueError:
+        ni, rv = 0, math.nan
+    if ni < 1 or not (math.isfinite(rv) and rv > 0):
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: INSTANCES=REQ_PER_S, e.g. 4=58.2")
+    return ni, rv
+
+
+def run_fleet(argv, parser_class, add_common, add_calibration) -> int:
+    """Parse the arguments of ``fastsim fleet`` and run it.
+
+    Parameters
+    ----------
+    argv : list of str
+        The arguments after ``fleet``.
+    parser_class : type
+        The command line's ``argparse.ArgumentParser`` subclass (one-line errors, exit 2).
+    add_common, add_calibration : callable(parser)
+        The command line's ``--format`` / ``--catalog`` / ``--price`` and ``--calibration`` flags.
+
+    Returns
+    -------
+    int
+        Exit status (0).
+
+    Raises
+    ------
+    SystemExit
+        From argparse: 2 on a malformed command line, 0 after ``--help``.
+    FastsimInputError
+        Bad input, naming the flag.
+    """
+    sp = parser_class(prog="fastsim fleet", description=FLEET_DESCRIPTION)
+    add_fleet_args(sp, add_common, add_calibration)
+    return cmd_fleet(sp.parse_args(list(argv)))
+
+
+def add_fleet_args(sp, add_common, add_calibration):
+    """Add the flags of ``fastsim fleet`` to a parser (see :func:`run_fleet`)."""
+    w = sp.add_argument_group("workload")
+    w.add_argument("--profile", metavar="NAME|FILE.csv", required=True,
+                   help="rate profile: m-large, m-mid, m-small, deepseek-r1 or a CSV window_start_s,rate_req_per_s")
+    w.add_argument("--scenario", help="request lengths and SLOs (default chat)")
+    w.add_argument("--model", help="catalog model name or config.json (default: the scenario's)")
+    w.add_argument("--rate", type=_positive("--rate"), metavar="R",
+                   help="the profile is scaled so that its peak is R req/s (default: the scenario's rate)")
+    w.add_argument("--rate-scale", type=_positive("--rate-scale"), metavar="F",
+                   help="instead of --rate: multiply the profile's own rates by F (1 = as shipped)")
+    w.add_argument("--ttft", type=_positive("--ttft"), help="P90 TTFT target in seconds")
+    w.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
+    w.add_argument("--attainment", type=_unit("--attainment"), default=0.9,
+                   help="attainment target per window and overall (default 0.9)")
+    w.add_argument("--days", type=_positive("--days"), help="simulate the profile's first D days only")
+    w.add_argument("--horizon", type=_positive("--horizon"), help="simulate the profile's first S seconds only")
+    w.add_argument("--seed", type=int, default=0, help="seed of the arrivals, the failures and the capacity runs")
+    w.add_argument("--routing", choices=("least-loaded", "round-robin"), default="least-loaded")
+    add_common(sp)
+    p = sp.add_argument_group("instance type (or --from-plan)")
+    p.add_argument("--from-plan", metavar="FILE.json", help="a plan from `fastsim plan --format json` ('-' for stdin)")
+    p.add_argument("--plan-index", type=_int_at_least(0), default=0, help="which plan of the JSON list (default 0)")
+    p.add_argument("--gpu", help="GPU name")
+    p.add_argument("--precision", help="BF16, FP8, ...")
+    p.add_argument("--tp", type=_tp, default=1, help="GPUs per instance (default 1)")
+    p.add_argument("--chunk", type=_int_at_least(1), help="chunked-prefill tokens per step (default: the screen's)")
+    p.add_argument("--layout", choices=("tp", "tp+ep", "dp+ep"), default="tp")
+    g = sp.add_argument_group("strategies")
+    g.add_argument("--target-utilisation", type=_unit("--target-utilisation"), default=S.TARGET_UTILISATION,
+                   metavar="U", help=f"reactive and scheduled: rate / capacity wanted (default {S.TARGET_UTILISATION:g})")
+    g.add_argument("--scale-down-delay", type=_nonneg("--scale-down-delay"), default=S.SCALE_DOWN_DELAY_S,
+                   metavar="S", help="reactive: scale down only to the highest count wanted in the last S seconds "
+                   f"(default {S.SCALE_DOWN_DELAY_S:g})")
+    g.add_argument("--static-quantile", type=_unit("--static-quantile"), default=1.0, metavar="Q",
+                   help="static: size for this quantile of the window rates (default 1, the peak)")
+    g.add_argument("--min-instances", type=_int_at_least(0), default=1, metavar="N",
+                   help="floor of every strategy's count (default 1)")
+    g.add_argument("--load-bandwidth", type=_positive("--load-bandwidth"), default=S.LOAD_BW_BYTES_PER_S,
+                   metavar="B/S", help=f"cold start: weight load bandwidth in bytes/s (default {S.LOAD_BW_BYTES_PER_S:g})")
+    g.add_argument("--start-time", type=_nonneg("--start-time"), default=S.FIXED_START_S, metavar="S",
+                   help=f"cold start: fixed engine start on top of the load, s (default {S.FIXED_START_S:g})")
+    g.add_argument("--cold-start", type=_nonneg("--cold-start"), metavar="S",
+                   help="the cold start itself in seconds, instead of --load-bandwidth and --start-time")
+    c = sp.add_argument_group("prices")
+    c.add_argument("--reserved", type=_reserved, default="none", metavar="N|auto|none",
+                   help="instances reserved for the whole period (auto: the cheapest reservation per strategy)")
+    c.add_argument("--reserved-price", type=_positive("--reserved-price"), metavar="USD",
+                   help="reserved price per GPU-hour (default: the on-demand price, the GPU's catalog price)")
+    f = sp.add_argument_group("failures")
+    f.add_argument("--mtbf", type=_positive("--mtbf"), metavar="S",
+                   help="instance failures as a Poisson process with this mean time between failures (s)")
+    f.add_argument("--repair", type=_nonneg("--repair"), default=0.0, metavar="S",
+                   help="from a failure to its replacement's provisioning, s (default 0; then its cold start)")
+    f.add_argument("--fail-at", type=_nonneg("--fail-at"), action="append", default=[], metavar="T",
+                   help="an instance fails at T seconds (repeatable)")
+    f.add_argument("--no-spares", action="store_true", help="skip the N + k search through one failure at peak")
+    m = sp.add_argument_group("capacity and run")
+    m.add_argument("--capacity", type=_capacity_point, action="append", default=[], metavar="N=REQ_PER_S",
+                   help="capacity of N instances (repeatable), instead of measuring it")
+    m.add_argument("--capacity-seeds", type=_int_at_least(1), default=2, help="seeds per capacity probe (default 2)")
+    m.add_argument("--capacity-points", type=_int_at_least(1), default=5,
+                   help="instance counts whose capacity is measured (default 5)")
+    m.add_argument("--workers", type=_int_at_least(1), help="processes for the strategies (default: by size)")
+    m.add_argument("--worst", type=_int_at_least(0), default=5, help="worst windows listed per strategy (default 5)")
+    m.add_argument("--plot", metavar="FILE.png", help="rate, instances and attainment over time")
+    add_calibration(sp)
+    return sp
+
+
+def _read_plan(args, cat):
+    """(gpu, precision, tp, chunk, layout, model name or None) of --from-plan."""
+    try:
+        text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
+    except OSError as exc:
+        raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
+    if isinstance(data, dict):
+        data = data["plans"] if isinstance(data.get("plans"), list) else [data]
+    if not isinstance(data, list) or not data:
+        raise FastsimInputError("--from-plan", args.from_plan, "a non-empty list of plans")
+    if args.plan_index >= len(data):
+        raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
+    d = data[args.plan_index]
+    if not isinstance(d, dict):
+        raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+    if d.get("mode", "colocated") != "colocated":
+        raise FastsimInputError("--from-plan", args.from_plan, "a colocated plan (the fleet simulator serves "
+                                "colocated instances)")
+    try:
+        return d["gpu"], d["precision"], int(d["tp"]), d.get("chunk_tokens"), d.get("layout", "tp"), d.get("model")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
+
+
+def _inputs(args):
+    """(plan, scenario, model, slo, profile, rate_scale, horizon, notes) from the command line."""
+    from dataclasses import replace
+    from ..analytic import Demand, ScreenOptions, plan_for
+    from ..search import SLO
+    from ..workload import read_rate_profile
+    cat = _catalog(args)
+    notes = []
+    scen = cat.scenario(args.scenario or "chat")
+    if args.from_plan:
+        gpu, prec, tp, chunk, layout, pmodel = _read_plan(args, cat)
+        if args.gpu or args.precision:
+            raise FastsimInputError("--gpu" if args.gpu else "--precision", args.gpu or args.precision,
+                                    "no value with --from-plan (the plan names its GPU and precision)")
+        if pmodel and args.model and cat.model(args.model).name != cat.model(pmodel).name:
+            raise FastsimInputError("--model", args.model, f"the plan's own model {pmodel!r} (or no --model)")
+        model = cat.model(args.model or pmodel or scen.model)
+        chunk = args.chunk or chunk
+    else:
+        missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
+        if missing:
+            raise FastsimInputError(" and ".join(missing), None, "a catalog name (or --from-plan FILE.json)")
+        gpu, prec, tp, chunk, layout = args.gpu, args.precision, args.tp, args.chunk, args.layout
+        model = cat.model(args.model or scen.model)
+    scen = replace(scen, model=model.name) if model.name != scen.model else scen
+    slo = SLO(args.ttft or scen.ttft_s, args.tpot or scen.tpot_s, args.attainment)
+    demand = Demand.from_scenario(scen, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+    plan = plan_for(model, demand, gpu=gpu, precision=prec, tp=tp, instances=1, chunk_tokens=chunk, catalog=cat,
+                    layout=layout, options=ScreenOptions(constants=_constants(args)))
+    prof = read_rate_profile(args.profile)
+    if args.rate_scale is not None and args.rate is not None:
+        raise FastsimInputError("--rate-scale", args.rate_scale, "no value with --rate (one or the other scales "
+                                "the profile)")
+    if args.rate_scale is not None:
+        scale = args.rate_scale
+    else:
+        peak = args.rate or scen.rate_req_per_s
+        scale = peak / prof.peak_rate_req_per_s
+        notes.append(f"profile {prof.name} scaled by {scale:.4g} so that its peak is {peak:g} req/s "
+                     + ("(--rate)" if args.rate else f"(scenario {scen.name}'s rate; --rate or --rate-scale to "
+                                                     "change it)"))
+    if args.days is not None and args.horizon is not None:
+        raise FastsimInputError("--days", args.days, "no value with --horizon (one or the other cuts the profile)")
+    horizon = args.horizon if args.days is None else args.days * 86400.0
+    if horizon is not None and horizon > prof.span_s:
+        flag, v = ("--days", args.days) if args.days is not None else ("--horizon", args.horizon)
+        raise FastsimInputError(flag, v, f"at most the profile's span, {prof.span_s:g} s "
+                                f"({prof.span_s / 86400:g} days)")
+    return cat, plan, scen, model, slo, prof, scale, horizon, notes
+
+
+def fleet_record(result, worst: int = 5) -> dict:
+    """The JSON object ``fastsim fleet`` prints, without ``notes``: :meth:`FleetResult.to_dict` with
+    ``null_reasons`` on the record and on each strategy."""
+    from .._output import null_reasons
+    rec = result.to_dict(worst)
+
+    def explain(k, v):
+        if k == "window_attainment":
+            return "not applicable: windows without arrivals (gaps) have no attainment"
+        if k == "usd_per_million_output_tokens":
+            return "not applicable: no output tokens were served"
+        if k == "load_bw_bytes_per_s":
+            return "not applicable: --cold-start gives the cold start itself"
+        return None
+    for s in rec["strategies"]:
+        s["null_reasons"] = null_reasons(s, explain)
+    rec["null_reasons"] = {k: v for k, v in null_reasons(rec["cold_start"], explain).items()}
+    if rec["spares"] is not None and rec["spares"]["instances"] is None:
+        rec["null_reasons"]["spares.instances"] = "not applicable: no count up to 2N kept the target"
+    return rec
+
+
+def _table(rows, headers):
+    from tabulate import tabulate
+    return tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def cmd_fleet(args) -> int:
+    """Run ``fastsim fleet`` (see :data:`FLEET_DESCRIPTION`)."""
+    from .._output import csv_frame, dumps
+    from .api import fleet, plot_fleet
+    _check_plot(args)
+    cat, plan, scen, model, slo, prof, scale, horizon, notes = _inputs(args)
+    capacity = None
+    if args.capacity:
+        ns = [n for n, _ in args.capacity]
+        if len(set(ns)) != len(ns):
+            raise FastsimInputError("--capacity", args.capacity, "one rate per instance count")
+        capacity = S.CapacityCurve.from_points(ns, [r for _, r in args.capacity])
+    if args.cold_start is not None and (args.load_bandwidth != S.LOAD_BW_BYTES_PER_S
+                                        or args.start_time != S.FIXED_START_S):
+        raise FastsimInputError("--cold-start", args.cold_start, "no value with --load-bandwidth or --start-time")
+    res = fleet(plan, scen, prof, slo, rate_scale=scale, horizon_s=horizon, catalog=cat, constants=_constants(args),
+                model=model, capacity=capacity, capacity_seeds=args.capacity_seeds,
+                capacity_points=args.capacity_points, load_bw_bytes_per_s=args.load_bandwidth,
+                fixed_start_s=args.start_time, cold_start_s=args.cold_start,
+                target_utilisation=args.target_utilisation, scale_down_delay_s=args.scale_down_delay,
+                static_quantile=args.static_quantile, min_instances=args.min_instances,
+                reserved_instances=args.reserved, reserved_usd_per_gpu_hour=args.reserved_price, mtbf_s=args.mtbf,
+                repair_s=args.repair, fail_times_s=tuple(args.fail_at), spares=not args.no_spares, seed=args.seed,
+                routing=args.routing, workers=args.workers)
+    notes = notes + _notes(res, capacity is None)
+    rec = fleet_record(res, args.worst)
+    if args.plot:
+        plot_fleet(res, args.plot, title=f"{prof.name} x {scale:.4g}, {scen.name} on {plan.describe()}")
+        notes.append(f"plot written to {args.plot}")
+    if args.format == "json":
+        sys.stdout.write(dumps(dict(rec, notes=notes)) + "\n")
+    elif args.format == "csv":
+        csv_frame(rec["strategies"], notes).to_csv(sys.stdout, index=False)
+    else:
+        print(_render(res, rec, args.worst))
+        for n in notes:
+            print("note: " + n)
+    if args.format != "table":
+        for n in notes:
+            print("note: " + n, file=sys.stderr)
+    return 0
+
+
+def _notes(res, measured: bool) -> list:
+    cap = res.capacity
+    cs = res.cold_start
+    p = res.profile
+    out = [p.describe(),
+           f"period {res.horizon_s / 3600:,.4g} h in {res.window_s:g}-s windows"
+           + ("" if math.isclose(res.horizon_s, p.span_s) else f" (the profile's first {res.horizon_s:g} s)"),
+           "capacity of N instances (req/s): " + ", ".join(f"{n}: {r:,.4g}" for n, r in zip(cap.instances, cap.rate_req_per_s))
+           + (f" (max sustainable rate, {res.settings['capacity_seeds']} seeds x "
+              f"{res.settings['capacity_horizon_s']:g} s; interpolated per instance in log2 N)" if measured
+              else " (--capacity)"),
+           (f"cold start {cs.total_s:,.1f} s = {cs.weight_bytes / 1e9:,.1f} GB of weights at "
+            f"{cs.load_bw_bytes_per_s / 1e9:g} GB/s ({cs.load_s:,.1f} s) + {cs.fixed_start_s:g} s start"
+            if math.isfinite(cs.load_bw_bytes_per_s) else f"cold start {cs.total_s:g} s (--cold-start)"),
+           f"static: {res.settings['static_instances']} instances (quantile {res.settings['static_quantile']:g} of "
+           f"the window rates); scheduled uses that count on the first day (no previous day)"]
+    st = res.settings
+    if st["reserved"] != "none" or st["reserved_usd_per_gpu_hour"] != st["on_demand_usd_per_gpu_hour"]:
+        out.append(f"prices: on-demand ${st['on_demand_usd_per_gpu_hour']:g}/GPU-h, reserved "
+                   f"${st['reserved_usd_per_gpu_hour']:g}/GPU-h, reservation {st['reserved']}")
+    for s in res.strategies:
+        if s.failures:
+            out.append(f"{s.name}: {len(s.failures)} failure(s) at "
+                       + ", ".join(f"{f.time_s:,.0f} s" for f in s.failures[:8])
+                       + (" ..." if len(s.failures) > 8 else ""))
+    return out + list(res.notes)
+
+
+def _render(res, rec, worst: int) -> str:
+    tgt = res.settings["attainment_target"]
+    rows = []
+    for s in rec["strategies"]:
+        rows.append([s["strategy"], f"{s['instances_min']}-{s['instances_max']}", _fmt(s["instances_mean"], ".2f"),
+                     _fmt(s["gpu_hours"], ",.1f"), _fmt(s["reserved_gpu_hours"], ",.1f"),
+                     _fmt(s["on_demand_gpu_hours"], ",.1f"), _fmt(s["usd"], ",.2f"),
+                     _fmt(s["usd_per_million_output_tokens"], ".4f"), _fmt(s["attainment"], ".4f"),
+                     f"{s['windows_below_target']:,}", _fmt(s["min_window_attainment"], ".3f")])
+    out = [_table(rows, ["strategy", "instances", "mean ready", "GPU-h", "reserved GPU-h", "on-demand GPU-h", "$",
+                         "$/M out tok", "attainment", f"windows < {tgt:g}", "worst window"])]
+    if worst:
+        wrows = []
+        for s in rec["strategies"]:
+            for w in s["worst_windows"]:
+                wrows.append([s["strategy"], f"{w['window_start_s'] / 3600:,.2f}", _fmt(w["rate_req_per_s"], ",.2f"),
+                              _fmt(w["instances"], ".2f"), _fmt(w["attainment"], ".3f")])
+        out += ["", "worst windows", _table(wrows, ["strategy", "start (h)", "rate req/s", "mean ready",
+                                                    "attainment"])]
+    sp = rec["spares"]
+    if sp is not None:
+        srows = [[t["instances"], _fmt(t["min_window_attainment"], ".3f"), _fmt(t["attainment"], ".3f"),
+                  f"{t['recomputed']:,}"] for t in sp["trials"]]
+        head = (f"one failure at the peak ({sp['rate_req_per_s']:,.4g} req/s), N = {sp['base_instances']}: "
+                + (f"N + {sp['spares']} = {sp['instances']} instances keep every window >= {sp['target']:g}"
+                   if sp["instances"] is not None else f"no N + k up to 2N keeps every window >= {sp['target']:g}"))
+        tr = sp["trials"][0]
+        out += ["", head, f"(failure at {tr['fail_at_s']:g} s, replacement ready at {tr['recovered_s']:,.1f} s, "
+                "60-s windows to 600 s after it)",
+                _table(srows, ["instances", "worst window after failure", "attainment after failure", "recomputed"])]
+    return "\n".join(out)
