@@ -34,8 +34,9 @@ Strategies (one target count per profile window; the window's decision time is i
 Lifetimes (:func:`schedule_from_targets`)
     The instances of the first decision are up (ready) at 0, warm. At a decision whose target is
     above the instances provisioned, new instances are provisioned (billed) and become ready a
-    cold start later; below, ready instances are drained, newest first (an instance in its cold
-    start is never cancelled: if too few are ready, the rest wait for the next decision). With
+    cold start later; below, ready instances are drained, newest first, down to the target. An
+    instance in its cold start is never cancelled, and the ready ones are never drained below the
+    target on its account: pending instances still in excess are drained at a later decision. With
     ``ahead=True`` (scheduled, oracle) the provisioned count at time t is the highest target over
     ``[t, t + cold_start_s]``, so instances are ready when their window starts and an instance
     needed again within a cold start is kept instead of drained.
@@ -398,7 +399,7 @@ def reactive_targets(window_start_s, rate_req_per_s, curve: CapacityCurve, *,
     out = np.empty_like(want)
     lo = 0
     for k in range(t.shape[0]):
-        while t[lo] <= t[k] - delay:
+        while lo < k and t[lo] <= t[k] - delay:
             lo += 1
         out[k] = want[lo:k + 1].max()
     return out
@@ -529,7 +530,8 @@ def schedule_from_targets(decision_s, target, *, cold_start_s: float, ahead: boo
                 ready.append(tk + cold)
                 end.append(math.inf)
         elif want < cur:
-            excess = cur - want
+            n_ready = sum(1 for life in active if ready[life] < tk)
+            excess = min(cur - want, max(n_ready - want, 0))
             for i in range(len(active) - 1, -1, -1):
                 if excess == 0:
                     break

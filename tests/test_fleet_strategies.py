@@ -1,0 +1,262 @@
+"""Fleet strategies: schedules, failures, spares and cost accounting against hand-computed values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fastsim.errors import FastsimInputError
+from fastsim.fleet import strategies as S
+from fastsim.fleet.schema import END_DRAIN, END_FAIL, FleetSchedule
+
+W = 600.0
+
+
+def _flat(per_instance=10.0):
+    """A capacity curve of exactly ``per_instance`` req/s per instance at any N."""
+    return S.CapacityCurve.from_points([1], [per_instance])
+
+
+def _t(n):
+    return np.arange(n) * W
+
+
+# --- cold start -------------------------------------------------------------------------------
+
+def test_cold_start_is_weights_over_bandwidth_plus_fixed_start():
+    cs = S.cold_start(70e9, 2e9, 60.0)
+    assert cs.load_s == 35.0 and cs.total_s == 95.0
+    # the defaults: 2 GB/s and 60 s
+    assert S.cold_start(8e9).total_s == pytest.approx(8e9 / S.LOAD_BW_BYTES_PER_S + S.FIXED_START_S)
+    assert S.LOAD_BW_BYTES_PER_S == 2e9 and S.FIXED_START_S == 60.0
+    for kw, field in (({"load_bw_bytes_per_s": 0.0}, "load_bw_bytes_per_s"),
+                      ({"fixed_start_s": -1.0}, "fixed_start_s")):
+        with pytest.raises(FastsimInputError, match=field):
+            S.cold_start(1e9, **kw)
+
+
+def test_mtbf_default_is_llama3_per_gpu_figure():
+    assert S.MTBF_GPU_HOURS == pytest.approx(16384 * 54 * 24 / 419)
+    assert 50_000 < S.MTBF_GPU_HOURS < 51_000
+
+
+# --- capacity curve ---------------------------------------------------------------------------
+
+def test_capacity_curve_interpolates_per_instance_in_log2():
+    c = S.CapacityCurve.from_points([4, 1], [48.0, 10.0])       # 10 / instance at 1, 12 at 4
+    assert c.per_instance_req_per_s(2) == pytest.approx(11.0)
+    assert c.total_req_per_s(2) == pytest.approx(22.0)
+    assert c.total_req_per_s(8) == pytest.approx(96.0)          # held at the last point
+    assert c.total_req_per_s(0) == 0.0
+    assert c.instances_for(22.0) == 2
+    assert c.instances_for(22.01) == 3
+    assert c.instances_for(0.0) == 1 and c.instances_for(0.0, min_instances=0) == 0
+    assert list(c.instances_for([5.0, 10.0, 10.5, 96.0])) == [1, 1, 2, 8]
+    with pytest.raises(FastsimInputError, match="capacity instances"):
+        S.CapacityCurve.from_points([1, 1], [1.0, 2.0])
+
+
+# --- strategy targets -------------------------------------------------------------------------
+
+def test_static_count_peak_and_quantile():
+    rates = np.array([10.0, 30.0, 20.0, 0.0])
+    assert S.static_count(rates, _flat()) == 3
+    assert S.static_count(rates, _flat(), quantile=0.5) == 2     # the median window's own rate, 20
+    with pytest.raises(FastsimInputError, match="quantile"):
+        S.static_count(rates, _flat(), quantile=1.5)
+
+
+def test_oracle_targets_exact_capacity_per_window():
+    assert S.oracle_targets([5.0, 15.0, 0.0, 25.0, 20.0], _flat()).tolist() == [1, 2, 1, 3, 2]
+    assert S.oracle_targets([5.0, 0.0], _flat(), min_instances=0).tolist() == [1, 0]
+
+
+def test_reactive_targets_lag_one_window_and_hold_for_the_scale_down_delay():
+    rates = [10.0, 30.0, 30.0, 10.0, 10.0, 10.0, 10.0]
+    # the autoscaler sees the last window: [10, 10, 30, 30, 10, 10, 10] -> wants [1, 1, 3, 3, 1, 1, 1]
+    got = S.reactive_targets(_t(7), rates, _flat(), target_utilisation=1.0, scale_down_delay_s=1800.0)
+    assert got.tolist() == [1, 1, 3, 3, 3, 3, 1]      # down only after three decisions wanting 1
+    got = S.reactive_targets(_t(7), rates, _flat(), target_utilisation=1.0, scale_down_delay_s=0.0)
+    assert got.tolist() == [1, 1, 3, 3, 1, 1, 1]
+    got = S.reactive_targets(_t(7), rates, _flat(), target_utilisation=0.5, scale_down_delay_s=0.0)
+    assert got.tolist() == [2, 2, 6, 6, 2, 2, 2]      # 10 / 0.5 = 20 req/s -> 2 instances
+    # a gap is no observation: the last rate before it holds
+    got = S.reactive_targets(_t(4), [30.0, 0.0, 0.0, 10.0], _flat(), target_utilisation=1.0, scale_down_delay_s=0.0)
+    assert got.tolist() == [3, 3, 3, 3]
+
+
+def test_scheduled_targets_follow_the_previous_day():
+    day = 4 * W
+    rates = [10.0, 20.0, 30.0, 10.0, 99.0, 99.0, 99.0, 99.0]
+    got = S.scheduled_targets(_t(8), rates, _flat(), first_day_instances=5, target_utilisation=1.0, day_s=day)
+    assert got.tolist() == [5, 5, 5, 5, 1, 2, 3, 1]
+    got = S.scheduled_targets(_t(8), rates, _flat(), first_day_instances=5, target_utilisation=0.5, day_s=day)
+    assert got.tolist() == [5, 5, 5, 5, 2, 4, 6, 2]
+    # a gap the day before carries the rate before it
+    rates[1] = 0.0
+    got = S.scheduled_targets(_t(8), rates, _flat(), first_day_instances=5, target_utilisation=1.0, day_s=day)
+    assert got.tolist()[4:] == [1, 1, 3, 1]
+    # a look-back that is not a whole number of windows takes the highest rate it overlaps
+    got = S.scheduled_targets(_t(8), [10.0, 20.0, 30.0, 10.0] * 2, _flat(), first_day_instances=0,
+                              target_utilisation=1.0, day_s=day - W / 2)
+    assert got.tolist()[4:] == [2, 3, 3, 1]
+
+
+# --- lifetimes from targets -------------------------------------------------------------------
+
+def test_reactive_lifetimes_cold_start_and_drains():
+    sch = S.schedule_from_targets(_t(7), [1, 1, 3, 3, 3, 3, 1], cold_start_s=100.0)
+    assert sch.provision_s.tolist() == [0.0, 1200.0, 1200.0]
+    assert sch.ready_s.tolist() == [0.0, 1300.0, 1300.0]
+    assert sch.end_s.tolist() == [math.inf, 3600.0, 3600.0]
+    assert sch.end_kind.tolist() == [END_DRAIN] * 3
+
+
+def test_pending_instances_are_not_cancelled_and_ready_ones_not_drained_for_them():
+    # scale 1 -> 3 at 600 (ready at 1300), back to 1 at 1200: lifetime 0 stays; the two pending
+    # ones come up and are drained at the next decision (1800)
+    sch = S.schedule_from_targets(_t(4), [1, 3, 1, 1], cold_start_s=700.0)
+    assert sch.ready_s.tolist() == [0.0, 1300.0, 1300.0]
+    assert sch.end_s.tolist() == [math.inf, 1800.0, 1800.0]
+
+
+def test_ahead_lifetimes_are_ready_when_their_window_starts():
+    # targets [2, 2, 4, 1]; cold 100: two more provisioned at 1100 (ready 1200), three drained at 1800
+    sch = S.schedule_from_targets(_t(4), [2, 2, 4, 1], cold_start_s=100.0, ahead=True)
+    assert sch.provision_s.tolist() == [0.0, 0.0, 1100.0, 1100.0]
+    assert sch.ready_s.tolist() == [0.0, 0.0, 1200.0, 1200.0]
+    assert sch.end_s.tolist() == [math.inf, 1800.0, 1800.0, 1800.0]
+    # oracle: no cold start
+    sch = S.schedule_from_targets(_t(4), [2, 2, 4, 1], cold_start_s=0.0, ahead=True)
+    assert sch.provision_s.tolist() == [0.0, 0.0, 1200.0, 1200.0]
+    assert sch.ready_s.tolist() == sch.provision_s.tolist()
+    # a dip shorter than the cold start keeps the instance instead of draining and re-provisioning
+    sch = S.schedule_from_targets(_t(3), [3, 2, 3], cold_start_s=700.0, ahead=True)
+    assert sch.provision_s.shape[0] == 3 and np.all(np.isinf(sch.end_s))
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+def test_failure_at_given_time_takes_the_longest_ready_and_is_replaced():
+    base = FleetSchedule(np.array([0.0, 0.0, 50.0]), np.array([0.0, 0.0, 80.0]),
+                         np.array([np.inf, 900.0, np.inf]), np.zeros(3, np.int8))
+    sch, fails, skipped = S.inject_failures(base, horizon_s=1000.0, cold_start_s=20.0, repair_s=50.0,
+                                            fail_times_s=(100.0,))
+    assert fails == [S.Failure(100.0, 0, 3)] and skipped == []
+    assert sch.end_s.tolist() == [100.0, 900.0, math.inf, math.inf]
+    assert sch.end_kind.tolist() == [END_FAIL, END_DRAIN, END_DRAIN, END_DRAIN]
+    assert (sch.provision_s[3], sch.ready_s[3]) == (150.0, 170.0)
+    # the second failure takes lifetime 1 (ready at 0); its replacement inherits the drain at 900
+    sch, fails, _ = S.inject_failures(base, horizon_s=1000.0, cold_start_s=20.0, repair_s=50.0,
+                                      fail_times_s=(100.0, 200.0))
+    assert [f.lifetime for f in fails] == [0, 1]
+    assert (sch.ready_s[4], sch.end_s[4], sch.end_kind[4]) == (270.0, 900.0, END_DRAIN)
+    # no replacement when the failed lifetime would have ended before one is ready
+    sch, fails, _ = S.inject_failures(base, horizon_s=1000.0, cold_start_s=20.0, repair_s=50.0,
+                                      fail_times_s=(850.0, 860.0))
+    assert fails[1] == S.Failure(860.0, 1, -1)
+    with pytest.raises(FastsimInputError, match=r"fail_times_s\[0\]"):
+        S.inject_failures(base, horizon_s=1000.0, cold_start_s=0.0, fail_times_s=(1000.0,))
+
+
+def test_poisson_failures_rate_and_reproducibility():
+    n, h = 2000, 1000.0
+    base = S.static_schedule(n)
+    sch, fails, _ = S.inject_failures(base, horizon_s=h, cold_start_s=1e9, mtbf_s=h, seed=7)
+    first = [f for f in fails if f.lifetime < n]
+    assert abs(len(first) / n - (1 - math.exp(-1))) < 0.04      # P(fail before h) = 1 - e^-1
+    again, fails2, _ = S.inject_failures(base, horizon_s=h, cold_start_s=1e9, mtbf_s=h, seed=7)
+    assert fails2 == fails and np.array_equal(again.end_s, sch.end_s)
+    other, fails3, _ = S.inject_failures(base, horizon_s=h, cold_start_s=1e9, mtbf_s=h, seed=8)
+    assert fails3 != fails
+
+
+# --- cost accounting --------------------------------------------------------------------------
+
+def _three_lifetimes():
+    # A up all period; B provisioned at 100 (ready 200), drained, released at 700; C fails at 500
+    sch = FleetSchedule(np.array([0.0, 100.0, 300.0]), np.array([0.0, 200.0, 350.0]),
+                        np.array([np.inf, 650.0, 500.0]), np.array([END_DRAIN, END_DRAIN, END_FAIL], np.int8))
+    off = np.array([np.nan, 700.0, 500.0])
+    return sch, off
+
+
+def test_gpu_hours_from_provision_to_release():
+    sch, off = _three_lifetimes()
+    c = S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=2, on_demand_usd_per_gpu_hour=5.0, output_tokens=10**6)
+    assert c.gpu_hours == pytest.approx((1000 + 600 + 200) * 2 / 3600)
+    assert c.reserved_instances == 0 and c.reserved_gpu_hours == 0.0
+    assert c.usd == pytest.approx(c.gpu_hours * 5.0)
+    assert c.usd_per_million_output_tokens == pytest.approx(c.usd)
+    t, n = S.billed_steps(sch, off, 1000.0)
+    assert t.tolist() == [0.0, 100.0, 300.0, 500.0, 700.0, 1000.0] and n[:-1].tolist() == [1, 2, 3, 2, 1]
+    # a release after the period is billed to its end
+    c2 = S.cost(sch, np.array([np.nan, 1200.0, 500.0]), horizon_s=1000.0, gpus_per_instance=1,
+                on_demand_usd_per_gpu_hour=1.0)
+    assert c2.gpu_hours == pytest.approx((1000 + 900 + 200) / 3600)
+
+
+def test_reserved_and_on_demand_split():
+    sch, off = _three_lifetimes()
+    c = S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=2, on_demand_usd_per_gpu_hour=5.0,
+               reserved_usd_per_gpu_hour=3.0, reserved_instances=1, output_tokens=10**6)
+    # count over time 1, 2, 3, 2, 1: above one reserved instance 200 + 2 x 200 + 200 = 800 s
+    assert c.reserved_gpu_hours == pytest.approx(1 * 2 * 1000 / 3600)
+    assert c.on_demand_gpu_hours == pytest.approx(800 * 2 / 3600)
+    assert c.usd == pytest.approx(2000 / 3600 * 3.0 + 1600 / 3600 * 5.0)
+    assert c.usd_per_million_output_tokens == pytest.approx(c.usd)
+    # a reservation is paid whether used or not
+    c4 = S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=2, on_demand_usd_per_gpu_hour=5.0,
+                reserved_usd_per_gpu_hour=3.0, reserved_instances=4)
+    assert c4.on_demand_gpu_hours == 0.0 and c4.reserved_gpu_hours == pytest.approx(4 * 2 * 1000 / 3600)
+    # auto: reserve the r-th instance when it is billed >= 3/5 of the time: 1 (100%), 2 (60%), not 3 (20%)
+    t, n = S.billed_steps(sch, off, 1000.0)
+    assert S.optimal_reserved(t, n, reserved_usd_per_gpu_hour=3.0, on_demand_usd_per_gpu_hour=5.0) == 2
+    auto = S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=2, on_demand_usd_per_gpu_hour=5.0,
+                  reserved_usd_per_gpu_hour=3.0, reserved_instances="auto")
+    assert auto.reserved_instances == 2
+    assert auto.usd <= min(S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=2, on_demand_usd_per_gpu_hour=5.0,
+                                  reserved_usd_per_gpu_hour=3.0, reserved_instances=r).usd for r in range(5)) + 1e-12
+    with pytest.raises(FastsimInputError, match="reserved_instances"):
+        S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=1, on_demand_usd_per_gpu_hour=1.0,
+               reserved_instances="some")
+
+
+def test_window_mean_count():
+    t = np.array([0.0, 100.0, 300.0, 1000.0])
+    n = np.array([1, 3, 2, 2])
+    got = S.window_mean_count(t, n, np.array([0.0, 500.0]), np.array([500.0, 1000.0]))
+    assert got.tolist() == pytest.approx([(100 + 600 + 400) / 500, 2.0])
+
+
+# --- through a failure at peak (simulated) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chat_b200():
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    from fastsim.search import sim_plan
+    cat = default_catalog()
+    sc = cat.scenario("chat")
+    plan = plan_for(sc.model, Demand.from_scenario(sc), gpu="B200", precision="FP8", tp=1, instances=1,
+                    chunk_tokens=512, catalog=cat)
+    return sc, sim_plan(plan, cat)
+
+
+def test_failure_at_peak_without_spares_drops_attainment_and_n_plus_k_keeps_it(chat_b200):
+    sc, sp = chat_b200
+    kw = dict(ttft_slo_s=sc.ttft_s, tpot_slo_s=sc.tpot_s, cold_start_s=95.0, fail_at_s=600.0, seed=3)
+    rate, n = 24.0, 2            # two instances serve 24 req/s; one (about 15 req/s) does not
+    res = S.spares_for_failure(sp, sc, rate, n, target=0.9, **kw)
+    assert res.spares >= 1 and len(res.trials) == res.spares + 1
+    bare = res.trials[0]
+    k0 = int(bare.fail_at_s // 60.0)
+    before = bare.window_attainment[2:k0]
+    assert np.all(before >= 0.9)                                # fine until the failure
+    assert bare.min_attainment < 0.9                            # the windows after it drop
+    assert bare.recomputed > 0
+    spared = S.through_failure(sp, sc, rate, n + res.spares, **kw)
+    assert spared.min_attainment >= 0.9 and spared.min_attainment == res.trials[-1].min_attainment
+    # and on other arrivals too
+    assert S.through_failure(sp, sc, rate, n + res.spares, **dict(kw, seed=4)).min_attainment >= 0.9
