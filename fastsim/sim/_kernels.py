@@ -52,8 +52,8 @@ from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_
                          P_WEXP, step_time_nb)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
-from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW,
-                      RUN_TRANSFER_OVERFLOW)
+from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
+                      RUN_SCRATCH_OVERFLOW, RUN_TRANSFER_OVERFLOW)
 
 KIND_COLOCATED = 0
 KIND_PREFILL = 1
@@ -69,17 +69,22 @@ ROUTE_ROUND_ROBIN = 1
  # ... then state (set here; read back as outputs)
  I_TAIL, I_PF_HEAD, I_WAIT_HEAD, I_N_WAIT, I_N_ADMIT, I_RESERVED, I_N_DECODE, I_CTX_SUM,
  I_N_PAST, I_EX_SUM, I_ACTIVE, I_STEP, I_STEP_PF_TOKENS, I_STEP_N_FIN, I_STEP_FIRST, I_STEP_N,
- I_OUTSTANDING, I_KV_PEAK, I_BATCH_SUM, I_TOKENS_OUT) = range(29)
+ I_OUTSTANDING, I_KV_PEAK, I_BATCH_SUM, I_TOKENS_OUT,
+ # 1 while the router must not send the instance new requests (a fleet's draining or released
+ # instance, ``fastsim.fleet``); 0 (routable) after every reset
+ I_UNROUTED) = range(30)
 I_STATE0 = I_TAIL
-N_ICOLS = 29
+N_ICOLS = 30
 
 # float64 columns of the per-instance table: state, then the step-independent parts of the
 # step time (set by the kernel from the instance's parameters; see _run_nb's colocated path)
 (F_NEXT_T, F_STEP_START, F_BUSY, F_WDENSE, F_D_BW, F_MATMUL2, F_D_C, F_N_AR, F_AR_A, F_AR_B,
  F_D_NV, F_C2, F_C4, F_C4P, F_WEXP, F_KEEP, F_A2A_N2, F_A2A_A, F_A2A_B, F_D_EP,
  # the sliding fraction f of the KV read (0.0 without a window)
- F_SLIDE) = range(21)
-N_FCOLS = 21
+ F_SLIDE,
+ # the time of the boundary at which the instance last went idle (nothing admitted)
+ F_IDLE_T) = range(22)
+N_FCOLS = 22
 
 # int64 columns of the per-run table.
 (R_WORK, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
@@ -272,6 +277,35 @@ def _route_nb(ist, lo, hi, routing, rr):
 
 
 @njit(cache=True)
+def route_routable_nb(ist, n_entry, n_routable, routing, rr):
+    """Instance in ``[0, n_entry)`` for a new request among the routable ones (``I_UNROUTED`` 0).
+
+    Fewest outstanding tokens (ties to the lowest index), or round-robin: the ``rr % n_routable``-th
+    routable instance. -1 when none is routable. With every instance routable this is the
+    choice :func:`_run_nb` makes inline.
+    """
+    if n_routable <= 0:
+        return -1
+    if routing == ROUTE_ROUND_ROBIN:
+        k = rr % n_routable
+        for i in range(n_entry):
+            if ist[i, I_UNROUTED] == 0:
+                if k == 0:
+                    return i
+                k -= 1
+        return -1
+    b = -1
+    bo = 0
+    for i in range(n_entry):
+        if ist[i, I_UNROUTED] == 0:
+            v = ist[i, I_OUTSTANDING]
+            if b < 0 or v < bo:
+                bo = v
+                b = i
+    return b
+
+
+@njit(cache=True)
 def _held_int_nb(c, w, s, lay):
     """KV of a sequence of ``c`` tokens in whole tokens: ``c - (s x max(c - w, 0)) // lay`` (``window.held_tokens``).
 
@@ -435,6 +469,7 @@ def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext, 
 
     if ist[i, I_N_ADMIT] == 0:
         fst[i, F_NEXT_T] = np.inf
+        fst[i, F_IDLE_T] = t
         return 0
 
     # compose the next step: every decode + up to I_TOKENS prompt tokens, FCFS; the decodes
@@ -522,6 +557,7 @@ def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
     r = ist[i, I_WAIT_HEAD]
     if r < 0:
         fst[i, F_NEXT_T] = np.inf
+        fst[i, F_IDLE_T] = t
         return ntr
     sl = ist[i, I_SLIDE_L]
     nl = ist[i, I_N_LAYERS]
@@ -577,10 +613,59 @@ def _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full):
 
 
 @njit(cache=True)
+def init_row_nb(i, pp, ist, fst):
+    """Reset instance i's state columns (empty, idle) and set its step-independent float columns.
+
+    The ``F_*`` parts of ``step_time_nb`` are computed by the same expressions, so the fast
+    path's step times are the generic ones, bit for bit. Used once per instance per run (and by
+    the fleet kernel when an instance joins).
+    """
+    for c in range(I_STATE0, N_ICOLS):
+        ist[i, c] = 0
+    ist[i, I_TAIL] = -1
+    ist[i, I_PF_HEAD] = -1
+    ist[i, I_WAIT_HEAD] = -1
+    fst[i, F_NEXT_T] = np.inf
+    fst[i, F_STEP_START] = 0.0
+    fst[i, F_BUSY] = 0.0
+    fst[i, F_IDLE_T] = 0.0
+    # the step-independent parts of step_time_nb, by the same expressions (same values)
+    tp = pp[i, P_TP]
+    g = pp[i, P_GPUS]
+    fst[i, F_D_BW] = pp[i, P_ETA_BW] * pp[i, P_HBM_BW]
+    fst[i, F_WDENSE] = pp[i, P_WDENSE]
+    fst[i, F_WEXP] = pp[i, P_WEXP]
+    fst[i, F_KEEP] = 1.0 - pp[i, P_KFRAC]
+    fst[i, F_MATMUL2] = 2.0 * pp[i, P_MATMUL]
+    fst[i, F_D_C] = pp[i, P_ETA_C] * pp[i, P_PEAK]
+    fst[i, F_N_AR] = pp[i, P_N_AR]
+    fst[i, F_AR_A] = 2.0 * (tp - 1.0) * pp[i, P_ALPHA]
+    fst[i, F_AR_B] = 2.0 * (tp - 1.0) / tp
+    fst[i, F_D_NV] = pp[i, P_ETA_NV] * pp[i, P_NVLINK]
+    fst[i, F_C2] = 2.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
+    fst[i, F_C4] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_DEC]
+    fst[i, F_C4P] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
+    fst[i, F_A2A_N2] = pp[i, P_N_A2A] * 2.0
+    fst[i, F_A2A_A] = (g - 1.0) * pp[i, P_ALPHA]
+    fst[i, F_A2A_B] = (g - 1.0) / g
+    fst[i, F_D_EP] = pp[i, P_ETA_NV] * pp[i, P_EP_BW]
+    fst[i, F_SLIDE] = pp[i, P_SLIDE_FRAC] if ist[i, I_SLIDE_L] > 0 else 0.0
+
+
+@njit(cache=True, nogil=True)
 def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt, done,
             wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, n_entry, routing, max_total,
-            max_prompt, horizon, dt_sample, full):
+            max_prompt, horizon, dt_sample, full, ia0, ia_end, rr_io, resume):
     """Simulate one run; returns a ``RUN_*`` status code.
+
+    Requests ``[ia0, ia_end)`` of the per-request arrays arrive; ``rr_io[0]`` is the
+    round-robin counter (read and written back). With ``resume`` false the run starts from
+    empty instances (every state column and every request's result initialised here); with
+    ``resume`` true it continues from the state in the tables and arrays as a previous call left
+    it (the caller initialised the results of the new requests), takes no samples and leaves the
+    busy time uncorrected: :mod:`fastsim.fleet` runs a fleet as a sequence of such calls, between
+    which instances join or leave. Instances whose ``I_UNROUTED`` is set get no new requests; a
+    request with no routable instance is rejected (its ``inst`` stays -1).
 
     Instances ``[0, n_entry)`` receive arrivals (colocated or prefill); ``[n_entry, ni)`` are
     decode instances. At equal times: arrivals first (in index order), then KV-transfer
@@ -592,40 +677,17 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     time and the horizon. The same boundary code runs on the same state in the same order per
     instance, so every result is the one of the plain event loop, bit for bit.
     """
-    n = arrival.shape[0]
+    n = ia_end
     ni = ist.shape[0]
-    for j in range(wheel.shape[0]):
-        wheel[j] = -1
-    for i in range(ni):
-        for c in range(I_STATE0, N_ICOLS):
-            ist[i, c] = 0
-        ist[i, I_TAIL] = -1
-        ist[i, I_PF_HEAD] = -1
-        ist[i, I_WAIT_HEAD] = -1
-        fst[i, F_NEXT_T] = np.inf
-        fst[i, F_STEP_START] = 0.0
-        fst[i, F_BUSY] = 0.0
-        # the step-independent parts of step_time_nb, by the same expressions (same values)
-        tp = pp[i, P_TP]
-        g = pp[i, P_GPUS]
-        fst[i, F_D_BW] = pp[i, P_ETA_BW] * pp[i, P_HBM_BW]
-        fst[i, F_WDENSE] = pp[i, P_WDENSE]
-        fst[i, F_WEXP] = pp[i, P_WEXP]
-        fst[i, F_KEEP] = 1.0 - pp[i, P_KFRAC]
-        fst[i, F_MATMUL2] = 2.0 * pp[i, P_MATMUL]
-        fst[i, F_D_C] = pp[i, P_ETA_C] * pp[i, P_PEAK]
-        fst[i, F_N_AR] = pp[i, P_N_AR]
-        fst[i, F_AR_A] = 2.0 * (tp - 1.0) * pp[i, P_ALPHA]
-        fst[i, F_AR_B] = 2.0 * (tp - 1.0) / tp
-        fst[i, F_D_NV] = pp[i, P_ETA_NV] * pp[i, P_NVLINK]
-        fst[i, F_C2] = 2.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
-        fst[i, F_C4] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_DEC]
-        fst[i, F_C4P] = 4.0 * pp[i, P_LAYERS] * pp[i, P_QDIM_PF]
-        fst[i, F_A2A_N2] = pp[i, P_N_A2A] * 2.0
-        fst[i, F_A2A_A] = (g - 1.0) * pp[i, P_ALPHA]
-        fst[i, F_A2A_B] = (g - 1.0) / g
-        fst[i, F_D_EP] = pp[i, P_ETA_NV] * pp[i, P_EP_BW]
-        fst[i, F_SLIDE] = pp[i, P_SLIDE_FRAC] if ist[i, I_SLIDE_L] > 0 else 0.0
+    if not resume:
+        for j in range(wheel.shape[0]):
+            wheel[j] = -1
+        for i in range(ni):
+            init_row_nb(i, pp, ist, fst)
+    n_routable = 0
+    for i in range(n_entry):
+        if ist[i, I_UNROUTED] == 0:
+            n_routable += 1
     # arrival checks: the KV a request holds at its full P + O on the instances that keep it
     # (colocated or decode: the last row) and its prompt's on the entry instances (row 0)
     kv_last = ist[ni - 1, I_KV_BUDGET]
@@ -635,33 +697,110 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     win_0 = ist[0, I_WINDOW]
     sl_0 = ist[0, I_SLIDE_L]
     nl_0 = ist[0, I_N_LAYERS]
-    for r in range(n):
-        first[r] = np.nan
-        finish[r] = np.nan
-        inst[r] = -1
-        dinst[r] = -1
-        status[r] = REQ_UNFINISHED
-        nxt[r] = -1
-        done[r] = 0
-        wnext[r] = -1
-        xnext[r] = -1
+    if not resume:
+        for r in range(n):
+            first[r] = np.nan
+            finish[r] = np.nan
+            inst[r] = -1
+            dinst[r] = -1
+            status[r] = REQ_UNFINISHED
+            nxt[r] = -1
+            done[r] = 0
+            wnext[r] = -1
+            xnext[r] = -1
     n_samp = sys_s.shape[0]
-    ia = 0
+    ia = ia0
     ntr = 0
     ms = 0
-    rr_e = 0
+    rr_e = rr_io[0]
     rr_d = 0
     in_sys = 0
+    # colocated only: the instances are independent between arrivals and samples, so any
+    # instance with a boundary before the next arrival and at or before the next sample may run
+    # next; a cursor takes them in index order (one pass per arrival instead of a search over
+    # every instance per boundary). Instances below the cursor have no boundary before both.
+    colo = n_entry == ni
+    for i in range(ni):
+        if ist[i, I_KIND] != KIND_COLOCATED:
+            colo = False
+    # the colocated fast path's step constants, once per run: a run's colocated instances are
+    # identical (one plan's), which this checks
+    if colo:
+        for i in range(1, ni):
+            for c in range(I_KIND, I_N_LAYERS + 1):
+                if c != I_WHEEL_OFF and ist[i, c] != ist[0, c]:
+                    return RUN_HETEROGENEOUS
+            for c in range(pp.shape[1]):
+                if pp[i, c] != pp[0, c] and not (np.isnan(pp[i, c]) and np.isnan(pp[0, c])):
+                    return RUN_HETEROGENEOUS
+    mask = ist[0, I_WHEEL_MASK]
+    win = ist[0, I_WINDOW]
+    slide = fst[0, F_SLIDE]
+    windowed = ist[0, I_SLIDE_L] > 0
+    cap = ist[0, I_MAX_ADMIT]
+    budget = ist[0, I_KV_BUDGET]
+    chunk = ist[0, I_TOKENS]
+    # step_time_nb's parts that do not depend on the step (the F_* columns: set per instance by init_row_nb)
+    g = pp[0, P_GPUS]
+    dp = pp[0, P_DP]
+    topk = pp[0, P_TOPK]
+    kvpg = pp[0, P_KVPG]
+    hid = pp[0, P_HIDDEN]
+    overhead = pp[0, P_OVERHEAD]
+    wdense = fst[0, F_WDENSE]
+    wexp = fst[0, F_WEXP]
+    keep = fst[0, F_KEEP]
+    d_bw = fst[0, F_D_BW]
+    matmul2 = fst[0, F_MATMUL2]
+    d_c = fst[0, F_D_C]
+    n_ar = fst[0, F_N_AR]
+    ar_a = fst[0, F_AR_A]
+    ar_b = fst[0, F_AR_B]
+    d_nv = fst[0, F_D_NV]
+    c2 = fst[0, F_C2]
+    c4 = fst[0, F_C4]
+    c4p = fst[0, F_C4P]
+    a2a_n2 = fst[0, F_A2A_N2]
+    a2a_a = fst[0, F_A2A_A]
+    a2a_b = fst[0, F_A2A_B]
+    d_ep = fst[0, F_D_EP]
+    # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
+    # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
+    # ar_b == 0 and no all-to-all the communication is the same signed zero product
+    # for every step (finite, nonzero divisors, the token terms keep hid's sign), so
+    # it is computed once
+    div_g = g != 1.0
+    div_dp = dp != 1.0
+    moe_w = wexp != 0.0
+    weight_c = wdense / d_bw
+    comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
+                  and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
+    comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
+              + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
+    cs = 0
     while True:
         ta = arrival[ia] if ia < n else np.inf
         tt = tr_t[0] if ntr > 0 else np.inf
         ti = np.inf
         ii = -1
-        for i in range(ni):
-            x = fst[i, F_NEXT_T]
-            if x < ti:
-                ti = x
-                ii = i
+        if colo:
+            lim0 = ms * dt_sample if ms < n_samp else np.inf
+            if horizon < lim0:
+                lim0 = horizon
+            while cs < ni:
+                x = fst[cs, F_NEXT_T]
+                if x < ta and x <= lim0:
+                    ti = x
+                    ii = cs
+                    break
+                cs += 1
+        if ii < 0:
+            cs = 0
+            for i in range(ni):
+                x = fst[i, F_NEXT_T]
+                if x < ti:
+                    ti = x
+                    ii = i
         if ta <= tt and ta <= ti:
             ev = 0
             t = ta
@@ -694,16 +833,23 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 continue
             # _route_nb and _enqueue_nb, written out: an inlined helper taking arrays costs
             # reference counting at every call
-            if routing == ROUTE_ROUND_ROBIN:
-                b = rr_e % n_entry
+            if n_routable == n_entry:
+                if routing == ROUTE_ROUND_ROBIN:
+                    b = rr_e % n_entry
+                else:
+                    b = 0
+                    bo = ist[0, I_OUTSTANDING]
+                    for i in range(1, n_entry):
+                        v = ist[i, I_OUTSTANDING]
+                        if v < bo:
+                            bo = v
+                            b = i
             else:
-                b = 0
-                bo = ist[0, I_OUTSTANDING]
-                for i in range(1, n_entry):
-                    v = ist[i, I_OUTSTANDING]
-                    if v < bo:
-                        bo = v
-                        b = i
+                # some instances take no new requests (a fleet's, between membership changes)
+                b = route_routable_nb(ist, n_entry, n_routable, routing, rr_e)
+                if b < 0:
+                    status[r] = REQ_REJECTED
+                    continue
             rr_e += 1
             inst[r] = b
             if ist[b, I_KIND] == KIND_PREFILL:
@@ -767,13 +913,6 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 if horizon < lim:
                     lim = horizon
                 woff = ist[ii, I_WHEEL_OFF]
-                mask = ist[ii, I_WHEEL_MASK]
-                win = ist[ii, I_WINDOW]
-                slide = fst[ii, F_SLIDE]
-                windowed = ist[ii, I_SLIDE_L] > 0
-                cap = ist[ii, I_MAX_ADMIT]
-                budget = ist[ii, I_KV_BUDGET]
-                chunk = ist[ii, I_TOKENS]
                 pf_head = ist[ii, I_PF_HEAD]
                 wait_head = ist[ii, I_WAIT_HEAD]
                 n_wait = ist[ii, I_N_WAIT]
@@ -794,43 +933,6 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 busy = fst[ii, F_BUSY]
                 start = fst[ii, F_STEP_START]
                 tb = fst[ii, F_NEXT_T]
-                # step_time_nb's parts that do not depend on the step (computed once per run by _run_nb)
-                g = pp[ii, P_GPUS]
-                dp = pp[ii, P_DP]
-                topk = pp[ii, P_TOPK]
-                kvpg = pp[ii, P_KVPG]
-                hid = pp[ii, P_HIDDEN]
-                overhead = pp[ii, P_OVERHEAD]
-                wdense = fst[ii, F_WDENSE]
-                wexp = fst[ii, F_WEXP]
-                keep = fst[ii, F_KEEP]
-                d_bw = fst[ii, F_D_BW]
-                matmul2 = fst[ii, F_MATMUL2]
-                d_c = fst[ii, F_D_C]
-                n_ar = fst[ii, F_N_AR]
-                ar_a = fst[ii, F_AR_A]
-                ar_b = fst[ii, F_AR_B]
-                d_nv = fst[ii, F_D_NV]
-                c2 = fst[ii, F_C2]
-                c4 = fst[ii, F_C4]
-                c4p = fst[ii, F_C4P]
-                a2a_n2 = fst[ii, F_A2A_N2]
-                a2a_a = fst[ii, F_A2A_A]
-                a2a_b = fst[ii, F_A2A_B]
-                d_ep = fst[ii, F_D_EP]
-                # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
-                # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
-                # ar_b == 0 and no all-to-all the communication is the same signed zero product
-                # for every step (finite, nonzero divisors, the token terms keep hid's sign), so
-                # it is computed once
-                div_g = g != 1.0
-                div_dp = dp != 1.0
-                moe_w = wexp != 0.0
-                weight_c = wdense / d_bw
-                comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
-                              and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
-                comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
-                          + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
                 n_done = 0
                 while True:
                     if active != 0:
@@ -907,6 +1009,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         if reserved > kv_peak:
                             kv_peak = reserved
                     if n_admit == 0:
+                        fst[ii, F_IDLE_T] = tb
                         tb = np.inf
                         break
                     # compose: every decode + up to ``chunk`` prompt tokens, FCFS. Two copies
@@ -1010,6 +1113,9 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 fst[ii, F_NEXT_T] = tb
                 in_sys -= n_done
 
+    rr_io[0] = rr_e
+    if resume:
+        return RUN_OK
     while ms < n_samp:
         _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full)
         ms += 1
@@ -1294,7 +1400,8 @@ def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, 
     """
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
                    done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
-                   ri[R_MAX_TOTAL], ri[R_MAX_PROMPT], rf[RF_HORIZON], rf[RF_DT], full)
+                   ri[R_MAX_TOTAL], ri[R_MAX_PROMPT], rf[RF_HORIZON], rf[RF_DT], full, 0,
+                   arrival.shape[0], np.zeros(1, np.int64), False)
     if code == RUN_OK:
         _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
     return code

@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = [
     "RequestStatus", "RunStatus", "REQ_UNFINISHED", "REQ_FINISHED", "REQ_REJECTED",
-    "RUN_OK", "RUN_TRANSFER_OVERFLOW", "RUN_SCRATCH_OVERFLOW", "SimMetrics", "SimResult",
+    "RUN_OK", "RUN_TRANSFER_OVERFLOW", "RUN_SCRATCH_OVERFLOW", "RUN_HETEROGENEOUS", "SimMetrics", "SimResult",
 ]
 
 # Per-request status written by the kernels.
@@ -23,6 +23,7 @@ REQ_REJECTED = 2
 RUN_OK = 0
 RUN_TRANSFER_OVERFLOW = 2
 RUN_SCRATCH_OVERFLOW = 3
+RUN_HETEROGENEOUS = 4
 
 
 class RequestStatus(IntEnum):
@@ -55,11 +56,15 @@ class RunStatus(IntEnum):
         2: the KV-transfer queue outgrew its preallocated capacity.
     SCRATCH_OVERFLOW : int
         3: a per-run working array outgrew its preallocated capacity.
+    HETEROGENEOUS : int
+        4: the colocated instances of one run differ (the kernel computes their step constants
+        once per run).
     """
 
     OK = RUN_OK
     TRANSFER_OVERFLOW = RUN_TRANSFER_OVERFLOW
     SCRATCH_OVERFLOW = RUN_SCRATCH_OVERFLOW
+    HETEROGENEOUS = RUN_HETEROGENEOUS
 
 
 class SimMetrics(NamedTuple):
