@@ -91,7 +91,22 @@ class FleetResult:
     notes: list = field(default_factory=list)
 
     def strategy(self, name: str) -> StrategyResult:
-        """The result of one strategy by name."""
+        """The result of one strategy.
+
+        Parameters
+        ----------
+        name : str
+            A strategy simulated.
+
+        Returns
+        -------
+        StrategyResult
+
+        Raises
+        ------
+        FastsimInputError
+            A strategy not in the result.
+        """
         for s in self.strategies:
             if s.name == name:
                 return s

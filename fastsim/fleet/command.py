@@ -127,7 +127,19 @@ def run_fleet(argv, parser_class, add_common, add_calibration) -> int:
 
 
 def add_fleet_args(sp, add_common, add_calibration):
-    """Add the flags of ``fastsim fleet`` to a parser (see :func:`run_fleet`)."""
+    """Add the flags of ``fastsim fleet`` to a parser.
+
+    Parameters
+    ----------
+    sp : argparse.ArgumentParser
+    add_common, add_calibration : callable(parser)
+        As for :func:`run_fleet`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        ``sp``.
+    """
     w = sp.add_argument_group("workload")
     w.add_argument("--profile", metavar="NAME|FILE.csv", required=True,
                    help="rate profile: m-large, m-mid, m-small, deepseek-r1 or a CSV window_start_s,rate_req_per_s")
@@ -272,12 +284,28 @@ def _inputs(args):
         flag, v = ("--days", args.days) if args.days is not None else ("--horizon", args.horizon)
         raise FastsimInputError(flag, v, f"at most the profile's span, {prof.span_s:g} s "
                                 f"({prof.span_s / 86400:g} days)")
+    period = prof.span_s if horizon is None else horizon
+    for t in args.fail_at:
+        if t >= period:
+            raise FastsimInputError("--fail-at", t, f"a time in [0, {period:g}) s, inside the period simulated")
     return cat, plan, scen, model, slo, prof, scale, horizon, notes
 
 
 def fleet_record(result, worst: int = 5) -> dict:
-    """The JSON object ``fastsim fleet`` prints, without ``notes``: :meth:`FleetResult.to_dict` with
-    ``null_reasons`` on the record and on each strategy."""
+    """The JSON object ``fastsim fleet`` prints, without ``notes``.
+
+    Parameters
+    ----------
+    result : FleetResult
+    worst : int
+        Worst windows per strategy.
+
+    Returns
+    -------
+    dict
+        :meth:`FleetResult.to_dict` with ``null_reasons`` on the record (cold start, spares) and
+        on each strategy (before :func:`fastsim._output.strict`).
+    """
     from .._output import null_reasons
     rec = result.to_dict(worst)
 
@@ -303,7 +331,23 @@ def _table(rows, headers):
 
 
 def cmd_fleet(args) -> int:
-    """Run ``fastsim fleet`` (see :data:`FLEET_DESCRIPTION`)."""
+    """Run ``fastsim fleet`` on parsed arguments (see :data:`FLEET_DESCRIPTION`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        From the parser of :func:`add_fleet_args`.
+
+    Returns
+    -------
+    int
+        Exit status (0).
+
+    Raises
+    ------
+    FastsimInputError
+        Bad input, naming the flag.
+    """
     from .._output import csv_frame, dumps
     from .api import fleet, plot_fleet
     _check_plot(args)

@@ -86,7 +86,7 @@ __all__ = ["STRATEGIES", "LOAD_BW_BYTES_PER_S", "FIXED_START_S", "MTBF_GPU_HOURS
            "oracle_targets", "reactive_targets", "scheduled_targets", "schedule_from_targets",
            "static_schedule", "inject_failures", "Failure", "billed_steps", "ready_steps",
            "window_mean_count", "CostBreakdown", "cost", "optimal_reserved", "through_failure",
-           "ThroughFailure", "spares_for_failure", "SparesResult"]
+           "ThroughFailure", "spares_for_failure", "SparesResult", "window_attainment"]
 
 #: The four strategies, in the order they are reported.
 STRATEGIES = ("static", "reactive", "scheduled", "oracle")
@@ -184,7 +184,18 @@ class CapacityCurve(NamedTuple):
         return np.interp(np.log2(np.maximum(n, 1.0)), x, y)
 
     def total_req_per_s(self, n) -> np.ndarray:
-        """Capacity of ``n`` instances (req/s): ``n x per_instance_req_per_s(n)``; 0 for n = 0."""
+        """Capacity of ``n`` instances: ``n x per_instance_req_per_s(n)``.
+
+        Parameters
+        ----------
+        n : int or array_like of int
+            Instance counts >= 0.
+
+        Returns
+        -------
+        ndarray(float64)
+            Same shape as ``n`` (req/s); 0 for n = 0.
+        """
         n = np.asarray(n, dtype=np.float64)
         return np.where(n > 0, n * self.per_instance_req_per_s(n), 0.0)
 
@@ -359,6 +370,14 @@ def static_count(rate_req_per_s, curve: CapacityCurve, *, quantile: float = 1.0,
 
 def oracle_targets(rate_req_per_s, curve: CapacityCurve, *, min_instances: int = 1) -> np.ndarray:
     """Per window, the smallest count whose capacity covers the window's rate (gaps: ``min_instances``).
+
+    Parameters
+    ----------
+    rate_req_per_s : array_like of float, shape (w,)
+        Window rates (req/s; 0 = gap).
+    curve : CapacityCurve
+    min_instances : int
+        Floor (>= 0).
 
     Returns
     -------
@@ -546,7 +565,18 @@ def schedule_from_targets(decision_s, target, *, cold_start_s: float, ahead: boo
 
 
 def static_schedule(n_instances: int) -> FleetSchedule:
-    """``n_instances`` lifetimes up (ready) from 0 to the end."""
+    """The static fleet: ``n_instances`` lifetimes up (ready) from 0 to the end.
+
+    Parameters
+    ----------
+    n_instances : int
+        Instances (>= 0).
+
+    Returns
+    -------
+    FleetSchedule
+        Provisioned and ready at 0, ``end_s`` inf.
+    """
     n = _count("n_instances", n_instances, 0)
     z = np.zeros(n, np.float64)
     return FleetSchedule(z, z.copy(), np.full(n, np.inf), np.full(n, END_DRAIN, np.int8))
@@ -707,8 +737,19 @@ def billed_steps(schedule: FleetSchedule, off_s, horizon_s: float):
 def ready_steps(schedule: FleetSchedule, off_s, horizon_s: float):
     """Instances ready to serve (joined, not yet draining or failed) as a step function.
 
-    Same shapes as :func:`billed_steps`; an instance counts from ``ready_s`` to the earlier of
-    its ``end_s`` and its release.
+    Parameters
+    ----------
+    schedule : FleetSchedule
+    off_s : array_like of float, shape (m,)
+        Release time per lifetime (``FleetRun.off_s``; nan = still up at the end).
+    horizon_s : float
+        End of the period (s).
+
+    Returns
+    -------
+    (ndarray(float64) of shape (s,), ndarray(int64) of shape (s,))
+        As :func:`billed_steps`; an instance counts from ``ready_s`` to the earlier of its
+        ``end_s`` and its release.
     """
     h = require_positive("horizon_s", horizon_s)
     stop = np.minimum(np.asarray(schedule.end_s, np.float64), _release(schedule, off_s))
@@ -970,6 +1011,10 @@ def through_failure(plan, scenario, rate_req_per_s: float, instances: int, *, tt
 
 def window_attainment(run) -> np.ndarray:
     """Met / arrived per window of a :class:`~fastsim.fleet.schema.FleetRun` (nan without arrivals).
+
+    Parameters
+    ----------
+    run : FleetRun
 
     Returns
     -------

@@ -1,0 +1,139 @@
+"""``fastsim fleet``: JSON equals the API, CSV and table outputs, the plot, one-line errors naming the flag."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cliutil import run
+
+RATES = [4.0, 6.0, 10.0, 14.0, 20.0, 18.0, 12.0, 8.0, 6.0, 5.0, 4.0, 4.0]     # 2 hours of 600-s windows
+BASE = ["--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1", "--chunk", "512",
+        "--rate-scale", "1", "--capacity", "1=15", "--capacity", "2=30"]
+
+
+@pytest.fixture(scope="module")
+def profile_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fleet") / "two-hours.csv"
+    path.write_text("window_start_s,rate_req_per_s\n" + "".join(f"{i * 600},{r}\n" for i, r in enumerate(RATES)))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def cli_json(profile_csv):
+    import contextlib       # capsys is function-scoped: capture by hand for the module's fixture
+    import io
+    from fastsim.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["fleet", "--profile", profile_csv, *BASE, "--format", "json", "--fail-at", "2700"])
+    assert rc == 0, err.getvalue()
+    return json.loads(out.getvalue()), err.getvalue()
+
+
+def _strip(obj):
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if k not in ("null_reasons", "notes")}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def test_cli_json_equals_the_api(cli_json, profile_csv):
+    from fastsim._output import strict
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    from fastsim.fleet.api import fleet
+    from fastsim.fleet.strategies import CapacityCurve
+    from fastsim.search import SLO
+    from fastsim.workload import read_rate_profile
+    doc, _ = cli_json
+    cat = default_catalog()
+    sc = cat.scenario("chat")
+    plan = plan_for(sc.model, Demand.from_scenario(sc), gpu="B200", precision="FP8", tp=1, instances=1,
+                    chunk_tokens=512, catalog=cat)
+    res = fleet(plan, sc, read_rate_profile(profile_csv), SLO(sc.ttft_s, sc.tpot_s), rate_scale=1.0, catalog=cat,
+                capacity=CapacityCurve.from_points([1, 2], [15.0, 30.0]), fail_times_s=(2700.0,))
+    api = strict(res.to_dict())
+    assert _strip(doc) == api
+    assert [s["strategy"] for s in doc["strategies"]] == ["static", "reactive", "scheduled", "oracle"]
+    assert isinstance(doc["notes"], list) and doc["notes"]
+    # what the record holds, consistently
+    by = {s["strategy"]: s for s in doc["strategies"]}
+    assert by["static"]["instances_min"] == by["static"]["instances_max"] == 2
+    assert by["oracle"]["gpu_hours"] <= min(by[n]["gpu_hours"] for n in ("static", "reactive", "scheduled"))
+    for s in doc["strategies"]:
+        assert len(s["window_attainment"]) == len(RATES) == len(s["window_instances"])
+        assert s["usd"] == pytest.approx(s["gpu_hours"] * 4.0)            # B200 at $4 per GPU-hour, on demand
+        assert s["usd_per_million_output_tokens"] == pytest.approx(s["usd"] / s["output_tokens"] * 1e6)
+        assert len(s["failures"]) == 1 and s["failures"][0]["time_s"] == 2700.0
+        assert s["recomputed"] > 0
+    sp = doc["spares"]
+    assert sp["base_instances"] == 2 and sp["instances"] == sp["base_instances"] + sp["spares"]
+    assert sp["trials"][-1]["min_window_attainment"] >= 0.9 > sp["trials"][0]["min_window_attainment"]
+    assert doc["cold_start"]["total_s"] == pytest.approx(doc["cold_start"]["weight_bytes"] / 2e9 + 60.0)
+
+
+def test_table_csv_and_plot(profile_csv, capsys, tmp_path):
+    png = tmp_path / "fleet.png"
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", "--plot", str(png),
+                       "--reserved", "auto", "--reserved-price", "2.4")
+    assert rc == 0, err
+    assert png.stat().st_size > 10_000
+    first = out.splitlines()[0]
+    for col in ("strategy", "GPU-h", "reserved GPU-h", "on-demand GPU-h", "$/M out tok", "attainment"):
+        assert col in first
+    assert "worst windows" in out and "note: prices: on-demand $4/GPU-h, reserved $2.4/GPU-h" in out
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", "--format", "csv")
+    assert rc == 0, err
+    import io
+    import pandas as pd
+    frame = pd.read_csv(io.StringIO(out))
+    assert frame["strategy"].tolist() == ["static", "reactive", "scheduled", "oracle"]
+    assert json.loads(frame["notes"][0]) and "note: " in err
+
+
+def test_default_scale_puts_the_profile_peak_at_the_scenario_rate(profile_csv, capsys):
+    i = BASE.index("--rate-scale")
+    argv = BASE[:i] + BASE[i + 2:]
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *argv, "--no-spares", "--rate", "10",
+                       "--format", "json", "--horizon", "1800", "--worst", "0")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["profile"]["peak_rate_req_per_s"] == pytest.approx(10.0)
+    assert doc["horizon_s"] == 1800.0 and len(doc["window_start_s"]) == 3
+    assert any("scaled by 0.5 so that its peak is 10 req/s (--rate)" in n for n in doc["notes"])
+    assert all(s["worst_windows"] == [] for s in doc["strategies"])
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--target-utilisation", "1.5"], "--target-utilisation"),
+    (["--static-quantile", "0"], "--static-quantile"),
+    (["--scale-down-delay", "-1"], "--scale-down-delay"),
+    (["--load-bandwidth", "0"], "--load-bandwidth"),
+    (["--mtbf", "nan"], "--mtbf"),
+    (["--reserved", "-1"], "--reserved"),
+    (["--capacity", "0=5"], "--capacity"),
+    (["--days", "3"], "--days"),
+    (["--horizon", "100", "--days", "0.01"], "--days"),
+    (["--rate", "10"], "--rate-scale"),
+    (["--cold-start", "30", "--start-time", "10"], "--cold-start"),
+    (["--fail-at", "99999"], "--fail-at"),
+    (["--capacity", "1=15"], "--capacity"),
+])
+def test_bad_flags_give_one_line_errors_naming_the_flag(profile_csv, capsys, extra, flag):
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", *extra)
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], err
+    assert lines[0].startswith("fastsim fleet: error:")
+
+
+def test_missing_plan_and_profile(profile_csv, capsys):
+    rc, _, err = run(capsys, "fleet", "--profile", profile_csv, "--capacity", "1=15")
+    assert rc == 2 and "--gpu and --precision" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run(capsys, "fleet", "--gpu", "B200", "--precision", "FP8")
+    assert rc == 2 and "--profile" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run(capsys, "fleet", "--profile", "no-such-profile", "--gpu", "B200", "--precision", "FP8")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "no-such-profile" in err
