@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from .schema import END_DRAIN, END_FAIL, WINDOW_COLUMNS, FleetRun, FleetSchedule
 from .sim import ProfileArrivals, profile_chunks, simulate_fleet, window_percentile
+from .api import FleetResult, StrategyResult, fleet
+from .strategies import CapacityCurve, STRATEGIES
 
 __all__ = ["END_DRAIN", "END_FAIL", "WINDOW_COLUMNS", "FleetRun", "FleetSchedule", "ProfileArrivals",
            "profile_chunks", "simulate_fleet", "window_percentile"]
+# fastsim fleet: strategies compared over a profile (fastsim.fleet.api, fastsim.fleet.strategies)
+__all__ += ["fleet", "FleetResult", "StrategyResult", "CapacityCurve", "STRATEGIES"]
