@@ -5,7 +5,9 @@ step loops over the whole running batch. Under a sliding window (:mod:`fastsim.s
 sums each running decode's context and its excess over the window afresh at every step, where
 the kernels keep both sums running. It uses the same float operations in the same order
 as the kernels, so per-request times must agree bit for bit. The tests check the kernels
-against it, and ``fastsim bench`` reports how much faster the kernels are.
+against it, and ``fastsim bench`` reports how much faster the kernels are. The step boundary of
+a colocated or decode instance, the admission test and the routing choice are module functions,
+which the fleet's reference (:mod:`fastsim.fleet.reference`) drives as well.
 """
 from __future__ import annotations
 
@@ -75,6 +77,122 @@ def kv_floor(p):
     return int(math.floor(v)) if v > 0 else 0
 
 
+def is_rejected(r, max_context, holder, prompt_holder=None):
+    """Whether request r is rejected at arrival: P + O over the context, its held KV over a whole
+    budget of ``holder`` (the instance that keeps it), or its prompt's over ``prompt_holder``'s
+    (SPEC section 6)."""
+    if r.P + r.O > max_context or holder.held(r.P + r.O) > holder.kv_budget:
+        return True
+    return prompt_holder is not None and prompt_holder.held(r.P) > prompt_holder.kv_budget
+
+
+def choose_instance(insts, pool, routing, rr):
+    """Index (an element of ``pool``) of the instance a new request goes to.
+
+    Parameters
+    ----------
+    insts : list of Inst
+    pool : list of int
+        Candidate instances, ascending.
+    routing : {"least-loaded", "round-robin"}
+    rr : int
+        Requests routed so far over this pool (the round-robin counter).
+
+    Returns
+    -------
+    int
+        Round-robin: ``pool[rr % len(pool)]``; least-loaded: the one with the fewest
+        outstanding tokens, ties to the first.
+    """
+    if routing == "round-robin":
+        return pool[rr % len(pool)]
+    loads = [insts[i].outstanding() for i in pool]
+    return pool[loads.index(min(loads))]
+
+
+def start_batch_step(inst, t):
+    """Admission, composition and step time at a boundary of a colocated or decode instance.
+
+    Parameters
+    ----------
+    inst : Inst
+        A ``"colocated"`` or ``"decode"`` instance; its step (``decoders``, ``pieces``,
+        ``next_t``) and counters are updated in place.
+    t : float
+        Time of the boundary (s).
+    """
+    while inst.queue and len(inst.admitted) < inst.max_admit:
+        r = inst.queue[0]
+        if inst.reserved() + inst.held(r.P + r.O) > inst.kv_budget:
+            break
+        inst.queue.pop(0)
+        inst.admitted.append(r)
+    inst.kv_peak = max(inst.kv_peak, inst.reserved())
+    if not inst.admitted:
+        inst.active = False
+        inst.next_t = INF
+        return
+    lay, qdec, qpf = float(inst.p[P_LAYERS]), float(inst.p[P_QDIM_DEC]), float(inst.p[P_QDIM_PF])
+    f = inst.window[3]
+    inst.decoders = [r for r in inst.admitted if r.prefilled == r.P]
+    ctx = sum(r.P + r.generated for r in inst.decoders)
+    ex = sum(inst.excess(r.P + r.generated) for r in inst.decoders)
+    attn = 4.0 * lay * qdec * (float(ctx) - f * float(ex))
+    kvt, kex = ctx, ex
+    inst.pieces = []
+    left = inst.tokens if inst.kind == "colocated" else 0
+    for r in inst.admitted:
+        if left == 0:
+            break
+        if r.prefilled == r.P:
+            continue
+        x = min(r.P - r.prefilled, left)
+        s = r.prefilled
+        e = inst.excess(s)
+        hs = float(s) - f * float(e) if e > 0 else float(s)
+        kvt += s
+        kex += e
+        attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * hs
+        inst.pieces.append((r, x))
+        left -= x
+    n_tok = len(inst.decoders) + sum(x for _, x in inst.pieces)
+    d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn))
+    inst.steps += 1
+    inst.active = True
+    inst.next_t = t + d
+    inst.busy += d
+    inst.batch_sum += len(inst.decoders) + len(inst.pieces)
+
+
+def batch_boundary(inst, t):
+    """Step boundary of a colocated or decode instance: complete the running step, start the next.
+
+    Parameters
+    ----------
+    inst : Inst
+        A ``"colocated"`` or ``"decode"`` instance (updated in place; the requests its step
+        finishes get their first-token / finish times and status).
+    t : float
+        Time of the boundary (s).
+    """
+    if inst.active:
+        for r in inst.decoders:
+            r.generated += 1
+            inst.tokens_out += 1
+        for r, x in inst.pieces:
+            r.prefilled += x
+            if r.prefilled == r.P:
+                r.generated = 1
+                r.first = t
+                inst.tokens_out += 1
+        for r in list(inst.admitted):
+            if r.generated == r.O:
+                r.finish = t
+                r.status = FINISHED
+                inst.admitted.remove(r)
+    start_batch_step(inst, t)
+
+
 def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_context, routing,
                        p=None, n_instances=0, chunk=0, max_batch=0,
                        p_prefill=None, n_prefill=0, p_decode=None, n_decode=0, prefill_budget=0,
@@ -131,11 +249,6 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         decode = list(range(n_prefill, n_prefill + n_decode))
         holder, prompt_holder = insts[-1], insts[0]
 
-    def rejected(r):
-        """P + O over the context, its held KV over a whole budget (SPEC §6)."""
-        if r.P + r.O > max_context or holder.held(r.P + r.O) > holder.kv_budget:
-            return True
-        return prompt_holder is not None and prompt_holder.held(r.P) > prompt_holder.kv_budget
     transfers = []      # (time, request index)
     rr = {"entry": 0, "decode": 0}
     n_samp = max(1, int(math.ceil(horizon / dt)))
@@ -150,57 +263,9 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         samples_sys.append(in_system())
 
     def route(pool, counter):
-        if routing == "round-robin":
-            i = pool[rr[counter] % len(pool)]
-            rr[counter] += 1
-            return i
+        i = choose_instance(insts, pool, routing, rr[counter])
         rr[counter] += 1
-        loads = [insts[i].outstanding() for i in pool]
-        return pool[loads.index(min(loads))]
-
-    def start_step(inst, t):
-        """Admission, composition and step time at a boundary of a colocated/decode instance."""
-        while inst.queue and len(inst.admitted) < inst.max_admit:
-            r = inst.queue[0]
-            if inst.reserved() + inst.held(r.P + r.O) > inst.kv_budget:
-                break
-            inst.queue.pop(0)
-            inst.admitted.append(r)
-        inst.kv_peak = max(inst.kv_peak, inst.reserved())
-        if not inst.admitted:
-            inst.active = False
-            inst.next_t = INF
-            return
-        lay, qdec, qpf = float(inst.p[P_LAYERS]), float(inst.p[P_QDIM_DEC]), float(inst.p[P_QDIM_PF])
-        f = inst.window[3]
-        inst.decoders = [r for r in inst.admitted if r.prefilled == r.P]
-        ctx = sum(r.P + r.generated for r in inst.decoders)
-        ex = sum(inst.excess(r.P + r.generated) for r in inst.decoders)
-        attn = 4.0 * lay * qdec * (float(ctx) - f * float(ex))
-        kvt, kex = ctx, ex
-        inst.pieces = []
-        left = inst.tokens if inst.kind == "colocated" else 0
-        for r in inst.admitted:
-            if left == 0:
-                break
-            if r.prefilled == r.P:
-                continue
-            x = min(r.P - r.prefilled, left)
-            s = r.prefilled
-            e = inst.excess(s)
-            hs = float(s) - f * float(e) if e > 0 else float(s)
-            kvt += s
-            kex += e
-            attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * hs
-            inst.pieces.append((r, x))
-            left -= x
-        n_tok = len(inst.decoders) + sum(x for _, x in inst.pieces)
-        d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn))
-        inst.steps += 1
-        inst.active = True
-        inst.next_t = t + d
-        inst.busy += d
-        inst.batch_sum += len(inst.decoders) + len(inst.pieces)
+        return i
 
     def start_prefill(inst, t):
         inst.pieces = []
@@ -239,22 +304,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             inst.active = False
             start_prefill(inst, t)
             return
-        if inst.active:
-            for r in inst.decoders:
-                r.generated += 1
-                inst.tokens_out += 1
-            for r, x in inst.pieces:
-                r.prefilled += x
-                if r.prefilled == r.P:
-                    r.generated = 1
-                    r.first = t
-                    inst.tokens_out += 1
-            for r in list(inst.admitted):
-                if r.generated == r.O:
-                    r.finish = t
-                    r.status = FINISHED
-                    inst.admitted.remove(r)
-        start_step(inst, t)
+        batch_boundary(inst, t)
 
     ia = 0
     while True:
@@ -277,7 +327,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
         if kind == 0:
             r = reqs[j]
             ia += 1
-            if rejected(r):
+            if is_rejected(r, max_context, holder, prompt_holder):
                 r.status = REJECTED
                 continue
             i = route(entry, "entry")
