@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from fastsim.catalog import default_catalog
 from fastsim.fleet import END_DRAIN, END_FAIL, WINDOW_COLUMNS, FleetSchedule, simulate_fleet
+from fastsim.fleet import sim as FS
 from fastsim.fleet.reference import simulate_fleet_reference, window_counts_reference
 from fastsim.sim import ColocatedPlan, RequestStatus
 from fastsim.stepmodel import P_KV_BUDGET_TOKENS, P_SLIDE_FRAC, P_WINDOW, step_params
@@ -61,13 +62,15 @@ def run_both(arrival_s, prompt, output, sch, p, *, chunk=64, max_batch=0, routin
     return fr, keep["ring"], ref, int(np.sum(a <= horizon))
 
 
-def check_agree(fr, ring, ref, a, o, k, *, ttft_slo_s, tpot_slo_s):
-    """Kernel == reference, bit for bit, on the first ``k`` requests (those that arrived)."""
-    np.testing.assert_array_equal(ring.first[:k], np.array(ref["first"][:k], dtype=np.float64))
-    np.testing.assert_array_equal(ring.finish[:k], np.array(ref["finish"][:k], dtype=np.float64))
-    np.testing.assert_array_equal(ring.inst[:k], np.array(ref["instance"][:k]))
-    np.testing.assert_array_equal(ring.status[:k], np.array(ref["status"][:k]))
-    np.testing.assert_array_equal(ring.recomp[:k], np.array(ref["recomputed"][:k]))
+def check_agree(fr, ring, ref, a, o, k, *, ttft_slo_s, tpot_slo_s, per_request=True):
+    """Kernel == reference, bit for bit, on the first ``k`` requests (those that arrived): per
+    request (``per_request``: the ring holds request i in slot i) and per lifetime and window."""
+    if per_request:
+        np.testing.assert_array_equal(ring.first[:k], np.array(ref["first"][:k], dtype=np.float64))
+        np.testing.assert_array_equal(ring.finish[:k], np.array(ref["finish"][:k], dtype=np.float64))
+        np.testing.assert_array_equal(ring.inst[:k], np.array(ref["instance"][:k]))
+        np.testing.assert_array_equal(ring.status[:k], np.array(ref["status"][:k]))
+        np.testing.assert_array_equal(ring.recomp[:k], np.array(ref["recomputed"][:k]))
     np.testing.assert_array_equal(fr.off_s, np.array(ref["off_s"], dtype=np.float64))
     np.testing.assert_array_equal(fr.recomputed_by_lifetime, np.array(ref["recomputed_by_lifetime"]))
     w = fr.counts.shape[0]
@@ -282,3 +285,38 @@ def test_lingering_drains_grow_the_pool_and_rows_are_reused():
     check_agree(fr, ring, ref, a, o, k, ttft_slo_s=0.05, tpot_slo_s=0.02)
     np.testing.assert_array_equal(ring.inst[:k], [0, 1, 2, 3, 4, 5, 6, -1, 7, 8])
     assert np.all(fr.off_s[kind == END_DRAIN] > (ready + 0.0015)[kind == END_DRAIN])
+
+
+@pytest.mark.parametrize("routing", ["least-loaded", "round-robin"])
+def test_a_ring_half_closed_early_at_a_tie_keeps_every_request_once(monkeypatch, routing):
+    # a small ring (2 halves of 1024 slots) and two arrivals at one time across the end of the
+    # second half: the half is closed one slot early (both in the next call); its unused slot is
+    # not folded (no request counted twice or out of nowhere), and a failure after it re-routes
+    # the requests it held (global index g in slot g & mask) as the reference does
+    monkeypatch.setattr(FS, "_HALF0", 1024)
+    n = 2600
+    a = np.arange(n) * 0.004
+    a[2048] = a[2047]
+    rng = np.random.default_rng(3)
+    pr, o = rng.integers(1, 300, n), rng.integers(1, 25, n)
+    sch = schedule([0.0, 0.0, 9.0], [INF, 9.5, INF], [END_DRAIN, END_FAIL, END_DRAIN])
+    fr, ring, ref, k = run_both(a, pr, o, sch, params(3000.0), routing=routing, window_s=1.0)
+    assert k == n and fr.counts[:, COL["arrived"]].sum() == n
+    assert fr.recomputed_by_lifetime[1] > 0
+    check_agree(fr, ring, ref, a, o, k, ttft_slo_s=0.05, tpot_slo_s=0.02, per_request=False)
+
+
+def test_arrivals_at_one_time_that_overflow_a_half_after_a_membership_change_are_served(monkeypatch):
+    # a join between the 1023rd and the 1024th arrival leaves one free slot in the ring's first
+    # half, and the next two arrivals are at one time: they go together to the second half
+    monkeypatch.setattr(FS, "_HALF0", 1024)
+    n = 1100
+    a = np.arange(n) * 0.004
+    a[1024] = a[1023]
+    t_join = float(a[1022]) + 0.001
+    rng = np.random.default_rng(4)
+    pr, o = rng.integers(1, 300, n), rng.integers(1, 25, n)
+    sch = schedule([0.0, t_join], [INF, INF], [END_DRAIN, END_DRAIN])
+    fr, ring, ref, k = run_both(a, pr, o, sch, params(3000.0), window_s=1.0)
+    assert fr.counts[:, COL["arrived"]].sum() == n
+    check_agree(fr, ring, ref, a, o, k, ttft_slo_s=0.05, tpot_slo_s=0.02, per_request=False)

@@ -467,6 +467,7 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     pos = 0            # slots of the current half filled
     cur = 0            # the current half
     used = [True, False]
+    filled = [0, 0]    # slots of each half holding requests (fewer than half when closed at a tie)
     e = 0
     src = iter(chunks())
     pa = None
@@ -508,13 +509,18 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
             if not full and (pa is None or k >= pa.shape[0]):
                 continue        # the next chunk
         if full:
-            if pos == run0:
+            if pos == 0:
                 raise FastsimInputError("workload", f"more than {half:,} requests at one time",
                                         "fewer simultaneous arrivals")
-            serve(base + run0, base + pos, float(rg.arrival[base + pos - 1]))
+            if pos > run0:
+                serve(base + run0, base + pos, float(rg.arrival[base + pos - 1]))
+            # a half closed before its end (arrivals at one time kept together) skips the global
+            # indices of its unused slots: request g stays in slot g & mask (fail_row_nb's map)
+            gid += half - pos
+            filled[cur] = pos
             cur ^= 1
             if used[cur]:
-                if F.fold_nb(cur * half, cur * half + half, *fold_args, False):
+                if F.fold_nb(cur * half, cur * half + filled[cur], *fold_args, False):
                     return FLEET_RING_FULL
             used[cur] = True
             run0 = pos = 0
@@ -533,7 +539,7 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
         break
     # fold everything still held
     if used[cur ^ 1]:
-        F.fold_nb((cur ^ 1) * half, (cur ^ 1) * half + half, *fold_args, True)
+        F.fold_nb((cur ^ 1) * half, (cur ^ 1) * half + filled[cur ^ 1], *fold_args, True)
     F.fold_nb(cur * half, cur * half + pos, *fold_args, True)
     still = np.zeros(m, dtype=bool)
     still[row_life[row_state != _OFF]] = True
