@@ -62,15 +62,17 @@ def run_both(arrival_s, prompt, output, sch, p, *, chunk=64, max_batch=0, routin
     return fr, keep["ring"], ref, int(np.sum(a <= horizon))
 
 
-def check_agree(fr, ring, ref, a, o, k, *, ttft_slo_s, tpot_slo_s, per_request=True):
+def check_agree(fr, ring, ref, a, o, k, *, ttft_slo_s, tpot_slo_s, per_request=True, slots=None):
     """Kernel == reference, bit for bit, on the first ``k`` requests (those that arrived): per
-    request (``per_request``: the ring holds request i in slot i) and per lifetime and window."""
+    request (``per_request``: the ring holds request i in slot i, or in ``slots[i]``) and per
+    lifetime and window."""
     if per_request:
-        np.testing.assert_array_equal(ring.first[:k], np.array(ref["first"][:k], dtype=np.float64))
-        np.testing.assert_array_equal(ring.finish[:k], np.array(ref["finish"][:k], dtype=np.float64))
-        np.testing.assert_array_equal(ring.inst[:k], np.array(ref["instance"][:k]))
-        np.testing.assert_array_equal(ring.status[:k], np.array(ref["status"][:k]))
-        np.testing.assert_array_equal(ring.recomp[:k], np.array(ref["recomputed"][:k]))
+        s = np.arange(k) if slots is None else slots
+        np.testing.assert_array_equal(ring.first[s], np.array(ref["first"][:k], dtype=np.float64))
+        np.testing.assert_array_equal(ring.finish[s], np.array(ref["finish"][:k], dtype=np.float64))
+        np.testing.assert_array_equal(ring.inst[s], np.array(ref["instance"][:k]))
+        np.testing.assert_array_equal(ring.status[s], np.array(ref["status"][:k]))
+        np.testing.assert_array_equal(ring.recomp[s], np.array(ref["recomputed"][:k]))
     np.testing.assert_array_equal(fr.off_s, np.array(ref["off_s"], dtype=np.float64))
     np.testing.assert_array_equal(fr.recomputed_by_lifetime, np.array(ref["recomputed_by_lifetime"]))
     w = fr.counts.shape[0]
@@ -320,3 +322,40 @@ def test_arrivals_at_one_time_that_overflow_a_half_after_a_membership_change_are
     fr, ring, ref, k = run_both(a, pr, o, sch, params(3000.0), window_s=1.0)
     assert fr.counts[:, COL["arrived"]].sum() == n
     check_agree(fr, ring, ref, a, o, k, ttft_slo_s=0.05, tpot_slo_s=0.02, per_request=False)
+
+
+def test_arrivals_at_one_time_across_two_chunks_at_a_half_end_come_before_the_boundaries(monkeypatch):
+    # the workload in two chunks, the first ending with the ring's first half, and the last
+    # arrival of one and the first of the other at one time, a step boundary of the instance
+    # (the first token of the request before): both arrive before that boundary, which admits
+    # both and prefills them in one step; the kernel keeps them together in the next half
+    monkeypatch.setattr(FS, "_HALF0", 1024)
+    n = 1100
+    a = np.arange(n) * 0.05
+    rng = np.random.default_rng(5)
+    pr, o = rng.integers(1, 300, n), rng.integers(2, 25, n)
+    p = params(3000.0)
+    sch = schedule([0.0], [INF], [END_DRAIN])
+    ref0 = simulate_fleet_reference(a[:1023], pr[:1023], o[:1023], sch, p=p, chunk_tokens=4096, max_batch=0,
+                                    max_context_tokens=131072, routing="least-loaded", horizon_s=float(a[1022]),
+                                    stop_s=float(a[1022]) + 1.0)
+    t_b = ref0["first"][1022]
+    assert t_b > a[1022]
+    a[1023] = a[1024] = t_b
+    a[1025:] = t_b + 0.05 * np.arange(1, n - 1024)
+    source = FS._workload_source
+
+    def two_chunks(workload):
+        chunks, horizon, max_out, n_req = source(workload)
+
+        def split():
+            for c in chunks():
+                yield tuple(x[:1024] for x in c)
+                yield tuple(x[1024:] for x in c)
+        return split, horizon, max_out, n_req
+
+    monkeypatch.setattr(FS, "_workload_source", two_chunks)
+    fr, ring, ref, k = run_both(a, pr, o, sch, p, chunk=4096, window_s=1.0)
+    assert ref["first"][1023] == ref["first"][1024]
+    slots = np.where(np.arange(n) < 1023, np.arange(n), np.arange(n) + 1)     # the first half closed at 1023
+    check_agree(fr, ring, ref, a, o, k, ttft_slo_s=0.05, tpot_slo_s=0.02, slots=slots)

@@ -470,11 +470,16 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     filled = [0, 0]    # slots of each half holding requests (fewer than half when closed at a tie)
     e = 0
     src = iter(chunks())
+    ahead = []         # the next non-empty chunk when it was looked at early
+
+    def next_chunk():
+        return ahead.pop() if ahead else next((c for c in src if c[0].shape[0]), None)
+
     pa = None
     k = 0
     while True:
         if pa is None or k >= pa.shape[0]:
-            pa = next((c for c in src if c[0].shape[0]), None)
+            pa = next_chunk()
             if pa is not None:
                 pa, pp_, po = pa
                 k = 0
@@ -489,7 +494,13 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
             if j - k >= half - pos:
                 j = k + half - pos
                 full = True
-                if j < pa.shape[0] and pa[j] == pa[j - 1]:
+                if j < pa.shape[0]:
+                    t_next = pa[j]
+                else:           # the half ends with the chunk: the next chunk's first arrival
+                    if not ahead:
+                        ahead.append(next_chunk())
+                    t_next = ahead[0][0][0] if ahead[0] is not None else math.inf
+                if t_next == pa[j - 1]:
                     # keep arrivals at one time in one call (a later arrival at the time of the
                     # half's last one must come before the boundaries at that time)
                     j = max(k, int(np.searchsorted(pa, pa[j - 1], side="left")))
