@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -57,7 +58,7 @@ _HALF0 = 1 << 17
 _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
 _OFF, _UP, _DRAINING = 0, 1, 2
 F_EV_JOIN, F_EV_DRAIN, F_EV_FAIL = 0, 1, 2
-FLEET_POOL_FULL, FLEET_RING_FULL = 2, 1
+FLEET_POOL_FULL, FLEET_RING_FULL, FLEET_WHEEL_SMALL = 2, 1, 3
 
 
 class ProfileArrivals(NamedTuple):
@@ -245,11 +246,27 @@ def _max_concurrent(ready, end) -> int:
     return max(1, int(np.cumsum(d[order]).max()))
 
 
+def _likely_longest(d, n_requests: float) -> int:
+    """An output length that ``n_requests`` draws of ``d`` pass with probability below 1e-3 (tokens).
+
+    Sizes the timing wheel of a streamed workload (a longer output found on the way reruns the
+    fleet with the wheel of the context limit, so this only sets the speed, never the results).
+    """
+    if d.kind == "fixed":
+        return max(int(round(d.mean)), 1)
+    from scipy.stats import norm
+    z = float(norm.isf(1e-3 / max(float(n_requests), 1.0)))
+    return int(math.ceil(math.exp(d.mu + d.sigma * z)))
+
+
 def _workload_source(workload):
     """``(chunk iterator factory, horizon_s or None, longest output or None)`` of a workload."""
     if isinstance(workload, ProfileArrivals):
-        _, horizon = _resolved_profile(workload)
-        return (lambda: _background(profile_chunks(workload))), horizon, None, None
+        from .. import workload as W
+        prof, horizon = _resolved_profile(workload)
+        od = W._dists(workload.scenario_or_dists)[2]
+        return (lambda: _background(profile_chunks(workload))), horizon, \
+            _likely_longest(od, prof.expected_requests(horizon)), None
     from ..sim.engine import _workload
     a, p, o = _workload(workload, math.inf)
     horizon = getattr(workload, "horizon_s", None)
@@ -329,6 +346,8 @@ def simulate_fleet(plan, workload, schedule, *, ttft_slo_s: float, tpot_slo_s: f
                    horizon, horizon + drain, window_s, n_win, ttft_slo_s, tpot_slo_s, _keep)
         if res == FLEET_POOL_FULL:
             pool *= 2
+        elif res == FLEET_WHEEL_SMALL:
+            wheel = _wheel_size(max_ctx)
         elif res == FLEET_RING_FULL:
             half *= 4
         elif isinstance(res, int):
@@ -417,9 +436,14 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     acc = np.zeros((n_win, F.N_ACOLS), np.int64)
     h_ttft = np.zeros((n_win, HIST_BINS), np.int64)
     h_tpot = np.zeros((n_win, HIST_BINS), np.int64)
-    fold_args = (ist, rg.arrival, rg.prompt, rg.output, rg.first, rg.finish, rg.status, rg.recomp,
-                 int(max_total), float(window_s), acc, h_ttft, h_tpot, math.log10(HIST_LO_S),
-                 float(HIST_BINS_PER_DECADE), float(ttft_slo), float(tpot_slo))
+    metric_args = (int(max_total), float(window_s), acc, h_ttft, h_tpot, math.log10(HIST_LO_S),
+                   float(HIST_BINS_PER_DECADE), float(ttft_slo), float(tpot_slo))
+    fold_args = (ist, rg.arrival, rg.prompt, rg.output, rg.first, rg.finish, rg.status, rg.recomp) + metric_args
+    cfg0 = ist[:1].copy()      # the configuration columns fold_nb reads (the kernel writes only state)
+    # a full half is folded from a copy on a worker thread (fold_nb releases the GIL) while the
+    # kernel serves the other half; the folds run one at a time, in order
+    folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastsim-fleet-fold")
+    folds = []
     ev_t, ev_l, ev_k = ev
     n_ev = ev_t.shape[0]
 
@@ -483,6 +507,9 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
             if pa is not None:
                 pa, pp_, po = pa
                 k = 0
+                if min(int(po.max()), max_ctx) > wheel:
+                    folder.shutdown()
+                    return FLEET_WHEEL_SMALL
                 if pa[0] > horizon:
                     pa = None
         te = float(ev_t[e]) if e < n_ev else math.inf
@@ -531,8 +558,13 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
             filled[cur] = pos
             cur ^= 1
             if used[cur]:
-                if F.fold_nb(cur * half, cur * half + filled[cur], *fold_args, False):
+                lo, hi = cur * half, cur * half + filled[cur]
+                if np.any(rg.status[lo:hi] == REQ_UNFINISHED):
+                    folder.shutdown()
                     return FLEET_RING_FULL
+                snap = tuple(x[lo:hi].copy() for x in (rg.arrival, rg.prompt, rg.output, rg.first, rg.finish,
+                                                        rg.status, rg.recomp))
+                folds.append(folder.submit(F.fold_nb, 0, hi - lo, cfg0, *snap, *metric_args, False))
             used[cur] = True
             run0 = pos = 0
             continue
@@ -542,13 +574,17 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
             run0 = pos
             code = membership(e)
             if code:
+                folder.shutdown()
                 return code
             e += 1
             continue
         serve(base + run0, base + pos, float(t_stop))
         run0 = pos
         break
-    # fold everything still held
+    # fold everything still held, after the folds under way
+    folder.shutdown(wait=True)
+    for f in folds:
+        f.result()          # raises here what a fold raised there
     if used[cur ^ 1]:
         F.fold_nb((cur ^ 1) * half, (cur ^ 1) * half + filled[cur ^ 1], *fold_args, True)
     F.fold_nb(cur * half, cur * half + pos, *fold_args, True)
