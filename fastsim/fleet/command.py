@@ -271,6 +271,8 @@ def _inputs(args):
                                 "the profile)")
     if args.rate_scale is not None:
         scale = args.rate_scale
+        if scale != 1.0:
+            notes.append(f"profile {prof.name}: every rate x {scale:g} (--rate-scale)")
     else:
         peak = args.rate or scen.rate_req_per_s
         scale = peak / prof.peak_rate_req_per_s

@@ -628,7 +628,8 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
     -------
     (FleetSchedule, list of Failure, list of float)
         The schedule with failed lifetimes ending ``END_FAIL`` and their replacements appended;
-        the failures applied; the given times at which no instance was ready (not applied).
+        the failures applied, in order of time; the given times at which no instance was ready
+        (not applied).
 
     Raises
     ------
@@ -687,7 +688,7 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
     m = len(prov)
     out = FleetSchedule(np.asarray(prov, np.float64).reshape(m), np.asarray(ready, np.float64).reshape(m),
                         np.asarray(end, np.float64).reshape(m), np.asarray(kind, np.int8).reshape(m))
-    return out, failures, skipped
+    return out, sorted(failures), skipped
 
 
 def _steps(on_s: np.ndarray, off_s: np.ndarray, horizon_s: float):
