@@ -260,3 +260,40 @@ def test_failure_at_peak_without_spares_drops_attainment_and_n_plus_k_keeps_it(c
     assert spared.min_attainment >= 0.9 and spared.min_attainment == res.trials[-1].min_attainment
     # and on other arrivals too
     assert S.through_failure(sp, sc, rate, n + res.spares, **dict(kw, seed=4)).min_attainment >= 0.9
+
+
+# --- the comparison (fastsim.fleet.fleet) -----------------------------------------------------
+
+def test_fleet_accounts_gpu_hours_from_lifetimes_and_checks_inputs_first(chat_b200):
+    from dataclasses import replace
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    from fastsim.fleet import fleet
+    from fastsim.search import SLO
+    from fastsim.workload import RateProfile
+    cat = default_catalog()
+    sc = cat.scenario("chat")
+    plan = plan_for(sc.model, Demand.from_scenario(sc), gpu="B200", precision="FP8", tp=1, instances=1,
+                    chunk_tokens=512, catalog=cat)
+    prof = RateProfile.from_arrays("step", [0.0, 600.0, 1200.0], [5.0, 25.0, 5.0], 600.0)
+    curve = S.CapacityCurve.from_points([1, 2], [15.0, 30.0])
+    slo = SLO(sc.ttft_s, sc.tpot_s)
+    res = fleet(plan, sc, prof, slo, catalog=cat, capacity=curve, spares=False, cold_start_s=30.0)
+    static, oracle = res.strategy("static"), res.strategy("oracle")
+    assert static.target.tolist() == [2, 2, 2] and oracle.target.tolist() == [1, 2, 1]
+    assert static.cost.gpu_hours == pytest.approx(2 * 1800 / 3600)
+    # the oracle's second instance: provisioned at 600, drained at 1200, billed until its drain ends
+    assert oracle.schedule.provision_s.tolist() == [0.0, 600.0] and oracle.schedule.end_s[1] == 1200.0
+    off = oracle.run.off_s[1]
+    assert 1200.0 <= off < 1300.0
+    assert oracle.cost.gpu_hours == pytest.approx((1800 + off - 600) / 3600)
+    # reactive: 25 req/s / 0.8 wants 3, one window late, ready 30 s after
+    assert res.strategy("reactive").schedule.ready_s.tolist() == [0.0, 1230.0, 1230.0]
+    assert res.cold_start.total_s == 30.0
+    for bad, field in (({"reserved_instances": "lots"}, "reserved_instances"),
+                       ({"target_utilisation": 0.0}, "target_utilisation"),
+                       ({"strategies": ("static", "magic")}, "strategies")):
+        with pytest.raises(FastsimInputError, match=field):
+            fleet(plan, sc, prof, slo, catalog=cat, capacity=curve, spares=False, **bad)
+    with pytest.raises(FastsimInputError, match="colocated"):
+        fleet(replace(plan, mode="disaggregated"), sc, prof, slo, catalog=cat, capacity=curve)

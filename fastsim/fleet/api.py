@@ -428,6 +428,16 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
             targets[name] = S.oracle_targets(r_w, capacity, min_instances=min_instances)
             schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=0.0, ahead=True,
                                                       horizon_s=horizon)
+    # the accounting's inputs checked before the simulations, not after them
+    if isinstance(reserved_instances, str):
+        if reserved_instances not in ("none", "auto"):
+            raise FastsimInputError("reserved_instances", reserved_instances, "an integer >= 0, 'none' or 'auto'")
+    else:
+        S._count("reserved_instances", reserved_instances, 0)
+    if reserved_usd_per_gpu_hour is not None:
+        require_positive("reserved_usd_per_gpu_hour", reserved_usd_per_gpu_hour)
+    if workers is not None:
+        S._count("workers", workers, 1)
     failures = {name: [] for name in strategies}
     if mtbf_s is not None or len(fail_times_s):
         for name in strategies:

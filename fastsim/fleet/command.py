@@ -322,8 +322,12 @@ def fleet_record(result, worst: int = 5) -> dict:
     for s in rec["strategies"]:
         s["null_reasons"] = null_reasons(s, explain)
     rec["null_reasons"] = {k: v for k, v in null_reasons(rec["cold_start"], explain).items()}
-    if rec["spares"] is not None and rec["spares"]["instances"] is None:
+    if rec["spares"] is None:
+        rec["null_reasons"]["spares"] = "not applicable: --no-spares"
+    elif rec["spares"]["instances"] is None:
         rec["null_reasons"]["spares.instances"] = "not applicable: no count up to 2N kept the target"
+    if rec["settings"]["mtbf_s"] is None:
+        rec["null_reasons"]["settings.mtbf_s"] = "not applicable: no random failures (no --mtbf)"
     return rec
 
 
