@@ -1,13 +1,17 @@
 """Kernels of the analytic screen (SPEC section 5; speculative decoding and prefix caching, SPEC §4, §10).
 
-Loops only; the API is in :mod:`fastsim.analytic`.
+Loops only; the API is in :mod:`fastsim.analytic`. The two row kernels are plain loops that
+release the GIL; :func:`instances` runs the first on blocks of rows on numba's thread count
+(:mod:`fastsim._threads`; a sweep's grids), which compiles much faster than a ``prange``.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
+
+from ._threads import run_row_blocks
 
 from .stepmodel import (P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_NET_BW, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC,
                         P_WINDOW, step_time_nb)
@@ -19,7 +23,7 @@ TPOT_UNREACHABLE = 2  # even batch 1 misses 0.85 x TPOT
 TTFT_UNREACHABLE = 3  # the P90 prompt cannot be prefilled within the TTFT target
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _held_nb(p, tokens):
     """Full-context-equivalent KV tokens of a sequence of ``tokens`` (sliding layers keep the window; SPEC §10)."""
     w = p[P_WINDOW]
@@ -28,13 +32,13 @@ def _held_nb(p, tokens):
     return tokens
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _decode_step_nb(p, b, ctx_tokens, layers, hidden):
     kv = b * ctx_tokens
     return step_time_nb(p, b, kv, 4.0 * layers * p[P_QDIM_DEC] * kv)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _coloc_step_nb(p, b, c, ctx_tokens, layers, hidden):
     kv = b * ctx_tokens
     return step_time_nb(p, b + c, kv, 4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * c)
@@ -186,7 +190,7 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     out_col_status[i] = status
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
 def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
                        out_status, out_dec_cap, out_dec_b, out_dec_step,
                        out_pre_cap, out_pre_rho, out_pre_s,
@@ -226,14 +230,14 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         raises nothing and reports infeasibility through the status codes.
     """
     n = pidx.shape[0]
-    for i in prange(n):
+    for i in range(n):
         p = params[pidx[i]]
         _instance_row_nb(p, p, demand[didx[i]], chunk[i], max_batch[i], chunks, 0.0, 1.0, 0.0, i,
                          out_status, out_dec_cap, out_dec_b, out_dec_step, out_pre_cap, out_pre_rho, out_pre_s,
                          out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
 def instances_spec_nb(params, pidx, dpidx, demand, didx, chunk, max_batch, chunks, gamma, tokens_per_round, hit,
                       out_status, out_dec_cap, out_dec_b, out_dec_step,
                       out_pre_cap, out_pre_rho, out_pre_s,
@@ -274,8 +278,25 @@ def instances_spec_nb(params, pidx, dpidx, demand, didx, chunk, max_batch, chunk
         :func:`fastsim.analytic.instance_table`, does that) and nothing is raised.
     """
     n = pidx.shape[0]
-    for i in prange(n):
+    for i in range(n):
         _instance_row_nb(params[pidx[i]], params[dpidx[i]], demand[didx[i]], chunk[i], max_batch[i], chunks,
                          gamma[i], tokens_per_round[i], hit[i], i,
                          out_status, out_dec_cap, out_dec_b, out_dec_step, out_pre_cap, out_pre_rho, out_pre_s,
                          out_col_status, out_col_cap, out_col_b, out_col_c, out_col_step)
+
+
+# positions of the per-row arguments of instances_nb (the others are tables)
+_ROW_ARGS = frozenset((1, 3, 4, 5) + tuple(range(7, 19)))
+
+
+def instances(*args) -> None:
+    """:func:`instances_nb` (same arguments) on blocks of rows, one block per thread.
+
+    For large grids (a sweep's); a few thousand rows or fewer run on the calling thread.
+
+    Returns
+    -------
+    None
+        The results are written into the ``out_*`` arrays.
+    """
+    run_row_blocks(instances_nb, args, _ROW_ARGS, args[1].shape[0])

@@ -34,10 +34,11 @@ def _family(module: str):
 
 
 class _Spinner:
-    """A tqdm line with the elapsed time, refreshed from a thread until stopped."""
+    """A tqdm line with the elapsed time and the kernel being compiled, refreshed from a thread until stopped."""
 
     def __init__(self, stream, label):
         from tqdm import tqdm
+        self._label = label
         self._bar = tqdm(total=None, desc=f"compiling {label} kernels", bar_format="{desc}: {elapsed}",
                          file=stream, leave=False)
         self._stop = threading.Event()
@@ -47,6 +48,10 @@ class _Spinner:
     def _run(self):
         while not self._stop.wait(0.25):
             self._bar.refresh()
+
+    def kernel(self, name):
+        """Show ``name`` as the function being compiled."""
+        self._bar.set_description_str(f"compiling {self._label} kernels ({name})", refresh=False)
 
     def close(self):
         self._stop.set()
@@ -67,9 +72,12 @@ class _Listener:
 
     def on_start(self, event):
         disp = (event.data or {}).get("dispatcher")
-        fam = _family(getattr(getattr(disp, "py_func", None), "__module__", "") or "")
+        func = getattr(disp, "py_func", None)
+        fam = _family(getattr(func, "__module__", "") or "")
         with self.lock:
             self.depth += 1
+            if self.spinner is not None and fam is not None:
+                self.spinner.kernel(getattr(func, "__name__", "?"))
             if fam is None or self.depth > 1:
                 return
             label, est = fam
@@ -79,6 +87,7 @@ class _Listener:
                       flush=True)
             if self.spinner is None and self.stream.isatty():
                 self.spinner = _Spinner(self.stream, label)
+                self.spinner.kernel(getattr(func, "__name__", "?"))
             self.started = time.perf_counter()
 
     def on_end(self, event):

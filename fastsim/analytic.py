@@ -39,9 +39,9 @@ Two options go beyond the lecture's screen (its §2.5 list, SPEC §10):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from . import _analytic_nb as K
 from .catalog import Catalog, Model, Scenario, default_catalog
@@ -50,6 +50,9 @@ from .specdec import SpecDecoding, expected_tokens_per_round, spec_decoding, spe
 from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal,
                         layout_degrees, step_params)
 from .layouts import instance_label
+
+if TYPE_CHECKING:
+    import pandas as pd   # imported where a table is built: a command's first line does not wait for it
 
 __all__ = ["Demand", "ScreenOptions", "Plan", "screen", "instance_table", "plan_for", "cost_usd_per_million_output_tokens",
            "instances_needed"]
@@ -706,6 +709,7 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
         prefill_capacity_req_per_s=pre_cap, prefill_utilisation=pre_rho, prefill_step_s=pre_s,
         colocated_status=col_status, colocated_capacity_req_per_s=col_cap, colocated_batch=col_b,
         chunk_tokens=col_c, colocated_step_s=col_step)
+    import pandas as pd
     return pd.DataFrame(cols)
 
 
@@ -889,6 +893,7 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
                 efficiency_usd_per_million_output_tokens=float(eff), feasible=bool(ok), reason=reason,
                 plan=plan))
+    import pandas as pd
     df = pd.DataFrame(out)
     longest = demand.latency_prompt_tokens + demand.latency_output_tokens
     if len(df) and longest > model.max_context_tokens:

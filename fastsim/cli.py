@@ -449,7 +449,6 @@ def _emit(args, records, table_rows, headers, notes=(), key="rows"):
 
 def _cmd_plan(args):
     from .analytic import ScreenOptions
-    from .planner import plan_deployment
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     gpus = tuple(args.gpu) if args.gpu else None
@@ -488,10 +487,6 @@ def _cmd_plan(args):
     except FastsimInputError as exc:
         raise FastsimInputError("--spec-draft", args.spec_draft if args.spec_draft is not None else exc.value,
                                 exc.allowed) from None
-    bar = None
-    if not args.no_verify and args.format == "table" and sys.stderr.isatty():
-        from tqdm import tqdm
-        bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
     engine = _engine_dict(args)
     if engine is not None:
         pinned = getattr(args, "emit", None) == args.policy
@@ -501,6 +496,28 @@ def _cmd_plan(args):
                                + ("the settings --emit writes for each plan: its batch and chunk" if pinned else
                                   "its defaults for each plan's GPU" + (", overridden" if len(engine) > 2 else ""))
                                + "; fastsim.sim.policy); disaggregated plans are not simulated under it"]
+    d = demand
+    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
+            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
+               f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
+               if not args.mean_lengths else
+               f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
+               f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
+               "selects plans whose longer requests miss it, whatever their size"))
+    if spec is not None:
+        head += (f"; speculative decoding screened: alpha {spec.alpha:g}, draft {spec.draft}, gamma "
+                 + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
+    if opts.prefix_hit_fraction:
+        head += f"; prefix-cache hits {opts.prefix_hit_fraction:.0%} of prompt tokens"
+    if args.format == "table":
+        # the table's first line now, before the screen and the simulations (and, on a first
+        # run, the compilation of their kernels)
+        print(head, flush=True)
+    from .planner import plan_deployment
+    bar = None
+    if not args.no_verify and args.format == "table" and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine)
@@ -552,21 +569,6 @@ def _cmd_plan(args):
         headers.insert(6, "spec dec")
         for row, d in zip(rows, report.deployments):
             row.insert(6, f"gamma {d.plan.spec_gamma}" if d.plan.spec_gamma else "off")
-    d = demand
-    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
-            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
-               f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
-               if not args.mean_lengths else
-               f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
-               f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
-               "selects plans whose longer requests miss it, whatever their size"))
-    if spec is not None:
-        head += (f"; speculative decoding screened: alpha {spec.alpha:g}, draft {spec.draft}, gamma "
-                 + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
-    if opts.prefix_hit_fraction:
-        head += f"; prefix-cache hits {opts.prefix_hit_fraction:.0%} of prompt tokens"
-    if args.format == "table":
-        print(head)
     _emit(args, records, rows, headers, report.notes, key="plans")
     if args.format == "table" and launches:
         print("\n" + "\n\n".join(launches))

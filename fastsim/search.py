@@ -856,8 +856,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
             on_probe_start(float(rate), len(wls))
         step = len(wls)
         if on_runs is not None:
-            import numba
-            step = max(1, int(numba.get_num_threads()))
+            from ._threads import num_threads
+            step = num_threads()
         ms = []
         for k in range(0, len(wls), step):
             ms += simulate_batch([sp], wls[k:k + step], horizon_s=horizon_s, ttft_slo_s=slo.ttft_s,

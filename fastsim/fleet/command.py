@@ -378,6 +378,12 @@ def cmd_fleet(args) -> int:
                 routing=args.routing, workers=args.workers)
     notes = notes + _notes(res, capacity is None)
     rec = fleet_record(res, args.worst)
+    sp = res.spares
+    if sp is not None and args.format == "csv":      # the CSV rows are the strategies: the spares go in a note
+        notes.append(f"one failure at the peak ({sp.rate_req_per_s:,.4g} req/s): "
+                     + (f"N + k = {sp.base_instances} + {sp.spares} instances keep every 60-s window >= {sp.target:g}"
+                        if sp.spares >= 0 else f"no N + k up to 2 x {sp.base_instances} keeps every window >= "
+                        f"{sp.target:g}"))
     if args.plot:
         plot_fleet(res, args.plot, title=f"{prof.name} x {scale:.4g}, {scen.name} on {plan.describe()}")
         notes.append(f"plot written to {args.plot}")

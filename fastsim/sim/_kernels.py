@@ -1,9 +1,13 @@
 """Numba kernels of the serving simulator (SPEC section 6); the semantics are in ``engine.py``.
 
 Everything here only loops over preallocated arrays: no random numbers, no exceptions, a status
-code per run. One run is :func:`_run_nb`; :func:`simulate_one_nb` runs one on the calling
-thread, :func:`simulate_runs_nb` many in a ``prange`` of workers that take the runs one by one,
-each touching only its own slices of the flattened arrays.
+code per run. One run is :func:`_run_nb`; :func:`simulate_one_nb` runs one and computes its
+metrics, releasing the GIL: the engine calls it for a single run, and from several Python
+threads for many (``fastsim.sim.engine._run_worker``), each run on its own slices of the
+flattened arrays. No kernel here uses ``prange``, which costs numba several times the
+compilation time (see ``fastsim._threads``); every kernel has one type signature per use (the
+engine passes read-only inputs, int64 scalars, never literal constants to a kernel that is not
+inlined), so a command compiles each once.
 
 Reference counting: a helper inlined by numba (``inline="always"``) still increments and
 decrements the reference count of every array it is passed, at every call, unless the call is
@@ -39,12 +43,8 @@ f = 0.0: the excess stays 0, the window wheel empty, and every value is the wind
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
-from numba.typed import List
+from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
@@ -141,63 +141,12 @@ def _check_one_nb(arrival, prompt, output, horizon, max_tokens):
     return IN_OK, hi
 
 
-_RO_F64 = numba.types.Array(numba.types.float64, 1, "C", readonly=True)
-_RO_I64 = numba.types.Array(numba.types.int64, 1, "C", readonly=True)
-
-
 @njit(cache=True)
 def check_one_nb(arrival, prompt, output, horizon, max_tokens, info):
     """One workload (read-only arrays): :func:`_check_one_nb` into ``info[0] = (code, longest output)``."""
     code, mo = _check_one_nb(arrival, prompt, output, horizon, max_tokens)
     info[0, 0] = code
     info[0, 1] = mo
-
-
-@njit(cache=True)
-def new_lists_nb():
-    """Three empty typed lists, of read-only float64 and int64 arrays (for the workloads)."""
-    return List.empty_list(_RO_F64), List.empty_list(_RO_I64), List.empty_list(_RO_I64)
-
-
-@njit(cache=True)
-def append_nb(la, lp, lo, arrival, prompt, output):
-    """Append one workload's arrays (compiled and cached, unlike the typed list's own methods)."""
-    la.append(arrival)
-    lp.append(prompt)
-    lo.append(output)
-
-
-@intrinsic
-def _fetch_add_nb(typingctx, counter, index):
-    """``counter[index] += 1`` as one atomic operation (int64 array); returns the old value."""
-    if not (isinstance(counter, types.Array) and counter.dtype == types.int64
-            and isinstance(index, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aty = signature.args[0]
-        ary = context.make_array(aty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aty, ary, [args[1]])
-        return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "seq_cst")
-
-    return types.int64(counter, index), codegen
-
-
-@njit(cache=True, parallel=True)
-def check_nb(a_list, p_list, o_list, horizon, max_tokens, info, n_workers):
-    """Check many workloads in parallel (typed lists of read-only arrays): ``info[k] = (code, longest output)``.
-
-    ``n_workers`` workers take the workloads one by one (see :func:`simulate_runs_nb`).
-    """
-    taken = np.zeros(1, np.int64)
-    for _ in prange(n_workers):
-        while True:
-            k = _fetch_add_nb(taken, 0)
-            if k >= info.shape[0]:
-                break
-            code, mo = _check_one_nb(a_list[k], p_list[k], o_list[k], horizon, max_tokens)
-            info[k, 0] = code
-            info[k, 1] = mo
 
 
 @njit(cache=True, inline="always")
@@ -1278,7 +1227,7 @@ def _gather_nb(x, n, ranks, hist):
     return f
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _percentiles_nb(x, n, out, col, hist):
     """Linear-interpolation P50, P90, P99 of ``x[:n]`` (may hold +inf) into ``out[col:col+3]``.
 
@@ -1327,7 +1276,7 @@ def _percentiles_nb(x, n, out, col, hist):
             out[col + j] = a + (b - a) * frac
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi):
     """Per-run metrics (``M_*`` / ``MI_*`` columns) from the per-request results of one run.
 
@@ -1375,8 +1324,9 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
                 ok += 1
     mf[M_ATTAIN] = ok / nm if nm > 0 else np.nan
     hist = np.empty(_N_BUCKETS + 1, np.int64)
-    _percentiles_nb(buf_a, nm, mf, M_TTFT50, hist)
-    _percentiles_nb(buf_b, nt, mf, M_TPOT50, hist)
+    # int64 arguments, never literal constants: a literal is a type, so a compilation, of its own
+    _percentiles_nb(buf_a, np.int64(nm), mf, np.int64(M_TTFT50), hist)
+    _percentiles_nb(buf_b, np.int64(nt), mf, np.int64(M_TPOT50), hist)
     # overload: least-squares slope of the number in system over samples at t >= horizon / 2
     dt = rf[RF_DT]
     ns = sys_s.shape[0]
@@ -1411,17 +1361,39 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
     mi[MI_OVERLOADED] = 1 if over else 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
                     done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf,
                     mi, full):
-    """One run and its metrics on the calling thread; returns the run's ``RUN_*`` code.
+    """One run and its metrics on the calling thread, without the GIL; returns the run's ``RUN_*`` code.
 
-    The engine calls it for a single run; :func:`simulate_runs_nb` calls it for each of many
-    (one compiled function for both, and a small ``prange`` body, which compiles much faster).
-    The arrays are the run's own (slices, for :func:`simulate_runs_nb`), as described there;
-    ``ri`` / ``rf`` are the run's rows of ``run_i`` / ``run_f``, ``mf`` / ``mi`` its rows of
-    ``met_f`` / ``met_i`` (written).
+    The engine calls it for a single run, and for each of many from its worker threads
+    (``fastsim.sim.engine._run_worker``): one compiled function for both.
+
+    Parameters
+    ----------
+    pp : float64[:, N_PARAMS]; ist : int64[:, N_ICOLS]; fst : float64[:, N_FCOLS]
+        The run's instances: step parameters and state tables.
+    arrival : float64[:]; prompt, output : int64[:] (read-only)
+        The run's requests (checked by :func:`check_one_nb`).
+    first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
+        Per-request results.
+    nxt, done, wnext, xnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
+        Working arrays, one slot per request (``tr_t`` / ``tr_r`` only for disaggregated plans).
+    wheel : int32[:]
+        Timing-wheel buckets: at each colocated or decode instance's ``I_WHEEL_OFF``, its finish
+        wheel then its window wheel, ``I_WHEEL_MASK + 1`` buckets each (a power of two >= the
+        longest output).
+    wait_s, kv_s : int64[:]
+        ``full``: samples ``(n_samp, n_inst)``, row-major; else empty.
+    sys_s : int64[:]
+        Samples of the number in system.
+    ri : int64[N_RCOLS]; rf : float64[N_RFCOLS]
+        The run's rows of the run tables (``R_*`` and ``RF_*`` columns).
+    mf : float64[N_MFCOLS]; mi : int64[N_MICOLS]
+        Output: the run's metrics.
+    full : bool
+        Keep the per-instance samples.
     """
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
                    done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
@@ -1430,94 +1402,3 @@ def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, 
     if code == RUN_OK:
         _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
     return code
-
-
-@njit(cache=True, parallel=True)
-def simulate_runs_nb(run_i, run_f, pp, ist, fst, a_list, p_list, o_list, first, finish, inst,
-                     dinst, status, nxt, done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s,
-                     buf_a, buf_b, met_f, met_i, run_status, order, full, cap, wheel_cap, samp_cap):
-    """Run every row of the run table and compute each run's metrics, on all threads.
-
-    The ``prange`` is over workers (one per thread, as many as the working arrays have slices);
-    each takes the next run of ``order`` (an atomic counter) until none is left, so a worker
-    that finishes early, or starts late on a busy machine, takes more runs. (``prange``'s own
-    split of the runs is static and contiguous, in blocks of ``runs / threads``: with the
-    longest runs first, one thread would get all of them.) Each run writes only its own slices
-    and its worker's working arrays; results do not depend on the thread count.
-
-    Parameters
-    ----------
-    run_i : int64[:, N_RCOLS], run_f : float64[:, N_RFCOLS]
-        Offsets, sizes and options of each run (``R_*`` and ``RF_*`` columns).
-    pp : float64[:, N_PARAMS]; ist : int64[:, N_ICOLS]; fst : float64[:, N_FCOLS]
-        Per-instance step parameters and state tables, all runs stacked.
-    a_list : typed list of float64[:]; p_list, o_list : typed lists of int64[:] (read-only)
-        Per-request inputs of each workload (checked by :func:`check_nb`); run k reads
-        workload ``R_WORK``, several runs may share one.
-    first, finish : float64[:]; inst, dinst : int32[:]; status : int8[:]
-        Per-request results: all runs concatenated when ``full`` (offset ``R_OUT_OFF``), else
-        one slice of ``cap`` per worker.
-    nxt, done, wnext, xnext, tr_r : int32[:]; tr_t : float64[:]; buf_a, buf_b : float64[:]
-        Working arrays, ``cap`` per worker (``n_workers * cap``).
-    wheel : int32[:]
-        Timing-wheel buckets, ``wheel_cap`` per worker: at each colocated or decode instance's
-        ``I_WHEEL_OFF``, its finish wheel then its window wheel, ``I_WHEEL_MASK + 1`` buckets
-        each (a power of two >= the longest output).
-    wait_s, kv_s : int64[:]
-        ``full``: samples ``(n_samp, n_inst)`` per run, row-major, at offset ``R_ISAMP_OFF``;
-        else empty.
-    sys_s : int64[:]
-        Samples of the number in system: at ``R_SAMP_OFF`` when ``full``, else ``samp_cap`` per
-        worker.
-    met_f : float64[:, N_MFCOLS]; met_i : int64[:, N_MICOLS]
-        Output: per-run metrics.
-    run_status : int64[:]
-        Output: ``RUN_*`` code per run.
-    order : int64[:]
-        The runs in the order to hand them out (longest first: less waiting for the last one).
-    full : bool
-        Keep every run's per-request results and samples.
-    cap, wheel_cap, samp_cap : int
-        Per-worker sizes of the working arrays.
-    """
-    n_workers = nxt.shape[0] // cap if cap > 0 else 0
-    # dynamic scheduling: each worker takes the next run of ``order`` when it is free (prange's
-    # own split is contiguous blocks, which would give one thread all the longest runs)
-    taken = np.zeros(1, np.int64)
-    for t in prange(n_workers):
-        tid = np.int64(t)       # the prange index is unsigned
-        while True:
-            j = _fetch_add_nb(taken, 0)
-            if j >= order.shape[0]:
-                break
-            k = order[j]
-            n = run_i[k, R_N_REQ]
-            if n > cap or run_i[k, R_WHEEL_LEN] > wheel_cap or run_i[k, R_N_SAMP] > samp_cap:
-                run_status[k] = RUN_SCRATCH_OVERFLOW
-                continue
-            wk = run_i[k, R_WORK]
-            arrival = a_list[wk]
-            prompt = p_list[wk]
-            output = o_list[wk]
-            w0 = tid * cap
-            w1 = w0 + n
-            if full:
-                o0 = run_i[k, R_OUT_OFF]
-                s0 = run_i[k, R_SAMP_OFF]
-            else:
-                o0 = w0
-                s0 = tid * samp_cap
-            o1 = o0 + n
-            s1 = s0 + run_i[k, R_N_SAMP]
-            i0 = run_i[k, R_INST_OFF]
-            i1 = i0 + run_i[k, R_N_INST]
-            h0 = tid * wheel_cap
-            h1 = h0 + run_i[k, R_WHEEL_LEN]
-            q0 = run_i[k, R_ISAMP_OFF]
-            q1 = q0 + run_i[k, R_N_SAMP] * run_i[k, R_N_INST] if full else q0
-            run_status[k] = simulate_one_nb(
-                pp[i0:i1], ist[i0:i1], fst[i0:i1], arrival, prompt, output, first[o0:o1],
-                finish[o0:o1], inst[o0:o1], dinst[o0:o1], status[o0:o1], nxt[w0:w1], done[w0:w1],
-                wheel[h0:h1], wnext[w0:w1], xnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1], wait_s[q0:q1], kv_s[q0:q1],
-                sys_s[s0:s1], buf_a[w0:w1], buf_b[w0:w1], run_i[k], run_f[k], met_f[k], met_i[k],
-                full)

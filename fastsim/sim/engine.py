@@ -1,12 +1,14 @@
 """Discrete-event simulation of a serving plan at one workload (SPEC section 6).
 
-The public functions normalise their input to C-ordered arrays of fixed dtypes (float64
-times, int64 token counts: the kernels compile once), check the values in one parallel kernel
-call over the workloads (numpy names the fault only when there is one), build the run and
-instance tables vectorized over the runs, and call a kernel of ``_kernels.py``: for one run, a
-plain call on the calling thread; for many, a ``prange`` of workers that take the runs one by
-one (longest first). Both read each workload's arrays in place, with no concatenation, and also
-compute each run's metrics (percentiles by selection). Metrics-only batches keep per-request
+The public functions normalise their input to C-ordered, read-only arrays of fixed dtypes
+(float64 times, int64 token counts: every kernel has one type signature, so it compiles once),
+check the values with a kernel call per workload (numpy names the fault only when there is
+one), build the run and instance tables vectorized over the runs, and call
+``_kernels.simulate_one_nb`` once per run: for one run on the calling thread; for many from
+worker threads that take the runs one by one (longest first; the kernel releases the GIL, and a
+plain kernel compiles in a fraction of a ``prange`` kernel's time). It reads each workload's
+arrays in place, with no concatenation, and also computes the run's metrics (percentiles by
+selection). Metrics-only batches keep per-request
 results in per-worker buffers, so a batch of many long runs touches little memory. Randomness is the caller's: arrivals and lengths come in as arrays (draw them
 from generators spawned from one ``SeedSequence``).
 
@@ -109,16 +111,17 @@ backlog only fluctuates) unflagged while 110% load (slope about 9% of lambda) is
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
-import numba
 import numpy as np
 
+from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
-from .records import RUN_OK, SimMetrics, SimResult
+from .records import RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
 
 __all__ = [
@@ -391,30 +394,24 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 def _check(works, raw, horizon_s: float):
-    """Check the workloads' values in one kernel call.
+    """Check the workloads' values with the check kernel, one call per workload.
 
     ``works`` are :func:`_arrays` triples, ``raw`` the caller's workloads (to name a fault).
-    Returns ``(lists, one, requests per workload, longest output per workload)``: for several
-    workloads, the kernels' typed lists of their arrays (``one`` is None); for one, the
-    read-only arrays ``one`` (``lists`` is None; :func:`_run` makes lists if it needs them).
+    Returns ``(arrays, requests per workload, longest output per workload)``: ``arrays`` are the
+    workloads' triples as read-only arrays (views), the kernels' one type for them.
     """
     W = len(works)
     info = np.empty((W, 2), np.int64)
-    lists = one = None
-    if W == 1:
-        one = tuple(_readonly(x) for x in works[0])
-        K.check_one_nb(*one, horizon_s, MAX_TOKENS, info)
-    else:
-        lists = K.new_lists_nb()
-        for a, p, o in works:
-            K.append_nb(*lists, a, p, o)
-        K.check_nb(*lists, horizon_s, MAX_TOKENS, info, min(W, numba.get_num_threads()))
+    ro = [tuple(_readonly(x) for x in w) for w in works]
+    horizon_s = float(horizon_s)
+    for k, w in enumerate(ro):
+        K.check_one_nb(*w, horizon_s, MAX_TOKENS, info[k:k + 1])
     bad = np.flatnonzero(info[:, 0] != K.IN_OK)
     if bad.size:
         _workload(raw[int(bad[0])], horizon_s)   # raises, naming the field
         raise FastsimInputError("workloads", f"workload {int(bad[0])}", "valid arrays")
     n = np.array([w[0].shape[0] for w in works], dtype=np.int64)
-    return lists, one, n, info[:, 1].copy()
+    return ro, n, info[:, 1].copy()
 
 
 def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
@@ -462,6 +459,51 @@ def _one_run_tables(plan, wk: int, w_n, w_max, max_context: int, n_samp: int, ro
             np.array([wheel_len], dtype=np.int64))
 
 
+def _run_worker(order, jobs, lock, run_i, run_f, pp, ist, fst, ro, out, work_arrays, full, cap, wheel_cap,
+                samp_cap, worker):
+    """Worker ``worker`` of a batch (:func:`fastsim._threads.run_workers`): runs of ``order``, one by one.
+
+    Each run is a :func:`K.simulate_one_nb` call (which releases the GIL) on its own slices of
+    the per-request results and on the worker's slices of the working arrays (``cap`` requests,
+    ``wheel_cap`` wheel buckets and ``samp_cap`` samples each); it writes nothing else, so the
+    results do not depend on the number of workers.
+    """
+    nxt, done, wheel, wnext, xnext, tr_t, tr_r, buf_a, buf_b = work_arrays
+    w0 = worker * cap
+    h0 = worker * wheel_cap
+    rows = run_i.tolist()
+    while True:
+        with lock:
+            j = next(jobs, None)
+        if j is None:
+            return
+        k = order[j]
+        r = rows[k]
+        n = r[K.R_N_REQ]
+        if n > cap or r[K.R_WHEEL_LEN] > wheel_cap or r[K.R_N_SAMP] > samp_cap:
+            out["run_status"][k] = RUN_SCRATCH_OVERFLOW
+            continue
+        w1 = w0 + n
+        if full:
+            o0 = r[K.R_OUT_OFF]
+            s0 = r[K.R_SAMP_OFF]
+        else:
+            o0 = w0
+            s0 = worker * samp_cap
+        o1 = o0 + n
+        s1 = s0 + r[K.R_N_SAMP]
+        i0 = r[K.R_INST_OFF]
+        i1 = i0 + r[K.R_N_INST]
+        q0 = r[K.R_ISAMP_OFF]
+        q1 = q0 + r[K.R_N_SAMP] * r[K.R_N_INST] if full else q0
+        out["run_status"][k] = K.simulate_one_nb(
+            pp[i0:i1], ist[i0:i1], fst[i0:i1], *ro[r[K.R_WORK]], out["first"][o0:o1], out["finish"][o0:o1],
+            out["inst"][o0:o1], out["dinst"][o0:o1], out["status"][o0:o1], nxt[w0:w1], done[w0:w1],
+            wheel[h0:h0 + r[K.R_WHEEL_LEN]], wnext[w0:w1], xnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1],
+            out["wait_s"][q0:q1], out["kv_s"][q0:q1], out["sys_s"][s0:s1], buf_a[w0:w1], buf_b[w0:w1],
+            run_i[k], run_f[k], out["met_f"][k], out["met_i"][k], full)
+
+
 def _wheel_size(max_output: int) -> int:
     """Buckets of a decode timing wheel: a power of two >= the longest output (at least 1).
 
@@ -477,7 +519,7 @@ def _run(plans, pk, wk, work, opts, full: bool):
     Returns the run table, the per-instance tables, the kernel's outputs and ``n_samp``.
     """
     horizon_s, ttft_slo_s, tpot_slo_s, max_context, routing, window, dt = opts
-    lists, one, w_n, w_max = work
+    ro, w_n, w_max = work
     R = pk.shape[0]
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
     if R == 1:
@@ -536,7 +578,7 @@ def _run(plans, pk, wk, work, opts, full: bool):
     fst = np.zeros((ist.shape[0], K.N_FCOLS), dtype=np.float64)
     cap = max(1, int(n_req.max()))
     wheel_cap = max(1, int(wheel_len.max()))
-    threads = 1 if R == 1 else numba.get_num_threads()
+    threads = 1 if R == 1 else min(num_threads(), R)
     nw = threads * cap                  # per-thread working arrays
     no = int(n_req.sum()) if full else nw   # per-request results
     n_isamp = ist.shape[0] * n_samp
@@ -552,24 +594,18 @@ def _run(plans, pk, wk, work, opts, full: bool):
     disagg = any(isinstance(pl, DisaggregatedPlan) for pl in plans)
     work_arrays = (np.empty(nw, np.int32), np.empty(nw, np.int32), np.empty(threads * wheel_cap, np.int32),
                    np.empty(nw, np.int32), np.empty(nw, np.int32), np.empty(nw if disagg else 1, np.float64),
-                   np.empty(nw if disagg else 1, np.int32))
+                   np.empty(nw if disagg else 1, np.int32), np.empty(nw, np.float64), np.empty(nw, np.float64))
     if R == 1:
-        # one run: a plain call on this thread (no thread pool, whose wake-up a busy machine
-        # can delay by milliseconds), the workload's arrays passed directly
+        # one run: a plain call on this thread, the workload's arrays passed directly
         out["run_status"][0] = K.simulate_one_nb(
-            pp, ist, fst, *one, out["first"], out["finish"], out["inst"], out["dinst"], out["status"],
-            *work_arrays, out["wait_s"], out["kv_s"], out["sys_s"], np.empty(nw, np.float64),
-            np.empty(nw, np.float64), run_i[0], run_f[0], out["met_f"][0], out["met_i"][0], bool(full))
+            pp, ist, fst, *ro[int(wk[0])], out["first"], out["finish"], out["inst"], out["dinst"], out["status"],
+            *work_arrays[:7], out["wait_s"], out["kv_s"], out["sys_s"], *work_arrays[7:], run_i[0], run_f[0],
+            out["met_f"][0], out["met_i"][0], bool(full))
     else:
-        if lists is None:
-            lists = K.new_lists_nb()
-            K.append_nb(*lists, *one)
-        # longest runs first (the kernel hands them out one by one): the last one is a short one
-        order = np.argsort(-n_req, kind="stable")
-        K.simulate_runs_nb(run_i, run_f, pp, ist, fst, *lists, out["first"], out["finish"], out["inst"],
-                           out["dinst"], out["status"], *work_arrays, out["wait_s"], out["kv_s"], out["sys_s"],
-                           np.empty(nw, np.float64), np.empty(nw, np.float64), out["met_f"], out["met_i"],
-                           out["run_status"], order, bool(full), cap, wheel_cap, n_samp)
+        # longest runs first (the workers take them one by one): the last one is a short one
+        order = np.argsort(-n_req, kind="stable").tolist()
+        run_workers(_run_worker, (order, iter(range(R)), threading.Lock(), run_i, run_f, pp, ist, fst, ro, out,
+                                  work_arrays, bool(full), cap, wheel_cap, n_samp), threads)
     bad = np.flatnonzero(out["run_status"] != RUN_OK)
     if bad.size:
         raise RuntimeError(f"simulator kernel failed with status {int(out['run_status'][bad[0]])} "
@@ -706,7 +742,7 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
                    tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
                    measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, product: bool = False,
                    full: bool = False, policy="lecture", spec=None, p_draft=None, spec_seed: int = 0) -> list:
-    """Simulate many (plan, workload) runs in one parallel kernel call (SPEC sections 6 and 7).
+    """Simulate many (plan, workload) runs in parallel, on numba's thread count (SPEC sections 6 and 7).
 
     Each run is independent and writes only its own slots, so the results are identical to
     :func:`simulate` run by run, whatever ``NUMBA_NUM_THREADS`` is.
@@ -821,8 +857,8 @@ def _policy_results(plans, works, prefixes, opts, policy, routing, spec, p_draft
 def warmup(engine_policies: bool = True) -> None:
     """Compile (or load from cache) the simulator kernels with a tiny run of each plan kind.
 
-    Covers writable and read-only input arrays (a :class:`fastsim.workload.Workload` holds
-    read-only ones), so neither compiles later.
+    Single runs and batches, writable and read-only inputs all call the same two lecture-policy
+    kernels with the same types (the engine passes read-only views), so nothing compiles later.
 
     Parameters
     ----------

@@ -169,7 +169,7 @@ def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
 
 def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarray) -> dict:
     """Analytic columns (numpy arrays) of the points ``ix`` (int64, grid order)."""
-    from .._analytic_nb import instances_nb as sweep_instances_nb
+    from .._analytic_nb import instances as sweep_instances
     A = grid.axes
     c = _codes(grid, ix)
     n = ix.shape[0]
@@ -224,10 +224,10 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     st, cst = i8(), i8()
     dcap, db, dstep, pcap, prho, ps = f8(), i8(), f8(), f8(), f8(), f8()
     ccap, cb, cc, cstep = f8(), i8(), i8(), f8()
-    sweep_instances_nb(T.params, np.ascontiguousarray(k_p), np.ascontiguousarray(T.demand.reshape(-1, 8)),
-                       np.ascontiguousarray(k_d), cu[k_c].astype(np.float64), np.ascontiguousarray(mu[k_mb]),
-                       np.asarray(s.chunk_tokens, dtype=np.float64),
-                       st, dcap, db, dstep, pcap, prho, ps, cst, ccap, cb, cc, cstep)
+    sweep_instances(T.params, np.ascontiguousarray(k_p), np.ascontiguousarray(T.demand.reshape(-1, 8)),
+                    np.ascontiguousarray(k_d), cu[k_c].astype(np.float64), np.ascontiguousarray(mu[k_mb]),
+                    np.asarray(s.chunk_tokens, dtype=np.float64),
+                    st, dcap, db, dstep, pcap, prho, ps, cst, ccap, cb, cc, cstep)
     rate = T.rate[src, c["rate_req_per_s"]]
     mean_o = T.mean_o[src]
     price = T.price[c["price"], c["gpu"]]
