@@ -562,6 +562,81 @@ def _record_nb(ist, wait_s, kv_s, sys_s, ms, in_sys, full):
 
 
 @njit(cache=True)
+def _step_consts_nb(pp, fst, i):
+    """The parts of instance i's step time that do not depend on the step, for the fast paths.
+
+    From its step parameters and its ``F_*`` columns (set by :func:`init_row_nb`), by the
+    expressions of ``step_time_nb``. Returns ``(c2, c4, c4p, parts)``: the attention FLOP factors
+    (prefill x^2, decode context, prefill x context) and the tuple :func:`_step_s_nb` takes, with
+    which it gives the instance's step times bit for bit.
+    """
+    g = pp[i, P_GPUS]
+    dp = pp[i, P_DP]
+    topk = pp[i, P_TOPK]
+    kvpg = pp[i, P_KVPG]
+    hid = pp[i, P_HIDDEN]
+    overhead = pp[i, P_OVERHEAD]
+    wdense = fst[i, F_WDENSE]
+    wexp = fst[i, F_WEXP]
+    keep = fst[i, F_KEEP]
+    d_bw = fst[i, F_D_BW]
+    matmul2 = fst[i, F_MATMUL2]
+    d_c = fst[i, F_D_C]
+    n_ar = fst[i, F_N_AR]
+    ar_a = fst[i, F_AR_A]
+    ar_b = fst[i, F_AR_B]
+    d_nv = fst[i, F_D_NV]
+    c2 = fst[i, F_C2]
+    c4 = fst[i, F_C4]
+    c4p = fst[i, F_C4P]
+    a2a_n2 = fst[i, F_A2A_N2]
+    a2a_a = fst[i, F_A2A_A]
+    a2a_b = fst[i, F_A2A_B]
+    d_ep = fst[i, F_D_EP]
+    # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
+    # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
+    # ar_b == 0 and no all-to-all the communication is the same signed zero product
+    # for every step (finite, nonzero divisors, the token terms keep hid's sign), so
+    # it is computed once
+    div_g = g != 1.0
+    div_dp = dp != 1.0
+    moe_w = wexp != 0.0
+    weight_c = wdense / d_bw
+    comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
+                  and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
+    comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
+              + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
+    return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
+                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c)
+
+
+@njit(cache=True, inline="always")
+def _step_s_nb(n_tok, kvf, attn, parts):
+    """Step time (s) of ``n_tok`` new tokens reading ``kvf`` held KV tokens with ``attn`` attention FLOPs.
+
+    ``step_time_nb``'s float operations in its order, from :func:`_step_consts_nb`'s ``parts``;
+    scalars only (an inlined helper taking arrays would pay reference counting at every call).
+    """
+    (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
+    if moe_w:
+        weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
+    else:
+        weight_s = weight_c
+    kvb = kvf * kvpg
+    kv_time = (kvb / dp if div_dp else kvb) / d_bw
+    num = matmul2 * n_tok + attn
+    comp_s = (num / g if div_g else num) / d_c
+    if comm_fixed:
+        comm_s = comm_c
+    else:
+        comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
+                  + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
+    aw = weight_s + kv_time
+    return (aw if aw >= comp_s else comp_s) + comm_s + overhead
+
+
+@njit(cache=True)
 def init_row_nb(i, pp, ist, fst):
     """Reset instance i's state columns (empty, idle) and set its step-independent float columns.
 
@@ -672,16 +747,16 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     for i in range(ni):
         if ist[i, I_KIND] != KIND_COLOCATED:
             colo = False
-    # the colocated fast path's step constants, once per run: a run's colocated instances are
-    # identical (one plan's), which this checks
-    if colo:
-        for i in range(1, ni):
-            for c in range(I_KIND, I_N_LAYERS + 1):
-                if c != I_WHEEL_OFF and ist[i, c] != ist[0, c]:
-                    return RUN_HETEROGENEOUS
-            for c in range(pp.shape[1]):
-                if pp[i, c] != pp[0, c] and not (np.isnan(pp[i, c]) and np.isnan(pp[0, c])):
-                    return RUN_HETEROGENEOUS
+    # the fast paths' step constants, once per run: a run's entry instances (colocated or
+    # prefill) are identical, and so are its decode instances (one plan's), which this checks
+    for i in range(1, ni):
+        j = 0 if i < n_entry else ni - 1
+        for c in range(I_KIND, I_N_LAYERS + 1):
+            if c != I_WHEEL_OFF and ist[i, c] != ist[j, c]:
+                return RUN_HETEROGENEOUS
+        for c in range(pp.shape[1]):
+            if pp[i, c] != pp[j, c] and not (np.isnan(pp[i, c]) and np.isnan(pp[j, c])):
+                return RUN_HETEROGENEOUS
     mask = ist[0, I_WHEEL_MASK]
     win = ist[0, I_WINDOW]
     slide = fst[0, F_SLIDE]
@@ -689,43 +764,10 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     cap = ist[0, I_MAX_ADMIT]
     budget = ist[0, I_KV_BUDGET]
     chunk = ist[0, I_TOKENS]
-    # step_time_nb's parts that do not depend on the step (the F_* columns: set per instance by init_row_nb)
-    g = pp[0, P_GPUS]
-    dp = pp[0, P_DP]
-    topk = pp[0, P_TOPK]
-    kvpg = pp[0, P_KVPG]
-    hid = pp[0, P_HIDDEN]
-    overhead = pp[0, P_OVERHEAD]
-    wdense = fst[0, F_WDENSE]
-    wexp = fst[0, F_WEXP]
-    keep = fst[0, F_KEEP]
-    d_bw = fst[0, F_D_BW]
-    matmul2 = fst[0, F_MATMUL2]
-    d_c = fst[0, F_D_C]
-    n_ar = fst[0, F_N_AR]
-    ar_a = fst[0, F_AR_A]
-    ar_b = fst[0, F_AR_B]
-    d_nv = fst[0, F_D_NV]
-    c2 = fst[0, F_C2]
-    c4 = fst[0, F_C4]
-    c4p = fst[0, F_C4P]
-    a2a_n2 = fst[0, F_A2A_N2]
-    a2a_a = fst[0, F_A2A_A]
-    a2a_b = fst[0, F_A2A_B]
-    d_ep = fst[0, F_D_EP]
-    # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
-    # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
-    # ar_b == 0 and no all-to-all the communication is the same signed zero product
-    # for every step (finite, nonzero divisors, the token terms keep hid's sign), so
-    # it is computed once
-    div_g = g != 1.0
-    div_dp = dp != 1.0
-    moe_w = wexp != 0.0
-    weight_c = wdense / d_bw
-    comm_fixed = (ar_b == 0.0 and a2a_n2 == 0.0 and d_nv != 0.0 and d_ep != 0.0
-                  and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
-    comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
-              + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
+    # step_time_nb's parts that do not depend on the step: the first instance's (colocated or
+    # prefill) and the last's (decode, in a disaggregated run)
+    c2, c4, c4p, parts = _step_consts_nb(pp, fst, 0)
+    _, d_c4, _, d_parts = _step_consts_nb(pp, fst, ni - 1)
     # contiguous copies of every instance's next boundary time and outstanding tokens, kept
     # equal to the tables' (colocated runs read them at every arrival: a few cache lines instead
     # of one line per instance)
@@ -863,12 +905,250 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         else:
             kind = ist[ii, I_KIND]
             if kind == KIND_PREFILL:
-                ntr = _prefill_boundary_nb(ii, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr)
-                if ntr < 0:
-                    return RUN_TRANSFER_OVERFLOW
+                # prefill fast path: this boundary and the instance's next ones strictly before
+                # the next arrival (which may join its queue) and at or before the next sample;
+                # _prefill_boundary_nb written out with the state in locals (same operations, so
+                # the same bits; the transfers it pushes go to the heap, ordered by time then
+                # request whatever the order of the pushes)
+                lim = ms * dt_sample if ms < n_samp else np.inf
+                if horizon < lim:
+                    lim = horizon
+                win = ist[ii, I_WINDOW]
+                sl = ist[ii, I_SLIDE_L]
+                nl = ist[ii, I_N_LAYERS]
+                slide = fst[ii, F_SLIDE]
+                kvpg = pp[ii, P_KVPG]
+                bw = pp[ii, P_NET_BW]
+                limit = ist[ii, I_TOKENS]
+                cap_tr = tr_t.shape[0]
+                active = ist[ii, I_ACTIVE]
+                first_r = ist[ii, I_STEP_FIRST]
+                cnt = ist[ii, I_STEP_N]
+                tot = ist[ii, I_STEP_PF_TOKENS]
+                outstanding = ist[ii, I_OUTSTANDING]
+                reserved = ist[ii, I_RESERVED]
+                wait_head = ist[ii, I_WAIT_HEAD]
+                n_wait = ist[ii, I_N_WAIT]
+                kv_peak = ist[ii, I_KV_PEAK]
+                step = ist[ii, I_STEP]
+                batch_sum = ist[ii, I_BATCH_SUM]
+                busy = fst[ii, F_BUSY]
+                start = fst[ii, F_STEP_START]
+                tb = t
+                while True:
+                    if active != 0:
+                        r = first_r
+                        for _ in range(cnt):
+                            if ntr >= cap_tr:
+                                return RUN_TRANSFER_OVERFLOW
+                            p = prompt[r]
+                            hp = float(p)
+                            e = p - win
+                            if e > 0:
+                                hp = float(p) - slide * float(e)
+                            # _tr_push_nb, written out
+                            tx = tb + hp * kvpg / bw
+                            j = ntr
+                            while j > 0:
+                                parent = (j - 1) >> 1
+                                pt = tr_t[parent]
+                                if pt < tx or (pt == tx and tr_r[parent] < r):
+                                    break
+                                tr_t[j] = pt
+                                tr_r[j] = tr_r[parent]
+                                j = parent
+                            tr_t[j] = tx
+                            tr_r[j] = r
+                            ntr += 1
+                            r = nxt[r]
+                        outstanding -= tot
+                        reserved = 0
+                        active = 0
+                    r = wait_head
+                    if r < 0:
+                        fst[ii, F_IDLE_T] = tb
+                        tb = np.inf
+                        break
+                    attn = c4p * 0.0
+                    tot = 0
+                    held = 0
+                    cnt = 0
+                    first_r = r
+                    while r >= 0:
+                        x = prompt[r]
+                        if cnt > 0 and tot + x > limit:
+                            break
+                        xf = float(x)
+                        attn += c2 * xf * xf + c4p * xf * 0.0
+                        tot += x
+                        held += _held_int_nb(x, win, sl, nl)
+                        cnt += 1
+                        r = nxt[r]
+                    wait_head = r
+                    if r < 0:
+                        # the queue is empty: forget the tail, whose request will join a decode
+                        # list (``nxt`` is shared), so that the next arrival does not link from it
+                        ist[ii, I_TAIL] = -1
+                    n_wait -= cnt
+                    reserved = held
+                    if held > kv_peak:
+                        kv_peak = held
+                    dt_step = _step_s_nb(float(tot), 0.0, attn, parts)
+                    step += 1
+                    active = 1
+                    batch_sum += cnt
+                    start = tb
+                    busy += dt_step
+                    tb = tb + dt_step
+                    if not (tb < ta and tb <= lim):
+                        break
+                ist[ii, I_ACTIVE] = active
+                ist[ii, I_STEP_FIRST] = first_r
+                ist[ii, I_STEP_N] = cnt
+                ist[ii, I_STEP_PF_TOKENS] = tot
+                ist[ii, I_OUTSTANDING] = outstanding
+                ist[ii, I_RESERVED] = reserved
+                ist[ii, I_WAIT_HEAD] = wait_head
+                ist[ii, I_N_WAIT] = n_wait
+                ist[ii, I_KV_PEAK] = kv_peak
+                ist[ii, I_STEP] = step
+                ist[ii, I_BATCH_SUM] = batch_sum
+                fst[ii, F_BUSY] = busy
+                fst[ii, F_STEP_START] = start
+                fst[ii, F_NEXT_T] = tb
             elif kind == KIND_DECODE:
-                in_sys -= _batch_boundary_nb(ii, t, pp, ist, fst, prompt, output, first, finish,
-                                             status, nxt, done, wheel, wnext, xnext)
+                # a decode instance's next boundaries too, while nothing can reach it before them:
+                # new work comes only by KV transfers, the earliest of which is the heap's or one
+                # a prefill boundary (not before the earliest) will push, and arrivals wake prefill
+                # instances; strictly before those and at or before the next sample (the same
+                # boundaries in the same order per instance: the plain loop's results)
+                bound = ta if ta < tt else tt
+                for i in range(n_entry):
+                    x = fst[i, F_NEXT_T]
+                    if x < bound:
+                        bound = x
+                lim = ms * dt_sample if ms < n_samp else np.inf
+                if horizon < lim:
+                    lim = horizon
+                # _batch_boundary_nb for a decode instance (no prompt pieces), written out with
+                # the state in locals: the same operations, the same bits
+                woff = ist[ii, I_WHEEL_OFF]
+                dmask = ist[ii, I_WHEEL_MASK]
+                win = ist[ii, I_WINDOW]
+                sl = ist[ii, I_SLIDE_L]
+                nl = ist[ii, I_N_LAYERS]
+                slide = fst[ii, F_SLIDE]
+                dcap = ist[ii, I_MAX_ADMIT]
+                dbudget = ist[ii, I_KV_BUDGET]
+                wait_head = ist[ii, I_WAIT_HEAD]
+                n_wait = ist[ii, I_N_WAIT]
+                n_admit = ist[ii, I_N_ADMIT]
+                reserved = ist[ii, I_RESERVED]
+                nd = ist[ii, I_N_DECODE]
+                ctx = ist[ii, I_CTX_SUM]
+                npast = ist[ii, I_N_PAST]
+                ex = ist[ii, I_EX_SUM]
+                active = ist[ii, I_ACTIVE]
+                step = ist[ii, I_STEP]
+                outstanding = ist[ii, I_OUTSTANDING]
+                kv_peak = ist[ii, I_KV_PEAK]
+                batch_sum = ist[ii, I_BATCH_SUM]
+                tokens_out = ist[ii, I_TOKENS_OUT]
+                busy = fst[ii, F_BUSY]
+                start = fst[ii, F_STEP_START]
+                tb = t
+                n_done = 0
+                while True:
+                    if active != 0:
+                        outstanding -= 0 + nd
+                        tokens_out += nd
+                        ctx += nd
+                        bk = woff + dmask + 1 + (step & dmask)
+                        r = wheel[bk]
+                        wheel[bk] = -1
+                        while r >= 0:
+                            npast += 1
+                            r = xnext[r]
+                        ex += npast
+                        bk = woff + (step & dmask)
+                        r = wheel[bk]
+                        wheel[bk] = -1
+                        while r >= 0:
+                            finish[r] = tb
+                            status[r] = REQ_FINISHED
+                            po = prompt[r] + output[r]
+                            ctx -= po
+                            if po > win:
+                                npast -= 1
+                                ex -= po - win
+                            reserved -= _held_int_nb(po, win, sl, nl)
+                            nd -= 1
+                            n_admit -= 1
+                            n_done += 1
+                            r = wnext[r]
+                        active = 0
+                    r = wait_head
+                    if r >= 0:
+                        while r >= 0 and n_admit < dcap:
+                            need = _held_int_nb(prompt[r] + output[r], win, sl, nl)
+                            if reserved + need > dbudget:
+                                break
+                            reserved += need
+                            n_admit += 1
+                            n_wait -= 1
+                            # arrives with its first token: tokens 2..O in steps step+1 .. step+O-1
+                            o = output[r]
+                            bk = woff + ((step + o - 1) & dmask)
+                            wnext[r] = wheel[bk]
+                            wheel[bk] = r
+                            nd += 1
+                            c1 = prompt[r] + 1
+                            ctx += c1
+                            if c1 > win:
+                                npast += 1
+                                ex += c1 - win
+                            elif c1 + o - 1 > win:
+                                bk = woff + dmask + 1 + ((step + win - prompt[r]) & dmask)
+                                xnext[r] = wheel[bk]
+                                wheel[bk] = r
+                            r = nxt[r]
+                        wait_head = r
+                        if reserved > kv_peak:
+                            kv_peak = reserved
+                    if n_admit == 0:
+                        fst[ii, F_IDLE_T] = tb
+                        tb = np.inf
+                        break
+                    kvf = float(ctx) - slide * float(ex)
+                    dt_step = _step_s_nb(float(nd + 0), kvf, d_c4 * (float(ctx) - slide * float(ex)), d_parts)
+                    step += 1
+                    active = 1
+                    batch_sum += nd + 0
+                    start = tb
+                    busy += dt_step
+                    tb = tb + dt_step
+                    if not (tb < bound and tb <= lim):
+                        break
+                ist[ii, I_WAIT_HEAD] = wait_head
+                ist[ii, I_N_WAIT] = n_wait
+                ist[ii, I_N_ADMIT] = n_admit
+                ist[ii, I_RESERVED] = reserved
+                ist[ii, I_N_DECODE] = nd
+                ist[ii, I_CTX_SUM] = ctx
+                ist[ii, I_N_PAST] = npast
+                ist[ii, I_EX_SUM] = ex
+                ist[ii, I_ACTIVE] = active
+                ist[ii, I_STEP] = step
+                ist[ii, I_STEP_PF_TOKENS] = 0
+                ist[ii, I_STEP_N_FIN] = 0
+                ist[ii, I_OUTSTANDING] = outstanding
+                ist[ii, I_KV_PEAK] = kv_peak
+                ist[ii, I_BATCH_SUM] = batch_sum
+                ist[ii, I_TOKENS_OUT] = tokens_out
+                fst[ii, F_BUSY] = busy
+                fst[ii, F_STEP_START] = start
+                fst[ii, F_NEXT_T] = tb
+                in_sys -= n_done
             else:
                 # colocated fast path (see the docstring): this boundary and the instance's next
                 # ones while nothing else can happen before them, in one loop, with the
@@ -1039,22 +1319,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                             else:
                                 break
                         kvf = float(kvt)
-                    n_tok = float(nd + pf_tokens)
-                    if moe_w:
-                        weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
-                    else:
-                        weight_s = weight_c
-                    kvb = kvf * kvpg
-                    kv_time = (kvb / dp if div_dp else kvb) / d_bw
-                    num = matmul2 * n_tok + attn
-                    comp_s = (num / g if div_g else num) / d_c
-                    if comm_fixed:
-                        comm_s = comm_c
-                    else:
-                        comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
-                                  + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
-                    aw = weight_s + kv_time
-                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                    dt_step = _step_s_nb(float(nd + pf_tokens), kvf, attn, parts)
                     step += 1
                     active = 1
                     batch_sum += nd + pieces
