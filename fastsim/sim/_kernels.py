@@ -12,8 +12,9 @@ inlined), so a command compiles each once.
 Reference counting: a helper inlined by numba (``inline="always"``) still increments and
 decrements the reference count of every array it is passed, at every call, unless the call is
 straight-line code (then numba prunes the pairs). The event loop of :func:`_run_nb` therefore
-has its colocated and arrival paths written out in place; the helpers remain for the
-disaggregated paths and the once-per-run work.
+has its arrival path and its three boundary paths (colocated, prefill, decode) written out in
+place, each running an instance's boundaries in one loop with its state in locals; the step
+time comes from scalar-only helpers (:func:`_step_consts_nb` once per run, :func:`_step_s_nb`).
 
 Per-instance state lives in one int64 table ``ist`` (columns ``I_*``) and one float64 table
 ``fst`` (columns ``F_*``), one row per instance. The wrapper fills the configuration columns
@@ -49,11 +50,11 @@ from numba import njit
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
                          P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
-                         P_WEXP, step_time_nb)
+                         P_WEXP)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
-                      RUN_SCRATCH_OVERFLOW, RUN_TRANSFER_OVERFLOW)
+                      RUN_TRANSFER_OVERFLOW)
 
 KIND_COLOCATED = 0
 KIND_PREFILL = 1
@@ -147,22 +148,6 @@ def check_one_nb(arrival, prompt, output, horizon, max_tokens, info):
     code, mo = _check_one_nb(arrival, prompt, output, horizon, max_tokens)
     info[0, 0] = code
     info[0, 1] = mo
-
-
-@njit(cache=True, inline="always")
-def _tr_push_nb(tr_t, tr_r, size, t, r):
-    """Insert (t, r) into the transfer heap ordered by time, then request index."""
-    j = size
-    while j > 0:
-        parent = (j - 1) >> 1
-        pt = tr_t[parent]
-        if pt < t or (pt == t and tr_r[parent] < r):
-            break
-        tr_t[j] = pt
-        tr_r[j] = tr_r[parent]
-        j = parent
-    tr_t[j] = t
-    tr_r[j] = r
 
 
 @njit(cache=True, inline="always")
@@ -263,290 +248,6 @@ def _held_int_nb(c, w, s, lay):
     """
     e = c - w
     return c - (s * e) // lay if e > 0 else c
-
-
-@njit(cache=True, inline="always")
-def _batch_boundary_nb(i, t, pp, ist, fst, prompt, output, first, finish, status, nxt, done,
-                       wheel, wnext, xnext):
-    """Step boundary of a colocated or decode instance at time t.
-
-    Completes the running step (if any), admits from the waiting queue, starts the next step.
-    Returns the number of requests that finished here.
-    """
-    kind = ist[i, I_KIND]
-    woff = ist[i, I_WHEEL_OFF]
-    mask = ist[i, I_WHEEL_MASK]
-    win = ist[i, I_WINDOW]
-    sl = ist[i, I_SLIDE_L]
-    nl = ist[i, I_N_LAYERS]
-    n_done = 0
-    step = ist[i, I_STEP]
-    if ist[i, I_ACTIVE] != 0:
-        nd = ist[i, I_N_DECODE]
-        nfin = ist[i, I_STEP_N_FIN]
-        gen = nd + nfin
-        ist[i, I_OUTSTANDING] -= ist[i, I_STEP_PF_TOKENS] + gen
-        ist[i, I_TOKENS_OUT] += gen
-        ctx = ist[i, I_CTX_SUM] + nd
-        npast = ist[i, I_N_PAST]
-        ex = ist[i, I_EX_SUM]
-        reserved = ist[i, I_RESERVED]
-        n_admit = ist[i, I_N_ADMIT]
-        # decodes whose context passed the window this step (W -> W + 1), then every decode
-        # past it grew its excess by one
-        b = woff + mask + 1 + (step & mask)
-        r = wheel[b]
-        wheel[b] = -1
-        while r >= 0:
-            npast += 1
-            r = xnext[r]
-        ex += npast
-        # decodes whose last token was this step
-        b = woff + (step & mask)
-        r = wheel[b]
-        wheel[b] = -1
-        while r >= 0:
-            finish[r] = t
-            status[r] = REQ_FINISHED
-            po = prompt[r] + output[r]
-            ctx -= po
-            if po > win:
-                npast -= 1
-                ex -= po - win
-            reserved -= _held_int_nb(po, win, sl, nl)
-            nd -= 1
-            n_admit -= 1
-            n_done += 1
-            r = wnext[r]
-        # prompts finished by this step: first token now
-        r = ist[i, I_PF_HEAD]
-        for _ in range(nfin):
-            first[r] = t
-            o = output[r]
-            if o == 1:
-                finish[r] = t
-                status[r] = REQ_FINISHED
-                reserved -= _held_int_nb(prompt[r] + 1, win, sl, nl)
-                n_admit -= 1
-                n_done += 1
-            else:
-                b = woff + ((step + o - 1) & mask)
-                wnext[r] = wheel[b]
-                wheel[b] = r
-                nd += 1
-                c1 = prompt[r] + 1
-                ctx += c1
-                if c1 > win:
-                    npast += 1
-                    ex += c1 - win
-                elif c1 + o - 1 > win:
-                    # its context passes the window at the end of step step + W - P
-                    b = woff + mask + 1 + ((step + win - prompt[r]) & mask)
-                    xnext[r] = wheel[b]
-                    wheel[b] = r
-            r = nxt[r]
-        ist[i, I_PF_HEAD] = r
-        ist[i, I_N_DECODE] = nd
-        ist[i, I_CTX_SUM] = ctx
-        ist[i, I_N_PAST] = npast
-        ist[i, I_EX_SUM] = ex
-        ist[i, I_RESERVED] = reserved
-        ist[i, I_N_ADMIT] = n_admit
-        ist[i, I_ACTIVE] = 0
-    return n_done + _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext, xnext)
-
-
-@njit(cache=True, inline="always")
-def _start_step_nb(i, t, pp, ist, fst, prompt, output, nxt, done, wheel, wnext, xnext):
-    """Second half of a boundary of a colocated or decode instance: admit, compose, start a step.
-
-    Returns 0 (the number of requests finished, for the caller's sum).
-    """
-    kind = ist[i, I_KIND]
-    woff = ist[i, I_WHEEL_OFF]
-    mask = ist[i, I_WHEEL_MASK]
-    win = ist[i, I_WINDOW]
-    sl = ist[i, I_SLIDE_L]
-    nl = ist[i, I_N_LAYERS]
-    step = ist[i, I_STEP]
-    # admission: strict FCFS while the KV reservation and the batch cap allow
-    r = ist[i, I_WAIT_HEAD]
-    if r >= 0:
-        reserved = ist[i, I_RESERVED]
-        n_admit = ist[i, I_N_ADMIT]
-        cap = ist[i, I_MAX_ADMIT]
-        budget = ist[i, I_KV_BUDGET]
-        n_wait = ist[i, I_N_WAIT]
-        nd = ist[i, I_N_DECODE]
-        ctx = ist[i, I_CTX_SUM]
-        npast = ist[i, I_N_PAST]
-        ex = ist[i, I_EX_SUM]
-        while r >= 0 and n_admit < cap:
-            need = _held_int_nb(prompt[r] + output[r], win, sl, nl)
-            if reserved + need > budget:
-                break
-            reserved += need
-            n_admit += 1
-            n_wait -= 1
-            if kind == KIND_DECODE:
-                # arrives with its first token: tokens 2..O in steps step+1 .. step+O-1
-                o = output[r]
-                b = woff + ((step + o - 1) & mask)
-                wnext[r] = wheel[b]
-                wheel[b] = r
-                nd += 1
-                c1 = prompt[r] + 1
-                ctx += c1
-                if c1 > win:
-                    npast += 1
-                    ex += c1 - win
-                elif c1 + o - 1 > win:
-                    b = woff + mask + 1 + ((step + win - prompt[r]) & mask)
-                    xnext[r] = wheel[b]
-                    wheel[b] = r
-            r = nxt[r]
-        ist[i, I_WAIT_HEAD] = r
-        ist[i, I_RESERVED] = reserved
-        ist[i, I_N_ADMIT] = n_admit
-        ist[i, I_N_WAIT] = n_wait
-        ist[i, I_N_DECODE] = nd
-        ist[i, I_CTX_SUM] = ctx
-        ist[i, I_N_PAST] = npast
-        ist[i, I_EX_SUM] = ex
-        if reserved > ist[i, I_KV_PEAK]:
-            ist[i, I_KV_PEAK] = reserved
-
-    if ist[i, I_N_ADMIT] == 0:
-        fst[i, F_NEXT_T] = np.inf
-        fst[i, F_IDLE_T] = t
-        return 0
-
-    # compose the next step: every decode + up to I_TOKENS prompt tokens, FCFS; the decodes
-    # read and attend over their held context, sum(ctx) - f x sum(excess over the window)
-    nd = ist[i, I_N_DECODE]
-    ctx = ist[i, I_CTX_SUM]
-    ex = ist[i, I_EX_SUM]
-    slide = fst[i, F_SLIDE]
-    lay = pp[i, P_LAYERS]
-    qdec = pp[i, P_QDIM_DEC]
-    qpf = pp[i, P_QDIM_PF]
-    attn = 4.0 * lay * qdec * (float(ctx) - slide * float(ex))
-    kvt = ctx
-    kex = ex
-    pf_tokens = 0
-    nfin = 0
-    pieces = 0
-    if kind == KIND_COLOCATED:
-        left = ist[i, I_TOKENS]
-        r = ist[i, I_PF_HEAD]
-        stop = ist[i, I_WAIT_HEAD]
-        while left > 0 and r != stop:
-            s = done[r]
-            rem = prompt[r] - s
-            x = rem if rem < left else left
-            # the chunk reads and attends over the held part of the s tokens before it
-            kvt += s
-            hs = float(s)
-            e = s - win
-            if e > 0:
-                kex += e
-                hs = float(s) - slide * float(e)
-            xf = float(x)
-            attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * hs
-            done[r] = s + x
-            pf_tokens += x
-            left -= x
-            pieces += 1
-            if x == rem:
-                nfin += 1
-                r = nxt[r]
-            else:
-                break
-    dt = step_time_nb(pp[i], float(nd + pf_tokens), float(kvt) - slide * float(kex), attn)
-    ist[i, I_STEP] = step + 1
-    ist[i, I_ACTIVE] = 1
-    ist[i, I_STEP_PF_TOKENS] = pf_tokens
-    ist[i, I_STEP_N_FIN] = nfin
-    ist[i, I_BATCH_SUM] += nd + pieces
-    fst[i, F_STEP_START] = t
-    fst[i, F_NEXT_T] = t + dt
-    fst[i, F_BUSY] += dt
-    return 0
-
-
-@njit(cache=True, inline="always")
-def _prefill_boundary_nb(i, t, pp, ist, fst, prompt, nxt, tr_t, tr_r, ntr):
-    """Step boundary of a disaggregated prefill instance at time t.
-
-    Sends the finished prompts' KV (pushes transfers of their held KV), then batches waiting
-    prompts FCFS up to the token limit (the first one always), reserving their held KV.
-    Returns the new transfer-heap size, -1 on overflow.
-    """
-    win = ist[i, I_WINDOW]
-    if ist[i, I_ACTIVE] != 0:
-        kvpg = pp[i, P_KVPG]
-        bw = pp[i, P_NET_BW]
-        slide = fst[i, F_SLIDE]
-        r = ist[i, I_STEP_FIRST]
-        cap = tr_t.shape[0]
-        for _ in range(ist[i, I_STEP_N]):
-            if ntr >= cap:
-                return -1
-            p = prompt[r]
-            hp = float(p)
-            e = p - win
-            if e > 0:
-                hp = float(p) - slide * float(e)
-            _tr_push_nb(tr_t, tr_r, ntr, t + hp * kvpg / bw, r)
-            ntr += 1
-            r = nxt[r]
-        ist[i, I_OUTSTANDING] -= ist[i, I_STEP_PF_TOKENS]
-        ist[i, I_RESERVED] = 0
-        ist[i, I_ACTIVE] = 0
-    r = ist[i, I_WAIT_HEAD]
-    if r < 0:
-        fst[i, F_NEXT_T] = np.inf
-        fst[i, F_IDLE_T] = t
-        return ntr
-    sl = ist[i, I_SLIDE_L]
-    nl = ist[i, I_N_LAYERS]
-    lay = pp[i, P_LAYERS]
-    qpf = pp[i, P_QDIM_PF]
-    limit = ist[i, I_TOKENS]
-    attn = 4.0 * lay * qpf * 0.0
-    tot = 0
-    held = 0
-    cnt = 0
-    ist[i, I_STEP_FIRST] = r
-    while r >= 0:
-        x = prompt[r]
-        if cnt > 0 and tot + x > limit:
-            break
-        xf = float(x)
-        attn += 2.0 * lay * qpf * xf * xf + 4.0 * lay * qpf * xf * 0.0
-        tot += x
-        held += _held_int_nb(x, win, sl, nl)
-        cnt += 1
-        r = nxt[r]
-    ist[i, I_WAIT_HEAD] = r
-    if r < 0:
-        # the queue is empty: forget the tail, whose request will join a decode list (``nxt``
-        # is shared), so that the next arrival does not link from it
-        ist[i, I_TAIL] = -1
-    ist[i, I_N_WAIT] -= cnt
-    ist[i, I_STEP_N] = cnt
-    ist[i, I_STEP_PF_TOKENS] = tot
-    ist[i, I_RESERVED] = held
-    if held > ist[i, I_KV_PEAK]:
-        ist[i, I_KV_PEAK] = held
-    dt = step_time_nb(pp[i], float(tot), 0.0, attn)
-    ist[i, I_STEP] += 1
-    ist[i, I_ACTIVE] = 1
-    ist[i, I_BATCH_SUM] += cnt
-    fst[i, F_STEP_START] = t
-    fst[i, F_NEXT_T] = t + dt
-    fst[i, F_BUSY] += dt
-    return ntr
 
 
 @njit(cache=True, inline="always")
