@@ -46,7 +46,7 @@ from ..sim import _kernels as K
 from ..sim.engine import ColocatedPlan, _instances, _wheel_size
 from ..sim.records import REQ_UNFINISHED
 from . import _fleet_nb as F
-from .schema import END_DRAIN, END_FAIL, WINDOW_COLUMNS, FleetRun, FleetSchedule
+from .schema import END_DRAIN, END_FAIL, FleetRun, FleetSchedule
 
 __all__ = ["ProfileArrivals", "simulate_fleet", "profile_chunks", "HIST_LO_S", "HIST_BINS_PER_DECADE",
            "HIST_BINS", "window_percentile"]
@@ -449,9 +449,12 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
 
     def serve(ia0: int, ia1: int, until: float) -> None:
         """Run arrivals in slots [ia0, ia1) and every boundary at or before ``until``."""
-        K._run_nb(pp, ist, fst, *rg.ro, rg.first, rg.finish, rg.inst, rg.dinst, rg.status, rg.nxt, rg.done,
-                  wh, rg.wnext, rg.xnext, tr_t, tr_r, e_i64, e_i64, e_i64, pool, routing, int(max_total),
-                  int(max_prompt), float(until), 1.0, False, ia0, ia1, rr, True)
+        code = K._run_nb(pp, ist, fst, *rg.ro, rg.first, rg.finish, rg.inst, rg.dinst, rg.status, rg.nxt,
+                         rg.done, wh, rg.wnext, rg.xnext, tr_t, tr_r, e_i64, e_i64, e_i64, pool, routing,
+                         int(max_total), int(max_prompt), float(until), 1.0, False, ia0, ia1, rr, True)
+        if code != 0:
+            raise RuntimeError(f"simulator kernel failed with status {int(code)} in a fleet run; this is a bug "
+                               "in fastsim")
         for i in np.flatnonzero(row_state == _DRAINING):
             if fst[i, K.F_NEXT_T] == np.inf:
                 row_state[i] = _OFF
