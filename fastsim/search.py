@@ -832,25 +832,18 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     RuntimeError
         A simulator kernel reported an internal failure.
     """
-    from .errors import require_positive
     from .sim import simulate_batch
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
-    if int(seeds) != seeds or seeds < 1:
-        raise FastsimInputError("seeds", seeds, "an integer >= 1")
-    if not (0 < rel_tol < 1):
-        raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
-    require_positive("horizon_s", horizon_s)
-    analytic = float(plan.capacity_req_per_s)
-    r = require_positive("rate_hint_req_per_s", rate_hint_req_per_s) if rate_hint_req_per_s else (analytic or 1.0)
+    S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
-    S = int(seeds)
     crn = _CRN(dists, S, float(horizon_s), r, arrival, cv, seed)
-    lo = hi = None
-    probes, mets, meas, overs = [], [], [], []
-
-    def _run_probe(rate):
+    bis = _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), seed, slo, float(horizon_s), analytic)
+    while True:
+        rate = bis.next_rate()
+        if rate is None:
+            break
         wls = crn.at(rate)
         if on_probe_start is not None:
             on_probe_start(float(rate), len(wls))
@@ -865,56 +858,225 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
                                  measure_window=measure_window, **ekw)
             if on_runs is not None:
                 on_runs(len(wls[k:k + step]))
-        met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, slo, horizon_s)
-        probes.append((float(rate), pooled, pooled_over, passed))
-        mets.append(met), meas.append(mea), overs.append(over)
+        bis.feed(rate, ms)
         if on_probe is not None:
-            on_probe(*probes[-1])
-        return passed
+            on_probe(*bis.probes[-1])
+    return bis.result()
 
-    for _ in range(max_probes):
-        ok = _run_probe(r)
-        if ok:
-            lo = r if lo is None else max(lo, r)
+
+def _search_inputs(plan: Plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s):
+    """Checked ``(seeds, first rate, analytic capacity)`` of a capacity search."""
+    from .errors import require_positive
+    if int(seeds) != seeds or seeds < 1:
+        raise FastsimInputError("seeds", seeds, "an integer >= 1")
+    if not (0 < rel_tol < 1):
+        raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
+    require_positive("horizon_s", horizon_s)
+    analytic = float(plan.capacity_req_per_s)
+    r = require_positive("rate_hint_req_per_s", rate_hint_req_per_s) if rate_hint_req_per_s else (analytic or 1.0)
+    return int(seeds), float(r), analytic
+
+
+class _Bisection:
+    """The capacity search of one plan as a state machine: which rate to probe next, given the probes so far.
+
+    :func:`max_sustainable_rate` drives one; :func:`max_sustainable_rates` drives many in
+    lockstep, all their probes of a round in one batch of simulations. The sequence of probes
+    depends only on the probes' verdicts, so both give the same answer for a plan.
+
+    Search: the bracket grows or shrinks by 1.25x from the first rate until it straddles the
+    answer, then bisects to ``rel_tol`` (at most ``max_probes`` probes). Interval: the bootstrap
+    over seeds of the probes' results; a resample that fails at every probed rate has its
+    capacity below the lowest probe, so up to three more probes go lower (each 1 / 1.1 of the
+    lowest) until the interval's lower end is not censored.
+    """
+
+    def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic):
+        self.r, self.S, self.rel_tol, self.max_probes = r0, S, rel_tol, max_probes
+        self.bootstrap, self.seed, self.slo, self.horizon_s, self.analytic = bootstrap, seed, slo, horizon_s, analytic
+        self.lo = self.hi = None
+        self.probes, self.mets, self.meas, self.overs = [], [], [], []
+        self.phase = "search"
+        self.n_search = 0
+        self.boot_rounds = 0
+        self.caps = None
+
+    def next_rate(self):
+        """The next rate to probe (req/s), or None when the search and its interval are done."""
+        if self.phase == "search":
+            return self.r
+        if self.phase == "boot":
+            return min(p[0] for p in self.probes) / 1.1
+        return None
+
+    def feed(self, rate, ms) -> None:
+        """Record the probe at ``rate`` from its runs' metrics (one per seed) and move on."""
+        met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, self.slo, self.horizon_s)
+        self.probes.append((float(rate), pooled, pooled_over, passed))
+        self.mets.append(met), self.meas.append(mea), self.overs.append(over)
+        if self.phase == "search":
+            if passed:
+                self.lo = rate if self.lo is None else max(self.lo, rate)
+            else:
+                self.hi = rate if self.hi is None else min(self.hi, rate)
+            lo, hi = self.lo, self.hi
+            if (lo is not None and hi is not None and hi - lo <= self.rel_tol * lo) \
+                    or len(self.probes) >= self.max_probes:
+                self.n_search = len(self.probes)
+                self._after_search()
+                return
+            self.r = hi / 1.25 if lo is None else lo * 1.25 if hi is None else 0.5 * (lo + hi)
         else:
-            hi = r if hi is None else min(hi, r)
-        if lo is not None and hi is not None and hi - lo <= rel_tol * lo:
-            break
-        r = hi / 1.25 if lo is None else lo * 1.25 if hi is None else 0.5 * (lo + hi)
-    n_search = len(probes)      # the bisection's probes; the interval may add lower ones below
+            self._boot_step()
 
-    def _bootstrap():
-        rates = np.array([p[0] for p in probes])
-        met_a, mea_a, over_a = np.array(mets), np.array(meas), np.array(overs)
-        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-        caps = np.empty(bootstrap)
-        for b in range(bootstrap):
+    def _after_search(self) -> None:
+        if self.S >= 2 and self.bootstrap > 0 and self.lo is not None:
+            self.phase = "boot"
+            self._boot_step(first=True)
+        else:
+            self.phase = "done"
+
+    def _boot_step(self, first: bool = False) -> None:
+        # up to four resamplings, each but a good one followed by a probe lower; the interval is
+        # the last resampling's (a probe after the fourth is kept among the probes, not in it)
+        if self.boot_rounds >= 4:
+            self.phase = "done"
+            return
+        self.caps = self._bootstrap()
+        self.boot_rounds += 1
+        if np.quantile(self.caps, 0.025) > 0 or len(self.probes) >= self.max_probes + 3:
+            self.phase = "done"
+
+    def _bootstrap(self):
+        rates = np.array([p[0] for p in self.probes])
+        met_a, mea_a, over_a = np.array(self.mets), np.array(self.meas), np.array(self.overs)
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0])
+        caps = np.empty(self.bootstrap)
+        S = self.S
+        for b in range(self.bootstrap):
             idx = rng.integers(0, S, S)
-            caps[b] = _capacity_from(rates, met_a[:, idx], mea_a[:, idx], over_a[:, idx], slo.attainment, horizon_s)
+            caps[b] = _capacity_from(rates, met_a[:, idx], mea_a[:, idx], over_a[:, idx], self.slo.attainment,
+                                     self.horizon_s)
         return caps
 
-    ci = (float("nan"), float("nan"))
-    if S >= 2 and bootstrap > 0 and lo is not None:
-        # a resample that fails at every probed rate has its capacity below the lowest probe:
-        # probe lower (at most three times) until the interval's lower end is not censored
-        for _ in range(4):
-            caps = _bootstrap()
-            if np.quantile(caps, 0.025) > 0 or len(probes) >= max_probes + 3:
-                break
-            _run_probe(min(p[0] for p in probes) / 1.1)
-        ci = (float(np.quantile(caps, 0.025)), float(np.quantile(caps, 0.975)))
-    met_a, mea_a = np.array(mets), np.array(meas)
-    per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
-    # the point estimate is the bootstrap's own estimator on all seeds over the bisection's probes,
-    # so that it lies inside the bracket and, but for a skewed bootstrap, inside the interval
-    estimate = 0.0
-    if lo is not None:
-        k = n_search
-        estimate = _capacity_from(np.array([p[0] for p in probes[:k]]), met_a[:k], mea_a[:k], np.array(overs[:k]),
-                                  slo.attainment, horizon_s)
-        estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
-    return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
-                          probes, per_seed_att, analytic, S, float(horizon_s))
+    def result(self) -> "CapacityResult":
+        """The :class:`CapacityResult` once :meth:`next_rate` is None."""
+        ci = (float("nan"), float("nan"))
+        if self.caps is not None:
+            ci = (float(np.quantile(self.caps, 0.025)), float(np.quantile(self.caps, 0.975)))
+        met_a, mea_a = np.array(self.mets), np.array(self.meas)
+        per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
+        # the point estimate is the bootstrap's own estimator on all seeds over the bisection's
+        # probes, so that it lies inside the bracket and, but for a skewed bootstrap, inside the
+        # interval
+        lo, hi, k = self.lo, self.hi, self.n_search
+        estimate = 0.0
+        if lo is not None:
+            estimate = _capacity_from(np.array([p[0] for p in self.probes[:k]]), met_a[:k], mea_a[:k],
+                                      np.array(self.overs[:k]), self.slo.attainment, self.horizon_s)
+            estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
+        return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
+                              self.probes, per_seed_att, self.analytic, self.S, float(self.horizon_s))
+
+
+def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: float = 600.0, rel_tol: float = 0.01,
+                          rate_hints_req_per_s=None, seeds_root=0, catalog: Catalog | None = None,
+                          constants: StepConstants = StepConstants(), models=None, measure_window=(0.2, 0.8),
+                          routing: str = "least-loaded", max_probes: int = 40, bootstrap: int = 2000,
+                          on_round=None) -> list:
+    """The maximum sustainable rates of many plans, their bisections advancing together (SPEC §7).
+
+    Each plan gets exactly :func:`max_sustainable_rate`'s search (the same probes, common random
+    numbers and estimator, so the same :class:`CapacityResult` as a call per plan with the same
+    arguments); each round simulates the next probe of every plan still searching in one batch
+    of parallel runs (plans x seeds), so the threads stay busy across plans and the per-probe
+    overhead is paid once per round.
+
+    Parameters
+    ----------
+    plans : sequence of Plan
+        Colocated or disaggregated plans (lecture scheduler), k of them.
+    dists : Scenario, str, (LengthDist, LengthDist), or a sequence of k of them
+        Each plan's length distributions (one for all, or one per plan).
+    slos : SLO or sequence of k SLO
+    seeds, horizon_s, rel_tol, max_probes, bootstrap, measure_window, routing, catalog, constants
+        As for :func:`max_sustainable_rate`, shared by all plans.
+    rate_hints_req_per_s : sequence of k float or None, optional
+        First probe of each plan (default its analytic capacity, as the one-plan search).
+    seeds_root : int or sequence of k int
+        Each plan's ``seed`` of :func:`max_sustainable_rate` (its workloads and bootstrap).
+    models : sequence of k Model or None, optional
+        Models that are not catalog entries.
+    on_round : callable(round: int, searching: int, runs: int), optional
+        Called before each round with the plans still searching and the runs it simulates.
+
+    Returns
+    -------
+    list of CapacityResult
+        One per plan, in order.
+
+    Raises
+    ------
+    FastsimInputError
+        As :func:`max_sustainable_rate`, or sequences whose length is not k.
+    RuntimeError
+        A simulator kernel reported an internal failure.
+    """
+    from .sim import simulate_batch
+    catalog = catalog or default_catalog()
+    plans = list(plans)
+    k = len(plans)
+
+    def per_plan(field, v, kind):
+        if isinstance(v, kind) or v is None or isinstance(v, (str, int, float)):
+            return [v] * k
+        v = list(v)
+        if len(v) != k:
+            raise FastsimInputError(field, f"{len(v)} entries", f"one, or one per plan ({k})")
+        return v
+    dl = [dists] * k if not isinstance(dists, (list, tuple)) or (len(dists) == 2 and not isinstance(dists[0], str)
+                                                                 and hasattr(dists[0], "kind")) else list(dists)
+    if len(dl) != k:
+        raise FastsimInputError("dists", f"{len(dl)} entries", f"one, or one per plan ({k})")
+    sl = per_plan("slos", slos, SLO)
+    hints = per_plan("rate_hints_req_per_s", rate_hints_req_per_s, float)
+    roots = per_plan("seeds_root", seeds_root, int)
+    ml = per_plan("models", models, Model)
+    jobs = []
+    for i, plan in enumerate(plans):
+        model = ml[i] or catalog.model(plan.model)
+        S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])
+        jobs.append((sim_plan(plan, catalog, constants, model), model.max_context_tokens,
+                     _CRN(dl[i], S, float(horizon_s), r, "poisson", 1.0, roots[i]),
+                     _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), roots[i], sl[i],
+                                float(horizon_s), analytic)))
+    rnd = 0
+    while True:
+        todo = [(j, b.next_rate()) for j, (_, _, _, b) in enumerate(jobs)]
+        todo = [(j, r) for j, r in todo if r is not None]
+        if not todo:
+            break
+        # one batch per (SLO, context limit): simulate_batch shares those across its runs
+        groups: dict = {}
+        for j, rate in todo:
+            sp, ctx, crn, b = jobs[j]
+            g = groups.setdefault((b.slo.ttft_s, b.slo.tpot_s, ctx), ([], [], []))
+            for w in crn.at(rate):
+                g[0].append(sp)
+                g[1].append(w)
+            g[2].append((j, rate))
+        if on_round is not None:
+            on_round(rnd, len(todo), sum(len(g[1]) for g in groups.values()))
+        for (ttft, tpot, ctx), (ps, ws, owners) in groups.items():
+            ms = simulate_batch(ps, ws, horizon_s=horizon_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
+                                max_context_tokens=ctx, routing=routing, measure_window=measure_window)
+            at = 0
+            for j, rate in owners:
+                b = jobs[j][3]
+                b.feed(rate, ms[at:at + b.S])
+                at += b.S
+        rnd += 1
+    return [b.result() for _, _, _, b in jobs]
 
 
 # --------------------------------------------------------------------------------------------

@@ -212,16 +212,19 @@ def _run_task(task: _Task) -> dict:
                 n_req = 0
         flush()
     if s.capacity:
-        from ..search import max_sustainable_rate
-        for i in range(k):
-            src = task.sources[task.src[i]]
-            if src.kind != "scenario":
-                continue
-            r = max_sustainable_rate(task.plans[i], src.obj, SLO(float(task.ttft[i]), float(task.tpot[i])),
-                                     seeds=s.seeds, horizon_s=s.horizon_s, rel_tol=s.capacity_tol,
-                                     seed=_workload_seed_int(s.seed, src.label), catalog=task.catalog,
-                                     constants=s.constants, model=task.models[i])
-            out["sim_capacity_req_per_s"][i] = r.rate_req_per_s
-            out["sim_capacity_ci95_lo_req_per_s"][i] = r.ci95[0]
-            out["sim_capacity_ci95_hi_req_per_s"][i] = r.ci95[1]
+        # every point's bisection at once (max_sustainable_rates: one batch of runs per round,
+        # the same answers as a max_sustainable_rate call per point)
+        from ..search import max_sustainable_rates
+        rows = [i for i in range(k) if task.sources[task.src[i]].kind == "scenario"]
+        if rows:
+            res = max_sustainable_rates(
+                [task.plans[i] for i in rows], [task.sources[task.src[i]].obj for i in rows],
+                [SLO(float(task.ttft[i]), float(task.tpot[i])) for i in rows], seeds=s.seeds,
+                horizon_s=s.horizon_s, rel_tol=s.capacity_tol,
+                seeds_root=[_workload_seed_int(s.seed, task.sources[task.src[i]].label) for i in rows],
+                catalog=task.catalog, constants=s.constants, models=[task.models[i] for i in rows])
+            for i, r in zip(rows, res):
+                out["sim_capacity_req_per_s"][i] = r.rate_req_per_s
+                out["sim_capacity_ci95_lo_req_per_s"][i] = r.ci95[0]
+                out["sim_capacity_ci95_hi_req_per_s"][i] = r.ci95[1]
     return out
