@@ -274,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--emit", choices=("vllm", "sglang"),
                     help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
                          "per plan; fastsim.emit)")
+    sp.add_argument("--rejection-budget", type=_fraction("--rejection-budget", "a fraction of the requests"),
+                    default=0.0, metavar="F",
+                    help="fraction of the requests a plan may reject although they fit the model's context (its "
+                         "instances cannot hold their KV) and still pass (default 0: such a plan fails)")
     _add_engine_args(sp, prefixes=False)
     _add_calibration(sp)
     sp.set_defaults(func=_cmd_plan)
@@ -520,7 +524,8 @@ def _cmd_plan(args):
         bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
-                             progress=bar.update if bar else None, engine=engine)
+                             progress=bar.update if bar else None, engine=engine,
+                             rejection_budget=args.rejection_budget)
     if bar:
         bar.close()
     report.notes.extend(notes)
@@ -1388,7 +1393,7 @@ def _cmd_simulate(args):
     if len(results) > 1:
         # the verdict over all seeds together, as `plan` and `capacity` judge a plan
         from .search import SLO, _pooled
-        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon)
+        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon, model.max_context_tokens)
         pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                   "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
                   "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,

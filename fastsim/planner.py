@@ -114,6 +114,8 @@ class PlannedDeployment:
                 "runs": v.runs, "measured_requests": v.measured, "rejected_requests": v.rejected,
                 "policy": v.policy, "preemptions": v.preemptions, "cache_hit_fraction": v.cache_hit_fraction,
                 "unrepairable_reason": r.reason or None,
+                "rejected_in_context_requests": v.rejected_in_context,
+                "fail_reason": v.reason or None,
             }
 
             def explain(k, x):
@@ -123,6 +125,8 @@ class PlannedDeployment:
                     return "not applicable: the plan passed as planned (or no instance count can pass)"
                 if k == "unrepairable_reason":
                     return "not applicable: the plan passes, or a repair was tried"
+                if k == "fail_reason":
+                    return "not applicable: the plan passes"
                 if k == "cache_hit_fraction":
                     return "not applicable: no prefix cache (the lecture policy, or caching off)"
                 return None
@@ -233,7 +237,8 @@ def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: i
 def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 10, seeds: int = 8,
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
-                    max_added: int | None = None, progress=None, engine: dict | None = None) -> PlanReport:
+                    max_added: int | None = None, progress=None, engine: dict | None = None,
+                    rejection_budget: float = 0.0) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -274,6 +279,10 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         :func:`fastsim.search.verify`, e.g. ``{"policy": "vllm"}``): plans sized with speculative
         decoding are then simulated with their draft, and plans sized for prefix-cache hits on a
         workload with prefix blocks. None: the lecture policy.
+    rejection_budget : float
+        Fraction of the requests, in [0, 1), a plan may reject although they fit the model's
+        context (its instances cannot hold their KV) and still pass (default 0: such a plan
+        fails verification and is not repaired by adding instances of its kind).
 
     Returns
     -------
@@ -311,7 +320,8 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
             r = repair(row.plan, workloads, slo, horizon_s=sim_horizon,
                        latency_prompt_tokens=demand.latency_prompt_tokens,
                        latency_output_tokens=demand.latency_output_tokens, max_added=max_added,
-                       catalog=catalog, constants=options.constants, model=model, engine=engine)
+                       catalog=catalog, constants=options.constants, model=model, engine=engine,
+                       rejection_budget=rejection_budget)
         if progress is not None:
             progress()
         deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),

@@ -56,7 +56,8 @@ class Verification:
     ttft_p90_s, tpot_p90_s : float
         P90 over the pooled measured requests (inf when a measured request never got a token).
     passed : bool
-        ``attainment >= SLO.attainment`` and the runs, judged together, not overloaded.
+        ``attainment >= SLO.attainment``, the runs, judged together, not overloaded, and no more
+        requests that fit the model's context rejected than the rejection budget allows.
     overloaded : bool
         The runs, judged together by :func:`pooled_overload`, show the number of requests in
         the system growing without bound.
@@ -74,6 +75,14 @@ class Verification:
         Prompt tokens served from the prefix cache / prompt tokens admitted, over all runs
         (nan without prefix caching): what the simulation reached, beside a plan's sized
         ``prefix_hit_fraction``.
+    rejected_in_context : int
+        Rejected requests whose prompt + output fit the model's context: the plan's instances
+        cannot hold their KV (a valid request the plan cannot serve).
+    rejection_budget : float
+        The fraction of all requests that may be rejected within the context before the plan
+        fails (0 by default: a plan that cannot serve a valid request does not pass).
+    reason : str
+        Why the plan fails ("" when it passes): each failed criterion, in words.
     """
 
     attainment: float
@@ -88,6 +97,9 @@ class Verification:
     policy: str = "lecture"
     preemptions: int = 0
     cache_hit_fraction: float = float("nan")
+    rejected_in_context: int = 0
+    rejection_budget: float = 0.0
+    reason: str = ""
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict.
@@ -266,13 +278,23 @@ def _p90(a: np.ndarray) -> float:
     return float(x + (y - x) * frac)
 
 
-def _pooled(results, slo: SLO, measure_window, horizon_s):
+def _pooled(results, slo: SLO, measure_window, horizon_s, max_context_tokens=None, rejection_budget: float = 0.0):
+    """The :class:`Verification` of runs judged together (SPEC §7).
+
+    ``max_context_tokens`` (the model's) separates the rejections: a request rejected although
+    its prompt + output fits the context is one the plan's instances cannot hold, and more of
+    them than ``rejection_budget`` x requests fails the plan. Without it (None) rejections count
+    only as misses.
+    """
     ttft_all, tpot_all = [], []
-    met = measured = rejected = requests = 0
+    met = measured = rejected = requests = in_ctx = 0
     overloaded = pooled_overload([r.metrics for r in results], horizon_s) if results else False
     for r in results:
         rejected += int(r.metrics.rejected)
         requests += int(r.metrics.n_requests)
+        if max_context_tokens is not None and r.metrics.rejected:
+            rej = r.status == 2
+            in_ctx += int(np.count_nonzero(rej & (r.prompt_tokens + r.output_tokens <= max_context_tokens)))
         lo, hi = measure_window[0] * horizon_s, measure_window[1] * horizon_s
         sel = (r.arrival_s >= lo) & (r.arrival_s < hi)
         first, fin, o = r.first_token_s[sel], r.finish_s[sel], r.output_tokens[sel]
@@ -296,17 +318,27 @@ def _pooled(results, slo: SLO, measure_window, horizon_s):
     cached = sum(m.cached_prompt_tokens for m in ms)
     admitted = sum(m.prompt_tokens_admitted for m in ms)
     caching = any(m.cache_hit_fraction_per_instance is not None for m in ms)
+    why = []
+    if att < slo.attainment:
+        why.append(f"attainment {att:.3f} below {slo.attainment:g}")
+    if overloaded:
+        why.append("overloaded (the queue grows without bound)")
+    if in_ctx > rejection_budget * requests:
+        why.append(f"rejects {in_ctx:,} of {requests:,} requests that fit the model's context (an instance's KV "
+                   "cache cannot hold them)" + (f"; the rejection budget allows {rejection_budget:g} of the requests"
+                                                if rejection_budget > 0 else "; allow some with a rejection budget"))
     return Verification(attainment=att, ttft_p90_s=q(ttft_all), tpot_p90_s=q(tpot_all),
-                        passed=bool(att >= slo.attainment and not overloaded), overloaded=overloaded,
+                        passed=not why, overloaded=overloaded,
                         runs=len(results), measured=measured, rejected=rejected, requests=requests,
                         policy=policy, preemptions=sum(int(m.preemptions) for m in ms),
-                        cache_hit_fraction=cached / admitted if caching and admitted else float("nan"))
+                        cache_hit_fraction=cached / admitted if caching and admitted else float("nan"),
+                        rejected_in_context=in_ctx, rejection_budget=float(rejection_budget), reason="; ".join(why))
 
 
 def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalog | None = None,
            constants: StepConstants = StepConstants(), model: Model | None = None,
            measure_window=(0.2, 0.8), routing: str = "least-loaded", drain_s: float = 0.0,
-           engine: dict | None = None) -> Verification:
+           engine: dict | None = None, rejection_budget: float = 0.0) -> Verification:
     """Simulate a plan on each workload and pool the measured requests (SPEC §7).
 
     Parameters
@@ -340,16 +372,20 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
         Extra simulated time after the last arrival so that the measured requests can finish
         (default 0: the run ends with the arrival window, as SPEC §6 defines it). The measured
         requests stay those of the middle of the arrival window.
+    rejection_budget : float
+        Fraction of the requests (in [0, 1)) that may be rejected although they fit the model's
+        context (their KV does not fit an instance) before the plan fails; default 0.
 
     Returns
     -------
     Verification
-        Pooled over the runs; ``attainment`` is 0 when nothing was measured.
+        Pooled over the runs; ``attainment`` is 0 when nothing was measured; ``reason`` says
+        why it fails.
 
     Raises
     ------
     FastsimInputError
-        A negative or non-finite ``drain_s``; unknown names in the plan; anything
+        A negative or non-finite ``drain_s``, a rejection budget outside [0, 1); unknown names in the plan; anything
         :func:`fastsim.sim.simulate` rejects (bad arrays, horizon, SLO targets, window, routing).
     RuntimeError
         A simulator kernel reported an internal failure.
@@ -360,6 +396,7 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     model = model or catalog.model(plan.model)
     if drain_s:
         require_positive("drain_s", drain_s)
+    rejection_budget = _rejection_budget(rejection_budget)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     total = horizon_s + drain_s
@@ -368,7 +405,17 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     results = simulate_batch([sp], list(workloads), horizon_s=total, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
                              max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
                              measure_window=window, full=True)
-    return _pooled(results, slo, window, total)
+    return _pooled(results, slo, window, total, model.max_context_tokens, rejection_budget)
+
+
+def _rejection_budget(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not (0.0 <= f < 1.0):
+        raise FastsimInputError("rejection_budget", v, "a fraction of the requests in [0, 1)")
+    return f
 
 
 def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, slo: SLO,
@@ -470,7 +517,8 @@ def _instances(plan: Plan) -> int:
 def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_tokens: float,
            latency_output_tokens: float, max_added: int | None = None, catalog: Catalog | None = None,
            constants: StepConstants = StepConstants(), model: Model | None = None,
-           measure_window=(0.2, 0.8), routing: str = "least-loaded", engine: dict | None = None) -> RepairResult:
+           measure_window=(0.2, 0.8), routing: str = "least-loaded", engine: dict | None = None,
+           rejection_budget: float = 0.0) -> RepairResult:
     """Verify a plan and add instances until it passes (SPEC §7).
 
     Colocated plans gain one instance at a time; disaggregated plans gain a decode instance when
@@ -479,7 +527,9 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     instance: if it already misses the SLO, no count can pass and the plan is reported unrepairable.
 
     A plan is also reported unrepairable when more than ``1 - slo.attainment`` of its requests
-    are rejected (longer than the context or an instance's KV cache).
+    are rejected (longer than the context or an instance's KV cache), or when it rejects
+    requests that fit the model's context beyond ``rejection_budget`` (more instances of the
+    same kind hold no more KV per request).
 
     Parameters
     ----------
@@ -494,7 +544,7 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     max_added : int, optional
         Instance-adding rounds before giving up; default ``max(8, instances)`` (up to a doubling
         of a large plan).
-    catalog, constants, model, measure_window, routing, engine
+    catalog, constants, model, measure_window, routing, engine, rejection_budget
         As for :func:`verify` (with an engine policy the lone-request check, which follows the
         lecture's chunking, is skipped).
 
@@ -513,7 +563,7 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
     kw = dict(horizon_s=horizon_s, catalog=catalog, constants=constants, model=model,
-              measure_window=measure_window, routing=routing, engine=engine)
+              measure_window=measure_window, routing=routing, engine=engine, rejection_budget=rejection_budget)
     v = verify(plan, workloads, slo, **kw)
     history = [(plan, v)]
     if v.passed:
@@ -521,6 +571,10 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     # the lone-request check follows the lecture's chunking; an engine policy chunks by its own budget
     why = "" if engine is not None else lone_request_check(plan, latency_prompt_tokens, latency_output_tokens, slo,
                                                            catalog, constants, model)
+    if not why and v.rejected_in_context > v.rejection_budget * v.requests:
+        why = (f"{v.rejected_in_context:,} requests that fit {model.name}'s context of {model.max_context_tokens:,} "
+               "tokens are rejected (an instance's KV cache cannot hold them): more instances of the same kind "
+               "cannot serve them")
     if not why and v.requests and v.rejected / v.requests > 1.0 - slo.attainment:
         why = (f"{v.rejected:,} requests are rejected (longer than {model.name}'s context of "
                f"{model.max_context_tokens:,} tokens or than an instance's KV cache): more instances of the "

@@ -180,7 +180,8 @@ def _run_task(task: _Task) -> dict:
                                  max_context_tokens=ctx, measure_window=window, full=True)
             start = 0
             for i, nrun in owners:
-                v = _pooled(res[start:start + nrun], SLO(float(task.ttft[i]), float(task.tpot[i])), window, hz)
+                v = _pooled(res[start:start + nrun], SLO(float(task.ttft[i]), float(task.tpot[i])), window, hz,
+                            int(task.max_ctx[i]))
                 start += nrun
                 out["verified"][i] = True
                 out["sim_runs"][i] = v.runs
