@@ -1,13 +1,13 @@
 """Numba kernels of the serving simulator (SPEC section 6); the semantics are in ``engine.py``.
 
 Everything here only loops over preallocated arrays: no random numbers, no exceptions, a status
-code per run. One run is :func:`_run_nb`; :func:`simulate_one_nb` runs one and computes its
-metrics, releasing the GIL: the engine calls it for a single run, and from several Python
-threads for many (``fastsim.sim.engine._run_worker``), each run on its own slices of the
-flattened arrays. No kernel here uses ``prange``, which costs numba several times the
-compilation time (see ``fastsim._threads``); every kernel has one type signature per use (the
-engine passes read-only inputs, int64 scalars, never literal constants to a kernel that is not
-inlined), so a command compiles each once.
+code per run. One run is :func:`_run_nb`; :func:`simulate_one` runs one and computes its
+metrics (two kernel calls, which release the GIL): the engine calls it for a single run, and
+from several Python threads for many (``fastsim.sim.engine._run_worker``), each run on its own
+slices of the flattened arrays. No kernel here uses ``prange``, which costs numba several times
+the compilation time (see ``fastsim._threads``); every kernel has one type signature per use
+(the engine passes read-only inputs and Python scalars, never a literal constant to a kernel
+that is not inlined), so a command compiles each once.
 
 Reference counting: a helper inlined by numba (``inline="always"``) still increments and
 decrements the reference count of every array it is passed, at every call, unless the call is
@@ -1242,7 +1242,7 @@ def _percentiles_nb(x, n, out, col, hist):
             out[col + j] = a + (b - a) * frac
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi):
     """Per-run metrics (``M_*`` / ``MI_*`` columns) from the per-request results of one run.
 
@@ -1327,14 +1327,16 @@ def _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf,
     mi[MI_OVERLOADED] = 1 if over else 0
 
 
-@njit(cache=True, nogil=True)
-def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
-                    done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf,
-                    mi, full):
-    """One run and its metrics on the calling thread, without the GIL; returns the run's ``RUN_*`` code.
+def simulate_one(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
+                 done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, buf_a, buf_b, ri, rf, mf,
+                 mi, full):
+    """One run and its metrics: :func:`_run_nb`, then :func:`_metrics_nb`; returns the run's ``RUN_*`` code.
 
     The engine calls it for a single run, and for each of many from its worker threads
-    (``fastsim.sim.engine._run_worker``): one compiled function for both.
+    (``fastsim.sim.engine._run_worker``); both kernels release the GIL. A Python function, not a
+    kernel calling the two: numba would compile that kernel as well, optimising both kernels'
+    code once more (about 2 s of a first run's compilation). Every argument has one type (the
+    scalars are passed as Python ``int`` / ``float`` / ``bool``), so each kernel compiles once.
 
     Parameters
     ----------
@@ -1362,9 +1364,9 @@ def simulate_one_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, 
         Keep the per-instance samples.
     """
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
-                   done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, ri[R_N_ENTRY], ri[R_ROUTING],
-                   ri[R_MAX_TOTAL], ri[R_MAX_PROMPT], rf[RF_HORIZON], rf[RF_DT], full, 0,
-                   arrival.shape[0], np.zeros(1, np.int64), False)
+                   done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, int(ri[R_N_ENTRY]),
+                   int(ri[R_ROUTING]), int(ri[R_MAX_TOTAL]), int(ri[R_MAX_PROMPT]), float(rf[RF_HORIZON]),
+                   float(rf[RF_DT]), full, 0, arrival.shape[0], np.zeros(1, np.int64), False)
     if code == RUN_OK:
         _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
     return code

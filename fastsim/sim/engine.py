@@ -4,7 +4,7 @@ The public functions normalise their input to C-ordered, read-only arrays of fix
 (float64 times, int64 token counts: every kernel has one type signature, so it compiles once),
 check the values with a kernel call per workload (numpy names the fault only when there is
 one), build the run and instance tables vectorized over the runs, and call
-``_kernels.simulate_one_nb`` once per run: for one run on the calling thread; for many from
+``_kernels.simulate_one`` once per run: for one run on the calling thread; for many from
 worker threads that take the runs one by one (longest first; the kernel releases the GIL, and a
 plain kernel compiles in a fraction of a ``prange`` kernel's time). It reads each workload's
 arrays in place, with no concatenation, and also computes the run's metrics (percentiles by
@@ -463,7 +463,7 @@ def _run_worker(order, jobs, lock, run_i, run_f, pp, ist, fst, ro, out, work_arr
                 samp_cap, worker):
     """Worker ``worker`` of a batch (:func:`fastsim._threads.run_workers`): runs of ``order``, one by one.
 
-    Each run is a :func:`K.simulate_one_nb` call (which releases the GIL) on its own slices of
+    Each run is a :func:`K.simulate_one` call (which releases the GIL) on its own slices of
     the per-request results and on the worker's slices of the working arrays (``cap`` requests,
     ``wheel_cap`` wheel buckets and ``samp_cap`` samples each); it writes nothing else, so the
     results do not depend on the number of workers.
@@ -496,7 +496,7 @@ def _run_worker(order, jobs, lock, run_i, run_f, pp, ist, fst, ro, out, work_arr
         i1 = i0 + r[K.R_N_INST]
         q0 = r[K.R_ISAMP_OFF]
         q1 = q0 + r[K.R_N_SAMP] * r[K.R_N_INST] if full else q0
-        out["run_status"][k] = K.simulate_one_nb(
+        out["run_status"][k] = K.simulate_one(
             pp[i0:i1], ist[i0:i1], fst[i0:i1], *ro[r[K.R_WORK]], out["first"][o0:o1], out["finish"][o0:o1],
             out["inst"][o0:o1], out["dinst"][o0:o1], out["status"][o0:o1], nxt[w0:w1], done[w0:w1],
             wheel[h0:h0 + r[K.R_WHEEL_LEN]], wnext[w0:w1], xnext[w0:w1], tr_t[w0:w1], tr_r[w0:w1],
@@ -597,7 +597,7 @@ def _run(plans, pk, wk, work, opts, full: bool):
                    np.empty(nw if disagg else 1, np.int32), np.empty(nw, np.float64), np.empty(nw, np.float64))
     if R == 1:
         # one run: a plain call on this thread, the workload's arrays passed directly
-        out["run_status"][0] = K.simulate_one_nb(
+        out["run_status"][0] = K.simulate_one(
             pp, ist, fst, *ro[int(wk[0])], out["first"], out["finish"], out["inst"], out["dinst"], out["status"],
             *work_arrays[:7], out["wait_s"], out["kv_s"], out["sys_s"], *work_arrays[7:], run_i[0], run_f[0],
             out["met_f"][0], out["met_i"][0], bool(full))
