@@ -49,3 +49,14 @@ def test_plan_deepseek_v3_chat_verified(benchmark):
     benchmark.pedantic(_plan_deepseek_in_fresh_process, rounds=1, iterations=1)
     if not benchmark.disabled:
         assert benchmark.stats.stats.median <= 30.0
+
+
+def test_plan_chat_verified_search(benchmark, chat_plan):
+    """`plan --search verified` on chat: every configuration of the default grid at its cheapest
+    passing count (8 seeds x 600 s per verification), in process, warm (target <= 10 s)."""
+    from fastsim.analytic import Demand
+    from fastsim.planner import plan_deployment
+    s, _ = chat_plan
+    rep = benchmark.pedantic(plan_deployment, args=(s.model, Demand.from_scenario(s), s),
+                             kwargs=dict(search="verified", seeds=8, horizon_s=600.0), rounds=1, iterations=1)
+    assert rep.deployments[0].repair.passed

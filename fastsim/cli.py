@@ -274,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--emit", choices=("vllm", "sglang"),
                     help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
                          "per plan; fastsim.emit)")
+    sp.add_argument("--search", choices=("screen", "verified"), default="screen",
+                    help="screen (default): the lecture's pipeline, the screen's top-k plans verified and repaired; "
+                         "verified: every configuration of the grid that is not provably hopeless at its cheapest "
+                         "passing instance count found in simulation, ranked by verified cost, with how the screen "
+                         "saw each (kept, over-sized, under-sized, missed)")
     sp.add_argument("--rejection-budget", type=_fraction("--rejection-budget", "a fraction of the requests"),
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "
@@ -525,7 +530,7 @@ def _cmd_plan(args):
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine,
-                             rejection_budget=args.rejection_budget)
+                             rejection_budget=args.rejection_budget, search=args.search)
     if bar:
         bar.close()
     report.notes.extend(notes)
@@ -570,6 +575,10 @@ def _cmd_plan(args):
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
+    if args.search == "verified" and not args.no_verify:   # how the screen saw each verified plan
+        headers.append("screen")
+        for row, d in zip(rows, report.deployments):
+            row.append(d.screen_view or "")
     if spec is not None:   # speculative decoding screened: say which plans use it
         headers.insert(6, "spec dec")
         for row, d in zip(rows, report.deployments):

@@ -40,6 +40,12 @@ class PlannedDeployment:
         Mean output tokens per request (for the cost).
     ttft_slo_s, tpot_slo_s : float or None
         P90 targets (s), reported in :meth:`to_dict`.
+    screen_view : str or None
+        Under the verified search (:mod:`fastsim.verified`): how the analytic screen saw this
+        configuration, ``kept``, ``over-sized``, ``under-sized`` or ``missed``; None under the
+        screen's search.
+    screen_reason : str
+        Why the screen missed it (its reason for calling the configuration infeasible).
     """
 
     analytic: Plan
@@ -50,6 +56,8 @@ class PlannedDeployment:
     mean_output_tokens: float
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
+    screen_view: str | None = None
+    screen_reason: str = ""
 
     @property
     def plan(self) -> Plan:
@@ -99,6 +107,8 @@ class PlannedDeployment:
                  price_usd_per_gpu_hour=p.price_usd_per_gpu_hour, usd_per_hour=p.price_usd_per_hour,
                  rate_req_per_s=self.rate_req_per_s,
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
+        if self.screen_view is not None:
+            d.update(screen_view=self.screen_view, screen_reason=self.screen_reason or None)
         from ._output import null_reasons, percentile_reason
         r = self.repair
         if r is None:
@@ -140,6 +150,10 @@ class PlannedDeployment:
                                                                     "top k") + ")")
             if k == "instance_capacity_req_per_s":
                 return "not applicable: a disaggregated plan (see prefill and decode capacities)"
+            if k == "screen_reason":
+                return "not applicable: the screen did not miss this configuration"
+            if k == "analytic_usd_per_million_output_tokens":
+                return "infinite: the analytic screen finds this configuration infeasible"
             return None
         d["null_reasons"] = null_reasons(d, explain_top)
         return d
@@ -238,7 +252,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
-                    rejection_budget: float = 0.0) -> PlanReport:
+                    rejection_budget: float = 0.0, search: str = "screen") -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -283,6 +297,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         Fraction of the requests, in [0, 1), a plan may reject although they fit the model's
         context (its instances cannot hold their KV) and still pass (default 0: such a plan
         fails verification and is not repaired by adding instances of its kind).
+    search : {"screen", "verified"}
+        ``screen``: the lecture's pipeline (the screen's ``top_k`` feasible plans, verified and
+        repaired). ``verified``: every configuration of the grid that is not provably hopeless
+        at its cheapest passing count found in simulation (:func:`fastsim.verified.plan_verified`),
+        the ``top_k`` cheapest reported, each with how the screen saw it (``screen_view``).
 
     Returns
     -------
@@ -306,6 +325,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     if int(seeds) != seeds or seeds < 1:
         raise FastsimInputError("seeds", seeds, "an integer >= 1")
     require_positive("horizon_s", horizon_s)
+    if search not in ("screen", "verified"):
+        raise FastsimInputError("search", search, "'screen' or 'verified'")
+    if search == "verified" and verify:
+        return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
+                                     options, progress, engine, rejection_budget)
     grid = screen(model, demand, catalog=catalog, options=options)
     feas = grid[grid.feasible].head(int(top_k))
     slo = SLO(demand.ttft_s, demand.tpot_s)
@@ -340,3 +364,39 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     notes = [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "
              f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
     return PlanReport(final, grid, demand, notes)
+
+
+def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, catalog, options, progress, engine,
+                          rejection_budget) -> PlanReport:
+    """:func:`plan_deployment` with ``search="verified"``."""
+    from .verified import plan_verified
+    workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed)
+    out = plan_verified(model, demand, workloads, sim_horizon, catalog=catalog, options=options, engine=engine,
+                        rejection_budget=rejection_budget, progress=progress)
+    deployments = []
+    pruned = []
+    for plan, rr, view, why, sp, cost, eff in out:
+        if rr is None:
+            pruned.append(why)
+            continue
+        deployments.append(PlannedDeployment(sp, rr, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
+                                             demand.ttft_s, demand.tpot_s, screen_view=view,
+                                             screen_reason=why if view == "missed" else ""))
+    grid = screen(model, demand, catalog=catalog, options=options)
+    shown = deployments[:top_k]
+    notes = []
+    missed = [str(k) for k, d in enumerate(shown, 1) if d.screen_view == "missed" and d.repair.passed]
+    if missed:
+        notes.append(f"plan{'s' if len(missed) > 1 else ''} {', '.join(missed)}: the analytic screen calls "
+                     f"{'these configurations' if len(missed) > 1 else 'this configuration'} infeasible "
+                     "(--search screen would not have simulated "
+                     f"{'them' if len(missed) > 1 else 'it'}); the simulator passes "
+                     f"{'them' if len(missed) > 1 else 'it'}")
+    over = [str(k) for k, d in enumerate(shown, 1) if d.screen_view == "over-sized"]
+    if over:
+        notes.append(f"plan{'s' if len(over) > 1 else ''} {', '.join(over)}: fewer instances than the screen sized pass")
+    if pruned:
+        from collections import Counter
+        notes.append(f"{len(deployments)} configurations verified, {len(pruned)} pruned as hopeless: "
+                     + "; ".join(f"{w} ({n})" for w, n in Counter(pruned).most_common()))
+    return PlanReport(shown, grid, demand, notes)

@@ -1,0 +1,204 @@
+"""Verified planning: the cheapest configuration of the grid that the simulator passes.
+
+The lecture's planner (``fastsim plan --search screen``) simulates only the plans its analytic
+screen ranks first, at the counts the screen sizes, so a heuristic of the screen can hide the
+cheapest plan that works: on the coding agent, the screen's TTFT / 2 rule drops H100 FP8 TP2,
+whose P90 prompt the simulator prefills alone in 1.21 s of a 2-s target.
+
+:func:`plan_verified` simulates every configuration of the grid that is not provably hopeless:
+
+- pruned: weights and one request's KV do not fit in memory (the screen's memory test, exact);
+  or a request of the latency-quantile lengths misses the SLO alone on an idle instance,
+  measured by the simulator (:func:`fastsim.search.lone_request_check`): no count can pass;
+- every other configuration gets its cheapest passing instance count by simulation: colocated
+  plans from the screen's count (or 1 where the screen finds none) down while they pass, or up
+  (doubling, then bisection) until they pass, up to ``max_instances``; disaggregated plans from
+  the screen's counts by :func:`fastsim.search.repair` (a prefill instance for TTFT, a decode
+  instance for TPOT) and then one fewer of each side while they pass.
+
+The ranking is by verified cost (GPUs x price at the target rate, SPEC §1), so no
+configuration of the grid passes at a lower cost at the same seeds than the answer, up to the
+count search's assumption that more instances of a kind never fail where fewer pass (the
+verification at one count is exact; between counts it is not re-checked). Each plan says how
+the screen saw it: ``kept`` (the screen's count passes and one fewer does not), ``over-sized``
+(fewer instances pass), ``under-sized`` (more were needed), or ``missed`` (the screen found it
+infeasible, with its reason).
+"""
+from __future__ import annotations
+
+import math
+
+from .analytic import Demand, ScreenOptions, plan_for, screen
+from .catalog import Catalog, Model, default_catalog
+from .errors import FastsimInputError
+from .search import SLO, RepairResult, lone_request_check, repair, verify
+
+__all__ = ["plan_verified", "SCREEN_VIEWS"]
+
+#: How the screen saw a verified plan (``PlannedDeployment.screen_view``).
+SCREEN_VIEWS = ("kept", "over-sized", "under-sized", "missed")
+
+_MEMORY = "do not fit in memory"
+
+
+def _count_search(plan, check, n0: int, max_instances: int):
+    """Cheapest passing count of a colocated plan: ``(count or None, history of (n, Verification))``.
+
+    From ``n0`` down while it passes, else up by doubling then bisection; ``check(n)`` verifies
+    the plan at n instances.
+    """
+    hist = {}
+
+    def ok(n):
+        if n not in hist:
+            hist[n] = check(n)
+        return hist[n].passed
+
+    if ok(n0):
+        n = n0
+        while n > 1 and ok(n - 1):
+            n -= 1
+        return n, hist
+    lo, hi = n0, None
+    n = n0
+    while hi is None:
+        if n >= max_instances:
+            return None, hist
+        n = min(max(2 * n, n + 1), max_instances)
+        if ok(n):
+            hi = n
+        else:
+            lo = n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, hist
+
+
+def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: float, *, catalog: Catalog | None = None,
+                  options: ScreenOptions = ScreenOptions(), engine: dict | None = None, rejection_budget: float = 0.0,
+                  max_instances: int = 64, progress=None) -> list:
+    """Every configuration of the screen's grid at its cheapest passing count, cheapest first.
+
+    Parameters
+    ----------
+    model : Model or str
+    demand : Demand
+        Rate, SLOs and length statistics (the screen's).
+    workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
+        One per seed (:func:`fastsim.search.verify`); every configuration sees the same ones.
+    horizon_s : float
+        Arrival window simulated (s).
+    catalog, options
+        As for :func:`fastsim.analytic.screen`.
+    engine, rejection_budget
+        As for :func:`fastsim.search.verify`.
+    max_instances : int
+        Largest count tried for one configuration (>= 1).
+    progress : callable(), optional
+        Called after each configuration.
+
+    Returns
+    -------
+    list of (Plan, RepairResult or None, str, str, Plan, float, float)
+        Per configuration: the verified plan (at its cheapest passing count, or the last count
+        tried; None for a pruned disaggregated configuration), its
+        :class:`~fastsim.search.RepairResult` (None when pruned), how the screen saw it
+        (:data:`SCREEN_VIEWS`, or ``pruned``), the reason (screen's, pruning's or the count
+        search's), the screen's own plan, and the screen's integer and efficiency costs (US
+        dollars per million output tokens, inf where it found none); passing plans first by
+        verified cost, then the rest.
+
+    Raises
+    ------
+    FastsimInputError
+        A bad ``max_instances``, or anything :func:`fastsim.search.verify` rejects.
+    """
+    catalog = catalog or default_catalog()
+    model = catalog.model(model) if isinstance(model, str) else model
+    if isinstance(max_instances, bool) or int(max_instances) != max_instances or max_instances < 1:
+        raise FastsimInputError("max_instances", max_instances, "an integer >= 1")
+    slo = SLO(demand.ttft_s, demand.tpot_s)
+    grid = screen(model, demand, catalog=catalog, options=options)
+    kw = dict(horizon_s=horizon_s, catalog=catalog, constants=options.constants, model=model, engine=engine,
+              rejection_budget=rejection_budget)
+    out = []
+    for _, row in grid.iterrows():
+        n_before = len(out)
+        costs = (float(row.usd_per_million_output_tokens), float(row.efficiency_usd_per_million_output_tokens))
+        _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, int(max_instances))
+        out[n_before:] = [e + costs for e in out[n_before:]]
+        if progress is not None:
+            progress()
+    out.sort(key=lambda e: (not (e[1] is not None and e[1].passed), e[1] is None,
+                            e[0].gpus * e[0].price_usd_per_gpu_hour if e[0] is not None else math.inf))
+    return out
+
+
+def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, max_instances) -> None:
+    """Verify one configuration of the grid at its cheapest passing count; append its entry to ``out``."""
+    reason = str(row.reason or "")
+    if row.feasible:
+        sp = row.plan
+    elif row["mode"] == "colocated":
+        sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
+                      catalog=catalog, options=options, layout=row.layout)
+    else:
+        sp = None
+    if _MEMORY in reason or sp is None:
+        out.append((sp, None, "pruned", reason or "infeasible", sp))
+        return
+    if sp.mode == "colocated":
+        base = sp
+        why = "" if engine is not None else lone_request_check(
+            base, demand.latency_prompt_tokens, demand.latency_output_tokens, slo, catalog, options.constants,
+            model)
+        if why:
+            out.append((base, None, "pruned", "no count can pass: " + why, sp))
+            return
+        n0 = int(sp.instances) if row.feasible else 1
+        n, hist = _count_search(base, lambda k: verify(base.with_instances(instances=k),
+                                                       workloads, slo, **kw), n0, max_instances)
+        tried = sorted(hist)
+        history = [(base.with_instances(instances=k), hist[k]) for k in tried]
+        if n is None:
+            last = tried[-1]
+            rr = RepairResult(base.with_instances(instances=last), hist[last], False, n0 if row.feasible else None,
+                              f"fails up to {last} instances: " + (hist[last].reason or "attainment below target"),
+                              history)
+            out.append((rr.plan, rr, "missed" if not row.feasible else "under-sized", rr.reason, sp))
+        else:
+            final = base.with_instances(instances=n)
+            # repaired from the screen's count (none when the screen sized none: the search began at 1)
+            rr = RepairResult(final, hist[n], True, None if n == n0 or not row.feasible else n0, "", history)
+            view = ("missed" if not row.feasible else "kept" if n == n0
+                    else "over-sized" if n < n0 else "under-sized")
+            out.append((final, rr, view, reason if not row.feasible else "", sp))
+    else:
+        rr = repair(sp, workloads, slo, latency_prompt_tokens=demand.latency_prompt_tokens,
+                    latency_output_tokens=demand.latency_output_tokens, **kw)
+        n_p0, n_d0 = sp.prefill_instances, sp.decode_instances
+        if rr.passed:
+            cur, v = rr.plan, rr.verification
+            history = list(rr.history)
+            for side in ("prefill", "decode"):
+                while True:
+                    k = getattr(cur, f"{side}_instances")
+                    if k <= 1:
+                        break
+                    trial = cur.with_instances(**{f"{side}_instances": k - 1})
+                    tv = verify(trial, workloads, slo, **kw)
+                    history.append((trial, tv))
+                    if not tv.passed:
+                        break
+                    cur, v = trial, tv
+            moved = (cur.prefill_instances, cur.decode_instances) != (n_p0, n_d0)
+            rr = RepairResult(cur, v, True, n_p0 + n_d0 if moved else None, "", history)
+            view = "kept" if not moved else "over-sized" if cur.gpus < sp.gpus else "under-sized"
+            out.append((cur, rr, view, "", sp))
+        else:
+            out.append((rr.plan, rr, "under-sized", rr.reason, sp))
+
