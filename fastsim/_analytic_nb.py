@@ -39,48 +39,55 @@ def _decode_step_nb(p, b, ctx_tokens, layers, hidden):
 
 
 @njit(cache=True, inline="always")
-def _coloc_step_nb(p, b, c, ctx_tokens, layers, hidden):
+def _coloc_step_nb(p, b, c, ctx_tokens, layers, pc):
+    """b decodes of context ``ctx_tokens`` plus a chunk of c tokens of a prompt of ``pc`` tokens.
+
+    The chunk attends to the prompt's earlier chunks (SPEC §5, revised): on average
+    ``2 x layers x c x pc x q_dim`` FLOPs and a read of ``pc / 2`` cached tokens of that prompt.
+    """
     kv = b * ctx_tokens
-    return step_time_nb(p, b + c, kv, 4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * c)
+    return step_time_nb(p, b + c, kv + _held_nb(p, pc / 2.0),
+                        4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * pc)
 
 
 @njit(cache=True)
-def _round_nb(p, pd, b, c, ctx_tokens, ctx_draft_tokens, layers, gamma):
+def _round_nb(p, pd, b, c, ctx_tokens, ctx_draft_tokens, layers, gamma, pc):
     """Time of one step (``gamma`` 0) or one speculative round of b decodes plus a chunk of c prompt tokens.
 
     ``gamma`` 0: :func:`_decode_step_nb` (c = 0) or :func:`_coloc_step_nb`. ``gamma`` > 0: ``gamma``
     draft decode steps of the b sequences plus one target verify step over ``b (gamma + 1) + c``
     tokens whose decode attention is ``4 x layers x q_dim x (b (gamma + 1)) x context`` (the float
-    operations of :func:`fastsim.specdec.round_time_s` when c = 0); the chunk rides in the verify step.
+    operations of :func:`fastsim.specdec.round_time_s` when c = 0); the chunk rides in the verify step,
+    attending to the earlier chunks of a prompt of ``pc`` tokens as in :func:`_coloc_step_nb`.
     """
     if gamma > 0.0:
         kv = b * ctx_tokens
         n = b * (gamma + 1.0)
         attn = 4.0 * layers * p[P_QDIM_DEC] * (n * ctx_tokens)
         if c > 0.0:
-            s = step_time_nb(p, n + c, kv, attn + 2.0 * layers * p[P_QDIM_PF] * c * c)
+            s = step_time_nb(p, n + c, kv + _held_nb(p, pc / 2.0), attn + 2.0 * layers * p[P_QDIM_PF] * c * pc)
         else:
             s = step_time_nb(p, n, kv, attn)
         kvd = b * ctx_draft_tokens
         d = step_time_nb(pd, b, kvd, 4.0 * pd[P_LAYERS] * pd[P_QDIM_DEC] * kvd)
         return gamma * d + s
     if c > 0.0:
-        return _coloc_step_nb(p, b, c, ctx_tokens, layers, 0.0)
+        return _coloc_step_nb(p, b, c, ctx_tokens, layers, pc)
     return _decode_step_nb(p, b, ctx_tokens, layers, 0.0)
 
 
 @njit(cache=True)
-def _max_b_nb(p, pd, c, ctx_tokens, ctx_draft_tokens, layers, gamma, limit_s, b_cap):
+def _max_b_nb(p, pd, c, ctx_tokens, ctx_draft_tokens, layers, gamma, limit_s, b_cap, pc):
     """Largest integer b in [1, b_cap] with round(b, c) <= limit_s (the round is monotone in b); 0 if none."""
     if b_cap < 1:
         return 0
-    if _round_nb(p, pd, 1.0, c, ctx_tokens, ctx_draft_tokens, layers, gamma) > limit_s:
+    if _round_nb(p, pd, 1.0, c, ctx_tokens, ctx_draft_tokens, layers, gamma, pc) > limit_s:
         return 0
     lo = 1
     hi = b_cap
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        s = _round_nb(p, pd, float(mid), c, ctx_tokens, ctx_draft_tokens, layers, gamma)
+        s = _round_nb(p, pd, float(mid), c, ctx_tokens, ctx_draft_tokens, layers, gamma, pc)
         if s <= limit_s:
             lo = mid
         else:
@@ -112,6 +119,8 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     tpot = d[5]
     margin = d[6]
     tail = d[7]
+    # the work-weighted prompt length E[P^2] / E[P] stands for P in throughput (SPEC §5)
+    work_p = d[8]
     # prompt tokens computed per request: the prefix cache serves the fraction hit of them
     new_mean_p = (1.0 - hit) * mean_p
     new_lat_p = (1.0 - hit) * lat_p
@@ -129,7 +138,8 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     out_col_c[i] = 0
     out_col_step[i] = np.nan
     # a verify step writes gamma + 1 tokens of KV before the rejected ones are dropped
-    if kv_tok < _held_nb(p, lat_p + lat_o + gamma):
+    held_lat = _held_nb(p, lat_p + lat_o + gamma)
+    if kv_tok < held_lat:
         out_status[i] = NO_FIT
         out_col_status[i] = NO_FIT
         return
@@ -137,13 +147,14 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     step_limit = margin * tpot
     # a round yields tokens_per_round tokens per sequence: its time per token must meet the limit
     round_limit = step_limit * tokens_per_round
-    b_cap = int(math.floor(kv_tok / _held_nb(p, mean_p + mean_o + gamma)))
+    # KV reserved for P + O at their P90 lengths (SPEC §5: lesson one applies to memory too)
+    b_cap = int(math.floor(kv_tok / held_lat))
     if max_batch_i > 0 and max_batch_i < b_cap:
         b_cap = max_batch_i
     # decode instance
-    b = _max_b_nb(p, pd, 0.0, ctx, ctx_d, L, gamma, round_limit, b_cap)
+    b = _max_b_nb(p, pd, 0.0, ctx, ctx_d, L, gamma, round_limit, b_cap, 0.0)
     if b > 0:
-        s = _round_nb(p, pd, float(b), 0.0, ctx, ctx_d, L, gamma)
+        s = _round_nb(p, pd, float(b), 0.0, ctx, ctx_d, L, gamma, 0.0)
         out_dec_b[i] = b
         out_dec_step[i] = s
         out_dec_cap[i] = b * tokens_per_round / (s * mean_o)
@@ -153,7 +164,7 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     s_lat = step_time_nb(p, new_lat_p, _held_nb(p, hit * lat_p),
                          2.0 * L * h * lat_p * lat_p * (1.0 - hit * hit))
     s_mean = step_time_nb(p, new_mean_p, _held_nb(p, hit * mean_p),
-                          2.0 * L * h * mean_p * mean_p * (1.0 - hit * hit))
+                          2.0 * L * h * mean_p * work_p * (1.0 - hit * hit))
     transfer = lat_p * kvpg / net_bw
     a = ttft - s_lat - transfer
     out_pre_s[i] = s_lat
@@ -161,7 +172,12 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
         rho = a / (a + tail * s_mean / 2.0)
         out_pre_rho[i] = rho
         out_pre_cap[i] = rho / s_mean
-    # colocated instance: b decodes + a chunk of c prompt tokens per step (per round)
+    # colocated instance: b decodes + a chunk of c prompt tokens per step (per round); the chunk
+    # attends to its prompt's earlier chunks, of P90 length for the latency limits and of the
+    # work-weighted length for throughput; with prefix hits the new tokens follow the cached
+    # fraction hit, so their average context is P (1 + hit) / 2
+    pc_lat = lat_p * (1.0 + hit)
+    pc_thr = work_p * (1.0 + hit)
     best = 0.0
     status = TPOT_UNREACHABLE
     nc = chunks.shape[0] if chunk_i <= 0.0 else 1
@@ -169,16 +185,16 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
         c = chunks[j] if chunk_i <= 0.0 else chunk_i
         ttft_limit = ttft / 2.0 / math.ceil(new_lat_p / c)
         limit = min(round_limit, ttft_limit)
-        bb = _max_b_nb(p, pd, c, ctx, ctx_d, L, gamma, limit, b_cap)
+        bb = _max_b_nb(p, pd, c, ctx, ctx_d, L, gamma, limit, b_cap, pc_lat)
         if bb == 0:
             if ttft_limit < round_limit and status == TPOT_UNREACHABLE:
-                if _round_nb(p, pd, 1.0, c, ctx, ctx_d, L, gamma) <= round_limit:
+                if _round_nb(p, pd, 1.0, c, ctx, ctx_d, L, gamma, pc_lat) <= round_limit:
                     status = TTFT_UNREACHABLE
             continue
         b_star = c * mean_o / (tokens_per_round * new_mean_p)
         for cand in (math.floor(b_star), math.ceil(b_star)):
             bc = int(min(max(cand, 1.0), bb))
-            s = _round_nb(p, pd, float(bc), c, ctx, ctx_d, L, gamma)
+            s = _round_nb(p, pd, float(bc), c, ctx, ctx_d, L, gamma, pc_thr)
             thr = min(bc * tokens_per_round / mean_o, c / new_mean_p) / s
             if thr > best:
                 best = thr
@@ -207,8 +223,9 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         Unique step-parameter rows (:func:`fastsim.stepmodel.step_params`).
     pidx : int64[n]
         Row of ``params`` of each instance row.
-    demand : float64[k, 8]
-        Unique demands: mean P, mean O, latency P, latency O, TTFT s, TPOT s, tpot_margin, ttft_tail.
+    demand : float64[k, 9]
+        Unique demands: mean P, mean O, latency P, latency O, TTFT s, TPOT s, tpot_margin, ttft_tail,
+        work-weighted P (E[P^2] / E[P]).
     didx : int64[n]
         Row of ``demand`` of each instance row.
     chunk : float64[n]

@@ -80,6 +80,9 @@ class Demand:
         Means of the length distributions (throughput, KV per step).
     latency_prompt_tokens, latency_output_tokens : float
         Lengths used for the latency checks: the P90 by default (lecture §2.3, lesson one).
+    work_prompt_tokens : float, optional
+        The work-weighted prompt length ``E[P^2] / E[P]`` that stands for P in the throughput
+        of prompt attention (SPEC §5, revised); default the mean (a fixed length).
 
     Raises
     ------
@@ -94,10 +97,13 @@ class Demand:
     mean_output_tokens: float
     latency_prompt_tokens: float
     latency_output_tokens: float
+    work_prompt_tokens: float | None = None
 
     def __post_init__(self):
+        if self.work_prompt_tokens is None:
+            object.__setattr__(self, "work_prompt_tokens", self.mean_prompt_tokens)
         for name in ("rate_req_per_s", "ttft_s", "tpot_s", "mean_prompt_tokens", "mean_output_tokens",
-                     "latency_prompt_tokens", "latency_output_tokens"):
+                     "latency_prompt_tokens", "latency_output_tokens", "work_prompt_tokens"):
             require_positive(name, getattr(self, name))
 
     @classmethod
@@ -131,6 +137,7 @@ class Demand:
             mean_prompt_tokens=scenario.prompt.mean, mean_output_tokens=scenario.output.mean,
             latency_prompt_tokens=scenario.prompt.mean if q is None else scenario.prompt.quantile(q),
             latency_output_tokens=scenario.output.mean if q is None else scenario.output.quantile(q),
+            work_prompt_tokens=scenario.prompt.work_mean,
         )
 
     @classmethod
@@ -168,7 +175,8 @@ class Demand:
         return cls(rate_req_per_s=float(rate_req_per_s), ttft_s=float(ttft_s), tpot_s=float(tpot_s),
                    mean_prompt_tokens=float(p.mean()), mean_output_tokens=float(o.mean()),
                    latency_prompt_tokens=float(p.mean() if q is None else np.quantile(p, q)),
-                   latency_output_tokens=float(o.mean() if q is None else np.quantile(o, q)))
+                   latency_output_tokens=float(o.mean() if q is None else np.quantile(o, q)),
+                   work_prompt_tokens=float((p * p).mean() / p.mean()))
 
 
 @dataclass(frozen=True)
@@ -679,7 +687,7 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
     dm = np.array([[demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
                     demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
-                    options.ttft_tail]], dtype=np.float64)
+                    options.ttft_tail, demand.work_prompt_tokens]], dtype=np.float64)
     if n and not ext:
         K.instances_nb(params, np.arange(n, dtype=np.int64), dm, np.zeros(n, dtype=np.int64),
                        np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),

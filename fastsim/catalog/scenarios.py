@@ -45,6 +45,17 @@ class LengthDist:
         """Location of the underlying normal (float): ``ln(mean) - sigma^2 / 2``, so the lognormal's mean is ``mean``."""
         return math.log(self.mean) - self.sigma ** 2 / 2.0
 
+    @property
+    def work_mean(self) -> float:
+        """The work-weighted length ``E[L^2] / E[L]`` (float, tokens): ``mean x exp(sigma^2)`` for ``lognormal``.
+
+        Attention work grows as the square of a prompt's length, so the mean work per request
+        is that of a prompt of ``E[P^2] / E[P]`` tokens (SPEC §5, revised); ``mean`` for ``fixed``.
+        """
+        if self.kind == "fixed":
+            return float(self.mean)
+        return float(self.mean * math.exp(self.sigma ** 2))
+
     def quantile(self, q: float) -> float:
         """The q-quantile of the length (lecture exercise 5: mean 8000, sigma 0.8 -> P90 16,195).
 

@@ -132,7 +132,7 @@ class _Source:
     rate_req_per_s: float
     ttft_s: float | None
     tpot_s: float | None
-    lengths: tuple            # mean P, mean O, P90 P, P90 O
+    lengths: tuple            # mean P, mean O, P90 P, P90 O, E[P^2] / E[P]
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,8 @@ def _resolve_source(kind: str, v, catalog: Catalog, cache: dict, read_trace=None
         s = catalog.scenario(v)
         d = Demand.from_scenario(s)
         return _Source(s.name, "scenario", s, s.model, s.rate_req_per_s, s.ttft_s, s.tpot_s,
-                       (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens))
+                       (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens,
+                        d.work_prompt_tokens))
     wl = cache.get(v) or (read_trace or W.read_trace)(v)
     cache[v] = wl
     if wl.n < 2 or not (wl.duration_s > 0):
@@ -292,7 +293,8 @@ def _resolve_source(kind: str, v, catalog: Catalog, cache: dict, read_trace=None
     p, o = wl.prompt_tokens.astype(np.float64), wl.output_tokens.astype(np.float64)
     return _Source(wl.name if v.strip().lower() in W.BUILTIN_TRACES else v, "trace", wl, None,
                    wl.mean_rate_req_per_s, None, None,
-                   (float(p.mean()), float(o.mean()), float(np.quantile(p, 0.9)), float(np.quantile(o, 0.9))))
+                   (float(p.mean()), float(o.mean()), float(np.quantile(p, 0.9)), float(np.quantile(o, 0.9)),
+                    float((p * p).mean() / p.mean())))
 
 
 def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None) -> SweepGrid:
