@@ -43,7 +43,7 @@ def main(argv=None):
     ap.add_argument("--top-k", type=int, default=3)
     args = ap.parse_args(argv)
     cat = default_catalog()
-    kw = dict(top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon, catalog=cat)
+    kw = dict(top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon, catalog=cat, search="screen")
     print(f"simulation: {args.seeds} seeds x {args.horizon:g} s per plan")
 
     sc = cat.scenario("coding-agent")

@@ -274,11 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--emit", choices=("vllm", "sglang"),
                     help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
                          "per plan; fastsim.emit)")
-    sp.add_argument("--search", choices=("screen", "verified"), default="screen",
-                    help="screen (default): the lecture's pipeline, the screen's top-k plans verified and repaired; "
-                         "verified: every configuration of the grid that is not provably hopeless at its cheapest "
-                         "passing instance count found in simulation, ranked by verified cost, with how the screen "
-                         "saw each (kept, over-sized, under-sized, missed)")
+    sp.add_argument("--search", choices=("verified", "screen"), default="verified",
+                    help="verified (default): every configuration of the grid that is not provably hopeless at its "
+                         "cheapest passing instance count found in simulation, ranked by verified cost, with how the "
+                         "screen saw each (kept, over-sized, under-sized, missed); screen: the lecture's pipeline, "
+                         "the analytic screen's top-k plans verified and repaired")
     sp.add_argument("--rejection-budget", type=_fraction("--rejection-budget", "a fraction of the requests"),
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "

@@ -252,7 +252,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
-                    rejection_budget: float = 0.0, search: str = "screen") -> PlanReport:
+                    rejection_budget: float = 0.0, search: str = "verified") -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -297,11 +297,12 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         Fraction of the requests, in [0, 1), a plan may reject although they fit the model's
         context (its instances cannot hold their KV) and still pass (default 0: such a plan
         fails verification and is not repaired by adding instances of its kind).
-    search : {"screen", "verified"}
-        ``screen``: the lecture's pipeline (the screen's ``top_k`` feasible plans, verified and
-        repaired). ``verified``: every configuration of the grid that is not provably hopeless
-        at its cheapest passing count found in simulation (:func:`fastsim.verified.plan_verified`),
+    search : {"verified", "screen"}
+        ``verified`` (default): every configuration of the grid that is not provably hopeless at
+        its cheapest passing count found in simulation (:func:`fastsim.verified.plan_verified`),
         the ``top_k`` cheapest reported, each with how the screen saw it (``screen_view``).
+        ``screen``: the lecture's pipeline (the screen's ``top_k`` feasible plans, verified and
+        repaired), kept so that its lessons stay reproducible.
 
     Returns
     -------
@@ -371,11 +372,17 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
     """:func:`plan_deployment` with ``search="verified"``."""
     from .verified import plan_verified
     workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed)
+    prefixes = getattr(source, "prefix", None) is not None
     out = plan_verified(model, demand, workloads, sim_horizon, catalog=catalog, options=options, engine=engine,
-                        rejection_budget=rejection_budget, progress=progress)
+                        rejection_budget=rejection_budget, progress=progress, prefixes=prefixes)
     deployments = []
     pruned = []
+    unsimulated = []
     for plan, rr, view, why, sp, cost, eff in out:
+        if view == "not simulated":
+            unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
+                                                  demand.ttft_s, demand.tpot_s), why))
+            continue
         if rr is None:
             pruned.append(why)
             continue
@@ -383,8 +390,19 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
                                              demand.ttft_s, demand.tpot_s, screen_view=view,
                                              screen_reason=why if view == "missed" else ""))
     grid = screen(model, demand, catalog=catalog, options=options)
-    shown = deployments[:top_k]
+    # passing plans first; the screen's figures for the plans the simulator cannot run as sized
+    # come after them, then the failing ones
+    passing = [d for d in deployments if d.repair.passed]
+    failing = [d for d in deployments if not d.repair.passed]
+    shown = (passing + [d for d, _ in unsimulated] + failing)[:top_k]
     notes = []
+    skipped = {}
+    for k, d in enumerate(shown, 1):
+        for u, why in unsimulated:
+            if u is d:
+                skipped.setdefault(why, []).append(str(k))
+    notes += [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "
+              f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
     missed = [str(k) for k, d in enumerate(shown, 1) if d.screen_view == "missed" and d.repair.passed]
     if missed:
         notes.append(f"plan{'s' if len(missed) > 1 else ''} {', '.join(missed)}: the analytic screen calls "

@@ -80,7 +80,7 @@ def _count_search(plan, check, n0: int, max_instances: int):
 
 def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: float, *, catalog: Catalog | None = None,
                   options: ScreenOptions = ScreenOptions(), engine: dict | None = None, rejection_budget: float = 0.0,
-                  max_instances: int = 64, progress=None) -> list:
+                  max_instances: int = 64, progress=None, prefixes: bool = False) -> list:
     """Every configuration of the screen's grid at its cheapest passing count, cheapest first.
 
     Parameters
@@ -98,6 +98,9 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
         As for :func:`fastsim.search.verify`.
     max_instances : int
         Largest count tried for one configuration (>= 1).
+    prefixes : bool
+        The workloads carry prefix blocks (:func:`fastsim.planner.unsimulated_reason`): plans
+        sized for prefix hits can then be simulated under an engine policy.
     progress : callable(), optional
         Called after each configuration.
 
@@ -107,7 +110,9 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
         Per configuration: the verified plan (at its cheapest passing count, or the last count
         tried; None for a pruned disaggregated configuration), its
         :class:`~fastsim.search.RepairResult` (None when pruned), how the screen saw it
-        (:data:`SCREEN_VIEWS`, or ``pruned``), the reason (screen's, pruning's or the count
+        (:data:`SCREEN_VIEWS`, ``pruned``, or ``not simulated`` for a plan the simulator cannot
+        run as the screen sized it: speculative decoding or prefix hits under the lecture
+        policy), the reason (screen's, pruning's, the simulator's or the count
         search's), the screen's own plan, and the screen's integer and efficiency costs (US
         dollars per million output tokens, inf where it found none); passing plans first by
         verified cost, then the rest.
@@ -129,7 +134,8 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     for _, row in grid.iterrows():
         n_before = len(out)
         costs = (float(row.usd_per_million_output_tokens), float(row.efficiency_usd_per_million_output_tokens))
-        _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, int(max_instances))
+        _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, int(max_instances),
+                 prefixes)
         out[n_before:] = [e + costs for e in out[n_before:]]
         if progress is not None:
             progress()
@@ -138,9 +144,16 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     return out
 
 
-def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, max_instances) -> None:
+def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, max_instances,
+             prefixes) -> None:
     """Verify one configuration of the grid at its cheapest passing count; append its entry to ``out``."""
+    from .planner import unsimulated_reason
     reason = str(row.reason or "")
+    if row.feasible:
+        why = unsimulated_reason(row.plan, engine, prefixes)
+        if why:
+            out.append((row.plan, None, "not simulated", why, row.plan))
+            return
     if row.feasible:
         sp = row.plan
     elif row["mode"] == "colocated":

@@ -115,7 +115,7 @@ def _best(model, demand: Demand, source, catalog: Catalog, options: ScreenOption
           seeds: int, horizon_s: float, top_k: int, seed: int):
     """(row dict of the cheapest plan, PlanReport)."""
     from .planner import plan_deployment
-    rep = plan_deployment(model, demand, source, top_k=top_k, seeds=seeds, horizon_s=horizon_s,
+    rep = plan_deployment(model, demand, source, search="screen", top_k=top_k, seeds=seeds, horizon_s=horizon_s,
                           verify=verify, seed=seed, catalog=catalog, options=options)
     passed = [d for d in rep.deployments if d.repair is None or d.repair.passed]
     if not passed:

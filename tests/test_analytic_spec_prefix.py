@@ -271,7 +271,7 @@ def test_cli_bad_speculation_flags(capsys, argv, flag):
 
 def test_planner_does_not_pass_off_a_plain_simulation_as_a_speculative_one():
     from fastsim.planner import plan_deployment
-    rep = plan_deployment(CHAT.model, D, CHAT, top_k=3, seeds=1, horizon_s=60.0,
+    rep = plan_deployment(CHAT.model, D, CHAT, top_k=3, seeds=1, horizon_s=60.0, search="screen",
                           options=ScreenOptions(spec_alpha=0.8, gpus=("B200",), precisions=("FP8",)))
     spec = [d for d in rep.deployments if d.plan.spec_gamma]
     plain = [d for d in rep.deployments if not d.plan.spec_gamma]

@@ -19,7 +19,8 @@ MOONCAKE = os.path.join(ROOT, "..", "shared", "data", "traces", "mooncake_conver
 def chat_report():
     cat = default_catalog()
     chat = cat.scenario("chat")
-    return plan_deployment(chat.model, Demand.from_scenario(chat), chat, top_k=3, seeds=4, horizon_s=600.0)
+    return plan_deployment(chat.model, Demand.from_scenario(chat), chat, top_k=3, seeds=4, horizon_s=600.0,
+                           search="screen")
 
 
 def test_chat_ranks_b200_first_and_both_plans_pass(chat_report):
@@ -109,7 +110,7 @@ def test_mooncake_reports_requests_over_context(tmp_path, capsys):
     cat_file.write_text('[models."llama-8k"]\nlayers = 80\nhidden = 8192\nheads = 64\nkv_heads = 8\n'
                         'head_dim = 128\nffn = 28672\nvocab = 128256\nmax_context_tokens = 8192\n')
     rc = main(["plan", "--trace", MOONCAKE, "--model", "llama-8k", "--catalog", str(cat_file), "--ttft", "2",
-               "--tpot", "0.05", "--top-k", "1", "--seeds", "1", "--format", "json"])
+               "--tpot", "0.05", "--top-k", "1", "--seeds", "1", "--format", "json", "--search", "screen"])
     assert rc == 0
     out = capsys.readouterr()
     assert "5,570 requests exceed llama-8k's context of 8,192 tokens" in out.err

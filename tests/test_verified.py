@@ -28,7 +28,7 @@ def test_coding_agent_on_h100_finds_the_plan_the_screen_misses():
     assert (p.gpu, p.precision, p.mode, p.tp, p.instances) == ("H100", "FP8", "colocated", 2, 4)
     assert best.screen_view == "missed" and "prefilled within the TTFT target" in best.screen_reason
     # the lecture's pipeline, on the same seeds, returns a dearer plan
-    scr = plan_deployment(s.model, d, s, options=ScreenOptions(gpus=("H100",)), seeds=8)
+    scr = plan_deployment(s.model, d, s, options=ScreenOptions(gpus=("H100",)), seeds=8, search="screen")
     assert scr.deployments[0].usd_per_million_output_tokens > best.usd_per_million_output_tokens
     assert any("screen would not have simulated" in n for n in rep.notes)
 

@@ -57,7 +57,7 @@ def test_budget_outside_zero_one_is_refused(case):
 
 def test_plan_cli_reports_the_failure_and_takes_a_budget():
     out = subprocess.run([sys.executable, "-m", "fastsim", "plan", "--scenario", "chat", "--format", "json",
-                          "--seeds", "2"], capture_output=True, text=True, check=True)
+                          "--seeds", "2", "--search", "screen"], capture_output=True, text=True, check=True)
     plans = json.loads(out.stdout)["plans"]
     bad = [p for p in plans if p["verification"] and p["verification"]["rejected_in_context_requests"]]
     assert bad and all(not p["verification"]["passed"] for p in bad)
