@@ -1,8 +1,8 @@
 """Say so while numba compiles fastsim's kernels (the first run after an install or an upgrade).
 
 Numba compiles a kernel on its first call and caches it on disk; a fresh install pays that once,
-about half a minute for the simulator's kernels on a 2-core machine, during which a command would
-otherwise print nothing. :func:`compile_notice` listens to numba's ``numba:compile`` events, which
+about 15 s for the lecture-policy simulator's kernels on a 2-core machine (and 40 s more for the
+engine policies'), during which a command would otherwise print nothing. :func:`compile_notice` listens to numba's ``numba:compile`` events, which
 fire only on a real compilation (a kernel loaded from the cache fires none): at the first one of a
 kernel family it prints one line on stderr, and on a terminal it shows a spinner with the elapsed
 time while compilation runs. Set ``FASTSIM_COMPILE_NOTICE=0`` to silence it.
@@ -17,12 +17,13 @@ import time
 
 __all__ = ["COMPILE_ESTIMATE_S", "compile_notice"]
 
-#: Kernel families: module prefix -> (label, cold compile estimate in s, measured on 2 cores with an
-#: empty NUMBA_CACHE_DIR: `fastsim plan` 37 s of which the analytic screen about 4 s).
+#: Kernel families: module prefix -> (label, cold compile estimate in s, measured on 2 shared cores
+#: with an empty NUMBA_CACHE_DIR: the simulator kernel and its metrics 12-15 s, the analytic screen's
+#: 2-3 s, one engine-policy run about 40 s).
 COMPILE_ESTIMATE_S = {
-    "fastsim.sim._policy_nb": ("engine-policy simulator", 20),
-    "fastsim.sim": ("simulator", 35),
-    "fastsim": ("analytic", 5),
+    "fastsim.sim._policy_nb": ("engine-policy simulator", 40),
+    "fastsim.sim": ("simulator", 15),
+    "fastsim": ("analytic", 3),
 }
 
 

@@ -523,6 +523,10 @@ def _cmd_plan(args):
         # run, the compilation of their kernels)
         print(head, flush=True)
     from .planner import plan_deployment
+    if not args.no_verify and engine is None:
+        # an empty numba cache: the screen's and the simulations' kernels compile on two cores
+        from ._precompile import plan_kernels
+        plan_kernels(screen=not opts.screens_extensions)
     bar = None
     if not args.no_verify and args.format == "table" and sys.stderr.isatty():
         from tqdm import tqdm

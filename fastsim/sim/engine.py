@@ -121,7 +121,7 @@ from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
-from .records import RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
+from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
 
 __all__ = [
@@ -889,3 +889,30 @@ def warmup(engine_policies: bool = True) -> None:
     p[P_KV_BUDGET_TOKENS] = 1024.0
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, policy="vllm", **kw)
     simulate_batch([ColocatedPlan(p, 1, 8)], [(a, pt, ot), tuple(ro)], policy="vllm", **kw)
+
+
+def warmup_metrics() -> None:
+    """Compile (or load from cache) the metrics kernel alone, for the types the engine passes it.
+
+    :func:`fastsim._precompile.plan_kernels` compiles it in a helper process while the command's
+    own process compiles the simulator kernel; a test checks that the types are the engine's.
+
+    Returns
+    -------
+    None
+    """
+    n = 4
+    arrival = _readonly(np.arange(n, dtype=np.float64))
+    output = _readonly(np.full(n, 2, dtype=np.int64))
+    first = arrival + 0.5
+    finish = arrival + 1.0
+    status = np.full(n, REQ_FINISHED, dtype=np.int8)
+    sys_s = np.zeros(n, dtype=np.int64)
+    run_f = np.zeros((1, K.N_RFCOLS), dtype=np.float64)
+    run_f[0, K.RF_HORIZON] = float(n)
+    run_f[0, K.RF_DT] = 1.0
+    run_f[0, K.RF_MEAS_HI] = 1.0
+    met_f = np.empty((1, K.N_MFCOLS), dtype=np.float64)
+    met_i = np.empty((1, K.N_MICOLS), dtype=np.int64)
+    K._metrics_nb(arrival, output, first, finish, status, sys_s, np.empty(n, np.float64), np.empty(n, np.float64),
+                  run_f[0], met_f[0], met_i[0])
