@@ -121,6 +121,8 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     tail = d[7]
     # the work-weighted prompt length E[P^2] / E[P] stands for P in throughput (SPEC §5)
     work_p = d[8]
+    # queueing-aware colocated screen: the chunk slot's M/G/1 wait bounds the rate
+    queueing = d[9] != 0.0
     # prompt tokens computed per request: the prefix cache serves the fraction hit of them
     new_mean_p = (1.0 - hit) * mean_p
     new_lat_p = (1.0 - hit) * lat_p
@@ -196,6 +198,15 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
             bc = int(min(max(cand, 1.0), bb))
             s = _round_nb(p, pd, float(bc), c, ctx, ctx_d, L, gamma, pc_thr)
             thr = min(bc * tokens_per_round / mean_o, c / new_mean_p) / s
+            if queueing:
+                # M/G/1 chunk slot: S = P / c steps of s; P90 TTFT ~ ceil(P90 / c) s + tail W,
+                # W = lam E[S^2] / (2 (1 - lam E[S])), so lam <= a / (tail E[S^2] / 2 + a E[S])
+                a_q = ttft - math.ceil(new_lat_p / c) * s
+                es = new_mean_p / c * s
+                es2 = (1.0 - hit) * (1.0 - hit) * mean_p * work_p / (c * c) * s * s
+                lam = a_q / (tail * es2 / 2.0 + a_q * es) if a_q > 0.0 else 0.0
+                if lam < thr:
+                    thr = lam
             if thr > best:
                 best = thr
                 status = OK
@@ -223,9 +234,9 @@ def instances_nb(params, pidx, demand, didx, chunk, max_batch, chunks,
         Unique step-parameter rows (:func:`fastsim.stepmodel.step_params`).
     pidx : int64[n]
         Row of ``params`` of each instance row.
-    demand : float64[k, 9]
+    demand : float64[k, 10]
         Unique demands: mean P, mean O, latency P, latency O, TTFT s, TPOT s, tpot_margin, ttft_tail,
-        work-weighted P (E[P^2] / E[P]).
+        work-weighted P (E[P^2] / E[P]), and 1.0 for the queueing-aware colocated screen (else 0.0).
     didx : int64[n]
         Row of ``demand`` of each instance row.
     chunk : float64[n]

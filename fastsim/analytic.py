@@ -219,6 +219,14 @@ class ScreenOptions:
     prefix_hit_fraction : float
         Fraction of prompt tokens served from the prefix cache, in [0, 1) (default 0): their
         prefill compute is skipped (see the module docstring).
+    queueing : bool
+        Queueing-aware colocated screen (``fastsim plan --screen queueing``): a colocated
+        instance's capacity is also capped by the wait for its chunk slot. The chunk slot serves
+        prompts FCFS, a prompt of P tokens in P / c steps, so it is an M/G/1 queue with service
+        ``S = P / c x step`` (``E[S^2]`` from ``E[P^2] = E[P] x E[P^2] / E[P]``); the P90 TTFT
+        ~ ``ceil(P90 / c) x step + ttft_tail x W`` with ``W = lambda E[S^2] / (2 (1 - lambda
+        E[S]))`` (Pollaczek-Khinchine) must meet the TTFT target, which bounds lambda. Default
+        False: the lecture's screen (throughput and ``ceil(P90 / c)`` steps within TTFT / 2).
 
     Raises
     ------
@@ -243,6 +251,7 @@ class ScreenOptions:
     spec_gammas: tuple = (2, 4)
     spec_draft: str | None = None
     prefix_hit_fraction: float = 0.0
+    queueing: bool = False
 
     def __post_init__(self):
         if self.tps is not None:
@@ -687,7 +696,8 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     col_cap, col_b, col_c, col_step = f8(), i8(), i8(), f8()
     dm = np.array([[demand.mean_prompt_tokens, demand.mean_output_tokens, demand.latency_prompt_tokens,
                     demand.latency_output_tokens, demand.ttft_s, demand.tpot_s, options.tpot_margin,
-                    options.ttft_tail, demand.work_prompt_tokens]], dtype=np.float64)
+                    options.ttft_tail, demand.work_prompt_tokens, 1.0 if options.queueing else 0.0]],
+                  dtype=np.float64)
     if n and not ext:
         K.instances_nb(params, np.arange(n, dtype=np.int64), dm, np.zeros(n, dtype=np.int64),
                        np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),

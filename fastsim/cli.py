@@ -279,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "cheapest passing instance count found in simulation, ranked by verified cost, with how the "
                          "screen saw each (kept, over-sized, under-sized, missed); screen: the lecture's pipeline, "
                          "the analytic screen's top-k plans verified and repaired")
+    sp.add_argument("--screen", choices=("lecture", "queueing"), default="lecture",
+                    help="analytic screen: lecture (default; throughput, and the P90 prompt's chunks within TTFT / 2) "
+                         "or queueing (also the M/G/1 wait of a colocated instance's chunk slot against the TTFT "
+                         "target: within 10%% of the simulated capacity on the four scenarios)")
     sp.add_argument("--rejection-budget", type=_fraction("--rejection-budget", "a fraction of the requests"),
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "
@@ -486,7 +490,7 @@ def _cmd_plan(args):
                          tps=tuple(args.tp) if args.tp else None,
                          layouts=tuple(args.layout) if args.layout else None,
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
-                         constants=_constants(args), **spec_kw)
+                         constants=_constants(args), queueing=args.screen == "queueing", **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
     for p in opts.precisions or ():

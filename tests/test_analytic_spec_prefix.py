@@ -79,7 +79,7 @@ def test_both_kernels_agree_without_speculation_and_hits():
     rows, params = _grid_arrays(CAT.model(CHAT.model), CAT, ScreenOptions())
     n = len(rows)
     dm = np.array([[D.mean_prompt_tokens, D.mean_output_tokens, D.latency_prompt_tokens, D.latency_output_tokens,
-                    D.ttft_s, D.tpot_s, 0.85, 2.3, D.work_prompt_tokens]])
+                    D.ttft_s, D.tpot_s, 0.85, 2.3, D.work_prompt_tokens, 0.0]])
     outs = [np.zeros(n, dt) for dt in (np.int64, np.float64, np.int64, np.float64, np.float64, np.float64,
                                         np.float64, np.int64, np.float64, np.int64, np.int64, np.float64)]
     ar = np.arange(n, dtype=np.int64)

@@ -79,7 +79,7 @@ class _Tables:
     ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout) -> params row, -1 (no peak), -2 (refused)
     tps: list
     model_code_of_point_axis: np.ndarray   # (n_model_axis, n_source) -> index into models
-    demand: np.ndarray          # (n_source, n_ttft, n_tpot, 9)
+    demand: np.ndarray          # (n_source, n_ttft, n_tpot, 10)
     rate: np.ndarray            # (n_source, n_rate)
     ttft: np.ndarray            # (n_source, n_ttft)
     tpot: np.ndarray            # (n_source, n_tpot)
@@ -128,7 +128,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
     ttfts = A["ttft_s"]
     tpots = A["tpot_s"]
     rates = A["rate_req_per_s"]
-    demand = np.zeros((ns, len(ttfts), len(tpots), 9))
+    demand = np.zeros((ns, len(ttfts), len(tpots), 10))
     ttft = np.zeros((ns, len(ttfts)))
     tpot = np.zeros((ns, len(tpots)))
     rate = np.zeros((ns, len(rates)))
@@ -142,7 +142,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
             rate[i, r] = v if v is not None else src.rate_req_per_s
         for a in range(len(ttfts)):
             for b in range(len(tpots)):
-                demand[i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail, wp)
+                demand[i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail, wp, 0.0)
     price = np.zeros((len(A["price"]), len(gpus)))
     for i, pv in enumerate(A["price"]):
         for j, g in enumerate(gpus):
@@ -224,7 +224,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarra
     st, cst = i8(), i8()
     dcap, db, dstep, pcap, prho, ps = f8(), i8(), f8(), f8(), f8(), f8()
     ccap, cb, cc, cstep = f8(), i8(), i8(), f8()
-    sweep_instances(T.params, np.ascontiguousarray(k_p), np.ascontiguousarray(T.demand.reshape(-1, 9)),
+    sweep_instances(T.params, np.ascontiguousarray(k_p), np.ascontiguousarray(T.demand.reshape(-1, 10)),
                     np.ascontiguousarray(k_d), cu[k_c].astype(np.float64), np.ascontiguousarray(mu[k_mb]),
                     np.asarray(s.chunk_tokens, dtype=np.float64),
                     st, dcap, db, dstep, pcap, prho, ps, cst, ccap, cb, cc, cstep)
