@@ -53,12 +53,37 @@ def test_fast_run_writes_every_section(gen, tmp_path):
     text = out.read_text(encoding="utf-8")
     assert _headings(text) == [h for _, h in gen.SECTIONS]
     assert "Reduced effort" in text
-    for s in ("0.444", "1.389", "0.556", "0.139", "16.57", "6.48 ms", "163x"):
+    for s in ("0.444", "1.389", "0.556", "0.139", "16.41", "0.271", "6.48 ms", "163x",
+              "1,260.8, the lecture's 1,261"):
         assert s in text
+    assert "16.57" not in text, "the figure of the screen before SPEC §5's revision"
     if simulator_available():
         for s in ("analytic / simulated", "simulated / analytic", "attainment only", "overloaded",
-                  "no instance count can pass"):
+                  "no instance count can pass", "round-robin", "verified search"):
             assert s in text
+
+
+def test_lecture_rows_use_the_lecture_pipeline(gen):
+    """Every `fastsim plan` command that verifies a lecture figure names --search screen; the verified
+    search's rows are the only ones without it."""
+    text = REPORT.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        for cmd in re.findall(r"`(fastsim plan [^`]*)`", line):
+            if "--no-verify" in cmd:
+                continue
+            if "--search screen" not in cmd:
+                assert line.startswith("| ") and "verified search" in line.split("|")[1], line[:120]
+
+
+def test_report_figures_of_the_revised_screen():
+    """The committed report states the revised screen's figures beside the lecture's (SPEC §9)."""
+    text = REPORT.read_text(encoding="utf-8")
+    assert "| one B200 FP8 TP1 chat instance, analytic req/s | 16.2 | 16.41 |" in text
+    assert "| B200 efficiency cost, chat | 0.274 | 0.271 |" in text
+    assert "| FP8 forbidden, chat | 2.00x | 2.00x" in text
+    assert "Of the top 6 analytic plans 3 need a repair (lecture: 3 of 6)" in text
+    for stale in ("16.57", "fastsim 1.50x", "same 1-2% capacity difference"):
+        assert stale not in text
 
 
 def test_only_writes_the_named_sections(gen, tmp_path):
