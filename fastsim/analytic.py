@@ -219,6 +219,11 @@ class ScreenOptions:
     prefix_hit_fraction : float
         Fraction of prompt tokens served from the prefix cache, in [0, 1) (default 0): their
         prefill compute is skipped (see the module docstring).
+    heterogeneous : bool
+        Also screen disaggregated plans whose prefill and decode sides run on different GPU
+        types or precisions (H100 prefill + H200 decode, ...), each side priced at its own GPU's
+        price, each picking its own TP as in DistServe's Algorithm 1; the prefill side's KV is
+        sent over its network as in a homogeneous plan. Default False.
     queueing : bool
         Queueing-aware colocated screen (``fastsim plan --screen queueing``): a colocated
         instance's capacity is also capped by the wait for its chunk slot. The chunk slot serves
@@ -252,6 +257,7 @@ class ScreenOptions:
     spec_draft: str | None = None
     prefix_hit_fraction: float = 0.0
     queueing: bool = False
+    heterogeneous: bool = False
 
     def __post_init__(self):
         if self.tps is not None:
@@ -398,6 +404,12 @@ class Plan:
         The draft model (catalog name, path or ``"mtp"``) the screen considered; None as above.
     prefix_hit_fraction : float
         Fraction of prompt tokens the screen took from the prefix cache (0 = none).
+    prefill_gpu, prefill_precision : str or None
+        A heterogeneous disaggregated plan's prefill side, when it differs from the decode side
+        (``gpu``, ``precision``); None: the same as the decode side.
+    prefill_price_usd_per_gpu_hour : float or None
+        Price of one prefill GPU when the prefill side differs (US dollars per hour); None: the
+        decode side's ``price_usd_per_gpu_hour``.
     """
 
     model: str
@@ -421,6 +433,24 @@ class Plan:
     spec_alpha: float | None = None
     spec_draft: str | None = None
     prefix_hit_fraction: float = 0.0
+    prefill_gpu: str | None = None
+    prefill_precision: str | None = None
+    prefill_price_usd_per_gpu_hour: float | None = None
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether the prefill side runs on another GPU type or precision than the decode side (bool)."""
+        return self.prefill_gpu is not None or self.prefill_precision is not None
+
+    @property
+    def prefill_gpu_name(self) -> str:
+        """The prefill side's GPU (str; ``gpu`` unless the plan is heterogeneous)."""
+        return self.prefill_gpu or self.gpu
+
+    @property
+    def prefill_precision_name(self) -> str:
+        """The prefill side's precision (str; ``precision`` unless the plan is heterogeneous)."""
+        return self.prefill_precision or self.precision
 
     @property
     def spec(self) -> SpecDecoding | None:
@@ -477,7 +507,11 @@ class Plan:
 
     @property
     def price_usd_per_hour(self) -> float:
-        """What the plan's GPUs cost (float, US dollars per hour): ``gpus x price_usd_per_gpu_hour``."""
+        """What the plan's GPUs cost (float, US dollars per hour): ``gpus x price_usd_per_gpu_hour``,
+        each side at its own price for a heterogeneous plan."""
+        if self.mode == "disaggregated" and self.prefill_price_usd_per_gpu_hour is not None:
+            return (self.prefill_tp * self.prefill_instances * self.prefill_price_usd_per_gpu_hour
+                    + self.decode_tp * self.decode_instances * self.price_usd_per_gpu_hour)
         return self.gpus * self.price_usd_per_gpu_hour
 
     def with_instances(self, instances=None, prefill_instances=None, decode_instances=None) -> "Plan":
@@ -520,6 +554,10 @@ class Plan:
                       f"draft {self.spec_draft})")
         if self.prefix_hit_fraction:
             extra += f", {self.prefix_hit_fraction:.0%} prefix-cache hits"
+        if self.mode == "disaggregated" and self.heterogeneous:
+            return (f"disaggregated, prefill {self.prefill_gpu_name} {self.prefill_precision_name} "
+                    f"{inst(self.prefill_instances, self.prefill_tp)} + decode {self.gpu} {self.precision} "
+                    f"{inst(self.decode_instances, self.decode_tp)} {gpus}{extra}")
         if self.mode == "disaggregated":
             return (f"{self.gpu} {self.precision} disaggregated, prefill {inst(self.prefill_instances, self.prefill_tp)}"
                     f" + decode {inst(self.decode_instances, self.decode_tp)} {gpus}{extra}")
@@ -541,6 +579,9 @@ class Plan:
                 d.pop(k)
         if not self.prefix_hit_fraction:
             d.pop("prefix_hit_fraction")
+        if not self.heterogeneous:
+            for k in ("prefill_gpu", "prefill_precision", "prefill_price_usd_per_gpu_hour"):
+                d.pop(k)
         d["gpus"] = self.gpus
         d["capacity_req_per_s"] = self.capacity_req_per_s
         return d
@@ -911,6 +952,8 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
                 efficiency_usd_per_million_output_tokens=float(eff), feasible=bool(ok), reason=reason,
                 plan=plan))
+        if options.heterogeneous:
+            out += _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, rate, mean_o, plan_extra)
     import pandas as pd
     df = pd.DataFrame(out)
     longest = demand.latency_prompt_tokens + demand.latency_output_tokens
@@ -927,6 +970,49 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                              "efficiency_usd_per_million_output_tokens", "gpus"],
                             ascending=[False, True, True, True], kind="stable").reset_index(drop=True)
     return df
+
+
+def _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, rate, mean_o, plan_extra) -> list:
+    """Screen rows of disaggregated plans whose two sides differ in GPU or precision (``ScreenOptions.heterogeneous``).
+
+    ``groups`` maps ``(gpu, precision, layout, gamma)`` to the instance rows of that GPU and
+    precision; each side picks, within its group, the TP with the highest per-GPU throughput
+    (DistServe's Algorithm 1), without speculative decoding, and is priced at its own GPU's price.
+    """
+    best_p, best_d = {}, {}
+    for (gname, pname, lay, gam), idx in groups.items():
+        if gam:
+            continue
+        idx = np.asarray(idx)
+        tps = np.array([rows[i][2] for i in idx], dtype=np.float64)
+        best_p[(gname, pname, lay)] = idx[int(np.argmax(pre_cap[idx] / tps))]
+        best_d[(gname, pname, lay)] = idx[int(np.argmax(dec_cap[idx] / tps))]
+    out = []
+    for (gp, pp, lay), ip in best_p.items():
+        for (gd, pd_, lay_d), idd in best_d.items():
+            if lay_d != lay or (gp, pp) == (gd, pd_) or not (pre_cap[ip] > 0 and dec_cap[idd] > 0):
+                continue
+            price_p, price_d = catalog.gpu(gp).price_usd_per_hour, catalog.gpu(gd).price_usd_per_hour
+            n_p = int(instances_needed(rate, pre_cap[ip]))
+            n_d = int(instances_needed(rate, dec_cap[idd]))
+            tp_p, tp_d = rows[ip][2], rows[idd][2]
+            plan = Plan(model=model.name, gpu=gd, precision=pd_, mode="disaggregated", tp=tp_d, instances=n_d,
+                        prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
+                        batch=int(dec_b[idd]), prefill_capacity_req_per_s=float(pre_cap[ip]),
+                        decode_capacity_req_per_s=float(dec_cap[idd]), instance_capacity_req_per_s=float(dec_cap[idd]),
+                        price_usd_per_gpu_hour=price_d, layout=lay, **plan_extra(idd),
+                        prefill_gpu=gp, prefill_precision=pp, prefill_price_usd_per_gpu_hour=price_p)
+            eff = (tp_p * price_p / pre_cap[ip] + tp_d * price_d / dec_cap[idd]) / (mean_o * 3600.0) * 1e6
+            out.append(dict(
+                gpu=gd, precision=pd_, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, instances=n_d,
+                prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d, gpus=plan.gpus,
+                chunk_tokens=0, batch=int(dec_b[idd]), instance_capacity_req_per_s=float(dec_cap[idd]),
+                capacity_req_per_s=plan.capacity_req_per_s,
+                usd_per_million_output_tokens=float(cost_usd_per_million_output_tokens(1, plan.price_usd_per_hour,
+                                                                                       rate, mean_o)),
+                efficiency_usd_per_million_output_tokens=float(eff), feasible=True, reason="", plan=plan,
+                prefill_gpu=gp, prefill_precision=pp))
+    return out
 
 
 def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mode: str = "colocated",

@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "cheapest passing instance count found in simulation, ranked by verified cost, with how the "
                          "screen saw each (kept, over-sized, under-sized, missed); screen: the lecture's pipeline, "
                          "the analytic screen's top-k plans verified and repaired")
+    sp.add_argument("--heterogeneous", action="store_true",
+                    help="also screen disaggregated plans whose prefill and decode run on different GPU types or "
+                         "precisions (e.g. H100 prefill + H200 decode), each side at its own price")
     sp.add_argument("--screen", choices=("lecture", "queueing"), default="lecture",
                     help="analytic screen: lecture (default; throughput, and the P90 prompt's chunks within TTFT / 2) "
                          "or queueing (also the M/G/1 wait of a colocated instance's chunk slot against the TTFT "
@@ -490,7 +493,8 @@ def _cmd_plan(args):
                          tps=tuple(args.tp) if args.tp else None,
                          layouts=tuple(args.layout) if args.layout else None,
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
-                         constants=_constants(args), queueing=args.screen == "queueing", **spec_kw)
+                         constants=_constants(args), queueing=args.screen == "queueing",
+                         heterogeneous=args.heterogeneous, **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
     for p in opts.precisions or ():
@@ -551,7 +555,12 @@ def _cmd_plan(args):
         inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
         rep = v.get("repaired_from_instances")
         raw = d.repair.verification if d.repair is not None else None   # inf stays inf in the table
-        rows.append([i, p.gpu, p.precision, p.mode, tp, inst, p.gpus,
+        gpu_s, prec_s = p.gpu, p.precision
+        if p.heterogeneous:
+            gpu_s = f"P:{p.prefill_gpu_name} D:{p.gpu}" if p.prefill_gpu_name != p.gpu else p.gpu
+            prec_s = (f"P:{p.prefill_precision_name} D:{p.precision}" if p.prefill_precision_name != p.precision
+                      else p.precision)
+        rows.append([i, gpu_s, prec_s, p.mode, tp, inst, p.gpus,
                      _fmt(r["usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["analytic_usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["efficiency_usd_per_million_output_tokens"], ".3f"),

@@ -380,6 +380,10 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         from .stepmodel import StepConstants
         constants = StepConstants()
     consts = constants
+    if getattr(plan, "heterogeneous", False):
+        raise _refuse(engine, plan, "one GPU type and precision for both sides: commands for a heterogeneous "
+                                    "disaggregated plan (prefill and decode on different GPUs or precisions) are not "
+                                    "written yet")
     ckpt, wfmt = _checkpoint(m, checkpoint)
     if ckpt is None:
         raise _refuse(engine, plan, f"a model with a known checkpoint: {m.name} has none; give one "

@@ -69,6 +69,9 @@ class PlannedDeployment:
         """Integer cost of the final plan at the target rate (float, US dollars per million output
         tokens; SPEC §1 cost formula)."""
         p = self.plan
+        if p.heterogeneous:      # each side at its own price
+            return float(cost_usd_per_million_output_tokens(1, p.price_usd_per_hour, self.rate_req_per_s,
+                                                            self.mean_output_tokens))
         return float(cost_usd_per_million_output_tokens(p.gpus, p.price_usd_per_gpu_hour,
                                                         self.rate_req_per_s, self.mean_output_tokens))
 
@@ -89,6 +92,9 @@ class PlannedDeployment:
         """
         p = self.plan
         d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
+        if p.heterogeneous:      # gpu / precision / price_usd_per_gpu_hour are then the decode side's
+            d.update(prefill_gpu=p.prefill_gpu_name, prefill_precision=p.prefill_precision_name,
+                     prefill_price_usd_per_gpu_hour=p.prefill_price_usd_per_gpu_hour)
         if p.spec_alpha is not None:      # screened with speculative decoding: gamma 0 = without it
             d.update(spec_gamma=p.spec_gamma, spec_alpha=p.spec_alpha, spec_draft=p.spec_draft)
         if p.prefix_hit_fraction:

@@ -146,7 +146,9 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
     model = model or catalog.model(plan.model)
     g, pr = catalog.gpu(plan.gpu), catalog.precision(plan.precision)
     if plan.mode == "disaggregated":
-        return DisaggregatedPlan(step_params(model, g, pr, plan.prefill_tp, constants,
+        # a heterogeneous plan's prefill side has its own GPU and precision (its KV is sent as it holds it)
+        gp, prp = catalog.gpu(plan.prefill_gpu_name), catalog.precision(plan.prefill_precision_name)
+        return DisaggregatedPlan(step_params(model, gp, prp, plan.prefill_tp, constants,
                                              **plan.layout_kwargs(plan.prefill_tp)), plan.prefill_instances,
                                  step_params(model, g, pr, plan.decode_tp, constants,
                                              **plan.layout_kwargs(plan.decode_tp)), plan.decode_instances)

@@ -140,7 +140,7 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
         if progress is not None:
             progress()
     out.sort(key=lambda e: (not (e[1] is not None and e[1].passed), e[1] is None,
-                            e[0].gpus * e[0].price_usd_per_gpu_hour if e[0] is not None else math.inf))
+                            e[0].price_usd_per_hour if e[0] is not None else math.inf))
     return out
 
 
