@@ -605,7 +605,7 @@ def capacity_section(runs: Runs):
          f"horizon_s={cfg.cap_horizon_s:g}, rel_tol={cfg.cap_tol:g})`.", "",
          table(["scenario", "analytic req/s", "simulated req/s [95% CI]", "analytic / simulated",
                 "simulated / analytic", "lecture", "command"], rows), "",
-         "**The queueing-aware screen** (`fastsim plan --screen queueing`, `ScreenOptions(queueing=True)`) also caps "
+         "**The queueing-aware screen** (`--screen queueing` of `fastsim plan`, `ScreenOptions(queueing=True)`) also caps "
          "a colocated instance by the wait for its chunk slot: the slot serves prompts FCFS, a prompt of P tokens "
          "in P / c steps, an M/G/1 queue whose Pollaczek-Khinchine wait W (with E[P^2] from the length "
          "distribution) must leave ceil(P90 / c) steps + 2.3 W within the TTFT target. Against the same "
