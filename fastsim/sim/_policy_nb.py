@@ -55,13 +55,13 @@ Prefix-cache tables are int32 and only the reference counts are filled at the st
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
                          P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, step_time_nb)
 from . import _kernels as K
-from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW
+from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
 
 VLLM = 0
 SGLANG = 1
@@ -1316,64 +1316,17 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     return RUN_OK
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def policy_one_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, finish, inst_out, status,
                   cached_out, preempt_out, busy, iout, wait_s, kv_s, sys_s, buf_a, buf_b, rf, mf, mi, full):
-    """One run and its metrics; returns the run's ``RUN_*`` code (see :func:`policy_runs_nb`)."""
+    """One run and its metrics, without the GIL; returns the run's ``RUN_*`` code.
+
+    ``fastsim.sim.policy`` calls it for a single run and, from worker threads, for each run of a
+    batch: every input read-only, every output its own array, so it has one type signature.
+    """
     code = _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, finish, inst_out,
                           status, cached_out, preempt_out, busy, iout, wait_s, kv_s, sys_s,
                           rf[K.RF_HORIZON], rf[K.RF_DT], full)
     if code == RUN_OK:
         K._metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
     return code
-
-
-@njit(cache=True, parallel=True)
-def policy_runs_nb(pp, pdd, cfg, cf, rf, w_of, a_all, p_all, o_all, w_req0, boff_all, w_boff0, bids_all,
-                   out_off, first, finish, inst_out, status, cached_out, preempt_out, i_off, busy, iout,
-                   sys_off, sys_s, met_f, met_i, run_status):
-    """Many runs on all threads, metrics only (no per-instance samples); each writes its own slots.
-
-    Parameters
-    ----------
-    pp, pdd : float64[:, N_PARAMS]
-        Per run: the instance's and the draft model's step parameters.
-    cfg : int64[:, N_CCOLS]; cf : float64[:, N_CFCOLS]; rf : float64[:, N_RFCOLS]
-        Per run: configuration rows and the metric options (``fastsim.sim._kernels`` ``RF_*``).
-    w_of : int64[:]
-        Workload of each run.
-    a_all, p_all, o_all : float64[:], int64[:], int64[:]
-        All workloads' requests, concatenated; workload w starts at ``w_req0[w]`` (length W + 1).
-    boff_all, w_boff0, bids_all : int64[:]
-        Prefix blocks: workload w's offsets are ``boff_all[w_boff0[w] : w_boff0[w] + n_w + 1]``
-        (into ``bids_all``).
-    out_off, i_off, sys_off : int64[:]
-        Per run: offsets of its per-request outputs, its instances and its samples.
-    first, finish : float64[:]; inst_out, preempt_out : int32[:]; status : int8[:]; cached_out : int64[:]
-        Per-request outputs of all runs.
-    busy : float64[:]; iout : int64[:, N_OCOLS]
-        Per-instance outputs of all runs.
-    sys_s : int64[:]
-        Samples of the number in system of all runs.
-    met_f, met_i, run_status
-        Per-run metrics and status codes.
-    """
-    R = cfg.shape[0]
-    for k in prange(R):
-        w = w_of[k]
-        a0 = w_req0[w]
-        n = w_req0[w + 1] - a0
-        b0 = w_boff0[w]
-        o0 = out_off[k]
-        i0 = i_off[k]
-        ni = cfg[k, C_N_INST]
-        s0 = sys_off[k]
-        s1 = sys_off[k + 1]
-        buf_a = np.empty(max(n, 1), np.float64)
-        buf_b = np.empty(max(n, 1), np.float64)
-        run_status[k] = policy_one_nb(
-            pp[k], pdd[k], cfg[k], cf[k], a_all[a0:a0 + n], p_all[a0:a0 + n], o_all[a0:a0 + n],
-            boff_all[b0:b0 + n + 1], bids_all, first[o0:o0 + n], finish[o0:o0 + n], inst_out[o0:o0 + n],
-            status[o0:o0 + n], cached_out[o0:o0 + n], preempt_out[o0:o0 + n], busy[i0:i0 + ni],
-            iout[i0:i0 + ni], np.empty(0, np.int64), np.empty(0, np.int64), sys_s[s0:s1], buf_a, buf_b,
-            rf[k], met_f[k], met_i[k], False)

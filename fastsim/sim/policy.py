@@ -94,10 +94,12 @@ preemptions, cache hits and speculative tokens per round (:class:`fastsim.sim.Si
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
 
+from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
@@ -435,101 +437,62 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
         if not isinstance(pl, ColocatedPlan):
             raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
                                     "policies model colocated instances)")
-        n = w[0].shape[0]
         off, ids, bth, nid, private = prefix_for_run(pre, w[1], pol, pl.p)
         c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed,
                              private)
         rows.append((pl, w, off, ids, c, cf))
-    results = []
     if R == 1 or full:
-        for pl, w, off, ids, c, cf in rows:
-            n = w[0].shape[0]
-            ni = pl.n_instances
-            first = np.empty(n, np.float64)
-            finish = np.empty(n, np.float64)
-            inst = np.empty(n, np.int32)
-            status = np.empty(n, np.int8)
-            cached = np.empty(n, np.int64)
-            pre_ = np.empty(n, np.int32)
-            busy = np.empty(ni, np.float64)
-            iout = np.empty((ni, PK.N_OCOLS), np.int64)
-            wait_s = np.empty(n_samp * ni if full else 0, np.int64)
-            kv_s = np.empty(n_samp * ni if full else 0, np.int64)
-            sys_s = np.empty(n_samp, np.int64)
-            mf = np.empty(K.N_MFCOLS, np.float64)
-            mi = np.empty(K.N_MICOLS, np.int64)
-            code = PK.policy_one_nb(pl.p, pd, c, cf, w[0], w[1], w[2], off, ids, first, finish, inst, status, cached,
-                                    pre_, busy, iout, wait_s, kv_s, sys_s, np.empty(max(n, 1)), np.empty(max(n, 1)),
-                                    rf, mf, mi, bool(full))
-            if code != 0:
-                raise RuntimeError(f"engine-policy kernel failed with status {code}; this is a bug in fastsim")
-            results.append((mf, mi, busy, iout, dict(first=first, finish=finish, inst=inst, status=status,
-                                                     cached=cached, preempted=pre_),
-                            (wait_s.reshape(n_samp, ni) if full else None, kv_s.reshape(n_samp, ni) if full else None,
-                             sys_s), bool(c[PK.C_CACHING])))
-        return pol, spec, results, n_samp
-    # many runs, metrics only: one parallel kernel call
-    wl = {}
-    w_of = np.empty(R, np.int64)
-    for k, (_, w, off, ids, _, _) in enumerate(rows):
-        key = id(w[0])
-        if key not in wl:
-            wl[key] = (len(wl), w, off, ids)
-        w_of[k] = wl[key][0]
-    ws = sorted(wl.values(), key=lambda v: v[0])
-    ns = np.array([v[1][0].shape[0] for v in ws], np.int64)
-    w_req0 = np.zeros(len(ws) + 1, np.int64)
-    np.cumsum(ns, out=w_req0[1:])
-    a_all = np.concatenate([v[1][0] for v in ws]) if ws else np.zeros(0)
-    p_all = np.concatenate([v[1][1] for v in ws])
-    o_all = np.concatenate([v[1][2] for v in ws])
-    id_base = np.zeros(len(ws), np.int64)
-    np.cumsum(np.array([v[3].shape[0] for v in ws[:-1]], np.int64), out=id_base[1:]) if len(ws) > 1 else None
-    boff_all = np.concatenate([v[2] + id_base[j] for j, v in enumerate(ws)])
-    w_boff0 = np.zeros(len(ws), np.int64)
-    if len(ws) > 1:
-        np.cumsum(ns[:-1] + 1, out=w_boff0[1:])
-    bids_all = np.concatenate([v[3] for v in ws])
-    pp = np.stack([r[0].p for r in rows])
-    pdd = np.repeat(pd[None, :], R, axis=0)
-    cfg = np.stack([r[4] for r in rows])
-    cf = np.stack([r[5] for r in rows])
-    rfs = np.repeat(rf[None, :], R, axis=0)
-    n_run = ns[w_of]
-    out_off = np.zeros(R, np.int64)
-    np.cumsum(n_run[:-1], out=out_off[1:])
-    ni_run = cfg[:, PK.C_N_INST]
-    i_off = np.zeros(R, np.int64)
-    np.cumsum(ni_run[:-1], out=i_off[1:])
-    sys_off = np.arange(R + 1, dtype=np.int64) * n_samp
-    N = int(n_run.sum())
-    NI = int(ni_run.sum())
-    first = np.empty(N, np.float64)
-    finish = np.empty(N, np.float64)
-    inst = np.empty(N, np.int32)
-    status = np.empty(N, np.int8)
-    cached = np.empty(N, np.int64)
-    pre_ = np.empty(N, np.int32)
-    busy = np.empty(NI, np.float64)
-    iout = np.empty((NI, PK.N_OCOLS), np.int64)
-    sys_s = np.empty(R * n_samp, np.int64)
-    met_f = np.empty((R, K.N_MFCOLS), np.float64)
-    met_i = np.empty((R, K.N_MICOLS), np.int64)
-    run_status = np.empty(R, np.int64)
-    PK.policy_runs_nb(pp, pdd, cfg, cf, rfs, w_of, a_all, p_all, o_all, w_req0, boff_all, w_boff0, bids_all,
-                      out_off, first, finish, inst, status, cached, pre_, i_off, busy, iout, sys_off, sys_s,
-                      met_f, met_i, run_status)
-    bad = np.flatnonzero(run_status != 0)
-    if bad.size:
-        raise RuntimeError(f"engine-policy kernel failed with status {int(run_status[bad[0]])}; this is a bug in fastsim")
-    for k in range(R):
-        o0, o1 = int(out_off[k]), int(out_off[k] + n_run[k])
-        i0, i1 = int(i_off[k]), int(i_off[k] + ni_run[k])
-        results.append((met_f[k], met_i[k], busy[i0:i1], iout[i0:i1],
-                        dict(first=first[o0:o1], finish=finish[o0:o1], inst=inst[o0:o1], status=status[o0:o1],
-                             cached=cached[o0:o1], preempted=pre_[o0:o1]),
-                        (None, None, sys_s[k * n_samp:(k + 1) * n_samp]), bool(cfg[k, PK.C_CACHING])))
+        return pol, spec, [_policy_run(*r[:6], pd, rf, n_samp, full) for r in rows], n_samp
+    # many runs, metrics only: one kernel call per run from worker threads (the kernel releases the
+    # GIL), the longest runs first; the same kernel and types as a single run, so nothing else compiles
+    results = [None] * R
+    order = sorted(range(R), key=lambda k: -rows[k][1][0].shape[0])
+    jobs = iter(order)
+    lock = threading.Lock()
+
+    def worker(_):
+        while True:
+            with lock:
+                k = next(jobs, None)
+            if k is None:
+                return
+            results[k] = _policy_run(*rows[k][:6], pd, rf, n_samp, False)
+
+    run_workers(worker, (), min(num_threads(), R))
     return pol, spec, results, n_samp
+
+
+def _policy_run(pl, w, off, ids, c, cf, pd, rf, n_samp: int, full: bool):
+    """One engine-policy run (:func:`PK.policy_one_nb`): the result tuple of :func:`run_policy`.
+
+    The inputs go to the kernel as read-only views and the outputs are new arrays, so every run,
+    single or one of many, calls it with the same types: it compiles once.
+    """
+    from .engine import _readonly as ro   # import cycle: engine imports this module
+    n = w[0].shape[0]
+    ni = pl.n_instances
+    first = np.empty(n, np.float64)
+    finish = np.empty(n, np.float64)
+    inst = np.empty(n, np.int32)
+    status = np.empty(n, np.int8)
+    cached = np.empty(n, np.int64)
+    pre_ = np.empty(n, np.int32)
+    busy = np.empty(ni, np.float64)
+    iout = np.empty((ni, PK.N_OCOLS), np.int64)
+    wait_s = np.empty(n_samp * ni if full else 0, np.int64)
+    kv_s = np.empty(n_samp * ni if full else 0, np.int64)
+    sys_s = np.empty(n_samp, np.int64)
+    mf = np.empty(K.N_MFCOLS, np.float64)
+    mi = np.empty(K.N_MICOLS, np.int64)
+    code = PK.policy_one_nb(ro(pl.p), ro(pd), c, cf, ro(w[0]), ro(w[1]), ro(w[2]), ro(off), ro(ids), first, finish,
+                            inst, status, cached, pre_, busy, iout, wait_s, kv_s, sys_s, np.empty(max(n, 1)),
+                            np.empty(max(n, 1)), rf, mf, mi, bool(full))
+    if code != 0:
+        raise RuntimeError(f"engine-policy kernel failed with status {code}; this is a bug in fastsim")
+    return (mf, mi, busy, iout, dict(first=first, finish=finish, inst=inst, status=status, cached=cached,
+                                     preempted=pre_),
+            (wait_s.reshape(n_samp, ni) if full else None, kv_s.reshape(n_samp, ni) if full else None, sys_s),
+            bool(c[PK.C_CACHING]))
 
 
 def policy_metrics(pol, spec, res, n: int, horizon_s: float):
