@@ -863,7 +863,7 @@ def warmup(engine_policies: bool = True) -> None:
     Parameters
     ----------
     engine_policies : bool
-        Also the engine-policy kernels (:mod:`fastsim.sim.policy`; about 20 s to compile on 2
+        Also the engine-policy kernel (:mod:`fastsim.sim.policy`; about 40 s to compile on 2
         cores, once per install).
 
     Returns
