@@ -76,3 +76,18 @@ def test_json_carries_how_the_screen_saw_each_plan():
     missed = [p for p in plans if p["screen_view"] == "missed"]
     assert all(p["screen_reason"] for p in missed)
     assert all(p["analytic_usd_per_million_output_tokens"] is None for p in missed)
+
+
+def test_lecture_figures_of_the_revised_screen_verified():
+    """SPEC §5 revised: FP8 forbidden on chat costs 2.00x verified (lecture 2.00x); of the coding agent's
+    top 6 analytic plans, 3 need a repair (lecture 3)."""
+    chat = CAT.scenario("chat")
+    d = Demand.from_scenario(chat)
+    fp8 = plan_deployment(chat.model, d, chat, search="screen", top_k=3, seeds=8)
+    bf16 = plan_deployment(chat.model, d, chat, search="screen", top_k=3, seeds=8,
+                           options=ScreenOptions(precisions=("BF16",)))
+    ratio = bf16.deployments[0].usd_per_million_output_tokens / fp8.deployments[0].usd_per_million_output_tokens
+    assert ratio == pytest.approx(2.00, abs=1e-9)
+    coding = CAT.scenario("coding-agent")
+    rep = plan_deployment(coding.model, Demand.from_scenario(coding), coding, search="screen", top_k=6, seeds=8)
+    assert sum(d.repair.repaired_from_instances is not None for d in rep.deployments) == 3
