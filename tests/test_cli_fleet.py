@@ -85,6 +85,9 @@ def test_table_csv_and_plot(profile_csv, capsys, tmp_path):
     for col in ("strategy", "GPU-h", "reserved GPU-h", "on-demand GPU-h", "$/M out tok", "attainment"):
         assert col in first
     assert "worst windows" in out and "note: prices: on-demand $4/GPU-h, reserved $2.4/GPU-h" in out
+    for col in ("reserved", "$/M SLO-met tok", "rejected (context)", "unserved"):
+        assert col in first
+    assert "idle reserved hours included" in out
     rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", "--format", "csv")
     assert rc == 0, err
     import io
@@ -121,6 +124,10 @@ def test_default_scale_puts_the_profile_peak_at_the_scenario_rate(profile_csv, c
     (["--cold-start", "30", "--start-time", "10"], "--cold-start"),
     (["--fail-at", "99999"], "--fail-at"),
     (["--capacity", "1=15"], "--capacity"),
+    (["--capacity", "3=10"], "--capacity"),            # 3 instances serving less than 2
+    (["--horizon", "60"], "--horizon"),                 # shorter than one 600-s window
+    (["--days", "0.001"], "--days"),
+    (["--control-interval", "0"], "--control-interval"),
 ])
 def test_bad_flags_give_one_line_errors_naming_the_flag(profile_csv, capsys, extra, flag):
     rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", *extra)
@@ -149,3 +156,88 @@ def test_fleet_doc_has_its_figure_and_ranks_oracle_cheapest_static_dearest():
     usd = {row.split("|")[1].strip(): float(row.split("|")[5].replace(",", "")) for row in table}
     assert set(usd) == {"static", "reactive", "scheduled", "oracle"}
     assert min(usd, key=usd.get) == "oracle" and max(usd, key=usd.get) == "static"
+
+
+# --- the trial's findings -----------------------------------------------------------------------
+
+def _json(capsys, *argv):
+    rc, out, err = run(capsys, "fleet", *argv, "--format", "json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_context_rejections_and_unserved_are_reported(profile_csv, capsys):
+    # mistral-7b's 32k context rejects some of the coding agent's long requests
+    i = BASE.index("--scenario")
+    argv = BASE[:i] + ["--scenario", "coding-agent", "--model", "mistral-7b"] + BASE[i + 2:]
+    argv[argv.index("B200")] = "H100"
+    doc = _json(capsys, "--profile", profile_csv, *argv, "--no-spares", "--horizon", "1800")
+    for s in doc["strategies"]:
+        assert s["rejected_context"] > 0 and "rejected_no_instance" in s
+        assert s["attainment"] <= 1 - s["rejected_context"] / s["requests"] + 1e-12
+    assert any("rejected for the context / KV limit" in n for n in doc["notes"])
+    assert any("--model mistral-7b: scenario coding-agent's request lengths" in n for n in doc["notes"])
+    # without --rate / --rate-scale, --model keeps the scenario's rate as the peak: said so
+    j = argv.index("--rate-scale")
+    doc = _json(capsys, "--profile", profile_csv, *argv[:j], *argv[j + 2:], "--no-spares", "--horizon", "1800")
+    assert any("--model mistral-7b" in n and "the profile's peak is the scenario's rate" in n for n in doc["notes"])
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *argv, "--no-spares", "--horizon", "1800")
+    assert "rejected (context)" in out and "unserved" in out and "note: static: " in out
+
+
+def test_from_plan_uses_its_slos_price_and_refuses_or_notes_mismatches(profile_csv, capsys, tmp_path):
+    plan = {"model": "llama-3.1-8b", "gpu": "H100", "precision": "FP8", "mode": "colocated", "tp": 1,
+            "instances": 2, "chunk_tokens": 512, "price_usd_per_gpu_hour": 3.5, "rate_req_per_s": 12.0,
+            "ttft_slo_s": 0.5, "tpot_slo_s": 0.04, "verification": {"policy": "vllm", "passed": True}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"plans": [plan], "notes": []}))
+    common = ["--profile", profile_csv, "--scenario", "chat", "--from-plan", str(path), "--capacity", "1=15",
+              "--capacity", "2=30", "--no-spares", "--horizon", "1800"]
+    doc = _json(capsys, *common)
+    st = doc["settings"]
+    assert st["ttft_slo_s"] == 0.5 and st["tpot_slo_s"] == 0.04
+    assert st["on_demand_usd_per_gpu_hour"] == 3.5 and doc["plan"]["price_usd_per_gpu_hour"] == 3.5
+    assert doc["profile"]["peak_rate_req_per_s"] == pytest.approx(12.0)      # the plan's rate
+    notes = " | ".join(doc["notes"])
+    assert "vllm" in notes and "lecture scheduler" in notes
+    assert "another scenario" in notes and "$3.5" in notes
+    for extra, flag in ((["--tp", "2"], "--tp"), (["--layout", "tp"], "--layout"), (["--gpu", "B200"], "--gpu")):
+        rc, out, err = run(capsys, "fleet", *common, *extra)
+        assert rc == 2 and flag in err and "--from-plan" in err, err
+
+
+def test_notes_on_prices_reservations_and_a_period_without_a_previous_day(profile_csv, capsys):
+    doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares", "--horizon", "1800", "--reserved", "9")
+    notes = " | ".join(doc["notes"])
+    assert "prices: on-demand $4/GPU-h" in notes
+    assert "9 instances reserved, above the" in notes and "never used" in notes
+    assert "idle reserved hours included" in notes
+    assert "has no previous day" in notes
+    doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares", "--horizon", "1800", "--reserved", "auto")
+    assert any("saves nothing" in n for n in doc["notes"])
+    doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares", "--horizon", "1800", "--reserved", "1",
+                "--reserved-price", "9")
+    assert any("above the on-demand price" in n for n in doc["notes"])
+    # prices are noted without any reservation too
+    doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares", "--horizon", "1800", "--price", "B200=3")
+    assert any(n.startswith("prices: on-demand $3/GPU-h") for n in doc["notes"])
+
+
+def test_worst_windows_only_below_target_in_the_docs_time_format(profile_csv, capsys):
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares", "--target-utilisation", "0.5")
+    assert rc == 0, err
+    assert "static: no window below 0.9" in out or "static   day" not in out
+    doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares")
+    for s in doc["strategies"]:
+        assert all(w["attainment"] < 0.9 for w in s["worst_windows"])
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, *BASE, "--no-spares")
+    assert "day 1 00:" in out and "start (h)" not in out
+    assert "1 instances" not in out
+
+
+def test_a_peak_beyond_any_fleet_names_the_profile_and_the_flag(tmp_path, capsys):
+    path = tmp_path / "huge.csv"
+    path.write_text("window_start_s,rate_req_per_s\n0,10\n600,10000000\n1200,10\n")
+    rc, out, err = run(capsys, "fleet", "--profile", str(path), *BASE, "--no-spares")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert str(path) in err and "--rate-scale" in err and "100,000 instances" in err

@@ -278,7 +278,8 @@ def test_fleet_accounts_gpu_hours_from_lifetimes_and_checks_inputs_first(chat_b2
     prof = RateProfile.from_arrays("step", [0.0, 600.0, 1200.0], [5.0, 25.0, 5.0], 600.0)
     curve = S.CapacityCurve.from_points([1, 2], [15.0, 30.0])
     slo = SLO(sc.ttft_s, sc.tpot_s)
-    res = fleet(plan, sc, prof, slo, catalog=cat, capacity=curve, spares=False, cold_start_s=30.0)
+    res = fleet(plan, sc, prof, slo, catalog=cat, capacity=curve, spares=False, cold_start_s=30.0,
+                target_utilisation=1.0)      # exact capacity: the hand-computed counts below
     static, oracle = res.strategy("static"), res.strategy("oracle")
     assert static.target.tolist() == [2, 2, 2] and oracle.target.tolist() == [1, 2, 1]
     assert static.cost.gpu_hours == pytest.approx(2 * 1800 / 3600)
@@ -287,8 +288,8 @@ def test_fleet_accounts_gpu_hours_from_lifetimes_and_checks_inputs_first(chat_b2
     off = oracle.run.off_s[1]
     assert 1200.0 <= off < 1300.0
     assert oracle.cost.gpu_hours == pytest.approx((1800 + off - 600) / 3600)
-    # reactive: 25 req/s / 0.8 wants 3, one window late, ready 30 s after
-    assert res.strategy("reactive").schedule.ready_s.tolist() == [0.0, 1230.0, 1230.0]
+    # reactive: 25 req/s wants 2, one decision (600 s) late, ready 30 s after
+    assert res.strategy("reactive").schedule.ready_s.tolist() == [0.0, 1230.0]
     assert res.cold_start.total_s == 30.0
     for bad, field in (({"reserved_instances": "lots"}, "reserved_instances"),
                        ({"target_utilisation": 0.0}, "target_utilisation"),
@@ -297,3 +298,127 @@ def test_fleet_accounts_gpu_hours_from_lifetimes_and_checks_inputs_first(chat_b2
             fleet(plan, sc, prof, slo, catalog=cat, capacity=curve, spares=False, **bad)
     with pytest.raises(FastsimInputError, match="colocated"):
         fleet(replace(plan, mode="disaggregated"), sc, prof, slo, catalog=cat, capacity=curve)
+
+
+# --- the trial's findings -----------------------------------------------------------------------
+
+def test_a_capacity_that_decreases_with_n_is_refused_naming_the_point():
+    with pytest.raises(FastsimInputError, match=r"capacity point: got '3=10'.*2=30"):
+        S.CapacityCurve.from_points([1, 2, 3], [15.0, 30.0, 10.0])
+    S.CapacityCurve.from_points([1, 2, 3], [15.0, 30.0, 30.0])        # flat is fine
+
+
+def test_instances_for_searches_up_to_its_limit_and_says_what_it_reaches():
+    c = _flat(15.0)
+    # 1.4e6 req/s needs 93,334 instances: within 100,000, though doubling from 1 passes 131,072
+    assert int(c.instances_for(1.4e6)) == 93334
+    with pytest.raises(FastsimInputError, match=r"at most 1,500,000 req/s, the most 100,000 instances"):
+        c.instances_for(1.6e6)
+
+
+def test_every_strategy_sizes_with_the_same_headroom():
+    rates = np.array([10.0, 30.0, 20.0])
+    assert S.static_count(rates, _flat(), target_utilisation=0.5) == 6
+    assert S.oracle_targets(rates, _flat(), target_utilisation=0.5).tolist() == [2, 6, 4]
+    with pytest.raises(FastsimInputError, match="target_utilisation"):
+        S.oracle_targets(rates, _flat(), target_utilisation=1.5)
+
+
+def test_reactive_decides_every_control_interval_inside_a_long_row():
+    # a 2,400-s row at 10 req/s, then 40 req/s: decisions every 600 s see each interval's mean rate
+    t, r = [0.0, 2400.0], [10.0, 40.0]
+    dec, tgt = S.reactive_decisions(t, r, _flat(), horizon_s=4800.0, control_interval_s=600.0,
+                                    target_utilisation=1.0, scale_down_delay_s=0.0)
+    assert dec.tolist() == [0.0, 600.0, 1200.0, 1800.0, 2400.0, 3000.0, 3600.0, 4200.0]
+    assert tgt.tolist() == [1, 1, 1, 1, 1, 4, 4, 4]       # the rise seen 600 s after it, not 2,400 s
+    # an interval straddling two rows sees their time-weighted mean; a gap is no observation
+    dec, tgt = S.reactive_decisions([0.0, 300.0, 900.0], [10.0, 30.0, 0.0], _flat(), horizon_s=1800.0,
+                                    control_interval_s=600.0, target_utilisation=1.0, scale_down_delay_s=0.0)
+    assert tgt.tolist() == [2, 2, 3]        # [0, 600): 20 req/s (seen at 0 and 600); [600, 1200): 30, gap left out
+
+
+def test_an_autoscaler_replaces_a_failed_instance_at_its_next_decision():
+    base = S.static_schedule(2)
+    sch, fails, _ = S.inject_failures(base, horizon_s=3000.0, cold_start_s=100.0, fail_times_s=(650.0,),
+                                      decision_s=[0.0, 600.0, 1200.0, 1800.0])
+    assert fails[0].replacement == 2 and (sch.provision_s[2], sch.ready_s[2]) == (1200.0, 1300.0)
+    # with a repair time: the first decision at or after failure + repair
+    sch, _, _ = S.inject_failures(base, horizon_s=3000.0, cold_start_s=100.0, repair_s=600.0, fail_times_s=(650.0,),
+                                  decision_s=[0.0, 600.0, 1200.0, 1800.0])
+    assert sch.provision_s[2] == 1800.0
+    # no decision left: no replacement
+    _, fails, _ = S.inject_failures(base, horizon_s=3000.0, cold_start_s=100.0, fail_times_s=(2000.0,),
+                                    decision_s=[0.0, 600.0, 1200.0, 1800.0])
+    assert fails[0].replacement == -1
+
+
+def test_goodput_cost_per_million_slo_met_output_tokens():
+    sch, off = _three_lifetimes()
+    c = S.cost(sch, off, horizon_s=1000.0, gpus_per_instance=1, on_demand_usd_per_gpu_hour=3.6,
+               output_tokens=10**6, met_output_tokens=5 * 10**5)
+    assert c.met_output_tokens == 5 * 10**5
+    assert c.usd_per_million_met_output_tokens == pytest.approx(2 * c.usd_per_million_output_tokens)
+
+
+@pytest.fixture(scope="module")
+def chat_plan():
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    cat = default_catalog()
+    sc = cat.scenario("chat")
+    plan = plan_for(sc.model, Demand.from_scenario(sc), gpu="B200", precision="FP8", tp=1, instances=1,
+                    chunk_tokens=512, catalog=cat)
+    return cat, sc, plan
+
+
+def test_flat_profile_reactive_costs_what_static_does_and_oracle_is_cheapest(chat_plan):
+    from fastsim.fleet import fleet
+    from fastsim.search import SLO
+    from fastsim.workload import RateProfile
+    cat, sc, plan = chat_plan
+    prof = RateProfile.from_arrays("flat", [0.0, 600.0, 1200.0], [12.0, 12.0, 12.0], 600.0)
+    curve = S.CapacityCurve.from_points([1], [15.0])
+    res = fleet(plan, sc, prof, SLO(sc.ttft_s, sc.tpot_s), catalog=cat, capacity=curve, spares=False,
+                cold_start_s=30.0)
+    usd = {s.name: s.cost.usd for s in res.strategies}
+    assert usd["reactive"] == pytest.approx(usd["static"]) and usd["oracle"] == pytest.approx(usd["static"])
+    assert {int(s.target.max()) for s in res.strategies} == {1}       # 12 / 0.8 = 15: one instance each
+    prof = RateProfile.from_arrays("step", [0.0, 600.0, 1200.0], [5.0, 25.0, 5.0], 600.0)
+    res = fleet(plan, sc, prof, SLO(sc.ttft_s, sc.tpot_s), catalog=cat, capacity=curve, spares=False,
+                cold_start_s=30.0)
+    gh = {s.name: s.cost.gpu_hours for s in res.strategies}
+    # static dearest; the oracle, at the same headroom, no dearer than the schedule (reactive is
+    # cheaper here only by being late: its rise comes a window after the traffic's)
+    assert max(gh, key=gh.get) == "static" and gh["oracle"] <= gh["scheduled"]
+    for s in res.strategies:
+        c = s.cost
+        assert 0 < c.met_output_tokens <= c.output_tokens
+        assert c.usd_per_million_met_output_tokens == pytest.approx(c.usd / c.met_output_tokens * 1e6)
+
+
+def test_fleet_api_rough_edges_name_the_field(chat_plan):
+    from fastsim.fleet import ProfileArrivals, fleet, simulate_fleet
+    from fastsim.search import SLO
+    from fastsim.workload import RateProfile
+    cat, sc, plan = chat_plan
+    prof = RateProfile.from_arrays("step", [0.0, 600.0], [5.0, 5.0], 600.0)
+    curve = S.CapacityCurve.from_points([1], [15.0])
+    slo = SLO(sc.ttft_s, sc.tpot_s)
+    kw = dict(catalog=cat, capacity=curve, spares=False)
+    with pytest.raises(FastsimInputError, match="sim_plan"):
+        simulate_fleet(plan, [], S.static_schedule(1), ttft_slo_s=1.0, tpot_slo_s=1.0)
+    with pytest.raises(FastsimInputError, match="slo"):
+        fleet(plan, sc, prof, (1.0, 0.05), **kw)
+    with pytest.raises(FastsimInputError, match="repair_s"):
+        fleet(plan, sc, prof, slo, repair_s=-1, **kw)
+    with pytest.raises(FastsimInputError, match="static_quantile"):
+        fleet(plan, sc, prof, slo, static_quantile=0.0, **kw)
+    with pytest.raises(FastsimInputError, match="horizon_s"):
+        fleet(plan, sc, prof, slo, horizon_s=86.4, **kw)
+    from fastsim.search import sim_plan
+    with pytest.raises(FastsimInputError, match="horizon_s.*600"):
+        simulate_fleet(sim_plan(plan, cat), ProfileArrivals(sc, prof, 0, 1.0, 600.0), S.static_schedule(1),
+                       ttft_slo_s=1.0, tpot_slo_s=1.0, horizon_s=1200.0)
+    # a plan dict is an SLO too
+    res = fleet(plan, sc, prof, {"ttft_slo_s": 0.5, "tpot_slo_s": 0.05}, strategies=("static",), **kw)
+    assert res.settings["ttft_slo_s"] == 0.5

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import FastsimInputError, require_positive
 from . import strategies as S
 
-__all__ = ["fleet", "FleetResult", "StrategyResult", "capacity_curve", "plot_fleet"]
+__all__ = ["fleet", "FleetResult", "StrategyResult", "capacity_curve", "plot_fleet", "format_time"]
 
 
 @dataclass
@@ -30,8 +30,8 @@ class StrategyResult:
     ----------
     name : str
         ``static``, ``reactive``, ``scheduled`` or ``oracle``.
-    target : ndarray(int64) of shape (w,)
-        Instances the strategy wants ready in each profile window.
+    target : ndarray(int64) of shape (d,)
+        Instances the strategy wants from each of its decisions (``decision_s``) to the next.
     schedule : FleetSchedule
         The lifetimes simulated (failures and replacements included).
     run : FleetRun
@@ -43,6 +43,9 @@ class StrategyResult:
     window_instances : ndarray(float64) of shape (v,)
         Mean instances ready in each metric window.
     failures : list of Failure
+    decision_s : ndarray(float64) of shape (d,)
+        The strategy's decision times (s): the profile's window starts, or the reactive
+        autoscaler's control interval.
     """
 
     name: str
@@ -53,6 +56,7 @@ class StrategyResult:
     window_attainment: np.ndarray
     window_instances: np.ndarray
     failures: list
+    decision_s: np.ndarray | None = None
 
 
 @dataclass
@@ -127,7 +131,9 @@ class FleetResult:
             ``window_rate_req_per_s`` (the profile's rate at each metric window's start),
             ``capacity`` (points), ``cold_start``, ``settings``, ``strategies`` (one record each:
             instances, GPU-hours, reserved / on-demand split, dollars, $ per million output
-            tokens, attainment overall and per window, instances per window, worst windows,
+            tokens and per million SLO-met output tokens (goodput), attainment overall and per
+            window, requests rejected for the context / KV limit and unserved for want of an
+            instance, instances per window, the worst windows below the attainment target,
             failures) and ``spares`` (or None). Non-finite values as the floats they are (the
             command writes them as null with reasons).
         """
@@ -141,7 +147,7 @@ class FleetResult:
             c, run = s.cost, s.run
             att = s.window_attainment
             order = np.argsort(np.where(np.isnan(att), np.inf, att), kind="stable")[:worst]
-            order = [int(i) for i in order if not np.isnan(att[i])]
+            order = [int(i) for i in order if att[i] < tgt]          # nan compares False
             col = WINDOW_COLUMNS.index
             rec = {
                 "strategy": s.name,
@@ -153,9 +159,12 @@ class FleetResult:
                 "reserved_usd": c.reserved_usd, "on_demand_usd": c.on_demand_usd, "usd": c.usd,
                 "output_tokens": c.output_tokens,
                 "usd_per_million_output_tokens": c.usd_per_million_output_tokens,
+                "met_output_tokens": c.met_output_tokens,
+                "usd_per_million_met_output_tokens": c.usd_per_million_met_output_tokens,
                 "requests": int(run.n_requests), "attainment": float(run.attainment),
                 "windows_below_target": int(np.sum(att < tgt)),
                 "min_window_attainment": float(np.nanmin(att)) if np.any(~np.isnan(att)) else math.nan,
+                "rejected_context": int(run.counts[:, col("rejected_context")].sum()),
                 "rejected_no_instance": int(run.counts[:, col("rejected_no_instance")].sum()),
                 "recomputed": int(run.counts[:, col("recomputed")].sum()),
                 "failures": [{"time_s": f.time_s, "lifetime": f.lifetime, "replaced": f.replacement >= 0}
@@ -194,6 +203,42 @@ class FleetResult:
             "window_start_s": starts.tolist(), "window_rate_req_per_s": rates.tolist(),
             "strategies": out_strats, "spares": spares,
         }
+
+
+def format_time(t_s: float) -> str:
+    """A time of the period as ``day D HH:MM`` (day 1 from 0 s), the format of every fleet output.
+
+    Parameters
+    ----------
+    t_s : float
+        Seconds from the start of the profile (>= 0).
+
+    Returns
+    -------
+    str
+    """
+    d, rest = divmod(float(t_s), 86400.0)
+    return f"day {int(d) + 1} {int(rest // 3600):02d}:{int(rest % 3600 // 60):02d}"
+
+
+def _plural(n, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _slo(slo):
+    """(ttft_s, tpot_s, attainment) of an SLO or of a plan dict (``ttft_slo_s``, ``tpot_slo_s``)."""
+    from ..search import SLO
+    if isinstance(slo, SLO):
+        t, p, a = slo.ttft_s, slo.tpot_s, slo.attainment
+    elif isinstance(slo, dict) and "ttft_slo_s" in slo and "tpot_slo_s" in slo:
+        t, p, a = slo["ttft_slo_s"], slo["tpot_slo_s"], slo.get("attainment", 0.9)
+    else:
+        raise FastsimInputError("slo", type(slo).__name__, "a fastsim.search.SLO, or a plan dict with "
+                                "ttft_slo_s and tpot_slo_s (fastsim plan --format json)")
+    t = require_positive("slo.ttft_s", t)
+    p = require_positive("slo.tpot_s", p)
+    a = S._fraction("slo.attainment", a)
+    return SLO(t, p, a)
 
 
 def _rate_at(profile, t) -> np.ndarray:
@@ -253,6 +298,9 @@ def capacity_curve(plan, scenario, slo, *, peak_req_per_s: float, seeds: int = 2
     ns.append(1)
     caps.append(c1)
     need = max(2, int(math.ceil(peak / c1)))
+    if need > S.MAX_INSTANCES:
+        raise FastsimInputError("peak_req_per_s", peak, f"at most {S.MAX_INSTANCES * c1:,.6g} req/s: one instance "
+                                f"sustains {c1:,.4g} req/s, and {S.MAX_INSTANCES:,} instances is the most sized")
     if pts > 1:
         grid = np.unique(np.round(np.geomspace(1, need, pts)).astype(np.int64))
         for n in grid[1:]:
@@ -283,27 +331,34 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
           capacity_seeds: int = 2, capacity_points: int = 5, capacity_horizon_s: float = 600.0,
           load_bw_bytes_per_s: float = S.LOAD_BW_BYTES_PER_S, fixed_start_s: float = S.FIXED_START_S,
           cold_start_s: float | None = None, target_utilisation: float = S.TARGET_UTILISATION,
-          scale_down_delay_s: float = S.SCALE_DOWN_DELAY_S, static_quantile: float = 1.0,
-          min_instances: int = 1, day_s: float = S.DAY_S, reserved_instances="none",
-          reserved_usd_per_gpu_hour: float | None = None, mtbf_s: float | None = None, repair_s: float = 0.0,
-          fail_times_s=(), spares: bool = True, seed: int = 0, routing: str = "least-loaded",
+          scale_down_delay_s: float = S.SCALE_DOWN_DELAY_S, control_interval_s: float | None = None,
+          static_quantile: float = 1.0, min_instances: int = 1, day_s: float = S.DAY_S,
+          reserved_instances="none", reserved_usd_per_gpu_hour: float | None = None, mtbf_s: float | None = None,
+          repair_s: float = 0.0, fail_times_s=(), spares: bool = True, seed: int = 0, routing: str = "least-loaded",
           workers: int | None = None, strategies=S.STRATEGIES) -> FleetResult:
     """Compare static, reactive, scheduled and oracle fleets of a plan's instance type over a profile.
+
+    Every strategy is sized with the same headroom, ``target_utilisation`` (module docstring of
+    :mod:`fastsim.fleet.strategies`): static for the peak (or a quantile) / u, the oracle for each
+    window's rate / u, reactive and scheduled for the rate they see / u; so the oracle is the
+    lower bound on GPU-hours among them, and u = 1 sizes every strategy for exact capacity.
 
     Parameters
     ----------
     plan : Plan
-        A colocated plan (its GPU, precision, TP, chunk; its ``instances`` is not used).
+        A colocated plan (its GPU, precision, TP, chunk and ``price_usd_per_gpu_hour``, the
+        on-demand price; its ``instances`` is not used).
     scenario : Scenario
         Request lengths (its rate is not used).
     profile : RateProfile or str
         The traffic (:func:`fastsim.workload.read_rate_profile`).
-    slo : SLO
-        P90 TTFT and TPOT targets and the attainment target (per window and overall).
+    slo : SLO or dict
+        P90 TTFT and TPOT targets and the attainment target (per window and overall); or a plan
+        dict from ``fastsim plan --format json`` (its ``ttft_slo_s`` and ``tpot_slo_s``).
     rate_scale : float
         Every rate of the profile multiplied by this (> 0).
     horizon_s : float, optional
-        The period (s, > 0, at most the profile's span); default the span.
+        The period (s, at least one metric window, at most the profile's span); default the span.
     catalog, constants, model
         As for :func:`fastsim.search.sim_plan`.
     capacity : CapacityCurve, optional
@@ -316,9 +371,13 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
     cold_start_s : float, optional
         The cold start itself (s, >= 0), instead of the two above.
     target_utilisation : float
-        Reactive and scheduled sizing: rate / capacity wanted, in (0, 1].
+        Every strategy's sizing: rate / capacity wanted, in (0, 1] (1 = exact capacity).
     scale_down_delay_s : float
         Reactive downscale stabilisation (s, >= 0).
+    control_interval_s : float, optional
+        Reactive: time between decisions (s, > 0); default
+        :data:`~fastsim.fleet.strategies.CONTROL_INTERVAL_S` or the profile's smallest window
+        when shorter.
     static_quantile : float
         Static sizing: quantile of the window rates, in (0, 1] (1 = peak).
     min_instances : int
@@ -332,11 +391,13 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
     mtbf_s : float, optional
         Mean time between failures of one instance (s); None: no random failures.
     repair_s : float
-        Failure to replacement provisioning (s, >= 0).
+        Failure to replacement provisioning (s, >= 0): in the static fleet the replacement is
+        provisioned then; an autoscaled fleet's at its first decision from then on.
     fail_times_s : sequence of float
         Failures at given times (s).
     spares : bool
-        Also find the smallest N + k that keeps the target through one failure at the peak.
+        Also find the smallest N + k that keeps the target through one failure at the peak (N:
+        the peak's exact capacity).
     seed : int
         Seed of the arrivals (the same for every strategy), the failures and the capacity runs.
     routing : {'least-loaded', 'round-robin'}
@@ -349,11 +410,15 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
     Returns
     -------
     FleetResult
+        Its ``notes`` say what the numbers need to be read right (requests rejected or unserved,
+        reservations that cannot pay, a period without a previous day, unequal windows).
 
     Raises
     ------
     FastsimInputError
-        A disaggregated plan, or any bad input (naming it).
+        A disaggregated plan, an SLO that is neither an SLO nor a plan dict, a period shorter
+        than one metric window, a peak beyond what the capacity curve can size, or any bad input
+        (naming it).
     """
     from ..catalog import default_catalog
     from ..search import sim_plan
@@ -363,72 +428,20 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
     catalog = catalog or default_catalog()
     constants = constants or StepConstants()
     model = model or catalog.model(plan.model)
-    if plan.mode != "colocated":
-        raise FastsimInputError("plan", plan.describe(), "a colocated plan (the fleet simulator serves colocated "
-                                "instances)")
+    if getattr(plan, "mode", None) != "colocated":
+        raise FastsimInputError("plan", plan.describe() if hasattr(plan, "describe") else type(plan).__name__,
+                                "a colocated Plan (the fleet simulator serves colocated instances)")
+    slo = _slo(slo)
     bad = [s for s in strategies if s not in S.STRATEGIES]
     if bad or not strategies:
         raise FastsimInputError("strategies", list(strategies), "a non-empty subset of " + ", ".join(S.STRATEGIES))
-    prof = profile if isinstance(profile, RateProfile) else read_rate_profile(profile)
-    prof = prof.scaled(rate_scale)
-    horizon = prof.span_s if horizon_s is None else require_positive("horizon_s", horizon_s)
-    if horizon > prof.span_s * (1 + 1e-12):
-        raise FastsimInputError("horizon_s", horizon_s, f"at most the profile's span, {prof.span_s:g} s")
-    inside = prof.window_start_s < horizon
-    t_w = prof.window_start_s[inside]
-    r_w = prof.rate_req_per_s[inside]
-    e_w = np.minimum(prof.window_end_s[inside], horizon)
-    if not np.any(r_w > 0):
-        raise FastsimInputError("horizon_s", horizon_s, "a period with traffic (the profile's windows before it "
-                                "are all gaps)")
-    widths = prof.window_s
-    window_s = float(np.median(widths))
-    notes = []
-    if not np.allclose(widths[inside][:-1], window_s):
-        notes.append(f"the profile's windows are not all {window_s:g} s: metric windows are {window_s:g} s, each "
-                     "shown with the profile's rate at its start")
-    peak = float(r_w.max())
-
-    g = catalog.gpu(plan.gpu)
-    pr = catalog.precision(plan.precision)
-    if cold_start_s is None:
-        cs = S.cold_start(model.total_params * pr.weight_bytes, load_bw_bytes_per_s, fixed_start_s)
-    else:
-        c = S._nonneg("cold_start_s", cold_start_s)
-        cs = S.ColdStart(model.total_params * pr.weight_bytes, math.inf, c)
-    cold = cs.total_s
-
-    if capacity is None:
-        capacity = capacity_curve(plan, scenario, slo, peak_req_per_s=peak, seeds=capacity_seeds,
-                                  horizon_s=capacity_horizon_s, points=capacity_points, catalog=catalog,
-                                  constants=constants, model=model, routing=routing, seed=seed)
-    elif not isinstance(capacity, S.CapacityCurve):
-        raise FastsimInputError("capacity", type(capacity).__name__, "a CapacityCurve")
-    if capacity.instances.max() < peak / capacity.per_instance_req_per_s(capacity.instances.max()):
-        notes.append(f"capacity measured up to {int(capacity.instances.max())} instances; beyond, each instance is "
-                     "taken to serve what one of those does")
-    n_static = S.static_count(r_w, capacity, quantile=static_quantile, min_instances=min_instances)
-    n_peak = int(capacity.instances_for(peak, max(1, min_instances)))
-    targets, schedules = {}, {}
-    for name in strategies:
-        if name == "static":
-            targets[name] = np.full(t_w.shape[0], n_static, np.int64)
-            schedules[name] = S.static_schedule(n_static)
-        elif name == "reactive":
-            targets[name] = S.reactive_targets(t_w, r_w, capacity, target_utilisation=target_utilisation,
-                                               scale_down_delay_s=scale_down_delay_s, min_instances=min_instances)
-            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=cold, horizon_s=horizon)
-        elif name == "scheduled":
-            targets[name] = S.scheduled_targets(t_w, r_w, capacity, first_day_instances=n_static,
-                                                target_utilisation=target_utilisation, day_s=day_s,
-                                                window_end_s=e_w, min_instances=min_instances)
-            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=cold, ahead=True,
-                                                      horizon_s=horizon)
-        else:
-            targets[name] = S.oracle_targets(r_w, capacity, min_instances=min_instances)
-            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=0.0, ahead=True,
-                                                      horizon_s=horizon)
-    # the accounting's inputs checked before the simulations, not after them
+    # the knobs checked before anything is measured or simulated
+    u = S._fraction("target_utilisation", target_utilisation)
+    S._fraction("static_quantile", static_quantile)
+    S._nonneg("scale_down_delay_s", scale_down_delay_s)
+    repair = S._nonneg("repair_s", repair_s)
+    S._count("min_instances", min_instances, 0)
+    require_positive("day_s", day_s)
     if isinstance(reserved_instances, str):
         if reserved_instances not in ("none", "auto"):
             raise FastsimInputError("reserved_instances", reserved_instances, "an integer >= 0, 'none' or 'auto'")
@@ -438,15 +451,101 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
         require_positive("reserved_usd_per_gpu_hour", reserved_usd_per_gpu_hour)
     if workers is not None:
         S._count("workers", workers, 1)
+    prof = profile if isinstance(profile, RateProfile) else read_rate_profile(profile)
+    prof = prof.scaled(rate_scale)
+    horizon = prof.span_s if horizon_s is None else require_positive("horizon_s", horizon_s)
+    if horizon > prof.span_s * (1 + 1e-12):
+        raise FastsimInputError("horizon_s", horizon_s, f"at most the profile's span, {prof.span_s:g} s")
+    inside = prof.window_start_s < horizon
+    t_w = prof.window_start_s[inside]
+    r_w = prof.rate_req_per_s[inside]
+    e_w = np.minimum(prof.window_end_s[inside], horizon)
+    widths = prof.window_s
+    window_s = float(np.median(widths))
+    if horizon < window_s:
+        raise FastsimInputError("horizon_s", horizon, f"at least one metric window, {window_s:g} s (the profile's "
+                                "window): a shorter period has no complete window to report")
+    if not np.any(r_w > 0):
+        raise FastsimInputError("horizon_s", horizon_s, "a period with traffic (the profile's windows before it "
+                                "are all gaps)")
+    if control_interval_s is None:
+        control = min(S.CONTROL_INTERVAL_S, float(np.min(widths[inside])))
+    else:
+        control = require_positive("control_interval_s", control_interval_s)
+    notes = []
+    w_in = widths[inside]
+    if not np.allclose(w_in[:-1], w_in[0]):
+        notes.append(f"the profile's windows are of unequal widths ({float(w_in.min()):g} to {float(w_in.max()):g} s): "
+                     f"metric windows are {window_s:g} s, each shown with the profile's rate at its start; the "
+                     f"reactive autoscaler decides every {control:g} s whatever the windows")
+    peak = float(r_w.max())
+    t_peak = float(t_w[int(np.argmax(r_w))])
+
+    catalog.gpu(plan.gpu)
+    pr = catalog.precision(plan.precision)
+    if cold_start_s is None:
+        cs = S.cold_start(model.total_params * pr.weight_bytes, load_bw_bytes_per_s, fixed_start_s)
+    else:
+        c = S._nonneg("cold_start_s", cold_start_s)
+        cs = S.ColdStart(model.total_params * pr.weight_bytes, math.inf, c)
+    cold = cs.total_s
+
+    if capacity is None:
+        capacity = capacity_curve(plan, scenario, slo, peak_req_per_s=peak / u, seeds=capacity_seeds,
+                                  horizon_s=capacity_horizon_s, points=capacity_points, catalog=catalog,
+                                  constants=constants, model=model, routing=routing, seed=seed)
+    elif not isinstance(capacity, S.CapacityCurve):
+        raise FastsimInputError("capacity", type(capacity).__name__, "a CapacityCurve")
+    reach = capacity.reach_req_per_s()
+    if peak / u > reach:
+        raise FastsimInputError("profile", f"{prof.name}: {peak:,.6g} req/s at {t_peak:g} s (x {rate_scale:g})",
+                                f"a peak of at most {reach * u:,.0f} req/s: {S.MAX_INSTANCES:,} instances serve "
+                                f"{reach:,.0f} req/s on this capacity curve at target utilisation {u:g} (scale "
+                                "the profile down: rate_scale, --rate, --rate-scale)")
+    if capacity.instances.max() < peak / u / capacity.per_instance_req_per_s(capacity.instances.max()):
+        notes.append(f"capacity measured up to {int(capacity.instances.max())} instances; beyond, each instance is "
+                     "taken to serve what one of those does")
+    n_static = S.static_count(r_w, capacity, quantile=static_quantile, min_instances=min_instances,
+                              target_utilisation=u)
+    n_peak = int(capacity.instances_for(peak, max(1, min_instances)))
+    targets, schedules, decisions = {}, {}, {}
+    for name in strategies:
+        if name == "static":
+            decisions[name] = t_w
+            targets[name] = np.full(t_w.shape[0], n_static, np.int64)
+            schedules[name] = S.static_schedule(n_static)
+        elif name == "reactive":
+            decisions[name], targets[name] = S.reactive_decisions(
+                t_w, r_w, capacity, horizon_s=horizon, control_interval_s=control, window_end_s=e_w,
+                target_utilisation=u, scale_down_delay_s=scale_down_delay_s, min_instances=min_instances)
+            schedules[name] = S.schedule_from_targets(decisions[name], targets[name], cold_start_s=cold,
+                                                      horizon_s=horizon)
+        elif name == "scheduled":
+            decisions[name] = t_w
+            targets[name] = S.scheduled_targets(t_w, r_w, capacity, first_day_instances=n_static,
+                                                target_utilisation=u, day_s=day_s,
+                                                window_end_s=e_w, min_instances=min_instances)
+            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=cold, ahead=True,
+                                                      horizon_s=horizon)
+        else:
+            decisions[name] = t_w
+            targets[name] = S.oracle_targets(r_w, capacity, min_instances=min_instances, target_utilisation=u)
+            schedules[name] = S.schedule_from_targets(t_w, targets[name], cold_start_s=0.0, ahead=True,
+                                                      horizon_s=horizon)
     failures = {name: [] for name in strategies}
     if mtbf_s is not None or len(fail_times_s):
         for name in strategies:
             schedules[name], failures[name], skipped = S.inject_failures(
-                schedules[name], horizon_s=horizon, cold_start_s=cold, repair_s=repair_s, mtbf_s=mtbf_s,
-                fail_times_s=fail_times_s, seed=seed)
+                schedules[name], horizon_s=horizon, cold_start_s=cold,
+                repair_s=repair, mtbf_s=mtbf_s, fail_times_s=fail_times_s, seed=seed,
+                decision_s=None if name == "static" else decisions[name])
             if skipped:
                 notes.append(f"{name}: no instance was up at the failure time(s) "
                              + ", ".join(f"{x:g} s" for x in skipped) + ": not applied")
+            lost = sum(1 for f in failures[name] if f.replacement < 0)
+            if lost:
+                notes.append(f"{name}: {_plural(lost, 'failed instance')} not replaced (no decision left in the "
+                             "period, or the instance was due to end before a replacement could be ready)")
 
     sp = sim_plan(plan, catalog, constants, model)
     workload = ProfileArrivals(scenario, prof, seed, 1.0, horizon)
@@ -460,32 +559,65 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
     results = []
     price = plan.price_usd_per_gpu_hour
     from .schema import WINDOW_COLUMNS
+    col = WINDOW_COLUMNS.index
     for name, run in zip(strategies, runs):
         sched = schedules[name]
-        tokens = int(run.counts[:, WINDOW_COLUMNS.index("output_tokens")].sum())
+        tokens = int(run.counts[:, col("output_tokens")].sum())
+        met = int(run.met_output_tokens.sum())
         c = S.cost(sched, run.off_s, horizon_s=horizon, gpus_per_instance=plan.tp, on_demand_usd_per_gpu_hour=price,
                    reserved_usd_per_gpu_hour=reserved_usd_per_gpu_hour, reserved_instances=reserved_instances,
-                   output_tokens=tokens)
+                   output_tokens=tokens, met_output_tokens=met)
         ts, cs_ = S.ready_steps(sched, run.off_s, horizon)
         ws = run.window_start_s
         inst = S.window_mean_count(ts, cs_, ws, np.minimum(ws + run.window_s, horizon))
         results.append(StrategyResult(name, targets[name], sched, run, c, S.window_attainment(run), inst,
-                                      failures[name]))
+                                      failures[name], decisions[name]))
+        n_req = int(run.n_requests)
+        rej = int(run.counts[:, col("rejected_context")].sum())
+        uns = int(run.counts[:, col("rejected_no_instance")].sum())
+        if rej:
+            notes.append(f"{name}: {rej:,} of {n_req:,} requests rejected for the context / KV limit (prompt + "
+                         f"output above {model.max_context_tokens:,} tokens or one instance's KV budget): SLO misses "
+                         f"whatever the fleet, so attainment is at most {1 - rej / n_req:.4f}")
+        if uns:
+            notes.append(f"{name}: {uns:,} of {n_req:,} requests unserved for want of an available instance "
+                         "(SLO misses)")
+        if isinstance(reserved_instances, (int, np.integer)) and reserved_instances > 0:
+            _, billed = S.billed_steps(sched, run.off_s, horizon)
+            top = int(billed.max())
+            if reserved_instances > top:
+                notes.append(f"{name}: {_plural(int(reserved_instances), 'instance')} reserved, above the "
+                             f"{top:,} it ever bills: {int(reserved_instances) - top:,} reserved instances are "
+                             "paid all period and never used")
+    pr_res = price if reserved_usd_per_gpu_hour is None else float(reserved_usd_per_gpu_hour)
+    if reserved_instances != "none" and pr_res > price:
+        notes.append(f"the reserved price (${pr_res:g}/GPU-h) is above the on-demand price (${price:g}/GPU-h): a "
+                     "reservation costs more than the same hours on demand"
+                     + (" (auto reserves none)" if reserved_instances == "auto" else ""))
+    elif reserved_instances == "auto" and pr_res == price:
+        notes.append("reservation auto at the on-demand price (no reserved price given) saves nothing: it reserves "
+                     "only instances billed all period, at the same price")
+    if reserved_instances != "none":
+        notes.append("reserved GPU-hours are the reserved instances x the period, idle reserved hours included: "
+                     "reserved + on-demand GPU-hours exceed the GPU-hours billed when a reservation sits idle")
+    if "scheduled" in strategies and horizon <= day_s:
+        notes.append(f"scheduled runs the static count all period: the period ({horizon / 3600:,.4g} h) has no "
+                     f"previous day (look-back {day_s / 3600:g} h) to schedule from")
     spares_res = None
     if spares:
         spares_res = S.spares_for_failure(sp, scenario, peak, n_peak, target=slo.attainment,
                                           ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, cold_start_s=cold,
-                                          repair_s=repair_s, seed=seed, max_context_tokens=model.max_context_tokens,
+                                          repair_s=repair, seed=seed, max_context_tokens=model.max_context_tokens,
                                           routing=routing)
     settings = {"attainment_target": slo.attainment, "ttft_slo_s": slo.ttft_s, "tpot_slo_s": slo.tpot_s,
-                "rate_scale": float(rate_scale), "target_utilisation": float(target_utilisation),
-                "scale_down_delay_s": float(scale_down_delay_s), "static_quantile": float(static_quantile),
+                "rate_scale": float(rate_scale), "target_utilisation": float(u),
+                "scale_down_delay_s": float(scale_down_delay_s), "control_interval_s": float(control),
+                "static_quantile": float(static_quantile),
                 "static_instances": n_static, "peak_instances": n_peak, "min_instances": int(min_instances),
                 "day_s": float(day_s), "reserved": reserved_instances if isinstance(reserved_instances, str)
                 else int(reserved_instances), "on_demand_usd_per_gpu_hour": price,
-                "reserved_usd_per_gpu_hour": price if reserved_usd_per_gpu_hour is None
-                else float(reserved_usd_per_gpu_hour),
-                "mtbf_s": mtbf_s, "repair_s": float(repair_s), "fail_times_s": [float(x) for x in fail_times_s],
+                "reserved_usd_per_gpu_hour": pr_res,
+                "mtbf_s": mtbf_s, "repair_s": float(repair), "fail_times_s": [float(x) for x in fail_times_s],
                 "seed": int(seed), "routing": routing, "capacity_seeds": int(capacity_seeds),
                 "capacity_horizon_s": float(capacity_horizon_s)}
     return FleetResult(plan, prof, float(horizon), window_s, capacity, cs, results, spares_res, settings, notes)
@@ -517,10 +649,13 @@ def plot_fleet(result: FleetResult, path: str, *, title: str = "") -> str:
     a1.step(x, rate, where="post", color="k", lw=0.8)
     a1.set(ylabel="rate (req/s)", title=title or f"{result.profile.name}: rate, instances and SLO attainment")
     colors = {"static": "tab:red", "reactive": "tab:orange", "scheduled": "tab:blue", "oracle": "tab:green"}
+    # a line style per strategy, so that two strategies that coincide both show
+    styles = {"static": "-", "reactive": "--", "scheduled": "-.", "oracle": ":"}
     for s in result.strategies:
         lab = f"{s.name}: {s.cost.gpu_hours:,.0f} GPU-h, ${s.cost.usd_per_million_output_tokens:.3f}/M tok"
-        a2.step(x, s.window_instances, where="post", lw=0.9, color=colors.get(s.name), label=lab)
-        a3.plot(x, s.window_attainment, lw=0.8, color=colors.get(s.name),
+        a2.step(x, s.window_instances, where="post", lw=1.1, color=colors.get(s.name), ls=styles.get(s.name, "-"),
+                label=lab)
+        a3.plot(x, s.window_attainment, lw=1.0, color=colors.get(s.name), ls=styles.get(s.name, "-"),
                 label=f"{s.name}: {s.run.attainment:.3f} overall")
     a2.set(ylabel="instances ready (mean per window)")
     a2.legend(fontsize=7, loc="upper left")

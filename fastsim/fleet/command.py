@@ -12,6 +12,8 @@ import json
 import math
 import sys
 
+import numpy as np
+
 from .._command_helpers import _catalog, _check_plot, _constants, _fmt
 from ..errors import FastsimInputError, require_tp
 from . import strategies as S
@@ -20,15 +22,18 @@ __all__ = ["run_fleet", "add_fleet_args", "cmd_fleet", "fleet_record", "FLEET_DE
 
 FLEET_DESCRIPTION = """\
 Fleets of one instance type over a day-and-week rate profile: static provisioning for the peak
-(or a quantile of the windows), reactive autoscaling (target utilisation, cold start = weights /
-load bandwidth + fixed start, downscale stabilisation), scheduled scaling from the previous day,
-and the oracle lower bound (exact capacity per window, no delay). Each is simulated on the same
-arrivals; the output gives GPU-hours (reserved / on-demand), $ per million output tokens, SLO
-attainment overall and per window, the worst windows, and the spares N + k that keep the
-attainment target through one failure at the peak. The capacity of N instances comes from
+(or a quantile of the windows), reactive autoscaling (a decision every control interval, cold
+start = weights / load bandwidth + fixed start, downscale stabilisation), scheduled scaling from
+the previous day, and the oracle (each window's own rate, no delay): the lower bound among
+strategies with the same headroom. Every strategy sizes at the same --target-utilisation (1 =
+exact capacity). Each is simulated on the same arrivals; the output gives GPU-hours (reserved /
+on-demand), $ per million output tokens and per million SLO-met output tokens, SLO attainment
+overall and per window, requests rejected (context / KV limit) and unserved (no instance), the
+worst windows, and the spares N + k that keep the attainment target through one failure at the
+peak. The capacity of N instances comes from
 `fastsim capacity`'s bisection at a few N (or --capacity N=RATE). By default the profile is scaled
-so that its peak is the scenario's rate (--rate to choose the peak, --rate-scale to scale the
-profile's own rates)."""
+so that its peak is the scenario's rate, or the plan's with --from-plan (--rate to choose the peak,
+--rate-scale to scale the profile's own rates)."""
 
 
 def _conv(flag, check, allowed):
@@ -163,15 +168,20 @@ def add_fleet_args(sp, add_common, add_calibration):
     p.add_argument("--plan-index", type=_int_at_least(0), default=0, help="which plan of the JSON list (default 0)")
     p.add_argument("--gpu", help="GPU name")
     p.add_argument("--precision", help="BF16, FP8, ...")
-    p.add_argument("--tp", type=_tp, default=1, help="GPUs per instance (default 1)")
+    p.add_argument("--tp", type=_tp, help="GPUs per instance (default 1)")
     p.add_argument("--chunk", type=_int_at_least(1), help="chunked-prefill tokens per step (default: the screen's)")
-    p.add_argument("--layout", choices=("tp", "tp+ep", "dp+ep"), default="tp")
+    p.add_argument("--layout", choices=("tp", "tp+ep", "dp+ep"), help="default tp")
     g = sp.add_argument_group("strategies")
     g.add_argument("--target-utilisation", type=_unit("--target-utilisation"), default=S.TARGET_UTILISATION,
-                   metavar="U", help=f"reactive and scheduled: rate / capacity wanted (default {S.TARGET_UTILISATION:g})")
+                   metavar="U", help="every strategy: rate / capacity it sizes for, the same headroom for all "
+                   f"(default {S.TARGET_UTILISATION:g}; 1 = exact capacity)")
     g.add_argument("--scale-down-delay", type=_nonneg("--scale-down-delay"), default=S.SCALE_DOWN_DELAY_S,
                    metavar="S", help="reactive: scale down only to the highest count wanted in the last S seconds "
-                   f"(default {S.SCALE_DOWN_DELAY_S:g})")
+                   f"(default {S.SCALE_DOWN_DELAY_S:g}: three 600-s decisions; Kubernetes' HPA uses 300 s but "
+                   "decides every 15 s)")
+    g.add_argument("--control-interval", type=_positive("--control-interval"), metavar="S",
+                   help=f"reactive: seconds between decisions (default {S.CONTROL_INTERVAL_S:g}, or the profile's "
+                   "smallest window when shorter)")
     g.add_argument("--static-quantile", type=_unit("--static-quantile"), default=1.0, metavar="Q",
                    help="static: size for this quantile of the window rates (default 1, the peak)")
     g.add_argument("--min-instances", type=_int_at_least(0), default=1, metavar="N",
@@ -191,7 +201,8 @@ def add_fleet_args(sp, add_common, add_calibration):
     f.add_argument("--mtbf", type=_positive("--mtbf"), metavar="S",
                    help="instance failures as a Poisson process with this mean time between failures (s)")
     f.add_argument("--repair", type=_nonneg("--repair"), default=0.0, metavar="S",
-                   help="from a failure to its replacement's provisioning, s (default 0; then its cold start)")
+                   help="from a failure to its replacement's provisioning, s (default 0; then its cold start). "
+                   "static: provisioned then; reactive, scheduled, oracle: at the autoscaler's next decision from then")
     f.add_argument("--fail-at", type=_nonneg("--fail-at"), action="append", default=[], metavar="T",
                    help="an instance fails at T seconds (repeatable)")
     f.add_argument("--no-spares", action="store_true", help="skip the N + k search through one failure at peak")
@@ -209,7 +220,7 @@ def add_fleet_args(sp, add_common, add_calibration):
 
 
 def _read_plan(args, cat):
-    """(gpu, precision, tp, chunk, layout, model name or None) of --from-plan."""
+    """(gpu, precision, tp, chunk, layout, model name or None, the plan object) of --from-plan."""
     try:
         text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
     except OSError as exc:
@@ -231,7 +242,8 @@ def _read_plan(args, cat):
         raise FastsimInputError("--from-plan", args.from_plan, "a colocated plan (the fleet simulator serves "
                                 "colocated instances)")
     try:
-        return d["gpu"], d["precision"], int(d["tp"]), d.get("chunk_tokens"), d.get("layout", "tp"), d.get("model")
+        return (d["gpu"], d["precision"], int(d["tp"]), d.get("chunk_tokens"), d.get("layout", "tp"), d.get("model"),
+                d)
     except (KeyError, TypeError, ValueError) as exc:
         raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
 
@@ -245,26 +257,67 @@ def _inputs(args):
     cat = _catalog(args)
     notes = []
     scen = cat.scenario(args.scenario or "chat")
+    pd = None           # the --from-plan object
+    ttft, tpot, plan_rate, plan_price = args.ttft, args.tpot, None, None
     if args.from_plan:
-        gpu, prec, tp, chunk, layout, pmodel = _read_plan(args, cat)
-        if args.gpu or args.precision:
-            raise FastsimInputError("--gpu" if args.gpu else "--precision", args.gpu or args.precision,
-                                    "no value with --from-plan (the plan names its GPU and precision)")
+        gpu, prec, tp, chunk, layout, pmodel, pd = _read_plan(args, cat)
+        for flag, v, what in (("--gpu", args.gpu, "GPU"), ("--precision", args.precision, "precision"),
+                              ("--tp", args.tp, "TP"), ("--layout", args.layout, "layout")):
+            if v is not None:
+                raise FastsimInputError(flag, v, f"no value with --from-plan (the plan names its {what})")
         if pmodel and args.model and cat.model(args.model).name != cat.model(pmodel).name:
             raise FastsimInputError("--model", args.model, f"the plan's own model {pmodel!r} (or no --model)")
         model = cat.model(args.model or pmodel or scen.model)
+        if args.chunk and chunk and args.chunk != chunk:
+            notes.append(f"--chunk {args.chunk} replaces the plan's {chunk}-token chunks")
         chunk = args.chunk or chunk
+
+        def num(key):
+            v = pd.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+        p_ttft, p_tpot, plan_rate, plan_price = (num("ttft_slo_s"), num("tpot_slo_s"), num("rate_req_per_s"),
+                                                 num("price_usd_per_gpu_hour"))
+        for flag, given, planned in (("--ttft", args.ttft, p_ttft), ("--tpot", args.tpot, p_tpot)):
+            if given is not None and planned is not None and not math.isclose(given, planned):
+                notes.append(f"{flag} {given:g} s replaces the plan's P90 target of {planned:g} s")
+        ttft = args.ttft if args.ttft is not None else p_ttft
+        tpot = args.tpot if args.tpot is not None else p_tpot
+        if scen.model != model.name:
+            notes.append(f"the plan is for {model.name}; scenario {scen.name} is for {scen.model}: {scen.name}'s "
+                         f"request lengths are used with {model.name} (was the plan made for another scenario?)")
+        differ = [f"{what} {a:g} (scenario {scen.name}'s {b:g})" for what, a, b in (
+            ("P90 TTFT s", ttft, scen.ttft_s), ("P90 TPOT s", tpot, scen.tpot_s),
+            ("rate req/s", plan_rate, scen.rate_req_per_s)) if a is not None and not math.isclose(a, b)]
+        if differ:
+            notes.append("the plan's " + ", ".join(differ) + f" apply, with {scen.name}'s request lengths; was the "
+                         "plan made for another scenario?")
+        ver = pd.get("verification") if isinstance(pd.get("verification"), dict) else {}
+        policy = ver.get("policy")
+        if policy not in (None, "lecture"):
+            notes.append(f"the plan was verified under the {policy} policy; the fleet simulator runs the lecture "
+                         "scheduler (FCFS, full P + O KV reservation), so its capacity and attainment here are the "
+                         f"lecture scheduler's, not {policy}'s")
     else:
         missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
         if missing:
             raise FastsimInputError(" and ".join(missing), None, "a catalog name (or --from-plan FILE.json)")
-        gpu, prec, tp, chunk, layout = args.gpu, args.precision, args.tp, args.chunk, args.layout
+        gpu, prec, chunk = args.gpu, args.precision, args.chunk
+        tp, layout = args.tp or 1, args.layout or "tp"
         model = cat.model(args.model or scen.model)
+    if model.name != scen.model and not args.from_plan:
+        notes.append(f"--model {model.name}: scenario {scen.name}'s request lengths and SLOs (made for {scen.model}) "
+                     f"apply" + ("" if args.rate or args.rate_scale is not None else
+                                 f", and the profile's peak is the scenario's rate ({scen.rate_req_per_s:g} req/s); "
+                                 "--rate sets the peak for this model"))
     scen = replace(scen, model=model.name) if model.name != scen.model else scen
-    slo = SLO(args.ttft or scen.ttft_s, args.tpot or scen.tpot_s, args.attainment)
+    slo = SLO(ttft or scen.ttft_s, tpot or scen.tpot_s, args.attainment)
     demand = Demand.from_scenario(scen, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
     plan = plan_for(model, demand, gpu=gpu, precision=prec, tp=tp, instances=1, chunk_tokens=chunk, catalog=cat,
                     layout=layout, options=ScreenOptions(constants=_constants(args)))
+    if plan_price is not None and not math.isclose(plan_price, plan.price_usd_per_gpu_hour):
+        notes.append(f"the plan's price, ${plan_price:g} per GPU-hour, applies (the catalog's {plan.gpu} is "
+                     f"${plan.price_usd_per_gpu_hour:g})")
+        plan = replace(plan, price_usd_per_gpu_hour=plan_price)
     prof = read_rate_profile(args.profile)
     if args.rate_scale is not None and args.rate is not None:
         raise FastsimInputError("--rate-scale", args.rate_scale, "no value with --rate (one or the other scales "
@@ -274,11 +327,12 @@ def _inputs(args):
         if scale != 1.0:
             notes.append(f"profile {prof.name}: every rate x {scale:g} (--rate-scale)")
     else:
-        peak = args.rate or scen.rate_req_per_s
+        peak = args.rate or plan_rate or scen.rate_req_per_s
         scale = peak / prof.peak_rate_req_per_s
-        notes.append(f"profile {prof.name} scaled by {scale:.4g} so that its peak is {peak:g} req/s "
-                     + ("(--rate)" if args.rate else f"(scenario {scen.name}'s rate; --rate or --rate-scale to "
-                                                     "change it)"))
+        src = ("--rate" if args.rate else "the plan's rate, --from-plan" if plan_rate
+               else f"scenario {scen.name}'s rate")
+        notes.append(f"profile {prof.name} scaled by {scale:.4g} so that its peak is {peak:g} req/s ({src}"
+                     + ("" if args.rate else "; --rate or --rate-scale to change it") + ")")
     if args.days is not None and args.horizon is not None:
         raise FastsimInputError("--days", args.days, "no value with --horizon (one or the other cuts the profile)")
     horizon = args.horizon if args.days is None else args.days * 86400.0
@@ -287,6 +341,11 @@ def _inputs(args):
         raise FastsimInputError(flag, v, f"at most the profile's span, {prof.span_s:g} s "
                                 f"({prof.span_s / 86400:g} days)")
     period = prof.span_s if horizon is None else horizon
+    window = float(np.median(prof.window_s))
+    if period < window:
+        flag, v = ("--days", args.days) if args.days is not None else ("--horizon", args.horizon)
+        raise FastsimInputError(flag, v, f"a period of at least one of the profile's {window:g}-s windows "
+                                f"({window / 86400:.4g} days): a shorter one has no complete window to report")
     for t in args.fail_at:
         if t >= period:
             raise FastsimInputError("--fail-at", t, f"a time in [0, {period:g}) s, inside the period simulated")
@@ -316,6 +375,8 @@ def fleet_record(result, worst: int = 5) -> dict:
             return "not applicable: windows without arrivals (gaps) have no attainment"
         if k == "usd_per_million_output_tokens":
             return "not applicable: no output tokens were served"
+        if k == "usd_per_million_met_output_tokens":
+            return "not applicable: no request met its SLOs (no SLO-met output tokens)"
         if k == "load_bw_bytes_per_s":
             return "not applicable: --cold-start gives the cold start itself"
         return None
@@ -363,19 +424,31 @@ def cmd_fleet(args) -> int:
         ns = [n for n, _ in args.capacity]
         if len(set(ns)) != len(ns):
             raise FastsimInputError("--capacity", args.capacity, "one rate per instance count")
-        capacity = S.CapacityCurve.from_points(ns, [r for _, r in args.capacity])
+        try:
+            capacity = S.CapacityCurve.from_points(ns, [r for _, r in args.capacity])
+        except FastsimInputError as exc:
+            raise FastsimInputError("--capacity", exc.value, exc.allowed) from None
     if args.cold_start is not None and (args.load_bandwidth != S.LOAD_BW_BYTES_PER_S
                                         or args.start_time != S.FIXED_START_S):
         raise FastsimInputError("--cold-start", args.cold_start, "no value with --load-bandwidth or --start-time")
-    res = fleet(plan, scen, prof, slo, rate_scale=scale, horizon_s=horizon, catalog=cat, constants=_constants(args),
-                model=model, capacity=capacity, capacity_seeds=args.capacity_seeds,
-                capacity_points=args.capacity_points, load_bw_bytes_per_s=args.load_bandwidth,
-                fixed_start_s=args.start_time, cold_start_s=args.cold_start,
-                target_utilisation=args.target_utilisation, scale_down_delay_s=args.scale_down_delay,
-                static_quantile=args.static_quantile, min_instances=args.min_instances,
-                reserved_instances=args.reserved, reserved_usd_per_gpu_hour=args.reserved_price, mtbf_s=args.mtbf,
-                repair_s=args.repair, fail_times_s=tuple(args.fail_at), spares=not args.no_spares, seed=args.seed,
-                routing=args.routing, workers=args.workers)
+    try:
+        res = fleet(plan, scen, prof, slo, rate_scale=scale, horizon_s=horizon, catalog=cat,
+                    constants=_constants(args), model=model, capacity=capacity, capacity_seeds=args.capacity_seeds,
+                    capacity_points=args.capacity_points, load_bw_bytes_per_s=args.load_bandwidth,
+                    fixed_start_s=args.start_time, cold_start_s=args.cold_start,
+                    target_utilisation=args.target_utilisation, scale_down_delay_s=args.scale_down_delay,
+                    control_interval_s=args.control_interval, static_quantile=args.static_quantile,
+                    min_instances=args.min_instances, reserved_instances=args.reserved,
+                    reserved_usd_per_gpu_hour=args.reserved_price, mtbf_s=args.mtbf, repair_s=args.repair,
+                    fail_times_s=tuple(args.fail_at), spares=not args.no_spares, seed=args.seed,
+                    routing=args.routing, workers=args.workers)
+    except FastsimInputError as exc:
+        if exc.field not in ("profile", "peak_req_per_s"):
+            raise
+        how = ("--rate-scale" if args.rate_scale is not None else "--rate" if args.rate
+               else "the default peak (--rate, --rate-scale)")
+        raise FastsimInputError(f"--profile {args.profile} scaled by {scale:.4g} ({how})", exc.value,
+                                exc.allowed) from None
     notes = notes + _notes(res, capacity is None)
     rec = fleet_record(res, args.worst)
     sp = res.spares
@@ -415,12 +488,16 @@ def _notes(res, measured: bool) -> list:
            (f"cold start {cs.total_s:,.1f} s = {cs.weight_bytes / 1e9:,.1f} GB of weights at "
             f"{cs.load_bw_bytes_per_s / 1e9:g} GB/s ({cs.load_s:,.1f} s) + {cs.fixed_start_s:g} s start"
             if math.isfinite(cs.load_bw_bytes_per_s) else f"cold start {cs.total_s:g} s (--cold-start)"),
-           f"static: {res.settings['static_instances']} instances (quantile {res.settings['static_quantile']:g} of "
-           f"the window rates); scheduled uses that count on the first day (no previous day)"]
+           f"every strategy sized at target utilisation {res.settings['target_utilisation']:g} (rate / capacity; "
+           "--target-utilisation 1 = exact capacity): the oracle is the lower bound among them",
+           f"static: {_plural(res.settings['static_instances'], 'instance')} (quantile "
+           f"{res.settings['static_quantile']:g} of the window rates / {res.settings['target_utilisation']:g}); "
+           "scheduled uses that count on the first day (no previous day)",
+           f"reactive decides every {res.settings['control_interval_s']:g} s"]
     st = res.settings
-    if st["reserved"] != "none" or st["reserved_usd_per_gpu_hour"] != st["on_demand_usd_per_gpu_hour"]:
-        out.append(f"prices: on-demand ${st['on_demand_usd_per_gpu_hour']:g}/GPU-h, reserved "
-                   f"${st['reserved_usd_per_gpu_hour']:g}/GPU-h, reservation {st['reserved']}")
+    out.append(f"prices: on-demand ${st['on_demand_usd_per_gpu_hour']:g}/GPU-h"
+               + (f", reserved ${st['reserved_usd_per_gpu_hour']:g}/GPU-h, reservation {st['reserved']}"
+                  if st["reserved"] != "none" else "") + f" ({res.plan.gpu})")
     for s in res.strategies:
         if s.failures:
             out.append(f"{s.name}: {len(s.failures)} failure(s) at "
@@ -429,31 +506,47 @@ def _notes(res, measured: bool) -> list:
     return out + list(res.notes)
 
 
+def _plural(n, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _render(res, rec, worst: int) -> str:
+    from .api import format_time
     tgt = res.settings["attainment_target"]
     rows = []
     for s in rec["strategies"]:
         rows.append([s["strategy"], f"{s['instances_min']}-{s['instances_max']}", _fmt(s["instances_mean"], ".2f"),
-                     _fmt(s["gpu_hours"], ",.1f"), _fmt(s["reserved_gpu_hours"], ",.1f"),
+                     _fmt(s["gpu_hours"], ",.1f"), f"{s['reserved_instances']:,}", _fmt(s["reserved_gpu_hours"], ",.1f"),
                      _fmt(s["on_demand_gpu_hours"], ",.1f"), _fmt(s["usd"], ",.2f"),
-                     _fmt(s["usd_per_million_output_tokens"], ".4f"), _fmt(s["attainment"], ".4f"),
+                     _fmt(s["usd_per_million_output_tokens"], ".4f"),
+                     _fmt(s["usd_per_million_met_output_tokens"], ".4f"), _fmt(s["attainment"], ".4f"),
+                     f"{s['rejected_context']:,}", f"{s['rejected_no_instance']:,}",
                      f"{s['windows_below_target']:,}", _fmt(s["min_window_attainment"], ".3f")])
-    out = [_table(rows, ["strategy", "instances", "mean ready", "GPU-h", "reserved GPU-h", "on-demand GPU-h", "$",
-                         "$/M out tok", "attainment", f"windows < {tgt:g}", "worst window"])]
+    out = [_table(rows, ["strategy", "instances", "mean ready", "GPU-h", "reserved", "reserved GPU-h*",
+                         "on-demand GPU-h", "$", "$/M out tok", "$/M SLO-met tok", "attainment", "rejected (context)",
+                         "unserved", f"windows < {tgt:g}", "worst window"]),
+           "* reserved GPU-h: the reserved instances x the period, idle reserved hours included (reserved + "
+           "on-demand can exceed GPU-h)"]
     if worst:
         wrows = []
+        none = []
         for s in rec["strategies"]:
+            if not s["worst_windows"]:
+                none.append(s["strategy"])
             for w in s["worst_windows"]:
-                wrows.append([s["strategy"], f"{w['window_start_s'] / 3600:,.2f}", _fmt(w["rate_req_per_s"], ",.2f"),
+                wrows.append([s["strategy"], format_time(w["window_start_s"]), _fmt(w["rate_req_per_s"], ",.2f"),
                               _fmt(w["instances"], ".2f"), _fmt(w["attainment"], ".3f")])
-        out += ["", "worst windows", _table(wrows, ["strategy", "start (h)", "rate req/s", "mean ready",
-                                                    "attainment"])]
+        out += ["", f"worst windows (below {tgt:g})"]
+        if wrows:
+            out.append(_table(wrows, ["strategy", "window", "rate req/s", "mean ready", "attainment"]))
+        if none:
+            out.append(", ".join(none) + f": no window below {tgt:g}")
     sp = rec["spares"]
     if sp is not None:
         srows = [[t["instances"], _fmt(t["min_window_attainment"], ".3f"), _fmt(t["attainment"], ".3f"),
                   f"{t['recomputed']:,}"] for t in sp["trials"]]
         head = (f"one failure at the peak ({sp['rate_req_per_s']:,.4g} req/s), N = {sp['base_instances']}: "
-                + (f"N + {sp['spares']} = {sp['instances']} instances keep every window >= {sp['target']:g}"
+                + (f"N + {sp['spares']} = {_plural(sp['instances'], 'instance')} keep every window >= {sp['target']:g}"
                    if sp["instances"] is not None else f"no N + k up to 2N keeps every window >= {sp['target']:g}"))
         tr = sp["trials"][0]
         out += ["", head, f"(failure at {tr['fail_at_s']:g} s, replacement ready at {tr['recovered_s']:,.1f} s, "

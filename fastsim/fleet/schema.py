@@ -87,6 +87,9 @@ class FleetRun(NamedTuple):
     horizon_s : float
         End of the arrival window (s); the run continues to ``horizon_s + drain_s`` to finish
         the requests in flight.
+    met_output_tokens : ndarray(int64) of shape (w,) or None
+        Per window of arrival, output tokens of the requests meeting both SLOs (the goodput);
+        None in a record built without it.
     """
 
     window_start_s: np.ndarray
@@ -100,3 +103,4 @@ class FleetRun(NamedTuple):
     attainment: float
     n_requests: int
     horizon_s: float
+    met_output_tokens: np.ndarray | None = None

@@ -7,26 +7,35 @@ Capacity
     :class:`CapacityCurve` holds the maximum sustainable rate of N instances at a few N
     (:func:`fastsim.search.max_sustainable_rate`); the capacity of any N interpolates the
     per-instance capacity linearly in log2 N between measured points and holds it constant
-    outside them. ``instances_for(rate)`` is the smallest N (at least ``min_instances``) whose
-    capacity is at least the rate.
+    outside them. The measured totals must not decrease with N (:meth:`CapacityCurve.from_points`).
+    ``instances_for(rate)`` is the smallest N (at least ``min_instances``) whose capacity is at
+    least the rate.
 
-Strategies (one target count per profile window; the window's decision time is its start)
-    - ``static``: one count for the whole period, sized for a quantile of the window rates
-      (1 = the peak) outside gaps: :func:`static_count`.
-    - ``reactive``: at the start of window k the autoscaler sees the rate of window k - 1 (the
-      window just finished; at k = 0 the first window's own) and wants
-      ``instances_for(rate / target_utilisation)``; it scales up at once and scales down only
-      to the highest count it wanted within the last ``scale_down_delay_s`` (Kubernetes'
-      horizontal pod autoscaler's downscale stabilisation window:
-      https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#stabilization-window).
-      New instances are ready a cold start after the decision: :func:`reactive_targets`.
-    - ``scheduled``: window k gets ``instances_for(r / target_utilisation)`` with r the highest
-      rate over the same hours of the previous day (``day_s`` earlier); windows of the first day
-      (no previous day) get ``first_day_instances`` (the static count, by default). Instances
-      are provisioned a cold start ahead so they are ready when their window starts:
-      :func:`scheduled_targets`.
-    - ``oracle``: window k gets ``instances_for(rate_k)`` exactly, ready with no delay: the lower
-      bound on GPU-hours of any strategy that meets the capacity curve: :func:`oracle_targets`.
+Headroom
+    Every strategy sizes with the same target utilisation u (rate / capacity, default
+    :data:`TARGET_UTILISATION`): it wants ``instances_for(rate / u)`` for the rate it sizes for,
+    so the strategies differ only in *which* rate and *when*. u = 1 sizes for exact capacity.
+
+Strategies
+    - ``static``: one count for the whole period, ``instances_for(q / u)`` with q a quantile of
+      the window rates (1 = the peak) outside gaps: :func:`static_count`.
+    - ``reactive``: decides every control interval c (default :data:`CONTROL_INTERVAL_S`, or the
+      profile's smallest window when shorter): at decision k (time k c) the autoscaler sees the
+      mean rate of the interval just finished (at k = 0 the first interval's own) and wants
+      ``instances_for(rate / u)``; it scales up at once and scales down only to the highest count
+      it wanted within the last ``scale_down_delay_s``, a downscale stabilisation window like
+      Kubernetes' horizontal pod autoscaler's
+      (https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#stabilization-window,
+      300 s by default there; :data:`SCALE_DOWN_DELAY_S` says why 1800 s here). New instances are
+      ready a cold start after the decision: :func:`reactive_decisions`, :func:`reactive_targets`.
+    - ``scheduled``: window k gets ``instances_for(r / u)`` with r the rate of the same window the
+      day before (``day_s`` earlier; the highest rate of the windows that span overlaps when the
+      windows do not line up); windows of the first day (no previous day) get
+      ``first_day_instances`` (the static count, by default). Instances are provisioned a cold
+      start ahead so they are ready when their window starts: :func:`scheduled_targets`.
+    - ``oracle``: window k gets ``instances_for(rate_k / u)``, ready with no delay: the lower
+      bound on GPU-hours of any strategy sized from the capacity curve with the same headroom u
+      (at u = 1, of any strategy that meets the capacity curve): :func:`oracle_targets`.
 
     Gaps (zero-rate windows, missing data) are not observations: reactive and scheduled carry
     the last rate seen before them; the oracle keeps ``min_instances`` through them.
@@ -51,9 +60,12 @@ Cold start (:class:`ColdStart`)
 Failures (:func:`inject_failures`)
     Poisson: each instance fails at rate 1 / ``mtbf_s`` while it is ready (not during its cold
     start or after its end); or failures at given times, each taking the longest-ready instance
-    up then. A failed instance is released at once (billed until then); a replacement is
-    provisioned ``repair_s`` later (detection, rescheduling), ready a cold start after that,
-    and inherits the rest of the failed lifetime (its end and how it ends). The default MTBF
+    up then. A failed instance is released at once (billed until then). Its replacement inherits
+    the rest of the failed lifetime (its end and how it ends) and is provisioned: in the static
+    fleet (no autoscaler), ``repair_s`` after the failure (detection, rescheduling); in an
+    autoscaled fleet (reactive, scheduled, oracle: ``decision_s`` given), at the autoscaler's
+    first decision at or after ``failure + repair_s``, which finds one instance fewer than it
+    wants. Either way it is ready a cold start after its provisioning. The default MTBF
     figure, :data:`MTBF_GPU_HOURS`, is from Llama 3's training fleet.
 
 Spares (:func:`through_failure`, :func:`spares_for_failure`)
@@ -82,7 +94,8 @@ from ..errors import FastsimInputError, require_positive
 from .schema import END_DRAIN, END_FAIL, FleetSchedule
 
 __all__ = ["STRATEGIES", "LOAD_BW_BYTES_PER_S", "FIXED_START_S", "MTBF_GPU_HOURS", "SCALE_DOWN_DELAY_S",
-           "TARGET_UTILISATION", "DAY_S", "CapacityCurve", "ColdStart", "cold_start", "static_count",
+           "TARGET_UTILISATION", "DAY_S", "CONTROL_INTERVAL_S", "MAX_INSTANCES",
+           "reactive_decisions", "CapacityCurve", "ColdStart", "cold_start", "static_count",
            "oracle_targets", "reactive_targets", "scheduled_targets", "schedule_from_targets",
            "static_schedule", "inject_failures", "Failure", "billed_steps", "ready_steps",
            "window_mean_count", "CostBreakdown", "cost", "optimal_reserved", "through_failure",
@@ -109,12 +122,21 @@ FIXED_START_S = 60.0
 #: 16,384 x 54 x 24 / 419 = 50,700 GPU-hours. An instance of G GPUs fails G times as often.
 MTBF_GPU_HOURS = 16384 * 54 * 24 / 419
 
-#: Default downscale stabilisation of the reactive autoscaler (s): three 600-s windows.
-#: Kubernetes' HPA uses 300 s; with decisions once per 600-s window that would be no hysteresis.
+#: Default downscale stabilisation of the reactive autoscaler (s): three 600-s control intervals,
+#: an assumption of this tool. Kubernetes' HPA defaults to 300 s, but it decides every 15 s; with
+#: decisions every 600 s, 300 s would be no hysteresis at all, while 1800 s holds a count through
+#: two quiet intervals between bursts.
 SCALE_DOWN_DELAY_S = 1800.0
 
-#: Default target utilisation of the reactive and scheduled strategies (rate / capacity).
+#: Default control interval of the reactive autoscaler (s); the profile's smallest window when
+#: that is shorter.
+CONTROL_INTERVAL_S = 600.0
+
+#: Default target utilisation of every strategy (rate / capacity): the headroom each sizes with.
 TARGET_UTILISATION = 0.8
+
+#: Largest instance count :meth:`CapacityCurve.instances_for` considers.
+MAX_INSTANCES = 100_000
 
 #: One day (s): the scheduled strategy's look-back.
 DAY_S = 86400.0
@@ -152,7 +174,9 @@ class CapacityCurve(NamedTuple):
         Raises
         ------
         FastsimInputError
-            Empty or mismatched arrays, counts below 1 or repeated, capacities not finite > 0.
+            Empty or mismatched arrays, counts below 1 or repeated, capacities not finite > 0, or
+            a total capacity that decreases with N (more instances serving less is a measurement
+            to redo, not a curve to interpolate): the error names the first such point.
         """
         n = np.asarray(instances).ravel()
         r = np.asarray(rate_req_per_s, dtype=np.float64).ravel()
@@ -163,7 +187,14 @@ class CapacityCurve(NamedTuple):
         if not np.all(np.isfinite(r) & (r > 0.0)):
             raise FastsimInputError("capacity rate_req_per_s", r.tolist(), "finite rates > 0 (req/s)")
         o = np.argsort(n)
-        return cls(n[o].astype(np.int64), r[o])
+        n, r = n[o].astype(np.int64), r[o]
+        drop = np.flatnonzero(np.diff(r) < 0.0)
+        if drop.size:
+            i = int(drop[0]) + 1
+            raise FastsimInputError("capacity point", f"{int(n[i])}={r[i]:g}",
+                                    f"a total capacity at least that of fewer instances ({int(n[i - 1])}="
+                                    f"{r[i - 1]:g} req/s): capacity must not decrease with N")
+        return cls(n, r)
 
     def per_instance_req_per_s(self, n) -> np.ndarray:
         """Capacity per instance of ``n`` instances (req/s): linear in log2 N between the points.
@@ -199,7 +230,22 @@ class CapacityCurve(NamedTuple):
         n = np.asarray(n, dtype=np.float64)
         return np.where(n > 0, n * self.per_instance_req_per_s(n), 0.0)
 
-    def instances_for(self, rate_req_per_s, min_instances: int = 1, max_instances: int = 100_000) -> np.ndarray:
+    def reach_req_per_s(self, max_instances: int = MAX_INSTANCES) -> float:
+        """The highest rate up to ``max_instances`` instances serve (req/s).
+
+        Parameters
+        ----------
+        max_instances : int
+            Largest count considered (>= 1).
+
+        Returns
+        -------
+        float
+            ``max(total_req_per_s(n) for n in 1..max_instances)``.
+        """
+        return float(np.max(self.total_req_per_s(np.arange(1, max(int(max_instances), 1) + 1))))
+
+    def instances_for(self, rate_req_per_s, min_instances: int = 1, max_instances: int = MAX_INSTANCES) -> np.ndarray:
         """Smallest instance counts whose capacity is at least each rate.
 
         Parameters
@@ -227,10 +273,10 @@ class CapacityCurve(NamedTuple):
         top = float(np.max(r)) if r.size else 0.0
         hi = max(int(min_instances), 1)
         while float(self.total_req_per_s(hi)) < top:
-            hi *= 2
-            if hi > max_instances:
-                raise FastsimInputError("rate_req_per_s", top, f"at most {float(self.total_req_per_s(max_instances)):,.4g} "
-                                        f"req/s, the capacity of {max_instances:,} instances")
+            if hi >= max_instances:
+                raise FastsimInputError("rate_req_per_s", top, f"at most {self.reach_req_per_s(max_instances):,.0f} "
+                                        f"req/s, the most {max_instances:,} instances serve on this capacity curve")
+            hi = min(hi * 2, max_instances)
         grid = np.arange(0, hi + 1)
         cap = self.total_req_per_s(grid)
         # smallest n with cap[n] >= r (cap may wiggle: the first n that reaches it)
@@ -339,8 +385,9 @@ def _ffill(r: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, r[np.maximum(idx, 0)], 0.0)
 
 
-def static_count(rate_req_per_s, curve: CapacityCurve, *, quantile: float = 1.0, min_instances: int = 1) -> int:
-    """Instances of the static strategy: enough for a quantile of the window rates.
+def static_count(rate_req_per_s, curve: CapacityCurve, *, quantile: float = 1.0, min_instances: int = 1,
+                 target_utilisation: float = 1.0) -> int:
+    """Instances of the static strategy: enough for a quantile of the window rates at a target utilisation.
 
     Parameters
     ----------
@@ -351,6 +398,8 @@ def static_count(rate_req_per_s, curve: CapacityCurve, *, quantile: float = 1.0,
         In (0, 1]: 1 sizes for the peak; 0.99 for the rate only 1% of the windows exceed (the
         window's own rate: ``numpy.quantile(method="inverted_cdf")``).
     min_instances : int
+    target_utilisation : float
+        In (0, 1]: the count is ``instances_for(rate / target_utilisation)`` (1 = exact capacity).
 
     Returns
     -------
@@ -359,38 +408,53 @@ def static_count(rate_req_per_s, curve: CapacityCurve, *, quantile: float = 1.0,
     Raises
     ------
     FastsimInputError
-        A quantile outside (0, 1], bad rates, a rate above the curve's reach.
+        A quantile or target utilisation outside (0, 1], bad rates, a rate above the curve's
+        reach.
     """
     q = _fraction("quantile", quantile)
+    u = _fraction("target_utilisation", target_utilisation)
     r = np.asarray(rate_req_per_s, dtype=np.float64).ravel()
     r = r[r > 0.0]
     target = float(np.quantile(r, q, method="inverted_cdf")) if r.size else 0.0
-    return int(curve.instances_for(target, _count("min_instances", min_instances, 0)))
+    return int(curve.instances_for(target / u, _count("min_instances", min_instances, 0)))
 
 
-def oracle_targets(rate_req_per_s, curve: CapacityCurve, *, min_instances: int = 1) -> np.ndarray:
-    """Per window, the smallest count whose capacity covers the window's rate (gaps: ``min_instances``).
+def oracle_targets(rate_req_per_s, curve: CapacityCurve, *, min_instances: int = 1,
+                   target_utilisation: float = 1.0) -> np.ndarray:
+    """Per window, the smallest count whose capacity covers the window's rate / target utilisation.
 
     Parameters
     ----------
     rate_req_per_s : array_like of float, shape (w,)
-        Window rates (req/s; 0 = gap).
+        Window rates (req/s; 0 = gap, which gets ``min_instances``).
     curve : CapacityCurve
     min_instances : int
         Floor (>= 0).
+    target_utilisation : float
+        In (0, 1]: ``instances_for(rate / target_utilisation)`` (1 = exact capacity).
 
     Returns
     -------
     ndarray(int64) of shape (w,)
+
+    Raises
+    ------
+    FastsimInputError
+        A target utilisation outside (0, 1], bad rates, a rate above the curve's reach.
     """
+    u = _fraction("target_utilisation", target_utilisation)
     r = np.asarray(rate_req_per_s, dtype=np.float64).ravel()
-    return curve.instances_for(r, _count("min_instances", min_instances, 0))
+    return curve.instances_for(r / u, _count("min_instances", min_instances, 0))
 
 
 def reactive_targets(window_start_s, rate_req_per_s, curve: CapacityCurve, *,
                      target_utilisation: float = TARGET_UTILISATION,
-                     scale_down_delay_s: float = SCALE_DOWN_DELAY_S, min_instances: int = 1) -> np.ndarray:
+                     scale_down_delay_s: float = SCALE_DOWN_DELAY_S, min_instances: int = 1,
+                     _lag: bool = True) -> np.ndarray:
     """Per window, the count the reactive autoscaler sets at the window's start (module docstring).
+
+    Decisions here are at the windows' starts, each seeing the window before; with windows of
+    unequal width use :func:`reactive_decisions` (decisions at a fixed interval).
 
     Parameters
     ----------
@@ -413,7 +477,7 @@ def reactive_targets(window_start_s, rate_req_per_s, curve: CapacityCurve, *,
     u = _fraction("target_utilisation", target_utilisation)
     delay = _nonneg("scale_down_delay_s", scale_down_delay_s)
     obs = _ffill(r)
-    seen = np.concatenate(([obs[0]], obs[:-1]))
+    seen = np.concatenate(([obs[0]], obs[:-1])) if _lag else obs
     want = curve.instances_for(seen / u, _count("min_instances", min_instances, 0))
     out = np.empty_like(want)
     lo = 0
@@ -422,6 +486,70 @@ def reactive_targets(window_start_s, rate_req_per_s, curve: CapacityCurve, *,
             lo += 1
         out[k] = want[lo:k + 1].max()
     return out
+
+
+def reactive_decisions(window_start_s, rate_req_per_s, curve: CapacityCurve, *, horizon_s: float,
+                       control_interval_s: float = CONTROL_INTERVAL_S, window_end_s=None,
+                       target_utilisation: float = TARGET_UTILISATION,
+                       scale_down_delay_s: float = SCALE_DOWN_DELAY_S, min_instances: int = 1):
+    """The reactive autoscaler deciding every control interval, whatever the profile's windows (module docstring).
+
+    Decision k is at ``k x control_interval_s`` (k = 0, 1, ... below ``horizon_s``); it sees the
+    time-weighted mean rate of ``[(k - 1) c, k c)`` (decision 0: of ``[0, c)``), gaps (zero-rate
+    windows) left out, an interval that is all gap carrying the last rate seen; then as
+    :func:`reactive_targets`.
+
+    Parameters
+    ----------
+    window_start_s, rate_req_per_s : array_like of float, shape (w,)
+        The profile's windows: starts (s, ascending from 0) and rates (req/s; 0 = gap).
+    curve : CapacityCurve
+    horizon_s : float
+        End of the period (s, > 0).
+    control_interval_s : float
+        Time between decisions (s, > 0).
+    window_end_s : array_like of float, shape (w,), optional
+        Window ends (s); default the next start, the last window ending at ``horizon_s``.
+    target_utilisation, scale_down_delay_s, min_instances
+        As for :func:`reactive_targets`.
+
+    Returns
+    -------
+    (ndarray(float64) of shape (d,), ndarray(int64) of shape (d,))
+        Decision times (s) and the target set at each.
+
+    Raises
+    ------
+    FastsimInputError
+        Bad windows, rates, horizon, interval, utilisation, delay or floor (naming the field).
+    """
+    t, r = _windows(window_start_s, rate_req_per_s)
+    h = require_positive("horizon_s", horizon_s)
+    c = require_positive("control_interval_s", control_interval_s)
+    e = np.append(t[1:], max(h, t[-1])) if window_end_s is None else np.asarray(window_end_s, np.float64).ravel()
+    if e.shape != t.shape or np.any(e <= t):
+        raise FastsimInputError("window_end_s", "not one end after each start", "window ends after their starts")
+    dec = np.arange(int(math.ceil(h / c)), dtype=np.float64) * c
+    dec = dec[dec < h]
+    # time the profile has traffic, and requests, from 0 to x (gaps: no time, no requests)
+    live = r > 0.0
+    cum_t = np.concatenate([[0.0], np.cumsum(np.where(live, e - t, 0.0))])
+    cum_n = np.concatenate([[0.0], np.cumsum(np.where(live, (e - t) * r, 0.0))])
+
+    def upto(x):
+        i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, t.shape[0] - 1)
+        span = np.clip(np.minimum(x, e[i]) - t[i], 0.0, None)
+        return cum_t[i] + np.where(live[i], span, 0.0), cum_n[i] + np.where(live[i], span * r[i], 0.0)
+    lo = np.maximum(dec - c, 0.0)
+    hi = np.where(dec > 0.0, dec, np.minimum(c, h))
+    t_lo, n_lo = upto(lo)
+    t_hi, n_hi = upto(hi)
+    dt = t_hi - t_lo
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seen = np.where(dt > 0.0, (n_hi - n_lo) / np.where(dt > 0.0, dt, 1.0), 0.0)
+    tgt = reactive_targets(dec, seen, curve, target_utilisation=target_utilisation,
+                           scale_down_delay_s=scale_down_delay_s, min_instances=min_instances, _lag=False)
+    return dec, tgt
 
 
 def scheduled_targets(window_start_s, rate_req_per_s, curve: CapacityCurve, *, first_day_instances: int,
@@ -602,7 +730,7 @@ class Failure(NamedTuple):
 
 
 def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: float, repair_s: float = 0.0,
-                    mtbf_s: float | None = None, fail_times_s=(), seed=0):
+                    mtbf_s: float | None = None, fail_times_s=(), seed=0, decision_s=None):
     """Failures applied to a schedule (module docstring, "Failures").
 
     Parameters
@@ -613,7 +741,8 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
     cold_start_s : float
         Cold start of a replacement (s, >= 0).
     repair_s : float
-        Time from a failure to the replacement's provisioning (s, >= 0).
+        Time from a failure to the replacement's provisioning (s, >= 0); with ``decision_s``,
+        to the earliest time the autoscaler can act on it.
     mtbf_s : float, optional
         Mean time between failures of one instance while ready (s, > 0); None: no random
         failures.
@@ -623,6 +752,10 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
     seed : int or numpy.random.SeedSequence
         Root of the failure draws (one exponential per lifetime, in row order, replacements
         after the lifetimes that exist).
+    decision_s : array_like of float, optional
+        An autoscaler's decision times (s, ascending): the replacement is provisioned at the
+        first of them at or after ``failure + repair_s`` (none after the last: no replacement).
+        None (the static fleet): at ``failure + repair_s``.
 
     Returns
     -------
@@ -642,6 +775,9 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
     cold = _nonneg("cold_start_s", cold_start_s)
     repair = _nonneg("repair_s", repair_s)
     mtbf = None if mtbf_s is None else require_positive("mtbf_s", mtbf_s)
+    dec = None if decision_s is None else np.asarray(decision_s, np.float64).ravel()
+    if dec is not None and not (np.all(np.isfinite(dec)) and np.all(np.diff(dec) > 0)):
+        raise FastsimInputError("decision_s", "not finite and strictly ascending", "ascending decision times (s)")
     times = []
     for i, x in enumerate(fail_times_s):
         v = _nonneg(f"fail_times_s[{i}]", x)
@@ -658,6 +794,9 @@ def inject_failures(schedule: FleetSchedule, *, horizon_s: float, cold_start_s: 
         old_end, old_kind = end[life], kind[life]
         end[life], kind[life] = tf, END_FAIL
         p = tf + repair
+        if dec is not None:
+            i = int(np.searchsorted(dec, p, side="left"))
+            p = float(dec[i]) if i < dec.shape[0] else math.inf
         r = p + cold
         rep = -1
         if r < old_end and p < horizon:
@@ -798,13 +937,19 @@ class CostBreakdown(NamedTuple):
     reserved_gpu_hours : float
         ``reserved_instances x GPUs per instance x period`` (paid whether used or not).
     on_demand_gpu_hours : float
-        GPU-hours billed above the reservation.
+        GPU-hours billed above the reservation. ``reserved_gpu_hours + on_demand_gpu_hours`` is
+        at least ``gpu_hours``: the reserved hours include those of reserved instances sitting
+        idle (paid, not billed by a lifetime).
     reserved_usd, on_demand_usd, usd : float
         Dollars of each part and in all.
     output_tokens : int
         Output tokens of the finished requests.
     usd_per_million_output_tokens : float
         ``usd / output_tokens x 1e6`` (nan without output tokens).
+    met_output_tokens : int
+        Output tokens of the requests that met both SLOs.
+    usd_per_million_met_output_tokens : float
+        Goodput cost: ``usd / met_output_tokens x 1e6`` (nan without such tokens).
     """
 
     gpu_hours: float
@@ -816,6 +961,8 @@ class CostBreakdown(NamedTuple):
     usd: float
     output_tokens: int
     usd_per_million_output_tokens: float
+    met_output_tokens: int = 0
+    usd_per_million_met_output_tokens: float = math.nan
 
 
 def optimal_reserved(times_s, counts, *, reserved_usd_per_gpu_hour: float, on_demand_usd_per_gpu_hour: float) -> int:
@@ -859,7 +1006,7 @@ def optimal_reserved(times_s, counts, *, reserved_usd_per_gpu_hour: float, on_de
 
 def cost(schedule: FleetSchedule, off_s, *, horizon_s: float, gpus_per_instance: int,
          on_demand_usd_per_gpu_hour: float, reserved_usd_per_gpu_hour: float | None = None,
-         reserved_instances="none", output_tokens: int = 0) -> CostBreakdown:
+         reserved_instances="none", output_tokens: int = 0, met_output_tokens: int = 0) -> CostBreakdown:
     """GPU-hours and dollars of a fleet's lifetimes over ``[0, horizon_s]`` (module docstring).
 
     Parameters
@@ -879,6 +1026,8 @@ def cost(schedule: FleetSchedule, off_s, *, horizon_s: float, gpus_per_instance:
         Instances reserved for the whole period; "none" = 0; "auto" = :func:`optimal_reserved`.
     output_tokens : int
         Output tokens served over the period (for the $ per million).
+    met_output_tokens : int
+        Output tokens of the requests that met both SLOs (for the goodput cost).
 
     Returns
     -------
@@ -912,7 +1061,10 @@ def cost(schedule: FleetSchedule, off_s, *, horizon_s: float, gpus_per_instance:
     tokens = int(output_tokens)
     usd = res_h * pr + od_h * po
     per_m = usd / tokens * 1e6 if tokens > 0 else math.nan
-    return CostBreakdown(inst_s * g / 3600.0, r, res_h, od_h, res_h * pr, od_h * po, usd, tokens, per_m)
+    met = int(met_output_tokens)
+    per_met = usd / met * 1e6 if met > 0 else math.nan
+    return CostBreakdown(inst_s * g / 3600.0, r, res_h, od_h, res_h * pr, od_h * po, usd, tokens, per_m, met,
+                         per_met)
 
 
 class ThroughFailure(NamedTuple):
