@@ -467,7 +467,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     chunk = ist[0, I_TOKENS]
     # step_time_nb's parts that do not depend on the step: the first instance's (colocated or
     # prefill) and the last's (decode, in a disaggregated run)
-    c2, c4, c4p, parts = _step_consts_nb(pp, fst, 0)
+    c2, c4, c4p, parts = _step_consts_nb(pp, fst, np.int64(0))
     _, d_c4, _, d_parts = _step_consts_nb(pp, fst, ni - 1)
     # contiguous copies of every instance's next boundary time and outstanding tokens, kept
     # equal to the tables' (colocated runs read them at every arrival: a few cache lines instead
