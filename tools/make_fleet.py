@@ -25,7 +25,7 @@ import numpy as np
 from fastsim.analytic import Demand, plan_for
 from fastsim.catalog import default_catalog
 from fastsim.fleet import strategies as S
-from fastsim.fleet.api import fleet, plot_fleet
+from fastsim.fleet.api import fleet, format_time, plot_fleet
 from fastsim.search import SLO, sim_plan
 from fastsim.workload import read_rate_profile
 
@@ -69,8 +69,7 @@ def measure(days: float | None):
 
 
 def _h(t_s: float) -> str:
-    d, rest = divmod(t_s, 86400.0)
-    return f"day {int(d) + 1} {int(rest // 3600):02d}:{int(rest % 3600 // 60):02d}"
+    return format_time(t_s)          # the CLI's format
 
 
 def _scheduled_example(res) -> str:
@@ -139,28 +138,37 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
            "",
            "## The four strategies",
            "",
+           f"Every strategy sizes with the same headroom: the count whose capacity covers the rate it sizes for "
+           f"at {st['target_utilisation']:g} utilisation (rate / capacity; `--target-utilisation 1` gives exact "
+           "capacity).",
+           "",
            f"- **static**: {st['static_instances']} instances all fortnight, enough for the peak window.",
-           f"- **reactive**: at each window's start, the count whose capacity covers the last window's rate at "
-           f"{st['target_utilisation']:g} utilisation; up at once (ready a cold start later), down only to the "
-           f"highest count wanted in the last {st['scale_down_delay_s']:g} s.",
-           f"- **scheduled**: each window gets the count for the highest rate of the same hours the day before, "
-           f"at {st['target_utilisation']:g} utilisation, provisioned a cold start ahead; the first day (no day "
-           f"before) runs the static count.",
-           "- **oracle**: each window gets exactly the count whose capacity covers its own rate, with no delay: "
-           "the fewest GPU-hours any strategy sized by the capacity curve can use.",
+           f"- **reactive**: every {st['control_interval_s']:g} s, the count for the rate of the last "
+           f"{st['control_interval_s']:g} s; up at once (ready a cold start later), down only to the "
+           f"highest count wanted in the last {st['scale_down_delay_s']:g} s (three decisions: an assumption; "
+           "Kubernetes' HPA uses 300 s but decides every 15 s).",
+           "- **scheduled**: each window gets the count for the rate of the same window the day before, "
+           "provisioned a cold start ahead; the first day (no day before) runs the static count.",
+           "- **oracle**: each window gets the count for its own rate, with no delay: the fewest GPU-hours any "
+           "strategy sized from the capacity curve with the same headroom can use.",
+           "- A failed instance is replaced by an autoscaler (reactive, scheduled, oracle) at its next decision, "
+           "ready a cold start later; in the static fleet after `--repair` seconds.",
            "",
            f"![rate, instances and attainment over the fortnight]({Path(figure).name})",
            "",
            "## Cost and SLO attainment (on-demand prices)",
            "",
-           "| strategy | instances min-max | mean ready | GPU-hours | $ | $ / M output tokens | attainment | "
+           "| strategy | instances min-max | mean ready | GPU-hours | $ | $ / M output tokens | "
+           "$ / M SLO-met output tokens | attainment | rejected (context) | unserved | "
            f"windows < {tgt:g} (of {len(d['window_start_s']):,}) | worst window |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in S.STRATEGIES:
         s = by[name]
         out.append(f"| {name} | {s['instances_min']}-{s['instances_max']} | {s['instances_mean']:.2f} | "
                    f"{s['gpu_hours']:,.0f} | {s['usd']:,.0f} | {s['usd_per_million_output_tokens']:.4f} | "
-                   f"{s['attainment']:.4f} | {s['windows_below_target']:,} | {s['min_window_attainment']:.3f} |")
+                   f"{s['usd_per_million_met_output_tokens']:.4f} | {s['attainment']:.4f} | "
+                   f"{s['rejected_context']:,} | {s['rejected_no_instance']:,} | {s['windows_below_target']:,} | "
+                   f"{s['min_window_attainment']:.3f} |")
     o, stc = by["oracle"], by["static"]
     out += ["",
             f"The {cheapest} fleet is the cheapest and the {dearest} the dearest: static pays "
@@ -173,7 +181,8 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
             "The same lifetimes priced with each strategy's cheapest reservation (`--reserved auto "
             f"--reserved-price {RESERVED_FRACTION * plan.price_usd_per_gpu_hour:g}`): the r-th instance is reserved "
             f"for the whole fortnight when it is billed at least {RESERVED_FRACTION:g} of the time; the GPU-hours "
-            "above the reservation are on demand.",
+            "above the reservation are on demand. Reserved GPU-hours are the reserved instances x the period, "
+            "idle reserved hours included, so reserved + on-demand GPU-hours can exceed a strategy's GPU-hours.",
             "",
             "| strategy | reserved instances | reserved GPU-hours | on-demand GPU-hours | $ | $ / M output tokens |",
             "|---|---|---|---|---|---|"]
@@ -182,11 +191,13 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
         out.append(f"| {name} | {c.reserved_instances} | {c.reserved_gpu_hours:,.0f} | {c.on_demand_gpu_hours:,.0f} | "
                    f"{c.usd:,.0f} | {c.usd_per_million_output_tokens:.4f} |")
     out += ["",
-            "## The worst windows",
+            f"## The worst windows (below {tgt:g})",
             "",
             "| strategy | window | rate req/s | mean ready | attainment |",
             "|---|---|---|---|---|"]
     for name in S.STRATEGIES:
+        if not by[name]["worst_windows"]:
+            out.append(f"| {name} | none below {tgt:g} | | | |")
         for w in by[name]["worst_windows"][:3]:
             out.append(f"| {name} | {_h(w['window_start_s'])} | {w['rate_req_per_s']:,.1f} | {w['instances']:.2f} | "
                        f"{w['attainment']:.3f} |")
@@ -203,7 +214,7 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
             "",
             (f"N + {sp['spares']} = {sp['instances']} instances keep every window at or above {tgt:g}"
              if sp["instances"] is not None else f"No N + k up to 2N keeps every window at or above {tgt:g}")
-            + " through the failure" + (
+            + " through the failure (N: the peak's exact capacity, at utilisation 1)" + (
                 f": the capacity curve's N has some headroom at the peak, and the replacement is back "
                 f"{sp['trials'][0]['recovered_s'] - sp['trials'][0]['fail_at_s']:,.0f} s after it." if sp["spares"] == 0
                 else "."),
@@ -236,10 +247,11 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
             + _scheduled_example(res) + " An under-provisioned fleet builds a backlog that it cannot clear "
             "while it runs at capacity, so the shortfall lasts beyond the windows that cause it. A deployment "
             "would keep a reactive autoscaler on top of the schedule.",
-            "- **Oracle** is the lower bound on cost: exact capacity, no delay, no headroom. Its windows "
-            "run close to capacity, so its attainment sits nearest the target; it is not a strategy one can run.",
+            "- **Oracle** is the lower bound on cost among strategies with the same headroom: each window's own "
+            "rate, no delay. It is not a strategy one can run.",
             "- The dollars per million output tokens divide each fleet's cost by the output tokens it served over "
-            "the fortnight (the same requests for all; fewer finish when a fleet falls short).",
+            "the fortnight (the same requests for all; fewer finish when a fleet falls short); per million "
+            "SLO-met output tokens (the goodput cost), by those of the requests that met both SLOs.",
             ""]
     return "\n".join(out)
 
