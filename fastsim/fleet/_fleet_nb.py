@@ -17,8 +17,8 @@ from ..sim.records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED
 
 # per-window counts (schema.WINDOW_COLUMNS, same order)
 (A_ARRIVED, A_REJ_CONTEXT, A_REJ_NO_INST, A_FINISHED, A_MET, A_MET_TTFT, A_MET_TPOT, A_UNFINISHED,
- A_RECOMPUTED, A_OUT_TOKENS) = range(10)
-N_ACOLS = 10
+ A_RECOMPUTED, A_OUT_TOKENS, A_MET_TOKENS) = range(11)
+N_ACOLS = 11
 
 
 @njit(cache=True)
@@ -135,6 +135,7 @@ def fold_nb(lo_s, hi_s, ist, arrival, prompt, output, first, finish, status, rec
                 acc[w, A_MET_TPOT] += 1
             if ok_t and ok_p:
                 acc[w, A_MET] += 1
+                acc[w, A_MET_TOKENS] += o
         else:
             acc[w, A_UNFINISHED] += 1
             unfinished += 1

@@ -217,6 +217,7 @@ def window_counts_reference(ref, arrival_s, output_tokens, *, window_s, n_window
             row[c["met_ttft"]] += int(ok_t)
             row[c["met_tpot"]] += int(ok_p)
             row[c["output_tokens"]] += o
+            row[c["met_output_tokens"]] += o if ok_t and ok_p else 0
         else:
             row[c["unfinished"]] += 1
     return out

@@ -50,7 +50,7 @@ class FleetSchedule(NamedTuple):
 
 # per-window integer counts, in this order (columns of FleetRun.counts)
 WINDOW_COLUMNS = ("arrived", "rejected_context", "rejected_no_instance", "finished", "met",
-                  "met_ttft", "met_tpot", "unfinished", "recomputed", "output_tokens")
+                  "met_ttft", "met_tpot", "unfinished", "recomputed", "output_tokens", "met_output_tokens")
 
 
 class FleetRun(NamedTuple):

@@ -40,12 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ..errors import FastsimInputError, require_positive
 from ..sim import _kernels as K
 from ..sim.engine import ColocatedPlan, _instances, _wheel_size
-from ..sim.records import REQ_FINISHED, REQ_UNFINISHED
+from ..sim.records import REQ_UNFINISHED
 from . import _fleet_nb as F
 from .schema import END_DRAIN, END_FAIL, FleetRun, FleetSchedule
 
@@ -363,42 +362,13 @@ def simulate_fleet(plan, workload, schedule, *, ttft_slo_s: float, tpot_slo_s: f
             raise RuntimeError(f"fleet kernel failed with status {res}; this is a bug in fastsim")
         else:
             break
-    acc, h_ttft, h_tpot, life_off, life_recomp, life_row_state, met = res
+    acc, h_ttft, h_tpot, life_off, life_recomp, life_row_state = res
     off = np.where(life_row_state, np.nan, life_off)
     arrived = int(acc[:, F.A_ARRIVED].sum())
     att = float(acc[:, F.A_MET].sum()) / arrived if arrived else math.nan
     edges = HIST_LO_S * 10.0 ** (np.arange(HIST_BINS + 1) / HIST_BINS_PER_DECADE)
     return FleetRun(np.arange(n_win, dtype=np.float64) * window_s, float(window_s), acc, h_ttft, h_tpot,
-                    edges, off, life_recomp, att, arrived, float(horizon), met)
-
-
-@njit(cache=True, nogil=True)
-def _met_tokens_nb(lo_s, hi_s, arrival, output, first, finish, status, window_s, ttft_slo, tpot_slo, out):
-    """Add the output tokens of the finished requests of slots ``[lo_s, hi_s)`` that meet both SLOs
-    to ``out[window of arrival]`` (the same test as :func:`fastsim.fleet._fleet_nb.fold_nb`'s met)."""
-    n_win = out.shape[0]
-    for s in range(lo_s, hi_s):
-        if status[s] != REQ_FINISHED:
-            continue
-        w = int(arrival[s] / window_s)
-        if w >= n_win:
-            w = n_win - 1
-        f = first[s]
-        o = output[s]
-        if not (f - arrival[s] <= ttft_slo):
-            continue
-        if o > 1 and not ((finish[s] - f) / float(o - 1) <= tpot_slo):
-            continue
-        out[w] += o
-
-
-def _fold(lo, hi, cfg, arrival, prompt, output, first, finish, status, recomp, max_total, window_s, acc, h_ttft,
-          h_tpot, h_lo, h_per, ttft_slo, tpot_slo, final, met):
-    """fold_nb and the SLO-met output tokens of the same slots."""
-    r = F.fold_nb(lo, hi, cfg, arrival, prompt, output, first, finish, status, recomp, max_total, window_s, acc,
-                  h_ttft, h_tpot, h_lo, h_per, ttft_slo, tpot_slo, final)
-    _met_tokens_nb(lo, hi, arrival, output, first, finish, status, window_s, ttft_slo, tpot_slo, met)
-    return r
+                    edges, off, life_recomp, att, arrived, float(horizon), acc[:, F.A_MET_TOKENS].copy())
 
 
 class _Ring:
@@ -474,7 +444,6 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     acc = np.zeros((n_win, F.N_ACOLS), np.int64)
     h_ttft = np.zeros((n_win, HIST_BINS), np.int64)
     h_tpot = np.zeros((n_win, HIST_BINS), np.int64)
-    met = np.zeros(n_win, np.int64)
     metric_args = (int(max_total), float(window_s), acc, h_ttft, h_tpot, math.log10(HIST_LO_S),
                    float(HIST_BINS_PER_DECADE), float(ttft_slo), float(tpot_slo))
     fold_args = (ist, rg.arrival, rg.prompt, rg.output, rg.first, rg.finish, rg.status, rg.recomp) + metric_args
@@ -606,7 +575,7 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
                     return FLEET_RING_FULL
                 snap = tuple(x[lo:hi].copy() for x in (rg.arrival, rg.prompt, rg.output, rg.first, rg.finish,
                                                         rg.status, rg.recomp))
-                folds.append(folder.submit(_fold, 0, hi - lo, cfg0, *snap, *metric_args, False, met))
+                folds.append(folder.submit(F.fold_nb, 0, hi - lo, cfg0, *snap, *metric_args, False))
             used[cur] = True
             run0 = pos = 0
             continue
@@ -628,11 +597,11 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     for f in folds:
         f.result()          # raises here what a fold raised there
     if used[cur ^ 1]:
-        _fold((cur ^ 1) * half, (cur ^ 1) * half + filled[cur ^ 1], *fold_args, True, met)
-    _fold(cur * half, cur * half + pos, *fold_args, True, met)
+        F.fold_nb((cur ^ 1) * half, (cur ^ 1) * half + filled[cur ^ 1], *fold_args, True)
+    F.fold_nb(cur * half, cur * half + pos, *fold_args, True)
     still = np.zeros(m, dtype=bool)
     still[row_life[row_state != _OFF]] = True
-    return acc, h_ttft, h_tpot, life_off, life_recomp, still, met
+    return acc, h_ttft, h_tpot, life_off, life_recomp, still
 
 
 def window_percentile(hist: np.ndarray, edges_s: np.ndarray, q: float) -> np.ndarray:
