@@ -56,6 +56,9 @@ from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
                       RUN_TRANSFER_OVERFLOW)
 
+# the contiguous outstanding-token copy of an instance the router must skip (above any real count)
+_SKIP = np.int64(1) << np.int64(62)
+
 KIND_COLOCATED = 0
 KIND_PREFILL = 1
 KIND_DECODE = 2
@@ -476,7 +479,16 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     osc = np.empty(ni, np.int64)
     for i in range(ni):
         ntc[i] = fst[i, F_NEXT_T]
-        osc[i] = ist[i, I_OUTSTANDING]
+        # an instance the router must skip reads as "never least loaded"
+        osc[i] = ist[i, I_OUTSTANDING] if ist[i, I_UNROUTED] == 0 else _SKIP
+    # instances from n_scan on are neither routable nor busy, and stay so during this call (only
+    # an arrival makes an instance busy, and only a routable one): the searches stop there (a
+    # fleet's pool has rows for the instances of its busiest hour)
+    n_scan = 0
+    for i in range(ni):
+        if ist[i, I_UNROUTED] == 0 or fst[i, F_NEXT_T] < np.inf:
+            n_scan = i + 1
+    n_route = n_scan if n_scan < n_entry else n_entry
     cs = 0
     while True:
         ta = arrival[ia] if ia < n else np.inf
@@ -487,7 +499,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             lim0 = ms * dt_sample if ms < n_samp else np.inf
             if horizon < lim0:
                 lim0 = horizon
-            while cs < ni:
+            while cs < n_scan:
                 x = ntc[cs]
                 if x < ta and x <= lim0:
                     ti = x
@@ -501,7 +513,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 cs = 0
         if ii < 0 and ti == np.inf:
             cs = 0
-            for i in range(ni):
+            for i in range(n_scan):
                 x = fst[i, F_NEXT_T]
                 if x < ti:
                     ti = x
@@ -538,17 +550,21 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 continue
             # _route_nb and _enqueue_nb, written out: an inlined helper taking arrays costs
             # reference counting at every call
-            if n_routable == n_entry:
+            if colo and routing != ROUTE_ROUND_ROBIN:
+                # least loaded over the contiguous copies (unroutable instances read _SKIP)
+                if n_routable == 0:
+                    status[r] = REQ_REJECTED
+                    continue
+                b = 0
+                bo = osc[0]
+                for i in range(1, n_route):
+                    v = osc[i]
+                    if v < bo:
+                        bo = v
+                        b = i
+            elif n_routable == n_entry:
                 if routing == ROUTE_ROUND_ROBIN:
                     b = rr_e % n_entry
-                elif colo:
-                    b = 0
-                    bo = osc[0]
-                    for i in range(1, n_entry):
-                        v = osc[i]
-                        if v < bo:
-                            bo = v
-                            b = i
                 else:
                     b = 0
                     bo = ist[0, I_OUTSTANDING]
@@ -1050,7 +1066,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 fst[ii, F_STEP_START] = start
                 fst[ii, F_NEXT_T] = tb
                 ntc[ii] = tb
-                osc[ii] = outstanding
+                osc[ii] = outstanding if ist[ii, I_UNROUTED] == 0 else _SKIP
                 in_sys -= n_done
 
     rr_io[0] = rr_e
