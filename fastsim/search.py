@@ -1035,6 +1035,11 @@ class _Bisection:
                               self.probes, per_seed_att, self.analytic, self.S, float(self.horizon_s))
 
 
+#: Requests the common random numbers of one group of lockstep capacity searches may hold
+#: (about 24 bytes each): :func:`max_sustainable_rates` splits larger batches into groups.
+_BATCH_REQUESTS = 20_000_000
+
+
 def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: float = 600.0, rel_tol: float = 0.01,
                           rate_hints_req_per_s=None, seeds_root=0, catalog: Catalog | None = None,
                           constants: StepConstants = StepConstants(), models=None, measure_window=(0.2, 0.8),
@@ -1098,41 +1103,61 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     hints = per_plan("rate_hints_req_per_s", rate_hints_req_per_s, float)
     roots = per_plan("seeds_root", seeds_root, int)
     ml = per_plan("models", models, Model)
-    jobs = []
+    checked = []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)
-        S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])
-        jobs.append((sim_plan(plan, catalog, constants, model), model.max_context_tokens,
-                     _CRN(dl[i], S, float(horizon_s), r, "poisson", 1.0, roots[i]),
-                     _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), roots[i], sl[i],
-                                float(horizon_s), analytic)))
+        checked.append((model, *_search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])))
+    # the plans' common random numbers are drawn at twice their first probe's rate: plans go in
+    # groups of at most _BATCH_REQUESTS drawn requests, each group's bisections in lockstep
+    # (memory stays bounded; the answers do not depend on the grouping)
+    groups_of, cur, load = [], [], 0.0
+    for i, (_, S, r, _) in enumerate(checked):
+        need = S * 2.0 * r * float(horizon_s)
+        if cur and load + need > _BATCH_REQUESTS:
+            groups_of.append(cur)
+            cur, load = [], 0.0
+        cur.append(i)
+        load += need
+    if cur:
+        groups_of.append(cur)
+    results = [None] * k
     rnd = 0
-    while True:
-        todo = [(j, b.next_rate()) for j, (_, _, _, b) in enumerate(jobs)]
-        todo = [(j, r) for j, r in todo if r is not None]
-        if not todo:
-            break
-        # one batch per (SLO, context limit): simulate_batch shares those across its runs
-        groups: dict = {}
-        for j, rate in todo:
-            sp, ctx, crn, b = jobs[j]
-            g = groups.setdefault((b.slo.ttft_s, b.slo.tpot_s, ctx), ([], [], []))
-            for w in crn.at(rate):
-                g[0].append(sp)
-                g[1].append(w)
-            g[2].append((j, rate))
-        if on_round is not None:
-            on_round(rnd, len(todo), sum(len(g[1]) for g in groups.values()))
-        for (ttft, tpot, ctx), (ps, ws, owners) in groups.items():
-            ms = simulate_batch(ps, ws, horizon_s=horizon_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
-                                max_context_tokens=ctx, routing=routing, measure_window=measure_window)
-            at = 0
-            for j, rate in owners:
-                b = jobs[j][3]
-                b.feed(rate, ms[at:at + b.S])
-                at += b.S
-        rnd += 1
-    return [b.result() for _, _, _, b in jobs]
+    for members in groups_of:
+        jobs = []
+        for i in members:
+            model, S, r, analytic = checked[i]
+            jobs.append((sim_plan(plans[i], catalog, constants, model), model.max_context_tokens,
+                         _CRN(dl[i], S, float(horizon_s), r, "poisson", 1.0, roots[i]),
+                         _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), roots[i], sl[i],
+                                    float(horizon_s), analytic)))
+        while True:
+            todo = [(j, b.next_rate()) for j, (_, _, _, b) in enumerate(jobs)]
+            todo = [(j, r) for j, r in todo if r is not None]
+            if not todo:
+                break
+            # one batch per (SLO, context limit): simulate_batch shares those across its runs
+            batches: dict = {}
+            for j, rate in todo:
+                sp, ctx, crn, b = jobs[j]
+                g = batches.setdefault((b.slo.ttft_s, b.slo.tpot_s, ctx), ([], [], []))
+                for w in crn.at(rate):
+                    g[0].append(sp)
+                    g[1].append(w)
+                g[2].append((j, rate))
+            if on_round is not None:
+                on_round(rnd, len(todo), sum(len(g[1]) for g in batches.values()))
+            for (ttft, tpot, ctx), (ps, ws, owners) in batches.items():
+                ms = simulate_batch(ps, ws, horizon_s=horizon_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
+                                    max_context_tokens=ctx, routing=routing, measure_window=measure_window)
+                at = 0
+                for j, rate in owners:
+                    b = jobs[j][3]
+                    b.feed(rate, ms[at:at + b.S])
+                    at += b.S
+            rnd += 1
+        for i, (_, _, _, b) in zip(members, jobs):
+            results[i] = b.result()
+    return results
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,3 +50,17 @@ def test_batched_search_reports_rounds_and_refuses_mismatched_lists(sample):
         max_sustainable_rates(plans, "chat", [SLO(1.0, 0.05)] * 3, seeds=2)
     with pytest.raises(FastsimInputError, match="seeds"):
         max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), seeds=0)
+
+
+def test_groups_bound_the_memory_and_leave_the_answers(sample, monkeypatch):
+    import fastsim.search as S
+    plans = [p for p, _, _ in sample]
+    kw = dict(seeds=2, horizon_s=300.0, bootstrap=0)
+    one = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample], **kw)
+    rounds = []
+    monkeypatch.setattr(S, "_BATCH_REQUESTS", 1.0)       # every plan a group of its own
+    apart = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample],
+                                  on_round=lambda k, searching, runs: rounds.append(searching), **kw)
+    assert [r.rate_req_per_s for r in one] == [r.rate_req_per_s for r in apart]
+    assert [r.probes for r in one] == [r.probes for r in apart]
+    assert set(rounds) == {1}
