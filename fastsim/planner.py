@@ -94,7 +94,10 @@ class PlannedDeployment:
         d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
         if p.heterogeneous:      # gpu / precision / price_usd_per_gpu_hour are then the decode side's
             d.update(prefill_gpu=p.prefill_gpu_name, prefill_precision=p.prefill_precision_name,
-                     prefill_price_usd_per_gpu_hour=p.prefill_price_usd_per_gpu_hour)
+                     prefill_price_usd_per_gpu_hour=p.prefill_price_usd_per_gpu_hour,
+                     prefill_gpus=p.prefill_tp * p.prefill_instances, decode_gpu=p.gpu,
+                     decode_precision=p.precision, decode_price_usd_per_gpu_hour=p.price_usd_per_gpu_hour,
+                     decode_gpus=p.decode_tp * p.decode_instances)
         if p.spec_alpha is not None:      # screened with speculative decoding: gamma 0 = without it
             d.update(spec_gamma=p.spec_gamma, spec_alpha=p.spec_alpha, spec_draft=p.spec_draft)
         if p.prefix_hit_fraction:
@@ -115,6 +118,9 @@ class PlannedDeployment:
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
         if self.screen_view is not None:
             d.update(screen_view=self.screen_view, screen_reason=self.screen_reason or None)
+            if self.screen_view == "missed":     # the screen sized none: no analytic capacity
+                d.update(capacity_req_per_s=None,
+                         instance_capacity_req_per_s=None if p.mode == "colocated" else d["instance_capacity_req_per_s"])
         from ._output import null_reasons, percentile_reason
         r = self.repair
         if r is None:
@@ -158,6 +164,9 @@ class PlannedDeployment:
                 return "not applicable: a disaggregated plan (see prefill and decode capacities)"
             if k == "screen_reason":
                 return "not applicable: the screen did not miss this configuration"
+            if k in ("capacity_req_per_s", "instance_capacity_req_per_s") and self.screen_view == "missed":
+                return ("not applicable: the analytic screen finds this configuration infeasible (screen_reason); "
+                        "the verification gives its simulated figures")
             if k == "analytic_usd_per_million_output_tokens":
                 return "infinite: the analytic screen finds this configuration infeasible"
             return None
@@ -416,6 +425,12 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
                      "(--search screen would not have simulated "
                      f"{'them' if len(missed) > 1 else 'it'}); the simulator passes "
                      f"{'them' if len(missed) > 1 else 'it'}")
+    mixed = [str(k) for k, d in enumerate(shown, 1) if d.plan.heterogeneous
+             and d.plan.prefill_precision_name != d.plan.precision]
+    if mixed:
+        notes.append(f"plan{'s' if len(mixed) > 1 else ''} {', '.join(mixed)}: prefill and decode in different "
+                     "precisions; the prefill side's KV cache would have to be converted to the decode side's format "
+                     "on transfer, which serving engines do not do today (the simulator charges no conversion)")
     over = [str(k) for k, d in enumerate(shown, 1) if d.screen_view == "over-sized"]
     if over:
         notes.append(f"plan{'s' if len(over) > 1 else ''} {', '.join(over)}: fewer instances than the screen sized pass")

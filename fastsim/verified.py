@@ -16,8 +16,12 @@ whose P90 prompt the simulator prefills alone in 1.21 s of a 2-s target.
   the screen's counts by :func:`fastsim.search.repair` (a prefill instance for TTFT, a decode
   instance for TPOT) and then one fewer of each side while they pass.
 
-The ranking is by verified cost (GPUs x price at the target rate, SPEC §1), so no
-configuration of the grid passes at a lower cost at the same seeds than the answer, up to the
+The grid is the screen's: colocated points per GPU x precision x TP, disaggregated points one per
+GPU x precision with the prefill and decode TPs DistServe's rule picks (SPEC §5; other TP pairs
+are not searched, and a disaggregated point the screen finds infeasible has no TP pair to
+simulate, so it is left out as pruned). The ranking is by verified cost (GPUs x price at the
+target rate, SPEC §1), so no configuration of the grid passes at a lower cost at the same seeds
+than the answer, up to the
 count search's assumption that more instances of a kind never fail where fewer pass (the
 verification at one count is exact; between counts it is not re-checked). Each plan says how
 the screen saw it: ``kept`` (the screen's count passes and one fewer does not), ``over-sized``
@@ -59,6 +63,8 @@ def _count_search(plan, check, n0: int, max_instances: int):
         while n > 1 and ok(n - 1):
             n -= 1
         return n, hist
+    if _hopeless(hist[n0]):
+        return None, hist
     lo, hi = n0, None
     n = n0
     while hi is None:
@@ -76,6 +82,12 @@ def _count_search(plan, check, n0: int, max_instances: int):
         else:
             lo = mid
     return hi, hist
+
+
+def _hopeless(v) -> bool:
+    """A verification no count of the same instances can pass: requests that fit the context rejected
+    beyond the budget (an instance's KV cannot hold them, however many instances there are)."""
+    return v.rejected_in_context > v.rejection_budget * v.requests
 
 
 def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: float, *, catalog: Catalog | None = None,
@@ -179,9 +191,10 @@ def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engi
         history = [(base.with_instances(instances=k), hist[k]) for k in tried]
         if n is None:
             last = tried[-1]
+            why = (f"no instance count can pass: {hist[last].reason}" if _hopeless(hist[last]) else
+                   f"fails up to {last} instances: " + (hist[last].reason or "attainment below target"))
             rr = RepairResult(base.with_instances(instances=last), hist[last], False, n0 if row.feasible else None,
-                              f"fails up to {last} instances: " + (hist[last].reason or "attainment below target"),
-                              history)
+                              why, history)
             out.append((rr.plan, rr, "missed" if not row.feasible else "under-sized", rr.reason, sp))
         else:
             final = base.with_instances(instances=n)

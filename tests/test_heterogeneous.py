@@ -73,4 +73,8 @@ def test_cli_heterogeneous_json_and_emit(capsys):
     plans = json.loads(out)["plans"]
     het = [p for p in plans if "prefill_gpu" in p]
     assert het and all(p["prefill_gpu"] != p["gpu"] or p["prefill_precision"] != p["precision"] for p in het)
+    for p in het:       # both sides spelt out: GPUs x price per side is the plan's price per hour
+        assert p["decode_gpu"] == p["gpu"] and p["prefill_gpus"] + p["decode_gpus"] == p["gpus"]
+        assert p["usd_per_hour"] == pytest.approx(p["prefill_gpus"] * p["prefill_price_usd_per_gpu_hour"]
+                                                  + p["decode_gpus"] * p["decode_price_usd_per_gpu_hour"])
     assert all(p["launch"] is None for p in het)

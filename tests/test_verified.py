@@ -91,3 +91,24 @@ def test_lecture_figures_of_the_revised_screen_verified():
     coding = CAT.scenario("coding-agent")
     rep = plan_deployment(coding.model, Demand.from_scenario(coding), coding, search="screen", top_k=6, seeds=8)
     assert sum(d.repair.repaired_from_instances is not None for d in rep.deployments) == 3
+
+
+def test_a_plan_whose_instances_cannot_hold_valid_requests_is_not_grown():
+    """H100 FP8 TP1 holds too little KV for chat's longest requests: no count passes, and the search
+    says so after one verification instead of growing the count to its limit."""
+    s = CAT.scenario("chat")
+    d = Demand.from_scenario(s)
+    wls, hz = _workloads_for(s, d, 2, 600.0, 0)
+    out = plan_verified(s.model, d, wls, hz, options=ScreenOptions(gpus=("H100",), precisions=("FP8",), tps=(1,),
+                                                                    modes=("colocated",)))
+    (p, rr, view, why, *_), = [e for e in out if e[1] is not None]
+    assert not rr.passed and rr.verification.rejected_in_context > 0
+    assert rr.reason.startswith("no instance count can pass") and len(rr.history) == 1
+
+
+def test_missed_plans_have_no_analytic_capacity_in_json():
+    s = CAT.scenario("coding-agent")
+    rep = plan_deployment(s.model, Demand.from_scenario(s), s, options=ScreenOptions(gpus=("H100",)), seeds=4)
+    missed = [d.to_dict() for d in rep.deployments if d.screen_view == "missed"]
+    assert missed and all(m["capacity_req_per_s"] is None for m in missed)
+    assert all("infeasible" in m["null_reasons"]["capacity_req_per_s"] for m in missed)
