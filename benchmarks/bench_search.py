@@ -68,3 +68,42 @@ def test_plan_chat_verified_search(benchmark, chat_plan):
     rep = benchmark.pedantic(plan_deployment, args=(s.model, Demand.from_scenario(s), s),
                              kwargs=dict(search="verified", seeds=8, horizon_s=600.0), rounds=1, iterations=1)
     assert rep.deployments[0].repair.passed
+
+
+def _grid_configs():
+    """The default grid's feasible colocated and disaggregated points of the four scenarios at 1-8
+    instances (disaggregated: 1 or 2 prefill instances), 1,032 configurations."""
+    import dataclasses
+    from fastsim.analytic import Demand, screen
+    cat = default_catalog()
+    out = []
+    for name in ("chat", "coding-agent", "offline-batch", "low-latency-8b"):
+        s = cat.scenario(name)
+        df = screen(s.model, Demand.from_scenario(s))
+        for p in df[df.feasible].plan:
+            for n in range(1, 9):
+                if p.mode == "colocated":
+                    out.append((dataclasses.replace(p, instances=n), s))
+                else:
+                    for npf in (1, 2):
+                        out.append((dataclasses.replace(p, decode_instances=n, instances=n, prefill_instances=npf), s))
+    return out
+
+
+def test_capacity_many_configurations(benchmark, request):
+    """max_sustainable_rates over the default grid (16 seeds x 600 s, 1%): every configuration when
+    benchmarks are enabled (issue target <= 120 s on 2 cores), four of them (2 seeds x 120 s) as a test."""
+    from fastsim.search import max_sustainable_rates
+    opt = request.config.getoption
+    enabled = bool(opt("benchmark_enable", default=False) or not opt("benchmark_disable", default=True))
+    configs = _grid_configs()
+    kw = dict(seeds=16, horizon_s=600.0) if enabled else dict(seeds=2, horizon_s=120.0)
+    if not enabled:
+        configs = configs[::300]
+    plans = [p for p, _ in configs]
+    scen = [s for _, s in configs]
+    slos = [SLO(s.ttft_s, s.tpot_s) for s in scen]
+    res = benchmark.pedantic(max_sustainable_rates, args=(plans, scen, slos), kwargs=dict(bootstrap=0, **kw),
+                             rounds=1, iterations=1)
+    assert len(res) == len(configs) and all(r.rate_req_per_s >= 0.0 for r in res)
+    benchmark.extra_info["configurations"] = len(configs)
