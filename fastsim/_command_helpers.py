@@ -7,7 +7,17 @@ command line (which imports them), and this module imports neither.
 """
 from __future__ import annotations
 
+import argparse
 import sys
+
+
+def _tp(text):
+    """``--tp``: a power of two from 1 to 64 (argparse type; the error names the flag and the range)."""
+    from .errors import require_tp
+    try:
+        return require_tp("--tp", int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
 def _catalog(args):

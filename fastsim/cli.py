@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _trace_notes
+from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _tp, _trace_notes
 from .errors import FastsimInputError, require_positive, require_tp
 from .layouts import LAYOUTS
 
@@ -25,13 +25,6 @@ def _positive(field):
         except ValueError:
             raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a finite number > 0") from None
     return conv
-
-
-def _tp(text):
-    try:
-        return require_tp("--tp", int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
 def _gpus(text):

@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 
-from .._command_helpers import _catalog, _check_plot, _constants, _fmt
-from ..errors import FastsimInputError, require_tp
+from .._command_helpers import _catalog, _check_plot, _constants, _fmt, _tp
+from ..errors import FastsimInputError
 from . import strategies as S
 
 __all__ = ["run_fleet", "add_fleet_args", "cmd_fleet", "fleet_record", "FLEET_DESCRIPTION"]
@@ -70,13 +70,6 @@ def _int_at_least(lo):
             raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= {lo}")
         return v
     return conv
-
-
-def _tp(text):
-    try:
-        return require_tp("--tp", int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
 def _reserved(text):
