@@ -12,7 +12,7 @@ import math
 import sys
 
 from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _tp, _trace_notes
-from .errors import FastsimInputError, require_positive, require_tp
+from .errors import FastsimInputError, require_positive
 from .layouts import LAYOUTS
 
 __all__ = ["main", "build_parser"]
