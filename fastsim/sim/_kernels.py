@@ -243,6 +243,15 @@ def route_routable_nb(ist, n_entry, n_routable, routing, rr):
 
 
 @njit(cache=True)
+def _u(i):
+    """``i`` (``>= 0``) as an unsigned index, with which numba indexes without the negative-index wrap.
+
+    Scalars only, so a plain call (the compiler inlines it; no reference counting).
+    """
+    return np.uint64(i)
+
+
+@njit(cache=True)
 def _held_int_nb(c, w, s, lay):
     """KV of a sequence of ``c`` tokens in whole tokens: ``c - (s x max(c - w, 0)) // lay`` (``window.held_tokens``).
 
@@ -310,8 +319,11 @@ def _step_consts_nb(pp, fst, i):
                   and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
     comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
+    # a zero communication term (one instance per GPU) adds nothing to the nonnegative rest
+    comm_zero = comm_fixed and comm_c == 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
-                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c)
+                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
+                         comm_zero)
 
 
 @njit(cache=True, inline="always")
@@ -322,7 +334,7 @@ def _step_s_nb(n_tok, kvf, attn, parts):
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, comm_zero) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -337,6 +349,9 @@ def _step_s_nb(n_tok, kvf, attn, parts):
         comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
                   + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
     aw = weight_s + kv_time
+    if comm_zero:
+        # x + 0.0 == x for the nonnegative maximum: one addition less on the chain of step times
+        return (aw if aw >= comp_s else comp_s) + overhead
     return (aw if aw >= comp_s else comp_s) + comm_s + overhead
 
 
@@ -877,197 +892,213 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # so the results are bit for bit those of the generic boundary. Without a window
                 # (``windowed`` false) it skips the window wheel and the excess, which stay empty
                 # and 0, and composes without the window's terms: the generic boundary's
-                # ``float(ctx) - 0.0 * 0.0`` is ``float(ctx)``, the same bits
+                # ``float(ctx) - 0.0 * 0.0`` is ``float(ctx)``, the same bits. Request and wheel
+                # indices, never negative here, go through _u: numba indexes with an unsigned
+                # index without the negative-index wrap (three instructions an access)
                 lim = ms * dt_sample if ms < n_samp else np.inf
                 if horizon < lim:
                     lim = horizon
-                woff = ist[ii, I_WHEEL_OFF]
-                pf_head = ist[ii, I_PF_HEAD]
-                wait_head = ist[ii, I_WAIT_HEAD]
-                n_wait = ist[ii, I_N_WAIT]
-                n_admit = ist[ii, I_N_ADMIT]
-                reserved = ist[ii, I_RESERVED]
-                nd = ist[ii, I_N_DECODE]
-                ctx = ist[ii, I_CTX_SUM]
-                npast = ist[ii, I_N_PAST]
-                ex = ist[ii, I_EX_SUM]
-                active = ist[ii, I_ACTIVE]
-                step = ist[ii, I_STEP]
-                pf_tokens = ist[ii, I_STEP_PF_TOKENS]
-                nfin = ist[ii, I_STEP_N_FIN]
-                outstanding = ist[ii, I_OUTSTANDING]
-                kv_peak = ist[ii, I_KV_PEAK]
-                batch_sum = ist[ii, I_BATCH_SUM]
-                tokens_out = ist[ii, I_TOKENS_OUT]
-                busy = fst[ii, F_BUSY]
-                start = fst[ii, F_STEP_START]
-                tb = fst[ii, F_NEXT_T]
-                n_done = 0
+                # the instances with a boundary before the arrival and at or before the next
+                # sample, in index order: the main loop's cursor, continued here (the next
+                # event is one of their boundaries while any remains; no sample or arrival
+                # comes between, so ``ta`` and ``lim`` hold)
                 while True:
-                    if active != 0:
-                        # complete the step ending at tb
-                        gen = nd + nfin
-                        outstanding -= pf_tokens + gen
-                        tokens_out += gen
-                        ctx += nd
-                        if windowed:
-                            bk = woff + mask + 1 + (step & mask)
-                            r = wheel[bk]
+                    woff = ist[ii, I_WHEEL_OFF]
+                    pf_head = ist[ii, I_PF_HEAD]
+                    wait_head = ist[ii, I_WAIT_HEAD]
+                    n_wait = ist[ii, I_N_WAIT]
+                    n_admit = ist[ii, I_N_ADMIT]
+                    reserved = ist[ii, I_RESERVED]
+                    nd = ist[ii, I_N_DECODE]
+                    ctx = ist[ii, I_CTX_SUM]
+                    npast = ist[ii, I_N_PAST]
+                    ex = ist[ii, I_EX_SUM]
+                    active = ist[ii, I_ACTIVE]
+                    step = ist[ii, I_STEP]
+                    pf_tokens = ist[ii, I_STEP_PF_TOKENS]
+                    nfin = ist[ii, I_STEP_N_FIN]
+                    outstanding = ist[ii, I_OUTSTANDING]
+                    kv_peak = ist[ii, I_KV_PEAK]
+                    batch_sum = ist[ii, I_BATCH_SUM]
+                    tokens_out = ist[ii, I_TOKENS_OUT]
+                    busy = fst[ii, F_BUSY]
+                    start = fst[ii, F_STEP_START]
+                    tb = fst[ii, F_NEXT_T]
+                    n_done = 0
+                    while True:
+                        if active != 0:
+                            # complete the step ending at tb
+                            gen = nd + nfin
+                            outstanding -= pf_tokens + gen
+                            tokens_out += gen
+                            ctx += nd
+                            if windowed:
+                                bk = woff + mask + 1 + (step & mask)
+                                r = wheel[_u(bk)]
+                                if r >= 0:
+                                    wheel[_u(bk)] = -1
+                                    while r >= 0:
+                                        npast += 1
+                                        r = xnext[_u(r)]
+                                ex += npast
+                            bk = woff + (step & mask)
+                            r = wheel[_u(bk)]
                             if r >= 0:
-                                wheel[bk] = -1
+                                wheel[_u(bk)] = -1
                                 while r >= 0:
-                                    npast += 1
-                                    r = xnext[r]
-                            ex += npast
-                        bk = woff + (step & mask)
-                        r = wheel[bk]
+                                    finish[_u(r)] = tb
+                                    status[_u(r)] = REQ_FINISHED
+                                    po = prompt[_u(r)] + output[_u(r)]
+                                    ctx -= po
+                                    if po > win:
+                                        npast -= 1
+                                        ex -= po - win
+                                    reserved -= _held_int_nb(po, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                    nd -= 1
+                                    n_admit -= 1
+                                    n_done += 1
+                                    r = wnext[_u(r)]
+                            r = pf_head
+                            for _ in range(nfin):
+                                first[_u(r)] = tb
+                                o = output[_u(r)]
+                                if o == 1:
+                                    finish[_u(r)] = tb
+                                    status[_u(r)] = REQ_FINISHED
+                                    reserved -= _held_int_nb(prompt[_u(r)] + 1, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                    n_admit -= 1
+                                    n_done += 1
+                                else:
+                                    bk = woff + ((step + o - 1) & mask)
+                                    wnext[_u(r)] = wheel[_u(bk)]
+                                    wheel[_u(bk)] = r
+                                    nd += 1
+                                    c1 = prompt[_u(r)] + 1
+                                    ctx += c1
+                                    if c1 > win:
+                                        npast += 1
+                                        ex += c1 - win
+                                    elif c1 + o - 1 > win:
+                                        bk = woff + mask + 1 + ((step + win - prompt[_u(r)]) & mask)
+                                        xnext[_u(r)] = wheel[_u(bk)]
+                                        wheel[_u(bk)] = r
+                                r = nxt[_u(r)]
+                            pf_head = r
+                            active = 0
+                        # admission: strict FCFS while the KV reservation and the batch cap allow
+                        r = wait_head
                         if r >= 0:
-                            wheel[bk] = -1
-                            while r >= 0:
-                                finish[r] = tb
-                                status[r] = REQ_FINISHED
-                                po = prompt[r] + output[r]
-                                ctx -= po
-                                if po > win:
-                                    npast -= 1
-                                    ex -= po - win
-                                reserved -= _held_int_nb(po, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
-                                nd -= 1
-                                n_admit -= 1
-                                n_done += 1
-                                r = wnext[r]
+                            while r >= 0 and n_admit < cap:
+                                need = _held_int_nb(prompt[_u(r)] + output[_u(r)], win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                if reserved + need > budget:
+                                    break
+                                reserved += need
+                                n_admit += 1
+                                n_wait -= 1
+                                r = nxt[_u(r)]
+                            wait_head = r
+                            if reserved > kv_peak:
+                                kv_peak = reserved
+                        if n_admit == 0:
+                            fst[ii, F_IDLE_T] = tb
+                            tb = np.inf
+                            break
+                        # compose: every decode + up to ``chunk`` prompt tokens, FCFS. Two copies
+                        # of the same loop, with and without a window (each a loop, so a branch the
+                        # compiler keeps: the windowless chain of float operations is the one
+                        # without the window's terms, which lengthen it)
+                        pf_tokens = 0
+                        nfin = 0
+                        pieces = 0
+                        left = chunk
                         r = pf_head
-                        for _ in range(nfin):
-                            first[r] = tb
-                            o = output[r]
-                            if o == 1:
-                                finish[r] = tb
-                                status[r] = REQ_FINISHED
-                                reserved -= _held_int_nb(prompt[r] + 1, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
-                                n_admit -= 1
-                                n_done += 1
-                            else:
-                                bk = woff + ((step + o - 1) & mask)
-                                wnext[r] = wheel[bk]
-                                wheel[bk] = r
-                                nd += 1
-                                c1 = prompt[r] + 1
-                                ctx += c1
-                                if c1 > win:
-                                    npast += 1
-                                    ex += c1 - win
-                                elif c1 + o - 1 > win:
-                                    bk = woff + mask + 1 + ((step + win - prompt[r]) & mask)
-                                    xnext[r] = wheel[bk]
-                                    wheel[bk] = r
-                            r = nxt[r]
-                        pf_head = r
-                        active = 0
-                    # admission: strict FCFS while the KV reservation and the batch cap allow
-                    r = wait_head
-                    if r >= 0:
-                        while r >= 0 and n_admit < cap:
-                            need = _held_int_nb(prompt[r] + output[r], win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
-                            if reserved + need > budget:
-                                break
-                            reserved += need
-                            n_admit += 1
-                            n_wait -= 1
-                            r = nxt[r]
-                        wait_head = r
-                        if reserved > kv_peak:
-                            kv_peak = reserved
-                    if n_admit == 0:
-                        fst[ii, F_IDLE_T] = tb
-                        tb = np.inf
+                        if windowed:
+                            attn = c4 * (float(ctx) - slide * float(ex))
+                            kvt = ctx
+                            kex = ex
+                            while left > 0 and r != wait_head:
+                                s = done[_u(r)]
+                                rem = prompt[_u(r)] - s
+                                px = rem if rem < left else left
+                                kvt += s
+                                hs = float(s)
+                                e = s - win
+                                if e > 0:
+                                    kex += e
+                                    hs = float(s) - slide * float(e)
+                                xf = float(px)
+                                attn += c2 * xf * xf + c4p * xf * hs
+                                done[_u(r)] = s + px
+                                pf_tokens += px
+                                left -= px
+                                pieces += 1
+                                if px == rem:
+                                    nfin += 1
+                                    r = nxt[_u(r)]
+                                else:
+                                    break
+                            kvf = float(kvt) - slide * float(kex)
+                        else:
+                            attn = c4 * float(ctx)
+                            kvt = ctx
+                            while left > 0 and r != wait_head:
+                                s = done[_u(r)]
+                                rem = prompt[_u(r)] - s
+                                px = rem if rem < left else left
+                                kvt += s
+                                xf = float(px)
+                                attn += c2 * xf * xf + c4p * xf * float(s)
+                                done[_u(r)] = s + px
+                                pf_tokens += px
+                                left -= px
+                                pieces += 1
+                                if px == rem:
+                                    nfin += 1
+                                    r = nxt[_u(r)]
+                                else:
+                                    break
+                            kvf = float(kvt)
+                        dt_step = _step_s_nb(float(nd + pf_tokens), kvf, attn, parts)
+                        step += 1
+                        active = 1
+                        batch_sum += nd + pieces
+                        start = tb
+                        busy += dt_step
+                        tb = tb + dt_step
+                        if not (tb < ta and tb <= lim):
+                            break
+                    ist[ii, I_PF_HEAD] = pf_head
+                    ist[ii, I_WAIT_HEAD] = wait_head
+                    ist[ii, I_N_WAIT] = n_wait
+                    ist[ii, I_N_ADMIT] = n_admit
+                    ist[ii, I_RESERVED] = reserved
+                    ist[ii, I_N_DECODE] = nd
+                    ist[ii, I_CTX_SUM] = ctx
+                    ist[ii, I_N_PAST] = npast
+                    ist[ii, I_EX_SUM] = ex
+                    ist[ii, I_ACTIVE] = active
+                    ist[ii, I_STEP] = step
+                    ist[ii, I_STEP_PF_TOKENS] = pf_tokens
+                    ist[ii, I_STEP_N_FIN] = nfin
+                    ist[ii, I_OUTSTANDING] = outstanding
+                    ist[ii, I_KV_PEAK] = kv_peak
+                    ist[ii, I_BATCH_SUM] = batch_sum
+                    ist[ii, I_TOKENS_OUT] = tokens_out
+                    fst[ii, F_BUSY] = busy
+                    fst[ii, F_STEP_START] = start
+                    fst[ii, F_NEXT_T] = tb
+                    ntc[ii] = tb
+                    osc[ii] = outstanding if ist[ii, I_UNROUTED] == 0 else _SKIP
+                    in_sys -= n_done
+                    ii = -1
+                    while cs < n_scan:
+                        x = ntc[cs]
+                        if x < ta and x <= lim:
+                            ii = cs
+                            break
+                        cs += 1
+                    if ii < 0:
                         break
-                    # compose: every decode + up to ``chunk`` prompt tokens, FCFS. Two copies
-                    # of the same loop, with and without a window (each a loop, so a branch the
-                    # compiler keeps: the windowless chain of float operations is the one
-                    # without the window's terms, which lengthen it)
-                    pf_tokens = 0
-                    nfin = 0
-                    pieces = 0
-                    left = chunk
-                    r = pf_head
-                    if windowed:
-                        attn = c4 * (float(ctx) - slide * float(ex))
-                        kvt = ctx
-                        kex = ex
-                        while left > 0 and r != wait_head:
-                            s = done[r]
-                            rem = prompt[r] - s
-                            px = rem if rem < left else left
-                            kvt += s
-                            hs = float(s)
-                            e = s - win
-                            if e > 0:
-                                kex += e
-                                hs = float(s) - slide * float(e)
-                            xf = float(px)
-                            attn += c2 * xf * xf + c4p * xf * hs
-                            done[r] = s + px
-                            pf_tokens += px
-                            left -= px
-                            pieces += 1
-                            if px == rem:
-                                nfin += 1
-                                r = nxt[r]
-                            else:
-                                break
-                        kvf = float(kvt) - slide * float(kex)
-                    else:
-                        attn = c4 * float(ctx)
-                        kvt = ctx
-                        while left > 0 and r != wait_head:
-                            s = done[r]
-                            rem = prompt[r] - s
-                            px = rem if rem < left else left
-                            kvt += s
-                            xf = float(px)
-                            attn += c2 * xf * xf + c4p * xf * float(s)
-                            done[r] = s + px
-                            pf_tokens += px
-                            left -= px
-                            pieces += 1
-                            if px == rem:
-                                nfin += 1
-                                r = nxt[r]
-                            else:
-                                break
-                        kvf = float(kvt)
-                    dt_step = _step_s_nb(float(nd + pf_tokens), kvf, attn, parts)
-                    step += 1
-                    active = 1
-                    batch_sum += nd + pieces
-                    start = tb
-                    busy += dt_step
-                    tb = tb + dt_step
-                    if not (tb < ta and tb <= lim):
-                        break
-                ist[ii, I_PF_HEAD] = pf_head
-                ist[ii, I_WAIT_HEAD] = wait_head
-                ist[ii, I_N_WAIT] = n_wait
-                ist[ii, I_N_ADMIT] = n_admit
-                ist[ii, I_RESERVED] = reserved
-                ist[ii, I_N_DECODE] = nd
-                ist[ii, I_CTX_SUM] = ctx
-                ist[ii, I_N_PAST] = npast
-                ist[ii, I_EX_SUM] = ex
-                ist[ii, I_ACTIVE] = active
-                ist[ii, I_STEP] = step
-                ist[ii, I_STEP_PF_TOKENS] = pf_tokens
-                ist[ii, I_STEP_N_FIN] = nfin
-                ist[ii, I_OUTSTANDING] = outstanding
-                ist[ii, I_KV_PEAK] = kv_peak
-                ist[ii, I_BATCH_SUM] = batch_sum
-                ist[ii, I_TOKENS_OUT] = tokens_out
-                fst[ii, F_BUSY] = busy
-                fst[ii, F_STEP_START] = start
-                fst[ii, F_NEXT_T] = tb
-                ntc[ii] = tb
-                osc[ii] = outstanding if ist[ii, I_UNROUTED] == 0 else _SKIP
-                in_sys -= n_done
 
     rr_io[0] = rr_e
     if resume:
