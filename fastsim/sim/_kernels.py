@@ -515,7 +515,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             if horizon < lim0:
                 lim0 = horizon
             while cs < n_scan:
-                x = ntc[cs]
+                x = ntc[_u(cs)]
                 if x < ta and x <= lim0:
                     ti = x
                     ii = cs
@@ -573,7 +573,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 b = 0
                 bo = osc[0]
                 for i in range(1, n_route):
-                    v = osc[i]
+                    v = osc[_u(i)]
                     if v < bo:
                         bo = v
                         b = i
@@ -953,7 +953,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                     if po > win:
                                         npast -= 1
                                         ex -= po - win
-                                    reserved -= _held_int_nb(po, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                    # the run's instances are alike: row 0's window layers
+                                    reserved -= _held_int_nb(po, win, sl_0, nl_0)
                                     nd -= 1
                                     n_admit -= 1
                                     n_done += 1
@@ -965,7 +966,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 if o == 1:
                                     finish[_u(r)] = tb
                                     status[_u(r)] = REQ_FINISHED
-                                    reserved -= _held_int_nb(prompt[_u(r)] + 1, win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                    reserved -= _held_int_nb(prompt[_u(r)] + 1, win, sl_0, nl_0)
                                     n_admit -= 1
                                     n_done += 1
                                 else:
@@ -989,7 +990,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         r = wait_head
                         if r >= 0:
                             while r >= 0 and n_admit < cap:
-                                need = _held_int_nb(prompt[_u(r)] + output[_u(r)], win, ist[ii, I_SLIDE_L], ist[ii, I_N_LAYERS])
+                                need = _held_int_nb(prompt[_u(r)] + output[_u(r)], win, sl_0, nl_0)
                                 if reserved + need > budget:
                                     break
                                 reserved += need
@@ -1092,7 +1093,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     in_sys -= n_done
                     ii = -1
                     while cs < n_scan:
-                        x = ntc[cs]
+                        x = ntc[_u(cs)]
                         if x < ta and x <= lim:
                             ii = cs
                             break
