@@ -506,7 +506,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     n_route = n_scan if n_scan < n_entry else n_entry
     cs = 0
     while True:
-        ta = arrival[ia] if ia < n else np.inf
+        ta = arrival[_u(ia)] if ia < n else np.inf
         tt = tr_t[0] if ntr > 0 else np.inf
         ti = np.inf
         ii = -1
@@ -557,18 +557,18 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         if ev == 0:
             r = ia
             ia += 1
-            p = prompt[r]
-            o = output[r]
+            p = prompt[_u(r)]
+            o = output[_u(r)]
             if (p + o > max_total or _held_int_nb(p + o, win_last, sl_last, nl_last) > kv_last
                     or _held_int_nb(p, win_0, sl_0, nl_0) > max_prompt):
-                status[r] = REQ_REJECTED
+                status[_u(r)] = REQ_REJECTED
                 continue
             # _route_nb and _enqueue_nb, written out: an inlined helper taking arrays costs
             # reference counting at every call
             if colo and routing != ROUTE_ROUND_ROBIN:
                 # least loaded over the contiguous copies (unroutable instances read _SKIP)
                 if n_routable == 0:
-                    status[r] = REQ_REJECTED
+                    status[_u(r)] = REQ_REJECTED
                     continue
                 b = 0
                 bo = osc[0]
@@ -592,19 +592,19 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # some instances take no new requests (a fleet's, between membership changes)
                 b = route_routable_nb(ist, n_entry, n_routable, routing, rr_e)
                 if b < 0:
-                    status[r] = REQ_REJECTED
+                    status[_u(r)] = REQ_REJECTED
                     continue
             rr_e += 1
-            inst[r] = b
+            inst[_u(r)] = b
             if ist[b, I_KIND] == KIND_PREFILL:
                 ist[b, I_OUTSTANDING] += p
             else:
                 ist[b, I_OUTSTANDING] += p + o
-                osc[b] += p + o
-            nxt[r] = -1
+                osc[_u(b)] += p + o
+            nxt[_u(r)] = -1
             tail = ist[b, I_TAIL]
             if tail >= 0:
-                nxt[tail] = r
+                nxt[_u(tail)] = r
             ist[b, I_TAIL] = r
             if ist[b, I_WAIT_HEAD] < 0:
                 ist[b, I_WAIT_HEAD] = r
@@ -614,7 +614,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             in_sys += 1
             if fst[b, F_NEXT_T] == np.inf:
                 fst[b, F_NEXT_T] = t
-                ntc[b] = t
+                ntc[_u(b)] = t
         elif ev == 1:
             r = tr_r[0]
             _tr_pop_nb(tr_t, tr_r, ntr)
