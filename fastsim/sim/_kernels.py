@@ -319,11 +319,8 @@ def _step_consts_nb(pp, fst, i):
                   and abs(hid) < 1e280 and abs(topk) < 1e280 and g >= 1.0 and dp >= 1.0)
     comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
-    # a zero communication term (one instance per GPU) adds nothing to the nonnegative rest
-    comm_zero = comm_fixed and comm_c == 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
-                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
-                         comm_zero)
+                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c)
 
 
 @njit(cache=True, inline="always")
@@ -334,7 +331,7 @@ def _step_s_nb(n_tok, kvf, attn, parts):
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, comm_zero) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -349,9 +346,6 @@ def _step_s_nb(n_tok, kvf, attn, parts):
         comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
                   + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
     aw = weight_s + kv_time
-    if comm_zero:
-        # x + 0.0 == x for the nonnegative maximum: one addition less on the chain of step times
-        return (aw if aw >= comp_s else comp_s) + overhead
     return (aw if aw >= comp_s else comp_s) + comm_s + overhead
 
 
