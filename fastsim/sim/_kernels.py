@@ -499,15 +499,17 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             n_scan = i + 1
     n_route = n_scan if n_scan < n_entry else n_entry
     cs = 0
+    # the next sample's time (infinite after the last) and the limit of the fast paths: the
+    # earlier of it and the horizon
+    t_samp = ms * dt_sample if ms < n_samp else np.inf
+    lim_s = horizon if horizon < t_samp else t_samp
     while True:
         ta = arrival[_u(ia)] if ia < n else np.inf
         tt = tr_t[0] if ntr > 0 else np.inf
         ti = np.inf
         ii = -1
         if colo:
-            lim0 = ms * dt_sample if ms < n_samp else np.inf
-            if horizon < lim0:
-                lim0 = horizon
+            lim0 = lim_s
             while cs < n_scan:
                 x = ntc[_u(cs)]
                 if x < ta and x <= lim0:
@@ -539,7 +541,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         if not (t <= horizon):
             break
         # samples at grid times strictly before this event see the state after earlier events
-        while ms < n_samp and ms * dt_sample < t:
+        while t_samp < t:
             # _record_nb, written out
             if full:
                 for i in range(ni):
@@ -547,6 +549,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     kv_s[ms * ni + i] = ist[i, I_RESERVED]
             sys_s[ms] = in_sys
             ms += 1
+            t_samp = ms * dt_sample if ms < n_samp else np.inf
+            lim_s = horizon if horizon < t_samp else t_samp
 
         if ev == 0:
             r = ia
@@ -636,9 +640,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # _prefill_boundary_nb written out with the state in locals (same operations, so
                 # the same bits; the transfers it pushes go to the heap, ordered by time then
                 # request whatever the order of the pushes)
-                lim = ms * dt_sample if ms < n_samp else np.inf
-                if horizon < lim:
-                    lim = horizon
+                lim = lim_s
                 win = ist[ii, I_WINDOW]
                 sl = ist[ii, I_SLIDE_L]
                 nl = ist[ii, I_N_LAYERS]
@@ -753,9 +755,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     x = fst[i, F_NEXT_T]
                     if x < bound:
                         bound = x
-                lim = ms * dt_sample if ms < n_samp else np.inf
-                if horizon < lim:
-                    lim = horizon
+                lim = lim_s
                 # _batch_boundary_nb for a decode instance (no prompt pieces), written out with
                 # the state in locals: the same operations, the same bits
                 woff = ist[ii, I_WHEEL_OFF]
@@ -889,9 +889,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 # ``float(ctx) - 0.0 * 0.0`` is ``float(ctx)``, the same bits. Request and wheel
                 # indices, never negative here, go through _u: numba indexes with an unsigned
                 # index without the negative-index wrap (three instructions an access)
-                lim = ms * dt_sample if ms < n_samp else np.inf
-                if horizon < lim:
-                    lim = horizon
+                lim = lim_s
                 # the instances with a boundary before the arrival and at or before the next
                 # sample, in index order: the main loop's cursor, continued here (the next
                 # event is one of their boundaries while any remains; no sample or arrival
