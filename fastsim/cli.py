@@ -213,7 +213,12 @@ CAPACITY_DESCRIPTION = (
     "over the trace's span at that scale (or over --horizon seconds when shorter; the requests after it "
     "are counted as excluded), 4 scales per round in parallel; a trace is one realisation, so the "
     "bracket is the only interval; --rate centres the first round. A probe passes when the attainment "
-    "over the measured requests (middle 60% of the horizon) is >= 0.90 and the run is not overloaded.")
+    "over the measured requests (middle 60% of the horizon) is >= 0.90 and the run is not overloaded. "
+    "With --instance-counts (e.g. 1-4 or 1,2,4,8): the same plan at each instance count (decode instances "
+    "of a disaggregated plan), searched together: each count starts from its smaller counts' simulated / "
+    "analytic ratio and a probe stops running seeds once a sequential test is sure of its verdict; the "
+    "answers equal the one-plan search's to --tol; one row per count (lecture policy, Poisson arrivals, "
+    "--scenario only).")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -316,8 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true", help="short horizons and few seeds (a smoke test, seconds)")
     sp.set_defaults(func=_cmd_bench)
 
-    sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds), or time "
-                        "scale of a trace", description=CAPACITY_DESCRIPTION)
+    sp = sub.add_parser("capacity", help="maximum sustainable rate of a plan (bisection over seeds), of the plan "
+                        "at several instance counts, or time scale of a trace", description=CAPACITY_DESCRIPTION)
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
@@ -331,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_arrival_args(sp, prefixes=False)
     _add_spec_args(sp)
     sp.add_argument("--plot", metavar="FILE.png", help="attainment vs rate with the probes and the interval")
+    sp.add_argument("--instance-counts", metavar="LIST",
+                    help="the plan's capacity at each of these instance counts (decode instances of a "
+                         "disaggregated plan), searched together: integers >= 1, ranges and commas, e.g. 1-4 or "
+                         "1,2,4,8; not with --trace, --rate, --plot, --policy vllm/sglang, speculative decoding or "
+                         "--arrival gamma")
     _add_calibration(sp)
     sp.set_defaults(func=_cmd_capacity)
     _add_ledger_commands(sub)
@@ -1559,6 +1569,8 @@ def _capacity_engine(args, plan, model, cat, notes, demand):
 
 def _cmd_capacity(args):
     from .search import SLO, max_sustainable_rate
+    if args.instance_counts is not None:
+        return _cmd_capacity_counts(args)
     _check_plot(args)
     if args.trace:
         return _cmd_capacity_trace(args)
@@ -1607,6 +1619,266 @@ def _cmd_capacity(args):
     if args.plot:
         from .plots import plot_capacity
         plot_capacity(res, args.plot, title=plan.describe())
+    return 0
+
+
+#: Most instance counts one ``capacity --instance-counts`` searches (each is a search of its own).
+MAX_INSTANCE_COUNTS = 64
+
+
+def _instance_counts(text) -> tuple:
+    """The counts of ``--instance-counts``: integers >= 1 given as ranges and commas.
+
+    Parameters
+    ----------
+    text : str
+        E.g. ``"1,2,4,8"``, ``"1-8"`` or ``"1-4,8"``.
+
+    Returns
+    -------
+    tuple of int
+        The counts in increasing order.
+
+    Raises
+    ------
+    FastsimInputError
+        A part that is not an integer or a range ``A-B`` with ``1 <= A <= B``, a count given twice
+        (also through overlapping ranges), or more than :data:`MAX_INSTANCE_COUNTS` counts.
+    """
+    flag = "--instance-counts"
+    allowed = "integers >= 1 without duplicates, as ranges and commas, e.g. 1-4 or 1,2,4,8"
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        first, dash, last = part.partition("-")
+        try:
+            a = int(first)
+            b = int(last) if dash else a
+        except ValueError:
+            raise FastsimInputError(flag, text, f"{allowed} ({part!r} is not an integer or a range A-B)") from None
+        if min(a, b) < 1:
+            raise FastsimInputError(flag, text, f"{allowed} ({part!r} has a count below 1)")
+        if b < a:
+            raise FastsimInputError(flag, text, f"{allowed} ({part!r} runs backwards: {b}-{a})")
+        if len(out) + b - a + 1 > MAX_INSTANCE_COUNTS:
+            raise FastsimInputError(flag, text, f"{allowed}; at most {MAX_INSTANCE_COUNTS} counts")
+        out.extend(range(a, b + 1))
+    seen, twice = set(), []
+    for n in out:
+        if n in seen and n not in twice:
+            twice.append(n)
+        seen.add(n)
+    if twice:
+        raise FastsimInputError(flag, text, f"{allowed} ({', '.join(map(str, sorted(twice)))} given more than once)")
+    return tuple(sorted(out))
+
+
+def _counts_text(counts) -> str:
+    """Sorted counts as ranges and commas (``1-4, 8``; runs of three or more as a range)."""
+    parts, i = [], 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[j] + 1:
+            j += 1
+        parts += [f"{counts[i]}-{counts[j]}"] if j - i >= 2 else [str(n) for n in counts[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
+def _refuse_with_counts(args):
+    """Refuse the ``capacity`` flags that :func:`fastsim.search.max_sustainable_rates` does not take.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the first such flag given with ``--instance-counts``, its value and what is allowed.
+    """
+    with_counts = "no value with --instance-counts"
+    lecture = ("the searches of --instance-counts simulate the lecture policy, without speculative decoding "
+               "or engine settings; use one count with --instances")
+    given = [
+        ("--trace", args.trace, f"{with_counts} (the counts are searched on synthetic arrivals: use --scenario; "
+                                "for a trace, one plan's time-scale search without --instance-counts)"),
+        ("--rate", args.rate, f"{with_counts} (each count's search starts at its analytic capacity, or at its "
+                              "smaller counts' simulated / analytic ratio)"),
+        ("--plot", args.plot, f"{with_counts} (the plot shows one plan's probes: use one count with --instances)"),
+        ("--instances", args.instances, f"{with_counts} (it sets the instances)"),
+        ("--decode-instances", args.decode_instances, f"{with_counts} (it sets the decode instances)"),
+        ("--spec-alpha", args.sim_spec_alpha, f"{with_counts} ({lecture})"),
+        ("--spec-gamma", args.sim_spec_gamma, f"{with_counts} ({lecture})"),
+        ("--spec-draft", args.sim_spec_draft, f"{with_counts} ({lecture})"),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens, f"{with_counts} ({lecture})"),
+        ("--max-num-seqs", args.max_num_seqs, f"{with_counts} ({lecture})"),
+        ("--no-prefix-caching", True if args.no_prefix_caching else None, f"{with_counts} ({lecture})"),
+    ]
+    for flag, v, allowed in given:
+        if v is not None:
+            raise FastsimInputError(flag, v, allowed)
+    if args.policy != "lecture":
+        raise FastsimInputError("--policy", args.policy, f"lecture with --instance-counts ({lecture})")
+    if args.arrival != "poisson":
+        raise FastsimInputError("--arrival", args.arrival, "poisson with --instance-counts (its searches draw "
+                                "Poisson arrivals; use one count with --instances for gamma arrivals)")
+    if args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 with --instance-counts (Poisson arrivals)")
+
+
+def _plan_without_count(plan) -> str:
+    """The plan's description (:meth:`fastsim.analytic.Plan.describe`) without the count ``--instance-counts`` sets.
+
+    E.g. ``B200 FP8 colocated, instances of TP1`` or ``H200 FP8 disaggregated, prefill 3 instances
+    of TP1 + decode instances of TP4``.
+    """
+    extra = f", {plan.prefix_hit_fraction:.0%} prefix-cache hits" if plan.prefix_hit_fraction else ""
+    if plan.mode != "disaggregated":
+        return f"{plan.gpu} {plan.precision} colocated, instances of {plan.label(plan.tp)}{extra}"
+    n = plan.prefill_instances
+    prefill = f"{n} instance{'s' if n != 1 else ''} of {plan.label(plan.prefill_tp)}"
+    decode = f"instances of {plan.label(plan.decode_tp)}"
+    if plan.heterogeneous:
+        return (f"disaggregated, prefill {plan.prefill_gpu_name} {plan.prefill_precision_name} {prefill} + decode "
+                f"{plan.gpu} {plan.precision} {decode}{extra}")
+    return f"{plan.gpu} {plan.precision} disaggregated, prefill {prefill} + decode {decode}{extra}"
+
+
+class _RoundProgress:
+    """The batched capacity search's rounds as a bar on stderr when it is a terminal (as :class:`_ProbeProgress`).
+
+    Parameters
+    ----------
+    counts : int
+        Instance counts searched (for the bar's text).
+    """
+
+    def __init__(self, counts: int):
+        self.counts = counts
+        self.bar_wanted = sys.stderr.isatty()
+        self.bar = None
+
+    def __call__(self, round_index, searching, runs):
+        """``on_round`` of :func:`fastsim.search.max_sustainable_rates`: a round starts (the one before is done)."""
+        if not self.bar_wanted:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(desc="capacity search", unit="round", leave=False, file=sys.stderr)
+        else:
+            self.bar.update(1)
+        self.bar.set_postfix_str(f"round {round_index + 1}: {searching} of {self.counts} counts probing, "
+                                 f"{runs} runs")
+
+    def close(self):
+        """Count the last round and remove the bar."""
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.close()
+            self.bar = None
+
+
+def _cmd_capacity_counts(args):
+    """``capacity --instance-counts``: one plan's capacity at several instance counts, searched together.
+
+    Each count's plan is the command line's plan with ``instances`` (colocated) or
+    ``decode_instances`` and ``instances`` (disaggregated; the prefill side as given) replaced, so
+    that its analytic capacity follows the count; :func:`fastsim.search.max_sustainable_rates`
+    searches them in one call with the one-plan search's seeds, horizon, tolerance, root seed and
+    routing. Prints one row (table) or record (JSON / CSV) per count.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed ``capacity`` command line with ``instance_counts`` set.
+
+    Returns
+    -------
+    int
+        0.
+
+    Raises
+    ------
+    FastsimInputError
+        A bad ``--instance-counts`` list, a flag the batched search does not take
+        (:func:`_refuse_with_counts`), a plan with speculative decoding from ``--from-plan``, or
+        anything the one-plan path refuses.
+    """
+    from dataclasses import replace
+    from .search import EARLY_STOP_ALPHA, FIRST_SEEDS, SLO, max_sustainable_rates
+    counts = _instance_counts(args.instance_counts)
+    _refuse_with_counts(args)
+    if not args.tol < 1:
+        raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
+    args.seeds = 16 if args.seeds is None else args.seeds
+    args.horizon = 600.0 if args.horizon is None else args.horizon
+    args.seed = 0 if args.seed is None else args.seed
+    cat = _catalog(args)
+    model, demand, source, notes = _resolve_workload(args, cat)
+    base, model = _plan_from_args(args, cat, model, demand)
+    if base.spec_gamma:
+        raise FastsimInputError("--from-plan", args.from_plan, "a plan without speculative decoding with "
+                                "--instance-counts (its searches simulate the lecture policy)")
+    disagg = base.mode == "disaggregated"
+    # a disaggregated plan's ``instances`` repeats its decode side (fastsim.analytic.Plan)
+    plans = [replace(base, decode_instances=n, instances=n) if disagg else replace(base, instances=n)
+             for n in counts]
+    label, key = ("decode instances", "decode_instances") if disagg else ("instances", "instances")
+    table = args.format == "table"
+    # a count scales the plan's capacity: the screen gives every count capacity 0 or none
+    screen_why = (_screen_infeasible(plans[0], model, demand, cat, _constants(args))
+                  if not plans[0].capacity_req_per_s > 0 else "")
+    if table:
+        print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; P90 TTFT <= "
+              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} seeds x "
+              f"{args.horizon:g} s per probe", flush=True)
+    live = _RoundProgress(len(plans))
+    try:
+        results = max_sustainable_rates(plans, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
+                                        horizon_s=args.horizon, rel_tol=args.tol, seeds_root=args.seed, catalog=cat,
+                                        constants=_constants(args), models=model, routing=args.routing,
+                                        on_round=live)
+    finally:
+        live.close()
+    records, rows, notes = [], [], list(notes)
+    for n, plan, res in zip(counts, plans, results):
+        seed_runs = int(sum(res.probe_seeds)) if res.probe_seeds else len(res.probes) * res.seeds
+        rec = {key: n}
+        if disagg:
+            rec["prefill_instances"] = plan.prefill_instances
+        rec.update(gpus=plan.gpus, plan=plan.describe(), **res.to_dict())
+        rec["seed_runs"] = seed_runs
+        rec["analytic_feasible"] = not screen_why
+        rec["analytic_infeasible_reason"] = screen_why or None
+        if not screen_why:
+            rec["null_reasons"]["analytic_infeasible_reason"] = ("not applicable: the analytic screen finds the "
+                                                                 "plan feasible")
+        records.append(rec)
+        lo, hi = res.bracket
+        c0, c1 = res.ci95
+        rows.append([n, plan.gpus, _fmt(res.analytic_req_per_s, ".3f"), _fmt(res.rate_req_per_s, ".3f"),
+                     f"{_fmt(lo, '.3f')} - {_fmt(hi, '.3f')}",
+                     f"{c0:.3f} - {c1:.3f}" if math.isfinite(c0) and math.isfinite(c1) else _fmt(math.nan, ""),
+                     _fmt(res.simulated_ratio, ".2f"), len(res.probes), seed_runs])
+        if not res.probes or not any(p[3] for p in res.probes):
+            notes.append(f"{label} {n}: every probe failed: the capacity is below {hi:.3f} req/s")
+        notes += [f"{label} {n}: {t}" for t in _capacity_notes(res)]
+    if screen_why:
+        notes.append(f"the analytic screen finds this plan infeasible at every count ({screen_why}), so there is "
+                     "no ratio")
+    notes += _legend("count", [(n, r["null_reasons"]) for n, r in zip(counts, records)],
+                     {"bracket_req_per_s": "bracket", "ci95_req_per_s": "95% CI", "simulated_ratio": "sim / analytic"})
+    test = (f"a probe first ran {FIRST_SEEDS} of its {args.seeds} seeds and stopped there when a sequential test "
+            f"was sure of the verdict all {args.seeds} would give (one-sided level {EARLY_STOP_ALPHA:g} per "
+            "criterion; seed-runs: the runs simulated)" if args.seeds > FIRST_SEEDS else
+            f"every probe ran all {args.seeds} seeds (the sequential test looks first at {FIRST_SEEDS} seeds, "
+            "so it needs more --seeds)")
+    notes.append(f"the {len(counts)} counts were searched together: the smallest from its analytic capacity, each "
+                 "larger one from its analytic capacity times the simulated / analytic ratio of the smaller counts "
+                 f"(the trend of the last two), galloping then bisecting to --tol {args.tol:g}; {test}; each answer "
+                 f"equals the one-plan search's (--{key.replace('_', '-')} N without --instance-counts) to "
+                 "within --tol")
+    headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
+               "sim / analytic", "probes", "seed-runs"]
+    _emit(args, records, rows, headers, notes, key="capacities")
+    _notes_out(args, notes)
     return 0
 
 

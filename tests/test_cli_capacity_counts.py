@@ -1,0 +1,98 @@
+"""`fastsim capacity --instance-counts`: one plan's capacity at several instance counts, searched together."""
+import json
+
+import pytest
+
+from cliutil import run
+from fastsim.analytic import Demand, plan_for
+from fastsim.catalog import default_catalog
+from fastsim.cli import _instance_counts
+from fastsim.errors import FastsimInputError
+from fastsim.search import SLO, max_sustainable_rate
+
+CHAT_B200 = ("capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1")
+SMALL = ("--seeds", "2", "--horizon", "120")
+TOL = 0.01
+
+
+def test_counts_are_ranges_and_commas_in_increasing_order():
+    assert _instance_counts("1,2,4,8") == (1, 2, 4, 8)
+    assert _instance_counts("1-4") == (1, 2, 3, 4)
+    assert _instance_counts(" 8, 1-3 ") == (1, 2, 3, 8)
+    for bad, why in [("1,x", "'x' is not an integer"), ("", "is not an integer"), ("0,1", "below 1"),
+                     ("-2", "is not an integer"), ("4-2", "runs backwards"), ("1-3,2", "2 given more than once"),
+                     ("1,1", "1 given more than once"), ("1-100", "at most 64 counts")]:
+        with pytest.raises(FastsimInputError, match="--instance-counts") as exc:
+            _instance_counts(bad)
+        assert why in str(exc.value) and repr(bad) in str(exc.value)
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (("--instance-counts", "1,two"), "--instance-counts"),
+    (("--instance-counts", "1-3,3"), "--instance-counts"),
+    (("--instance-counts", "1,2", "--policy", "vllm"), "--policy"),
+    (("--instance-counts", "1,2", "--arrival", "gamma", "--cv", "2"), "--arrival"),
+    (("--instance-counts", "1,2", "--rate", "10"), "--rate"),
+    (("--instance-counts", "1,2", "--plot", "cap.png"), "--plot"),
+    (("--instance-counts", "1,2", "--instances", "3"), "--instances"),
+])
+def test_bad_lists_and_flags_the_batched_search_does_not_take(capsys, extra, flag):
+    rc, out, err = run(capsys, *CHAT_B200, *extra)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"fastsim capacity: error: {flag}: got ") and len(err.strip().splitlines()) == 1
+    if flag != "--instance-counts":
+        assert "with --instance-counts" in err
+
+
+def test_refused_with_a_trace(capsys):
+    rc, _, err = run(capsys, "capacity", "--trace", "azure-conv", "--model", "llama-3.1-70b", "--ttft", "1",
+                     "--tpot", "0.05", "--gpu", "B200", "--precision", "FP8", "--instance-counts", "1,2")
+    assert rc == 2
+    assert err.startswith("fastsim capacity: error: --trace: got 'azure-conv'; allowed: no value with "
+                          "--instance-counts")
+
+
+def test_one_record_per_count_each_the_one_plan_answer(capsys):
+    rc, out, _ = run(capsys, *CHAT_B200, "--instance-counts", "1,2", *SMALL, "--format", "json")
+    assert rc == 0
+    chat_counts = json.loads(out)
+    recs = chat_counts["capacities"]
+    assert [r["instances"] for r in recs] == [1, 2]
+    assert [r["gpus"] for r in recs] == [1, 2]
+    assert 0 < recs[0]["rate_req_per_s"] < recs[1]["rate_req_per_s"]
+    assert any("searched together" in n and "to within --tol" in n for n in chat_counts["notes"])
+    s = default_catalog().scenario("chat")
+    for r in recs:
+        plan = plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=r["instances"])
+        assert r["plan"] == plan.describe()
+        assert r["analytic_req_per_s"] == pytest.approx(plan.capacity_req_per_s, rel=1e-12)
+        assert r["seeds"] == 2 and r["horizon_s"] == 120.0
+        assert r["seed_runs"] == sum(p["seeds_run"] for p in r["probes"]) > 0
+        lo, hi = r["bracket_req_per_s"]
+        assert lo <= r["rate_req_per_s"] <= hi <= lo * (1 + TOL) + 1e-9
+        one = max_sustainable_rate(plan, s, SLO(s.ttft_s, s.tpot_s), seeds=2, horizon_s=120.0, rel_tol=TOL, seed=0)
+        a, b = one.rate_req_per_s, r["rate_req_per_s"]
+        assert abs(a - b) <= TOL * max(a, b)
+
+
+def test_table_has_the_plan_without_its_count_and_a_row_per_count(capsys):
+    rc, out, _ = run(capsys, *CHAT_B200, "--instance-counts", "1,2", *SMALL)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("B200 FP8 colocated, instances of TP1 on llama-3.1-70b; instances 1, 2; ")
+    assert "2 seeds x 120 s per probe" in lines[0]
+    assert lines[1].split()[:2] == ["instances", "GPUs"] and "seed-runs" in lines[1]
+    rows = [ln.split() for ln in lines[3:5]]
+    assert [r[:2] for r in rows] == [["1", "1"], ["2", "2"]]
+    assert any(ln.startswith("note: the 2 counts were searched together") for ln in lines)
+
+
+def test_disaggregated_counts_set_the_decode_instances(capsys):
+    rc, out, _ = run(capsys, "capacity", "--scenario", "chat", "--gpu", "H100", "--precision", "FP8", "--mode",
+                     "disaggregated", "--prefill-tp", "1", "--decode-tp", "1", "--prefill-instances", "2",
+                     "--instance-counts", "1,2", *SMALL, "--format", "json")
+    assert rc == 0
+    recs = json.loads(out)["capacities"]
+    assert [(r["prefill_instances"], r["decode_instances"], r["gpus"]) for r in recs] == [(2, 1, 3), (2, 2, 4)]
+    assert recs[1]["analytic_req_per_s"] > recs[0]["analytic_req_per_s"] > 0
+    assert all(r["rate_req_per_s"] > 0 for r in recs)
