@@ -629,13 +629,17 @@ class CapacityResult:
     probes : list of (rate, attainment, overloaded, passed)
         Every probe in order.
     per_seed_attainment : ndarray(float64) of shape (probes, seeds)
-        Attainment of each seed's run at each probe (0 when it measured nothing).
+        Attainment of each seed's run at each probe (0 when it measured nothing; nan for the
+        seeds a probe decided early by the sequential test did not run).
     analytic_req_per_s : float
         The analytic capacity of the plan; ``analytic_ratio`` = analytic / simulated.
     seeds : int
         Replications per probe.
     horizon_s : float
         Simulated seconds per run.
+    probe_seeds : tuple of int
+        Seeds each probe ran: ``seeds``, or fewer when :func:`max_sustainable_rates`' sequential
+        test decided the probe early (empty for results made without it).
     """
 
     rate_req_per_s: float
@@ -646,6 +650,7 @@ class CapacityResult:
     analytic_req_per_s: float
     seeds: int
     horizon_s: float
+    probe_seeds: tuple = ()
 
     @property
     def estimate_in_ci(self) -> bool:
@@ -687,7 +692,9 @@ class CapacityResult:
         from ._output import null_reasons, strict
         d = {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
              "ci95_req_per_s": list(self.ci95),
-             "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p) for r, a, o, p in self.probes],
+             "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p,
+                             seeds_run=int(self.probe_seeds[i]) if i < len(self.probe_seeds) else self.seeds)
+                        for i, (r, a, o, p) in enumerate(self.probes)],
              "analytic_req_per_s": self.analytic_req_per_s,
              "analytic_ratio": self.analytic_ratio if self.analytic_req_per_s > 0 else math.nan,
              "simulated_ratio": self.simulated_ratio,
@@ -802,6 +809,70 @@ def _probe_verdict(ms, slo: SLO, horizon_s: float):
     pooled_over = pooled_overload(ms, horizon_s)
     passed = bool(pooled >= slo.attainment and not pooled_over)
     return met, mea, over, pooled, pooled_over, passed
+
+
+#: Floors of the per-seed spreads in :func:`_early_verdict`'s test: of the attainment, and of the
+#: backlog slope as a fraction of the arrival rate (a few seeds that happen to agree exactly must
+#: not make a probe look certain).
+EARLY_ATTAINMENT_SD_FLOOR = 0.01
+EARLY_SLOPE_SD_FLOOR = 0.002
+
+
+def _early_verdict(met, mea, over, S: int, target: float, horizon_s: float, alpha: float):
+    """The verdict ``S`` seeds would give a probe, from its first ``k`` seeds, when a test is sure of it.
+
+    The pooled attainment of all ``S`` seeds is ``(k A_k + m A_m) / S`` (``m = S - k`` seeds not
+    run, equal measured counts), which differs from the ``k`` seeds' ``A_k`` by
+    ``(m / S)(A_m - A_k)``; with per-seed attainments independent with spread ``s``, that
+    difference has standard deviation ``(m / S) s sqrt(1/m + 1/k)``. The verdict is taken when
+    ``A_k`` is farther from the target than ``t_{k-1}(1 - alpha)`` of those deviations (Student's
+    t with the seeds' sample spread, floored at :data:`EARLY_ATTAINMENT_SD_FLOOR`), and the same
+    test on the mean backlog slope against the overload threshold of :func:`pooled_overload`
+    (spread floored at :data:`EARLY_SLOPE_SD_FLOOR` x the arrival rate) agrees: a fail when
+    either criterion surely fails, a pass when both surely pass. Under that normal model a
+    probe decided early has the ``S``-seed verdict but with probability at most about
+    ``2 alpha``.
+
+    Parameters
+    ----------
+    met, mea : ndarray(float64) of shape (k,)
+        Per seed, measured requests that met the SLO and measured requests.
+    over : ndarray(float64) of shape (k, 3)
+        Per seed, backlog slope (req/s), accepted rate (req/s) and the run's own overload flag.
+    S : int
+        Seeds of the full probe (> k).
+    target : float
+        SLO attainment target.
+    horizon_s : float
+        Simulated seconds per run.
+    alpha : float
+        One-sided error level of each criterion, in (0, 0.5).
+
+    Returns
+    -------
+    bool or None
+        The verdict (True: passes), or None when the other seeds are needed (also when fewer
+        than two seeds were run or a seed measured nothing).
+    """
+    from scipy import stats
+    from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    k = int(met.shape[0])
+    m = S - k
+    if k < 2 or m < 1 or not (mea > 0).all():
+        return None
+    q = float(stats.t.ppf(1.0 - alpha, k - 1)) * (m / S) * math.sqrt(1.0 / m + 1.0 / k)
+    a = met / mea
+    pooled = float(met.sum() / mea.sum())
+    att_margin = q * max(float(a.std(ddof=1)), EARLY_ATTAINMENT_SD_FLOOR)
+    lam = float(over[:, 1].mean())
+    b = over[:, 0]
+    threshold = max(OVERLOAD_SLOPE_FRACTION * lam, 2.0 * OVERLOAD_MIN_GROWTH / horizon_s)
+    b_margin = q * max(float(b.std(ddof=1)), EARLY_SLOPE_SD_FLOOR * lam)
+    if pooled < target - att_margin or float(b.mean()) > threshold + b_margin:
+        return False
+    if pooled >= target + att_margin and float(b.mean()) < threshold - b_margin:
+        return True
+    return None
 
 
 def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizon_s: float = 600.0,
@@ -947,15 +1018,33 @@ class _Bisection:
     lowest) until the interval's lower end is not censored.
     """
 
-    def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic):
+    def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic, step0=None,
+                 first_seeds=0, alpha=0.0):
         self.r, self.S, self.rel_tol, self.max_probes = r0, S, rel_tol, max_probes
         self.bootstrap, self.seed, self.slo, self.horizon_s, self.analytic = bootstrap, seed, slo, horizon_s, analytic
+        self.step = step0
+        self.first_seeds = first_seeds if 0 < first_seeds < S and alpha > 0 else 0
+        self.alpha = alpha
+        self._partial = None
         self.lo = self.hi = None
-        self.probes, self.mets, self.meas, self.overs = [], [], [], []
+        self.probes, self.mets, self.meas, self.overs, self.seeds_run = [], [], [], [], []
         self.phase = "search"
         self.n_search = 0
         self.boot_rounds = 0
         self.caps = None
+
+    def next_probe(self):
+        """``(rate, first seed, end seed)`` of the runs to simulate next, or None when done.
+
+        With a sequential test (``first_seeds``), a probe first runs seeds ``[0, first_seeds)``
+        and, when :func:`_early_verdict` cannot decide it, then ``[first_seeds, S)``.
+        """
+        rate = self.next_rate()
+        if rate is None:
+            return None
+        if self._partial is not None:
+            return rate, len(self._partial), self.S
+        return rate, 0, (self.first_seeds or self.S)
 
     def next_rate(self):
         """The next rate to probe (req/s), or None when the search and its interval are done."""
@@ -966,10 +1055,25 @@ class _Bisection:
         return None
 
     def feed(self, rate, ms) -> None:
-        """Record the probe at ``rate`` from its runs' metrics (one per seed) and move on."""
+        """Record the probe at ``rate`` from the runs of :meth:`next_probe`'s seeds and move on."""
+        ms = list(ms)
+        if self._partial is not None:
+            ms, self._partial = self._partial + ms, None
         met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, self.slo, self.horizon_s)
+        k = len(ms)
+        if k < self.S:
+            early = _early_verdict(met, mea, over, self.S, self.slo.attainment, self.horizon_s, self.alpha)
+            if early is None:
+                self._partial = ms      # undecided: the probe goes on with the other seeds
+                return
+            passed = early
+            # the seeds not run are stood in for by the ones run, in turn, so that the pooled
+            # figures (and the bootstrap's resamples) are those of the k seeds run
+            fill = np.arange(self.S) % k
+            met, mea, over = met[fill], mea[fill], over[fill]
         self.probes.append((float(rate), pooled, pooled_over, passed))
         self.mets.append(met), self.meas.append(mea), self.overs.append(over)
+        self.seeds_run.append(k)
         if self.phase == "search":
             if passed:
                 self.lo = rate if self.lo is None else max(self.lo, rate)
@@ -981,7 +1085,13 @@ class _Bisection:
                 self.n_search = len(self.probes)
                 self._after_search()
                 return
-            self.r = hi / 1.25 if lo is None else lo * 1.25 if hi is None else 0.5 * (lo + hi)
+            if lo is not None and hi is not None:
+                self.r = 0.5 * (lo + hi)
+            elif self.step is None:
+                self.r = hi / 1.25 if lo is None else lo * 1.25
+            else:       # galloping from a warm start: the step doubles until the verdict turns
+                self.r = hi / (1.0 + self.step) if lo is None else lo * (1.0 + self.step)
+                self.step *= 2.0
         else:
             self._boot_step()
 
@@ -1022,6 +1132,8 @@ class _Bisection:
             ci = (float(np.quantile(self.caps, 0.025)), float(np.quantile(self.caps, 0.975)))
         met_a, mea_a = np.array(self.mets), np.array(self.meas)
         per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
+        for i, k_run in enumerate(self.seeds_run):
+            per_seed_att[i, k_run:] = np.nan       # seeds a sequential test did not need
         # the point estimate is the bootstrap's own estimator on all seeds over the bisection's
         # probes, so that it lies inside the bracket and, but for a skewed bootstrap, inside the
         # interval
@@ -1032,26 +1144,108 @@ class _Bisection:
                                       np.array(self.overs[:k]), self.slo.attainment, self.horizon_s)
             estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
         return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
-                              self.probes, per_seed_att, self.analytic, self.S, float(self.horizon_s))
+                              self.probes, per_seed_att, self.analytic, self.S, float(self.horizon_s),
+                              tuple(self.seeds_run))
 
 
-#: Requests the common random numbers of one group of lockstep capacity searches may hold
-#: (about 24 bytes each): :func:`max_sustainable_rates` splits larger batches into groups.
+#: Requests one batch of simulations of :func:`max_sustainable_rates` may hold (its runs'
+#: rescaled arrivals, about 24 bytes each): a larger round is simulated in several batches.
 _BATCH_REQUESTS = 20_000_000
+
+#: Seeds a probe of :func:`max_sustainable_rates` runs before its sequential test
+#: (:func:`_early_verdict`), and the test's one-sided error level per criterion.
+FIRST_SEEDS = 4
+EARLY_STOP_ALPHA = 1e-3
+
+#: First relative step of the galloping search: from the analytic capacity (no sibling solved
+#: yet), from one solved sibling's simulated / analytic ratio, from two siblings' trend; in units
+#: of ``rel_tol``.
+_STEP_COLD, _STEP_ONE_SIBLING, _STEP_TREND = 4.0, 2.0, 1.0
+
+
+class _SharedCRN:
+    """Common random numbers shared by every search of one (length distributions, root seed, seeds).
+
+    :func:`synthesize` draws the same requests at any rate, only more of them at a higher one
+    (SPEC §6), so one draw at the largest rate needed serves every plan of the same workload:
+    each gets exactly the requests a draw of its own would give (:class:`_CRN`).
+    """
+
+    def __init__(self, dists, seeds, horizon_s, seed):
+        from . import workload as W
+        self._W, self.dists, self.horizon_s = W, dists, horizon_s
+        self.children = W.seeds_for(seed, seeds)
+        self.max_rate, self.base = 0.0, None
+        self.wanted = 0.0
+
+    def want(self, rate) -> None:
+        """Note a rate some search will probe: the first draw covers every rate noted before it."""
+        self.wanted = max(self.wanted, float(rate))
+
+    def at(self, rate, s0, s1):
+        """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: (arrival_s, prompt_tokens, output_tokens)."""
+        if rate > self.max_rate:
+            self.max_rate = max(self.wanted, rate * 1.5)
+            self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s) for s in self.children]
+        out = []
+        scale = self.max_rate / rate
+        for w in self.base[s0:s1]:
+            t = w.arrival_s * scale
+            k = int(np.searchsorted(t, self.horizon_s, side="left"))
+            out.append((t[:k], w.prompt_tokens[:k], w.output_tokens[:k]))
+        return out
+
+
+def _family_key(plan: Plan):
+    """Plans that differ only in their instance counts share a key (their searches warm-start each other)."""
+    import dataclasses
+    return dataclasses.replace(plan, instances=0, prefill_instances=0, decode_instances=0)
+
+
+def _predicted_ratio(done, gpus):
+    """Simulated / analytic capacity of a plan of ``gpus`` GPUs from its solved smaller siblings.
+
+    ``done`` is ``[(gpus, ratio), ...]`` in order of size, at least two. The last two are
+    extrapolated linearly in 1 / GPUs (a pool of more instances queues less, so the ratio rises
+    towards a limit); the change is at most the last one when the sizes are evenly spaced.
+    """
+    (n2, r2), (n1, r1) = done[-2], done[-1]
+    if n1 == n2 or gpus == n1:
+        return r1
+    return r1 + (r1 - r2) * (1.0 / gpus - 1.0 / n1) / (1.0 / n1 - 1.0 / n2)
 
 
 def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: float = 600.0, rel_tol: float = 0.01,
                           rate_hints_req_per_s=None, seeds_root=0, catalog: Catalog | None = None,
                           constants: StepConstants = StepConstants(), models=None, measure_window=(0.2, 0.8),
                           routing: str = "least-loaded", max_probes: int = 40, bootstrap: int = 2000,
-                          on_round=None) -> list:
-    """The maximum sustainable rates of many plans, their bisections advancing together (SPEC §7).
+                          warm_start: bool = True, first_seeds: int = FIRST_SEEDS,
+                          early_stop_alpha: float = EARLY_STOP_ALPHA, on_round=None) -> list:
+    """The maximum sustainable rates of many plans, their searches advancing together (SPEC §7).
 
-    Each plan gets exactly :func:`max_sustainable_rate`'s search (the same probes, common random
-    numbers and estimator, so the same :class:`CapacityResult` as a call per plan with the same
-    arguments); each round simulates the next probe of every plan still searching in one batch
-    of parallel runs (plans x seeds), so the threads stay busy across plans and the per-probe
-    overhead is paid once per round.
+    Each round simulates the next probe of every plan still searching in batches of parallel
+    runs (plans x seeds), longest first, so the threads stay busy across plans and the per-probe
+    overhead is paid once per round. Every plan keeps its own common random numbers (those of
+    :func:`max_sustainable_rate` with ``seed`` = its ``seeds_root``), drawn once for all plans of
+    the same workload and root.
+
+    With ``warm_start=False`` and ``early_stop_alpha=0`` each plan gets exactly
+    :func:`max_sustainable_rate`'s search (the same probes and estimator, so the same
+    :class:`CapacityResult`). By default two things make it several times cheaper, with the
+    answer the same to the tolerance (the final bracket holds the same crossing):
+
+    - Warm start. Plans that differ only in instance counts form a family, searched in order of
+      size. The first starts at its analytic capacity; the next at its analytic capacity times
+      the simulated / analytic ratio of its solved sibling, later ones at the trend of the last
+      two (linear in 1 / GPUs). From the first probe the search gallops (steps of 4, 2 or 1 x
+      ``rel_tol``, doubling until the verdict turns), then bisects to ``rel_tol``: a good start
+      ends in two probes.
+    - Sequential test. A probe runs its first ``first_seeds`` seeds; when :func:`_early_verdict`
+      is sure of the verdict all ``seeds`` would give (one-sided level ``early_stop_alpha`` per
+      criterion: nominally at most about ``2 x early_stop_alpha`` of the probes it decides are
+      decided otherwise than with every seed), the other seeds are not run. Such a probe's pooled
+      figures, and its part in the bootstrap, are its seeds'; ``CapacityResult.probe_seeds``
+      says how many ran.
 
     Parameters
     ----------
@@ -1063,13 +1257,20 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     seeds, horizon_s, rel_tol, max_probes, bootstrap, measure_window, routing, catalog, constants
         As for :func:`max_sustainable_rate`, shared by all plans.
     rate_hints_req_per_s : sequence of k float or None, optional
-        First probe of each plan (default its analytic capacity, as the one-plan search).
+        First probe of each plan (default its analytic capacity, or its family's prediction).
     seeds_root : int or sequence of k int
         Each plan's ``seed`` of :func:`max_sustainable_rate` (its workloads and bootstrap).
     models : sequence of k Model or None, optional
         Models that are not catalog entries.
+    warm_start : bool
+        Warm-start each family's searches from its solved siblings and gallop (True), or run
+        :func:`max_sustainable_rate`'s bisection from each plan's analytic capacity (False).
+    first_seeds : int
+        Seeds of a probe's first look (the sequential test); ``>= seeds`` or 0 turns the test off.
+    early_stop_alpha : float
+        The test's one-sided level per criterion, in [0, 0.5); 0 turns the test off.
     on_round : callable(round: int, searching: int, runs: int), optional
-        Called before each round with the plans still searching and the runs it simulates.
+        Called before each round with the plans probing in it and the runs it simulates.
 
     Returns
     -------
@@ -1079,7 +1280,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     Raises
     ------
     FastsimInputError
-        As :func:`max_sustainable_rate`, or sequences whose length is not k.
+        As :func:`max_sustainable_rate`, sequences whose length is not k, ``first_seeds`` below
+        0 or ``early_stop_alpha`` outside [0, 0.5).
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -1103,60 +1305,108 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     hints = per_plan("rate_hints_req_per_s", rate_hints_req_per_s, float)
     roots = per_plan("seeds_root", seeds_root, int)
     ml = per_plan("models", models, Model)
+    if isinstance(first_seeds, bool) or int(first_seeds) != first_seeds or first_seeds < 0:
+        raise FastsimInputError("first_seeds", first_seeds, "an integer >= 0")
+    if not (0.0 <= float(early_stop_alpha) < 0.5):
+        raise FastsimInputError("early_stop_alpha", early_stop_alpha, "a level in [0, 0.5) (0: no sequential test)")
     checked = []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)
         checked.append((model, *_search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])))
-    # the plans' common random numbers are drawn at twice their first probe's rate: plans go in
-    # groups of at most _BATCH_REQUESTS drawn requests, each group's bisections in lockstep
-    # (memory stays bounded; the answers do not depend on the grouping)
-    groups_of, cur, load = [], [], 0.0
-    for i, (_, S, r, _) in enumerate(checked):
-        need = S * 2.0 * r * float(horizon_s)
-        if cur and load + need > _BATCH_REQUESTS:
-            groups_of.append(cur)
-            cur, load = [], 0.0
-        cur.append(i)
-        load += need
-    if cur:
-        groups_of.append(cur)
+    S = int(seeds)
+    tol = float(rel_tol)
+    # families: plans that differ only in instance counts (same workload, SLO, model), by size
+    families: dict = {}
+    for i, plan in enumerate(plans):
+        key = (_family_key(plan), id(dl[i]), sl[i], id(checked[i][0])) if warm_start and hints[i] is None else i
+        families.setdefault(key, []).append(i)
+    chains = [sorted(m, key=lambda i: (plans[i].gpus, i)) for m in families.values()]
+    crns: dict = {}
+    for i in range(k):
+        c = crns.get((id(dl[i]), roots[i]))
+        if c is None:
+            c = crns[(id(dl[i]), roots[i])] = _SharedCRN(dl[i], S, float(horizon_s), roots[i])
+        # the largest rate a plan is likely to probe: its first rate, or its analytic capacity
+        # with the margin of the simulated / analytic ratios seen (lecture §6: 0.69 to 1.11)
+        c.want(1.25 * max(checked[i][2], checked[i][3]))
+    sp_of = {}
     results = [None] * k
+    active: dict = {}        # plan -> its _Bisection
+    solved = [[] for _ in chains]   # per chain: (gpus, simulated / analytic) of its solved plans
+    pos = [0] * len(chains)
+
+    def start(c):
+        i = chains[c][pos[c]]
+        model, _, r, analytic = checked[i]
+        step0 = None
+        if warm_start:
+            done = [d for d in solved[c] if d[1] is not None]
+            step0 = _STEP_COLD * tol
+            if done and analytic > 0:
+                if len(done) == 1:
+                    r, step0 = done[-1][1] * analytic, _STEP_ONE_SIBLING * tol
+                else:
+                    pred = _predicted_ratio(done, plans[i].gpus)
+                    r, step0 = (pred if pred > 0 else done[-1][1]) * analytic, _STEP_TREND * tol
+            step0 *= 1.0 - 1e-9          # a bracket of one step is within rel_tol despite rounding
+        sp_of[i] = sim_plan(plans[i], catalog, constants, model)
+        fs = int(first_seeds) if early_stop_alpha > 0 else 0
+        active[i] = _Bisection(r, S, tol, int(max_probes), int(bootstrap), roots[i], sl[i], float(horizon_s),
+                               analytic, step0=step0, first_seeds=fs, alpha=float(early_stop_alpha))
+
+    for c in range(len(chains)):
+        start(c)
+    chain_of = {i: c for c, m in enumerate(chains) for i in m}
     rnd = 0
-    for members in groups_of:
-        jobs = []
-        for i in members:
-            model, S, r, analytic = checked[i]
-            jobs.append((sim_plan(plans[i], catalog, constants, model), model.max_context_tokens,
-                         _CRN(dl[i], S, float(horizon_s), r, "poisson", 1.0, roots[i]),
-                         _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), roots[i], sl[i],
-                                    float(horizon_s), analytic)))
-        while True:
-            todo = [(j, b.next_rate()) for j, (_, _, _, b) in enumerate(jobs)]
-            todo = [(j, r) for j, r in todo if r is not None]
-            if not todo:
-                break
-            # one batch per (SLO, context limit): simulate_batch shares those across its runs
-            batches: dict = {}
-            for j, rate in todo:
-                sp, ctx, crn, b = jobs[j]
-                g = batches.setdefault((b.slo.ttft_s, b.slo.tpot_s, ctx), ([], [], []))
-                for w in crn.at(rate):
-                    g[0].append(sp)
-                    g[1].append(w)
-                g[2].append((j, rate))
-            if on_round is not None:
-                on_round(rnd, len(todo), sum(len(g[1]) for g in batches.values()))
-            for (ttft, tpot, ctx), (ps, ws, owners) in batches.items():
+    while active:
+        todo = []
+        for i, b in list(active.items()):
+            nxt = b.next_probe()
+            if nxt is None:
+                results[i] = b.result()
+                del active[i]
+                sp_of.pop(i, None)
+                c = chain_of[i]
+                res = results[i]
+                ok = res.analytic_req_per_s > 0 and res.rate_req_per_s > 0 and math.isfinite(res.bracket[1])
+                solved[c].append((plans[i].gpus, res.rate_req_per_s / res.analytic_req_per_s if ok else None))
+                pos[c] += 1
+                if pos[c] < len(chains[c]):
+                    start(c)
+                    nxt = active[chains[c][pos[c]]].next_probe()
+                    todo.append((chains[c][pos[c]], nxt))
+                continue
+            todo.append((i, nxt))
+        if not todo:
+            break
+        # one batch per (SLO, context limit), cut at _BATCH_REQUESTS requests
+        batches: dict = {}
+        for i, (rate, s0, s1) in todo:
+            b = active[i]
+            g = batches.setdefault((b.slo.ttft_s, b.slo.tpot_s, checked[i][0].max_context_tokens), [])
+            g.append((i, rate, s0, s1))
+        if on_round is not None:
+            on_round(rnd, len(todo), sum(s1 - s0 for _, (_, s0, s1) in todo))
+        for (ttft, tpot, ctx), owners in batches.items():
+            at = 0
+            while at < len(owners):
+                ps, ws, fed, load = [], [], [], 0
+                while at < len(owners) and (not fed or load < _BATCH_REQUESTS):
+                    i, rate, s0, s1 = owners[at]
+                    wl = crns[(id(dl[i]), roots[i])].at(rate, s0, s1)
+                    ps += [sp_of[i]] * len(wl)
+                    ws += wl
+                    load += sum(w[0].shape[0] for w in wl)
+                    fed.append((i, rate, len(wl)))
+                    at += 1
                 ms = simulate_batch(ps, ws, horizon_s=horizon_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
                                     max_context_tokens=ctx, routing=routing, measure_window=measure_window)
-                at = 0
-                for j, rate in owners:
-                    b = jobs[j][3]
-                    b.feed(rate, ms[at:at + b.S])
-                    at += b.S
-            rnd += 1
-        for i, (_, _, _, b) in zip(members, jobs):
-            results[i] = b.result()
+                del ps, ws
+                j = 0
+                for i, rate, n in fed:
+                    active[i].feed(rate, ms[j:j + n])
+                    j += n
+        rnd += 1
     return results
 
 

@@ -1,4 +1,5 @@
 """The batched capacity search gives every plan the one-plan search's answer (SPEC §7)."""
+import numpy as np
 import pytest
 
 from fastsim.analytic import Demand, plan_for
@@ -25,11 +26,12 @@ def sample():
     return out
 
 
-def test_batched_search_equals_one_plan_search(sample):
+def test_batched_search_without_warm_start_or_test_is_the_one_plan_search(sample):
     plans = [p for p, _, _ in sample]
     roots = list(range(3, 3 + len(plans)))
     many = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample], seeds=4,
-                                 horizon_s=600.0, seeds_root=roots, bootstrap=500)
+                                 horizon_s=600.0, seeds_root=roots, bootstrap=500, warm_start=False,
+                                 early_stop_alpha=0.0)
     assert len(many) == len(plans) >= 3
     for (plan, s, slo), root, b in zip(sample, roots, many):
         a = max_sustainable_rate(plan, s, slo, seeds=4, horizon_s=600.0, seed=root, bootstrap=500)
@@ -38,7 +40,7 @@ def test_batched_search_equals_one_plan_search(sample):
         assert (a.per_seed_attainment == b.per_seed_attainment).all()
 
 
-def test_batched_search_reports_rounds_and_refuses_mismatched_lists(sample):
+def test_batched_search_reports_rounds_and_refuses_bad_input(sample):
     plans = [p for p, _, _ in sample[:2]]
     rounds = []
     res = max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), seeds=2, horizon_s=300.0, bootstrap=0,
@@ -50,17 +52,101 @@ def test_batched_search_reports_rounds_and_refuses_mismatched_lists(sample):
         max_sustainable_rates(plans, "chat", [SLO(1.0, 0.05)] * 3, seeds=2)
     with pytest.raises(FastsimInputError, match="seeds"):
         max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), seeds=0)
+    with pytest.raises(FastsimInputError, match="early_stop_alpha"):
+        max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), early_stop_alpha=0.5)
+    with pytest.raises(FastsimInputError, match="first_seeds"):
+        max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), first_seeds=-1)
 
 
-def test_groups_bound_the_memory_and_leave_the_answers(sample, monkeypatch):
+def test_batches_bound_the_memory_and_leave_the_answers(sample, monkeypatch):
     import fastsim.search as S
     plans = [p for p, _, _ in sample]
     kw = dict(seeds=2, horizon_s=300.0, bootstrap=0)
     one = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample], **kw)
-    rounds = []
-    monkeypatch.setattr(S, "_BATCH_REQUESTS", 1.0)       # every plan a group of its own
-    apart = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample],
-                                  on_round=lambda k, searching, runs: rounds.append(searching), **kw)
+    calls = []
+    import fastsim.sim as sim
+    orig = sim.simulate_batch
+    monkeypatch.setattr(sim, "simulate_batch", lambda ps, ws, **k: calls.append(len(ws)) or orig(ps, ws, **k))
+    monkeypatch.setattr(S, "_BATCH_REQUESTS", 1.0)       # every probe a batch of its own
+    apart = max_sustainable_rates(plans, [s for _, s, _ in sample], [slo for _, _, slo in sample], **kw)
+    assert set(calls) == {2}             # one probe's two seeds per batch
     assert [r.rate_req_per_s for r in one] == [r.rate_req_per_s for r in apart]
     assert [r.probes for r in one] == [r.probes for r in apart]
-    assert set(rounds) == {1}
+
+
+@pytest.fixture(scope="module")
+def chat_family():
+    """Chat on B200 FP8 TP1 at 1 to 4 instances, plus the sample's other plans: 16 seeds x 600 s."""
+    cat = default_catalog()
+    s = cat.scenario("chat")
+    plans = [plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=n)
+             for n in (1, 2, 3, 4)]
+    return plans, s
+
+
+def test_warm_started_sequential_search_equals_the_one_plan_search_to_its_tolerance(chat_family, sample):
+    plans, s = chat_family
+    plans = plans + [p for p, _, _ in sample]
+    scen = [s] * 4 + [sc for _, sc, _ in sample]
+    slos = [SLO(sc.ttft_s, sc.tpot_s) for sc in scen]
+    fast = max_sustainable_rates(plans, scen, slos, seeds=16, horizon_s=600.0, bootstrap=0)
+    exact = max_sustainable_rates(plans, scen, slos, seeds=16, horizon_s=600.0, bootstrap=0, warm_start=False,
+                                  early_stop_alpha=0.0)
+    for f, e in zip(fast, exact):
+        a, b = f.rate_req_per_s, e.rate_req_per_s
+        assert a > 0 and abs(a - b) <= 0.01 * max(a, b)
+        assert f.bracket[1] <= f.bracket[0] * 1.01 + 1e-9
+        assert f.bracket[0] <= e.bracket[1] and e.bracket[0] <= f.bracket[1]     # both hold the crossing
+    # the warm start pays: the later members of the family need fewer probes than the bisection
+    assert sum(len(f.probes) for f in fast[1:4]) < sum(len(e.probes) for e in exact[1:4])
+
+
+def test_probes_decided_early_run_fewer_seeds_and_say_so(sample):
+    plan, s, slo = sample[0]
+    # a cold start 40% too high: the first probes are far from the capacity and decided on 4 seeds
+    res = max_sustainable_rates([plan], s, slo, seeds=16, horizon_s=600.0, bootstrap=200,
+                                rate_hints_req_per_s=[1.4 * plan.capacity_req_per_s])[0]
+    early = [i for i, k in enumerate(res.probe_seeds) if k < 16]
+    assert early and all(res.probe_seeds[i] == 4 for i in early)
+    assert all(np.isnan(res.per_seed_attainment[i, 4:]).all() for i in early)
+    assert not np.isnan(res.per_seed_attainment[early[0], :4]).any()
+    assert res.bracket[1] <= res.bracket[0] * 1.01 + 1e-9 and np.isfinite(res.ci95).all()
+    ref = max_sustainable_rate(plan, s, slo, seeds=16, horizon_s=600.0, bootstrap=0)
+    assert abs(res.rate_req_per_s - ref.rate_req_per_s) <= 0.01 * ref.rate_req_per_s
+    d = res.to_dict()
+    assert [p["seeds_run"] for p in d["probes"]] == list(res.probe_seeds)
+
+
+def _verdict_inputs(att, slope, lam=10.0, measured=1000.0):
+    att, slope = np.asarray(att, float), np.asarray(slope, float)
+    mea = np.full(att.shape, measured)
+    over = np.stack([slope, np.full(att.shape, lam), np.zeros(att.shape)], axis=1)
+    return att * mea, mea, over
+
+
+@pytest.mark.parametrize("att, slope, expected", [
+    ([0.99, 0.98, 0.99, 1.0], [0.0, 0.01, -0.01, 0.0], True),       # far above the target, no drift
+    ([0.5, 0.45, 0.55, 0.5], [0.0, 0.0, 0.0, 0.0], False),          # attainment far below
+    ([0.99, 0.99, 0.99, 0.99], [3.0, 3.1, 2.9, 3.0], False),        # the backlog grows at 30% of lambda
+    ([0.91, 0.92, 0.90, 0.91], [0.0, 0.0, 0.0, 0.0], None),         # too close to 0.9 to tell
+    ([0.99, 0.99, 0.99, 0.99], [0.2, 0.0, 0.1, 0.1], None),         # slope within the test's margin of 2%
+    ([0.93, 0.93, 0.93, 0.93], [0.0, 0.0, 0.0, 0.0], None),         # equal seeds: the spread's floor holds
+])
+def test_early_verdict_decides_only_what_is_sure(att, slope, expected):
+    from fastsim.search import _early_verdict
+    met, mea, over = _verdict_inputs(att, slope)
+    assert _early_verdict(met, mea, over, 16, 0.9, 600.0, 1e-3) is expected
+
+
+def test_early_verdict_margin_is_the_t_prediction_interval():
+    """The pass threshold is target + t(k-1, 1-alpha) (m/S) s sqrt(1/m + 1/k), in closed form."""
+    from scipy import stats
+    from fastsim.search import _early_verdict
+    k, S, alpha = 4, 16, 1e-3
+    a = np.array([0.93, 0.95, 0.97, 0.95])
+    s = a.std(ddof=1)
+    margin = stats.t.ppf(1 - alpha, k - 1) * (12 / 16) * s * np.sqrt(1 / 12 + 1 / 4)
+    shift_ok = 0.9 + margin + 1e-6 - a.mean()
+    shift_no = 0.9 + margin - 1e-6 - a.mean()
+    assert _early_verdict(*_verdict_inputs(a + shift_ok, np.zeros(4)), S, 0.9, 600.0, alpha) is True
+    assert _early_verdict(*_verdict_inputs(a + shift_no, np.zeros(4)), S, 0.9, 600.0, alpha) is None
