@@ -1168,7 +1168,8 @@ class _SharedCRN:
 
     :func:`synthesize` draws the same requests at any rate, only more of them at a higher one
     (SPEC §6), so one draw at the largest rate needed serves every plan of the same workload:
-    each gets exactly the requests a draw of its own would give (:class:`_CRN`).
+    each gets the requests a draw of its own would give (:class:`_CRN`; the arrival times equal
+    to rounding, as they are rescaled from another drawn rate).
     """
 
     def __init__(self, dists, seeds, horizon_s, seed):
@@ -1189,30 +1190,57 @@ class _SharedCRN:
             self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s) for s in self.children]
         out = []
         scale = self.max_rate / rate
+        h = self.horizon_s
         for w in self.base[s0:s1]:
-            t = w.arrival_s * scale
-            k = int(np.searchsorted(t, self.horizon_s, side="left"))
-            out.append((t[:k], w.prompt_tokens[:k], w.output_tokens[:k]))
+            a = w.arrival_s
+            # the requests with a x scale < h, found on the unscaled times (only they are scaled)
+            k = int(np.searchsorted(a, h / scale, side="left"))
+            while k > 0 and a[k - 1] * scale >= h:
+                k -= 1
+            while k < a.shape[0] and a[k] * scale < h:
+                k += 1
+            out.append((a[:k] * scale, w.prompt_tokens[:k], w.output_tokens[:k]))
         return out
 
 
+class _OwnCRN:
+    """One plan's own common random numbers (:class:`_CRN`), with :class:`_SharedCRN`'s interface."""
+
+    def __init__(self, dists, seeds, horizon_s, rate_hint, seed):
+        self.args, self.crn = (dists, seeds, horizon_s, rate_hint, "poisson", 1.0, seed), None
+
+    def at(self, rate, s0, s1):
+        if self.crn is None:        # drawn on first use (and dropped with the plan's search)
+            self.crn = _CRN(*self.args)
+        return self.crn.at(rate)[s0:s1]
+
+
 def _family_key(plan: Plan):
-    """Plans that differ only in their instance counts share a key (their searches warm-start each other)."""
+    """Plans that differ only in one instance count share a key (their searches warm-start each other).
+
+    The count is ``instances`` of a colocated plan and ``decode_instances`` of a disaggregated one
+    (whose prefill side stays in the key: plans with another prefill count are another family).
+    """
     import dataclasses
-    return dataclasses.replace(plan, instances=0, prefill_instances=0, decode_instances=0)
+    return dataclasses.replace(plan, instances=0, decode_instances=0)
 
 
-def _predicted_ratio(done, gpus):
-    """Simulated / analytic capacity of a plan of ``gpus`` GPUs from its solved smaller siblings.
+def _family_count(plan: Plan) -> int:
+    """The instance count that varies along a family (:func:`_family_key`)."""
+    return int(plan.decode_instances if plan.mode == "disaggregated" else plan.instances)
 
-    ``done`` is ``[(gpus, ratio), ...]`` in order of size, at least two. The last two are
-    extrapolated linearly in 1 / GPUs (a pool of more instances queues less, so the ratio rises
-    towards a limit); the change is at most the last one when the sizes are evenly spaced.
+
+def _predicted_ratio(done, count):
+    """Simulated / analytic capacity of a plan of ``count`` instances from its solved smaller siblings.
+
+    ``done`` is ``[(count, ratio), ...]`` in order of count, at least two. The last two are
+    extrapolated linearly in 1 / count (a pool of more instances queues less, so the ratio rises
+    towards a limit); the change is at most the last one when the counts are evenly spaced.
     """
     (n2, r2), (n1, r1) = done[-2], done[-1]
-    if n1 == n2 or gpus == n1:
+    if n1 == n2 or count == n1:
         return r1
-    return r1 + (r1 - r2) * (1.0 / gpus - 1.0 / n1) / (1.0 / n1 - 1.0 / n2)
+    return r1 + (r1 - r2) * (1.0 / count - 1.0 / n1) / (1.0 / n1 - 1.0 / n2)
 
 
 def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: float = 600.0, rel_tol: float = 0.01,
@@ -1234,10 +1262,11 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     :class:`CapacityResult`). By default two things make it several times cheaper, with the
     answer the same to the tolerance (the final bracket holds the same crossing):
 
-    - Warm start. Plans that differ only in instance counts form a family, searched in order of
-      size. The first starts at its analytic capacity; the next at its analytic capacity times
-      the simulated / analytic ratio of its solved sibling, later ones at the trend of the last
-      two (linear in 1 / GPUs). From the first probe the search gallops (steps of 4, 2 or 1 x
+    - Warm start. Plans that differ only in their instance count (colocated) or decode instance
+      count (disaggregated) form a family, searched in order of that count. The first starts
+      at its analytic capacity; the next at its analytic capacity times the simulated /
+      analytic ratio of its solved sibling, later ones at the trend of the last two (linear in
+      1 / count). From the first probe the search gallops (steps of 4, 2 or 1 x
       ``rel_tol``, doubling until the verdict turns), then bisects to ``rel_tol``: a good start
       ends in two probes.
     - Sequential test. A probe runs its first ``first_seeds`` seeds; when :func:`_early_verdict`
@@ -1318,21 +1347,26 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     # families: plans that differ only in instance counts (same workload, SLO, model), by size
     families: dict = {}
     for i, plan in enumerate(plans):
-        key = (_family_key(plan), id(dl[i]), sl[i], id(checked[i][0])) if warm_start and hints[i] is None else i
+        key = (_family_key(plan), id(dl[i]), sl[i], checked[i][0].name) if warm_start and hints[i] is None else i
         families.setdefault(key, []).append(i)
-    chains = [sorted(m, key=lambda i: (plans[i].gpus, i)) for m in families.values()]
+    chains = [sorted(m, key=lambda i: (_family_count(plans[i]), i)) for m in families.values()]
     crns: dict = {}
+    exact = not warm_start and not early_stop_alpha > 0
     for i in range(k):
+        if exact:       # the one-plan search's own draws, bit for bit
+            crns[i] = _OwnCRN(dl[i], S, float(horizon_s), checked[i][2], roots[i])
+            continue
         c = crns.get((id(dl[i]), roots[i]))
         if c is None:
             c = crns[(id(dl[i]), roots[i])] = _SharedCRN(dl[i], S, float(horizon_s), roots[i])
         # the largest rate a plan is likely to probe: its first rate, or its analytic capacity
         # with the margin of the simulated / analytic ratios seen (lecture §6: 0.69 to 1.11)
         c.want(1.25 * max(checked[i][2], checked[i][3]))
+    crn_of = [i if exact else (id(dl[i]), roots[i]) for i in range(k)]
     sp_of = {}
     results = [None] * k
     active: dict = {}        # plan -> its _Bisection
-    solved = [[] for _ in chains]   # per chain: (gpus, simulated / analytic) of its solved plans
+    solved = [[] for _ in chains]   # per chain: (count, simulated / analytic) of its solved plans
     pos = [0] * len(chains)
 
     def start(c):
@@ -1346,7 +1380,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
                 if len(done) == 1:
                     r, step0 = done[-1][1] * analytic, _STEP_ONE_SIBLING * tol
                 else:
-                    pred = _predicted_ratio(done, plans[i].gpus)
+                    pred = _predicted_ratio(done, _family_count(plans[i]))
                     r, step0 = (pred if pred > 0 else done[-1][1]) * analytic, _STEP_TREND * tol
             step0 *= 1.0 - 1e-9          # a bracket of one step is within rel_tol despite rounding
         sp_of[i] = sim_plan(plans[i], catalog, constants, model)
@@ -1366,10 +1400,12 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
                 results[i] = b.result()
                 del active[i]
                 sp_of.pop(i, None)
+                if exact:
+                    crns.pop(i, None)
                 c = chain_of[i]
                 res = results[i]
                 ok = res.analytic_req_per_s > 0 and res.rate_req_per_s > 0 and math.isfinite(res.bracket[1])
-                solved[c].append((plans[i].gpus, res.rate_req_per_s / res.analytic_req_per_s if ok else None))
+                solved[c].append((_family_count(plans[i]), res.rate_req_per_s / res.analytic_req_per_s if ok else None))
                 pos[c] += 1
                 if pos[c] < len(chains[c]):
                     start(c)
@@ -1393,7 +1429,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
                 ps, ws, fed, load = [], [], [], 0
                 while at < len(owners) and (not fed or load < _BATCH_REQUESTS):
                     i, rate, s0, s1 = owners[at]
-                    wl = crns[(id(dl[i]), roots[i])].at(rate, s0, s1)
+                    wl = crns[crn_of[i]].at(rate, s0, s1)
                     ps += [sp_of[i]] * len(wl)
                     ws += wl
                     load += sum(w[0].shape[0] for w in wl)
