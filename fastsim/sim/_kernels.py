@@ -499,6 +499,30 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             n_scan = i + 1
     n_route = n_scan if n_scan < n_entry else n_entry
     cs = 0
+    # disaggregated runs (prefill entry instances, decode instances after them): the decode
+    # instances are advanced lazily. Nothing but a KV transfer's delivery (routing, enqueueing) and
+    # a sample reads their state, and nothing but a delivery changes it from outside, so their
+    # boundaries wait until a delivery or a sample (or the end) needs them: then every decode
+    # boundary strictly before the transfer and at or before the next sample and the horizon runs,
+    # each instance's in one loop (see the decode path); the rest of the loop sees only the entry
+    # instances. Each instance runs the same boundaries on the same state in the same order, so
+    # every result is the plain event loop's, bit for bit.
+    lazy = n_entry < ni
+    for i in range(ni):
+        if ist[i, I_KIND] != (KIND_PREFILL if i < n_entry else KIND_DECODE):
+            lazy = False
+    n_sel = n_scan if not lazy or n_scan < n_entry else n_entry
+    # the decode instances' configuration (alike: checked above)
+    d_mask = ist[ni - 1, I_WHEEL_MASK]
+    d_win = ist[ni - 1, I_WINDOW]
+    d_sl = ist[ni - 1, I_SLIDE_L]
+    d_nl = ist[ni - 1, I_N_LAYERS]
+    d_slide = fst[ni - 1, F_SLIDE]
+    d_cap = ist[ni - 1, I_MAX_ADMIT]
+    d_budget = ist[ni - 1, I_KV_BUDGET]
+    # no request reaches the window (none longer than max_total is admitted) and no sliding
+    # fraction: the window wheel stays empty and the excess 0, and the decode path skips them
+    d_windowed = not (d_win >= max_total and d_slide == 0.0)
     # the next sample's time (infinite after the last) and the limit of the fast paths: the
     # earlier of it and the horizon
     t_samp = ms * dt_sample if ms < n_samp else np.inf
@@ -524,8 +548,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 cs = 0
         if ii < 0 and ti == np.inf:
             cs = 0
-            for i in range(n_scan):
-                x = fst[i, F_NEXT_T]
+            for i in range(n_sel):
+                x = ntc[_u(i)]
                 if x < ti:
                     ti = x
                     ii = i
@@ -538,6 +562,38 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         else:
             ev = 2
             t = ti
+        if lazy and (ev == 1 or lim_s < t):
+            # a delivery, or a sample or the end, comes next: the decode boundaries strictly
+            # before the transfer and at or before the limit are due first (the earliest
+            # transfer a later entry boundary pushes is not before ``t``)
+            td = np.inf
+            jd = -1
+            for i in range(n_entry, n_scan):
+                x = ntc[_u(i)]
+                if x < tt and x <= lim_s:
+                    jd = i
+                    break
+                if x < td:
+                    td = x
+            if jd >= 0:
+                ev = 2
+                ii = jd
+                t = ntc[_u(jd)]
+            elif lim_s < t and td < t:
+                # none due, but a decode boundary after the next sample comes before the
+                # event: the samples before it, then it
+                if not (td <= horizon):
+                    break
+                while t_samp < td:
+                    if full:
+                        for i in range(ni):
+                            wait_s[ms * ni + i] = ist[i, I_N_WAIT]
+                            kv_s[ms * ni + i] = ist[i, I_RESERVED]
+                    sys_s[ms] = in_sys
+                    ms += 1
+                    t_samp = ms * dt_sample if ms < n_samp else np.inf
+                    lim_s = horizon if horizon < t_samp else t_samp
+                continue
         if not (t <= horizon):
             break
         # samples at grid times strictly before this event see the state after earlier events
@@ -632,6 +688,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             _enqueue_nb(ist, nxt, b, r)
             if fst[b, F_NEXT_T] == np.inf:
                 fst[b, F_NEXT_T] = t
+                ntc[_u(b)] = t
         else:
             kind = ist[ii, I_KIND]
             if kind == KIND_PREFILL:
@@ -744,136 +801,157 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 fst[ii, F_BUSY] = busy
                 fst[ii, F_STEP_START] = start
                 fst[ii, F_NEXT_T] = tb
+                ntc[_u(ii)] = tb
             elif kind == KIND_DECODE:
                 # a decode instance's next boundaries too, while nothing can reach it before them:
                 # new work comes only by KV transfers, the earliest of which is the heap's or one
-                # a prefill boundary (not before the earliest) will push, and arrivals wake prefill
+                # an entry boundary (not before the earliest) will push, and arrivals wake entry
                 # instances; strictly before those and at or before the next sample (the same
-                # boundaries in the same order per instance: the plain loop's results)
-                bound = ta if ta < tt else tt
-                for i in range(n_entry):
-                    x = fst[i, F_NEXT_T]
-                    if x < bound:
-                        bound = x
+                # boundaries in the same order per instance: the plain loop's results). Advanced
+                # lazily (a disaggregated run: see ``lazy``), every due decode instance in turn,
+                # in index order (they are independent until the next delivery or sample); the
+                # selection made sure the next transfer is the earliest one
+                if lazy:
+                    bound = tt
+                else:
+                    bound = ta if ta < tt else tt
+                    for i in range(n_entry):
+                        x = ntc[_u(i)]
+                        if x < bound:
+                            bound = x
                 lim = lim_s
-                # _batch_boundary_nb for a decode instance (no prompt pieces), written out with
-                # the state in locals: the same operations, the same bits
-                woff = ist[ii, I_WHEEL_OFF]
-                dmask = ist[ii, I_WHEEL_MASK]
-                win = ist[ii, I_WINDOW]
-                sl = ist[ii, I_SLIDE_L]
-                nl = ist[ii, I_N_LAYERS]
-                slide = fst[ii, F_SLIDE]
-                dcap = ist[ii, I_MAX_ADMIT]
-                dbudget = ist[ii, I_KV_BUDGET]
-                wait_head = ist[ii, I_WAIT_HEAD]
-                n_wait = ist[ii, I_N_WAIT]
-                n_admit = ist[ii, I_N_ADMIT]
-                reserved = ist[ii, I_RESERVED]
-                nd = ist[ii, I_N_DECODE]
-                ctx = ist[ii, I_CTX_SUM]
-                npast = ist[ii, I_N_PAST]
-                ex = ist[ii, I_EX_SUM]
-                active = ist[ii, I_ACTIVE]
-                step = ist[ii, I_STEP]
-                outstanding = ist[ii, I_OUTSTANDING]
-                kv_peak = ist[ii, I_KV_PEAK]
-                batch_sum = ist[ii, I_BATCH_SUM]
-                tokens_out = ist[ii, I_TOKENS_OUT]
-                busy = fst[ii, F_BUSY]
-                start = fst[ii, F_STEP_START]
-                tb = t
                 n_done = 0
                 while True:
-                    if active != 0:
-                        outstanding -= 0 + nd
-                        tokens_out += nd
-                        ctx += nd
-                        bk = woff + dmask + 1 + (step & dmask)
-                        r = wheel[bk]
-                        wheel[bk] = -1
-                        while r >= 0:
-                            npast += 1
-                            r = xnext[r]
-                        ex += npast
-                        bk = woff + (step & dmask)
-                        r = wheel[bk]
-                        wheel[bk] = -1
-                        while r >= 0:
-                            finish[r] = tb
-                            status[r] = REQ_FINISHED
-                            po = prompt[r] + output[r]
-                            ctx -= po
-                            if po > win:
-                                npast -= 1
-                                ex -= po - win
-                            reserved -= _held_int_nb(po, win, sl, nl)
-                            nd -= 1
-                            n_admit -= 1
-                            n_done += 1
-                            r = wnext[r]
-                        active = 0
-                    r = wait_head
-                    if r >= 0:
-                        while r >= 0 and n_admit < dcap:
-                            need = _held_int_nb(prompt[r] + output[r], win, sl, nl)
-                            if reserved + need > dbudget:
-                                break
-                            reserved += need
-                            n_admit += 1
-                            n_wait -= 1
-                            # arrives with its first token: tokens 2..O in steps step+1 .. step+O-1
-                            o = output[r]
-                            bk = woff + ((step + o - 1) & dmask)
-                            wnext[r] = wheel[bk]
-                            wheel[bk] = r
-                            nd += 1
-                            c1 = prompt[r] + 1
-                            ctx += c1
-                            if c1 > win:
-                                npast += 1
-                                ex += c1 - win
-                            elif c1 + o - 1 > win:
-                                bk = woff + dmask + 1 + ((step + win - prompt[r]) & dmask)
-                                xnext[r] = wheel[bk]
-                                wheel[bk] = r
-                            r = nxt[r]
-                        wait_head = r
-                        if reserved > kv_peak:
-                            kv_peak = reserved
-                    if n_admit == 0:
-                        fst[ii, F_IDLE_T] = tb
-                        tb = np.inf
+                    # _batch_boundary_nb for a decode instance (no prompt pieces), written out with
+                    # the state in locals: the same operations, the same bits
+                    woff = ist[ii, I_WHEEL_OFF]
+                    wait_head = ist[ii, I_WAIT_HEAD]
+                    n_wait = ist[ii, I_N_WAIT]
+                    n_admit = ist[ii, I_N_ADMIT]
+                    reserved = ist[ii, I_RESERVED]
+                    nd = ist[ii, I_N_DECODE]
+                    ctx = ist[ii, I_CTX_SUM]
+                    npast = ist[ii, I_N_PAST]
+                    ex = ist[ii, I_EX_SUM]
+                    active = ist[ii, I_ACTIVE]
+                    step = ist[ii, I_STEP]
+                    outstanding = ist[ii, I_OUTSTANDING]
+                    kv_peak = ist[ii, I_KV_PEAK]
+                    batch_sum = ist[ii, I_BATCH_SUM]
+                    tokens_out = ist[ii, I_TOKENS_OUT]
+                    busy = fst[ii, F_BUSY]
+                    start = fst[ii, F_STEP_START]
+                    tb = ntc[_u(ii)]
+                    while True:
+                        if active != 0:
+                            outstanding -= 0 + nd
+                            tokens_out += nd
+                            ctx += nd
+                            if d_windowed:
+                                bk = woff + d_mask + 1 + (step & d_mask)
+                                r = wheel[_u(bk)]
+                                if r >= 0:
+                                    wheel[_u(bk)] = -1
+                                    while r >= 0:
+                                        npast += 1
+                                        r = xnext[_u(r)]
+                                ex += npast
+                            bk = woff + (step & d_mask)
+                            r = wheel[_u(bk)]
+                            if r >= 0:
+                                wheel[_u(bk)] = -1
+                                while r >= 0:
+                                    finish[_u(r)] = tb
+                                    status[_u(r)] = REQ_FINISHED
+                                    po = prompt[_u(r)] + output[_u(r)]
+                                    ctx -= po
+                                    if po > d_win:
+                                        npast -= 1
+                                        ex -= po - d_win
+                                    reserved -= _held_int_nb(po, d_win, d_sl, d_nl)
+                                    nd -= 1
+                                    n_admit -= 1
+                                    n_done += 1
+                                    r = wnext[_u(r)]
+                            active = 0
+                        r = wait_head
+                        if r >= 0:
+                            while r >= 0 and n_admit < d_cap:
+                                need = _held_int_nb(prompt[_u(r)] + output[_u(r)], d_win, d_sl, d_nl)
+                                if reserved + need > d_budget:
+                                    break
+                                reserved += need
+                                n_admit += 1
+                                n_wait -= 1
+                                # arrives with its first token: tokens 2..O in steps step+1 .. step+O-1
+                                o = output[_u(r)]
+                                bk = woff + ((step + o - 1) & d_mask)
+                                wnext[_u(r)] = wheel[_u(bk)]
+                                wheel[_u(bk)] = r
+                                nd += 1
+                                c1 = prompt[_u(r)] + 1
+                                ctx += c1
+                                if c1 > d_win:
+                                    npast += 1
+                                    ex += c1 - d_win
+                                elif c1 + o - 1 > d_win:
+                                    bk = woff + d_mask + 1 + ((step + d_win - prompt[_u(r)]) & d_mask)
+                                    xnext[_u(r)] = wheel[_u(bk)]
+                                    wheel[_u(bk)] = r
+                                r = nxt[_u(r)]
+                            wait_head = r
+                            if reserved > kv_peak:
+                                kv_peak = reserved
+                        if n_admit == 0:
+                            fst[ii, F_IDLE_T] = tb
+                            tb = np.inf
+                            break
+                        # without a window float(ctx) - 0.0 * 0.0 is float(ctx): the same bits
+                        if d_windowed:
+                            kvf = float(ctx) - d_slide * float(ex)
+                        else:
+                            kvf = float(ctx)
+                        dt_step = _step_s_nb(float(nd + 0), kvf, d_c4 * kvf, d_parts)
+                        step += 1
+                        active = 1
+                        batch_sum += nd + 0
+                        start = tb
+                        busy += dt_step
+                        tb = tb + dt_step
+                        if not (tb < bound and tb <= lim):
+                            break
+                    ist[ii, I_WAIT_HEAD] = wait_head
+                    ist[ii, I_N_WAIT] = n_wait
+                    ist[ii, I_N_ADMIT] = n_admit
+                    ist[ii, I_RESERVED] = reserved
+                    ist[ii, I_N_DECODE] = nd
+                    ist[ii, I_CTX_SUM] = ctx
+                    ist[ii, I_N_PAST] = npast
+                    ist[ii, I_EX_SUM] = ex
+                    ist[ii, I_ACTIVE] = active
+                    ist[ii, I_STEP] = step
+                    ist[ii, I_STEP_PF_TOKENS] = 0
+                    ist[ii, I_STEP_N_FIN] = 0
+                    ist[ii, I_OUTSTANDING] = outstanding
+                    ist[ii, I_KV_PEAK] = kv_peak
+                    ist[ii, I_BATCH_SUM] = batch_sum
+                    ist[ii, I_TOKENS_OUT] = tokens_out
+                    fst[ii, F_BUSY] = busy
+                    fst[ii, F_STEP_START] = start
+                    fst[ii, F_NEXT_T] = tb
+                    ntc[_u(ii)] = tb
+                    if not lazy:
                         break
-                    kvf = float(ctx) - slide * float(ex)
-                    dt_step = _step_s_nb(float(nd + 0), kvf, d_c4 * (float(ctx) - slide * float(ex)), d_parts)
-                    step += 1
-                    active = 1
-                    batch_sum += nd + 0
-                    start = tb
-                    busy += dt_step
-                    tb = tb + dt_step
-                    if not (tb < bound and tb <= lim):
+                    # the next due decode instance
+                    jd = -1
+                    for i in range(ii + 1, n_scan):
+                        x = ntc[_u(i)]
+                        if x < bound and x <= lim:
+                            jd = i
+                            break
+                    if jd < 0:
                         break
-                ist[ii, I_WAIT_HEAD] = wait_head
-                ist[ii, I_N_WAIT] = n_wait
-                ist[ii, I_N_ADMIT] = n_admit
-                ist[ii, I_RESERVED] = reserved
-                ist[ii, I_N_DECODE] = nd
-                ist[ii, I_CTX_SUM] = ctx
-                ist[ii, I_N_PAST] = npast
-                ist[ii, I_EX_SUM] = ex
-                ist[ii, I_ACTIVE] = active
-                ist[ii, I_STEP] = step
-                ist[ii, I_STEP_PF_TOKENS] = 0
-                ist[ii, I_STEP_N_FIN] = 0
-                ist[ii, I_OUTSTANDING] = outstanding
-                ist[ii, I_KV_PEAK] = kv_peak
-                ist[ii, I_BATCH_SUM] = batch_sum
-                ist[ii, I_TOKENS_OUT] = tokens_out
-                fst[ii, F_BUSY] = busy
-                fst[ii, F_STEP_START] = start
-                fst[ii, F_NEXT_T] = tb
+                    ii = jd
                 in_sys -= n_done
             else:
                 # colocated fast path (see the docstring): this boundary and the instance's next
