@@ -1012,10 +1012,14 @@ class _Bisection:
     depends only on the probes' verdicts, so both give the same answer for a plan.
 
     Search: the bracket grows or shrinks by 1.25x from the first rate until it straddles the
-    answer, then bisects to ``rel_tol`` (at most ``max_probes`` probes). Interval: the bootstrap
-    over seeds of the probes' results; a resample that fails at every probed rate has its
-    capacity below the lowest probe, so up to three more probes go lower (each 1 / 1.1 of the
-    lowest) until the interval's lower end is not censored.
+    answer (or, given ``step0``, by steps of ``step0`` that double each time: galloping), then
+    bisects to ``rel_tol`` (at most ``max_probes`` probes). Interval: the bootstrap over seeds of
+    the probes' results; a resample that fails at every probed rate has its capacity below the
+    lowest probe, so up to three more probes go lower (each 1 / 1.1 of the lowest) until the
+    interval's lower end is not censored; a galloping search likewise goes higher (each
+    ``4 x rel_tol`` above the highest probe) while its upper end is censored at the highest
+    probe. With ``first_seeds`` and ``alpha``, a probe runs its first seeds and the others only
+    when :func:`_early_verdict` cannot decide it.
     """
 
     def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic, step0=None,
@@ -1026,6 +1030,7 @@ class _Bisection:
         self.first_seeds = first_seeds if 0 < first_seeds < S and alpha > 0 else 0
         self.alpha = alpha
         self._partial = None
+        self._boot_up = False
         self.lo = self.hi = None
         self.probes, self.mets, self.meas, self.overs, self.seeds_run = [], [], [], [], []
         self.phase = "search"
@@ -1051,6 +1056,8 @@ class _Bisection:
         if self.phase == "search":
             return self.r
         if self.phase == "boot":
+            if self._boot_up:
+                return max(p[0] for p in self.probes) * (1.0 + 4.0 * self.rel_tol)
             return min(p[0] for p in self.probes) / 1.1
         return None
 
@@ -1110,7 +1117,15 @@ class _Bisection:
             return
         self.caps = self._bootstrap()
         self.boot_rounds += 1
-        if np.quantile(self.caps, 0.025) > 0 or len(self.probes) >= self.max_probes + 3:
+        low_ok = bool(np.quantile(self.caps, 0.025) > 0)
+        high_ok = True
+        if self.step is not None and self.hi is not None:
+            # a galloping search may end with its bracket as its only probes near the answer: a
+            # resample that passes at the highest probe is censored there (its capacity lies
+            # above), so up to three more probes go higher (each 4 x rel_tol above the highest)
+            high_ok = bool(np.quantile(self.caps, 0.975) < max(p[0] for p in self.probes))
+        self._boot_up = low_ok and not high_ok
+        if (low_ok and high_ok) or len(self.probes) >= self.max_probes + 3:
             self.phase = "done"
 
     def _bootstrap(self):
