@@ -150,3 +150,12 @@ def test_early_verdict_margin_is_the_t_prediction_interval():
     shift_no = 0.9 + margin - 1e-6 - a.mean()
     assert _early_verdict(*_verdict_inputs(a + shift_ok, np.zeros(4)), S, 0.9, 600.0, alpha) is True
     assert _early_verdict(*_verdict_inputs(a + shift_no, np.zeros(4)), S, 0.9, 600.0, alpha) is None
+
+
+def test_galloping_interval_is_not_censored_at_the_highest_probe(chat_family):
+    plans, s = chat_family
+    res = max_sustainable_rates(plans[:3], s, SLO(s.ttft_s, s.tpot_s), seeds=8, horizon_s=600.0, bootstrap=300)
+    for r in res:
+        top = max(p[0] for p in r.probes)
+        assert r.ci95[0] > 0 and r.ci95[1] < top          # both ends bounded by probes
+        assert r.ci95[0] <= r.rate_req_per_s <= r.ci95[1] or not r.estimate_in_ci
