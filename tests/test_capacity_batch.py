@@ -158,4 +158,4 @@ def test_galloping_interval_is_not_censored_at_the_highest_probe(chat_family):
     for r in res:
         top = max(p[0] for p in r.probes)
         assert r.ci95[0] > 0 and r.ci95[1] < top          # both ends bounded by probes
-        assert r.ci95[0] <= r.rate_req_per_s <= r.ci95[1] or not r.estimate_in_ci
+        assert r.bracket[0] <= r.rate_req_per_s <= r.bracket[1]
