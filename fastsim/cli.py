@@ -1574,6 +1574,8 @@ def _cmd_capacity(args):
     _check_plot(args)
     if args.trace:
         return _cmd_capacity_trace(args)
+    if not args.tol < 1.0:
+        raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
     args.seeds = 16 if args.seeds is None else args.seeds
     args.horizon = 600.0 if args.horizon is None else args.horizon
     args.seed = 0 if args.seed is None else args.seed

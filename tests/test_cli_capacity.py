@@ -40,6 +40,9 @@ def test_capacity_bad_input(capsys):
     rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tol", "0"])
     assert rc == 2
     assert "--tol" in capsys.readouterr().err
+    rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tol", "2"])
+    assert rc == 2
+    assert "--tol: got 2.0; allowed: a fraction in (0, 1)" in capsys.readouterr().err
     rc = _rc(["capacity", "--scenario", "chat", "--precision", "FP8"])
     assert rc == 2
     err = capsys.readouterr().err
