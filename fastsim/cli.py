@@ -1567,13 +1567,16 @@ def _capacity_engine(args, plan, model, cat, notes, demand):
     return plan, _engine_dict(args)
 
 
-def _cmd_capacity(args):
-    from .search import SLO, max_sustainable_rate
-    if args.instance_counts is not None:
-        return _cmd_capacity_counts(args)
-    _check_plot(args)
-    if args.trace:
-        return _cmd_capacity_trace(args)
+def _capacity_setup(args):
+    """The rate searches' common start: ``--tol`` checked, the defaults of ``--seeds`` (16),
+    ``--horizon`` (600 s) and ``--seed`` (0) filled in, then ``(catalog, model, demand, source,
+    notes, plan)`` from the workload and plan flags.
+
+    Raises
+    ------
+    FastsimInputError
+        ``--tol`` of 1 or more, or anything the workload and plan flags are refused for.
+    """
     if not args.tol < 1.0:
         raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
     args.seeds = 16 if args.seeds is None else args.seeds
@@ -1582,6 +1585,17 @@ def _cmd_capacity(args):
     cat = _catalog(args)
     model, demand, source, notes = _resolve_workload(args, cat)
     plan, model = _plan_from_args(args, cat, model, demand)
+    return cat, model, demand, source, notes, plan
+
+
+def _cmd_capacity(args):
+    from .search import SLO, max_sustainable_rate
+    if args.instance_counts is not None:
+        return _cmd_capacity_counts(args)
+    _check_plot(args)
+    if args.trace:
+        return _cmd_capacity_trace(args)
+    cat, model, demand, source, notes, plan = _capacity_setup(args)
     plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
@@ -1807,14 +1821,7 @@ def _cmd_capacity_counts(args):
     from .search import EARLY_STOP_ALPHA, FIRST_SEEDS, SLO, max_sustainable_rates
     counts = _instance_counts(args.instance_counts)
     _refuse_with_counts(args)
-    if not args.tol < 1:
-        raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
-    args.seeds = 16 if args.seeds is None else args.seeds
-    args.horizon = 600.0 if args.horizon is None else args.horizon
-    args.seed = 0 if args.seed is None else args.seed
-    cat = _catalog(args)
-    model, demand, source, notes = _resolve_workload(args, cat)
-    base, model = _plan_from_args(args, cat, model, demand)
+    cat, model, demand, source, notes, base = _capacity_setup(args)
     if base.spec_gamma:
         raise FastsimInputError("--from-plan", args.from_plan, "a plan without speculative decoding with "
                                 "--instance-counts (its searches simulate the lecture policy)")
