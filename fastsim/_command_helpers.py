@@ -8,6 +8,7 @@ command line (which imports them), and this module imports neither.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -18,6 +19,37 @@ def _tp(text):
         return require_tp("--tp", int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
+
+
+def _number(flag, check, allowed):
+    """An argparse type: a float that passes ``check``, else an error naming ``allowed``."""
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not check(v):
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}")
+        return v
+    return conv
+
+
+def _positive(flag):
+    """An argparse type: a finite number > 0."""
+    return _number(flag, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+def _int_at_least(lo):
+    """An argparse type: an integer >= ``lo``."""
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            v = lo - 1
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= {lo}")
+        return v
+    return conv
 
 
 def _catalog(args):

@@ -11,20 +11,11 @@ import json
 import math
 import sys
 
-from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _tp, _trace_notes
+from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _int_at_least, _positive, _tp, _trace_notes
 from .errors import FastsimInputError, require_positive
 from .layouts import LAYOUTS
 
 __all__ = ["main", "build_parser"]
-
-
-def _positive(field):
-    def conv(text):
-        try:
-            return require_positive(field, float(text))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a finite number > 0") from None
-    return conv
 
 
 def _gpus(text):
@@ -39,15 +30,8 @@ def _gpus(text):
 
 
 def _pos_int(field):
-    def conv(text):
-        try:
-            v = int(text)
-        except ValueError:
-            v = 0
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 1")
-        return v
-    return conv
+    """An argparse type: an integer >= 1."""
+    return _int_at_least(1)
 
 
 def _fraction(flag, what):

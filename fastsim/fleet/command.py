@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from .._command_helpers import _catalog, _check_plot, _constants, _fmt, _tp
+from .._command_helpers import _catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive, _tp
 from ..errors import FastsimInputError
 from . import strategies as S
 
@@ -36,40 +36,12 @@ so that its peak is the scenario's rate, or the plan's with --from-plan (--rate 
 --rate-scale to scale the profile's own rates)."""
 
 
-def _conv(flag, check, allowed):
-    def conv(text):
-        try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not check(v):
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {allowed}")
-        return v
-    return conv
-
-
-def _positive(flag):
-    return _conv(flag, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
-
-
 def _nonneg(flag):
-    return _conv(flag, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+    return _number(flag, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 
 
 def _unit(flag):
-    return _conv(flag, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
-
-
-def _int_at_least(lo):
-    def conv(text):
-        try:
-            v = int(text)
-        except ValueError:
-            v = lo - 1
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= {lo}")
-        return v
-    return conv
+    return _number(flag, lambda v: 0 < v <= 1, "a fraction in (0, 1]")
 
 
 def _reserved(text):
