@@ -350,6 +350,27 @@ def _step_s_nb(n_tok, kvf, attn, parts):
 
 
 @njit(cache=True)
+def _step_nd_nb(n_tok, parts):
+    """The terms of :func:`_step_s_nb` that depend on ``n_tok`` only: ``(weight_s, matmul2 x n_tok, comm_s)``.
+
+    By its expressions, so a step time composed from them in its order has its bits. Scalars
+    only, so a plain call (no reference counting).
+    """
+    (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
+    if moe_w:
+        weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
+    else:
+        weight_s = weight_c
+    if comm_fixed:
+        comm_s = comm_c
+    else:
+        comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
+                  + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
+    return weight_s, matmul2 * n_tok, comm_s
+
+
+@njit(cache=True)
 def init_row_nb(i, pp, ist, fst):
     """Reset instance i's state columns (empty, idle) and set its step-independent float columns.
 
@@ -481,6 +502,14 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     # prefill) and the last's (decode, in a disaggregated run)
     c2, c4, c4p, parts = _step_consts_nb(pp, fst, np.int64(0))
     _, d_c4, _, d_parts = _step_consts_nb(pp, fst, ni - 1)
+    # the decode step's per-step divisors (see the decode path's quiet steps)
+    d_g = d_parts[0]
+    d_dp = d_parts[1]
+    d_kvpg = d_parts[3]
+    d_over = d_parts[5]
+    d_bw = d_parts[9]
+    d_dc = d_parts[11]
+    d_divs = d_parts[20] or d_parts[21]
     # contiguous copies of every instance's next boundary time and outstanding tokens, kept
     # equal to the tables' (colocated runs read them at every arrival: a few cache lines instead
     # of one line per instance)
@@ -919,6 +948,56 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         busy += dt_step
                         tb = tb + dt_step
                         if not (tb < bound and tb <= lim):
+                            break
+                        if d_windowed:
+                            continue
+                        # quiet steps: while no request finishes at a step's end the batch stays,
+                        # and so does a blocked admission (only a finish unblocks it; nothing is
+                        # delivered during the run), so a boundary completes the step and starts
+                        # the next, whose time depends only on the context: _step_s_nb's float
+                        # operations in its order, its terms of the batch size computed once (the
+                        # same bits). Two copies of the loop, with and without the divisions by the
+                        # GPU and DP counts (x / 1.0 is x: either copy gives the same bits when
+                        # they are 1), each a loop, so a branch the compiler keeps
+                        w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), d_parts)
+                        q_end = False
+                        if d_divs:
+                            while wheel[_u(woff + (step & d_mask))] < 0:
+                                outstanding -= 0 + nd
+                                tokens_out += nd
+                                ctx += nd
+                                kvf = float(ctx)
+                                kv_time = kvf * d_kvpg / d_dp / d_bw
+                                comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                                aw = w_s + kv_time
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                step += 1
+                                batch_sum += nd + 0
+                                start = tb
+                                busy += dt_step
+                                tb = tb + dt_step
+                                if not (tb < bound and tb <= lim):
+                                    q_end = True
+                                    break
+                        else:
+                            while wheel[_u(woff + (step & d_mask))] < 0:
+                                outstanding -= 0 + nd
+                                tokens_out += nd
+                                ctx += nd
+                                kvf = float(ctx)
+                                kv_time = kvf * d_kvpg / d_bw
+                                comp_s = (m2n + d_c4 * kvf) / d_dc
+                                aw = w_s + kv_time
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                step += 1
+                                batch_sum += nd + 0
+                                start = tb
+                                busy += dt_step
+                                tb = tb + dt_step
+                                if not (tb < bound and tb <= lim):
+                                    q_end = True
+                                    break
+                        if q_end:
                             break
                     ist[ii, I_WAIT_HEAD] = wait_head
                     ist[ii, I_N_WAIT] = n_wait
