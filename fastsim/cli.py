@@ -1017,7 +1017,15 @@ def _plan_from_args(args, cat, model, demand):
 
 def _plan_from_args_inner(args, cat, model, demand):
     from .analytic import plan_for
+    if not args.from_plan and getattr(args, "plan_index", 0):
+        raise FastsimInputError("--plan-index", args.plan_index, "0 without --from-plan (it picks a plan of the file)")
     if args.from_plan:
+        for flag in ("gpu", "precision", "instances", "prefill_tp", "decode_tp", "prefill_instances",
+                     "decode_instances", "chunk"):
+            v = getattr(args, flag, None)
+            if v is not None:
+                raise FastsimInputError(f"--{flag.replace('_', '-')}", v, "no value with --from-plan (the plan "
+                                        "file fixes the plan; drop --from-plan to name a plan with flags)")
         d = _read_plan_json(args)
         if d.get("model") is not None:
             plan_model = cat.model(d["model"])
@@ -1533,8 +1541,17 @@ def _capacity_summary(res, screen_why: str = "") -> str:
 
 
 def _capacity_notes(res) -> list:
-    """Notes on a capacity result: an estimate outside its own interval says why."""
+    """Notes on a capacity result: probes that contradict the bracket, an estimate outside its own interval."""
     out = []
+    bad = res.contradicting_probes
+    if bad:
+        lo, hi = res.bracket
+        said = ", ".join(f"{'failed' if not p[3] else 'passed'} at {p[0]:.3f} req/s" for p in bad[:3])
+        out.append(f"{len(bad)} probe{'s' if len(bad) > 1 else ''} contradict{'' if len(bad) > 1 else 's'} the "
+                   f"bracket {lo:.3f} - {hi:.3f} ({said}): the verdict is not monotone in rate at these seeds and "
+                   "horizon (the attainment or the backlog slope hovers at its threshold), so the estimate depends "
+                   "on which rates were probed and another search may differ by more than --tol; more --seeds or a "
+                   "longer --horizon steady it")
     if not res.estimate_in_ci:
         out.append(f"the estimate {res.rate_req_per_s:.3f} req/s lies outside the 95% interval "
                    f"{res.ci95[0]:.3f} - {res.ci95[1]:.3f}: both come from the same estimator, the interval from "
@@ -1589,7 +1606,7 @@ def _cmd_capacity(args):
     screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
         print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
-              f"{args.seeds} seeds x {args.horizon:g} s per probe", flush=True)
+              f"{args.seeds} seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
         print(_PROBE_HEAD, flush=True)
     live = _ProbeProgress(table)
     try:
@@ -1624,6 +1641,8 @@ def _cmd_capacity(args):
 
 #: Most instance counts one ``capacity --instance-counts`` searches (each is a search of its own).
 MAX_INSTANCE_COUNTS = 64
+#: Largest instance count ``capacity --instance-counts`` takes (as ``--instances`` of a fleet of GPUs).
+MAX_INSTANCE_COUNT = 4096
 
 
 def _instance_counts(text) -> tuple:
@@ -1642,8 +1661,9 @@ def _instance_counts(text) -> tuple:
     Raises
     ------
     FastsimInputError
-        A part that is not an integer or a range ``A-B`` with ``1 <= A <= B``, a count given twice
-        (also through overlapping ranges), or more than :data:`MAX_INSTANCE_COUNTS` counts.
+        A part that is not an integer or a range ``A-B`` with ``1 <= A <= B <=``
+        :data:`MAX_INSTANCE_COUNT`, a count given twice (also through overlapping ranges), or more
+        than :data:`MAX_INSTANCE_COUNTS` counts.
     """
     flag = "--instance-counts"
     allowed = "integers >= 1 without duplicates, as ranges and commas, e.g. 1-4 or 1,2,4,8"
@@ -1660,6 +1680,8 @@ def _instance_counts(text) -> tuple:
             raise FastsimInputError(flag, text, f"{allowed} ({part!r} has a count below 1)")
         if b < a:
             raise FastsimInputError(flag, text, f"{allowed} ({part!r} runs backwards: {b}-{a})")
+        if b > MAX_INSTANCE_COUNT:
+            raise FastsimInputError(flag, text, f"{allowed} ({part!r} goes past {MAX_INSTANCE_COUNT} instances)")
         if len(out) + b - a + 1 > MAX_INSTANCE_COUNTS:
             raise FastsimInputError(flag, text, f"{allowed}; at most {MAX_INSTANCE_COUNTS} counts")
         out.extend(range(a, b + 1))
@@ -1721,6 +1743,9 @@ def _refuse_with_counts(args):
                                 "Poisson arrivals; use one count with --instances for gamma arrivals)")
     if args.cv not in (None, 1.0):
         raise FastsimInputError("--cv", args.cv, "1 with --instance-counts (Poisson arrivals)")
+    if args.routing == "prefix-aware":
+        raise FastsimInputError("--routing", args.routing, "least-loaded or round-robin with --instance-counts "
+                                "(prefix-aware routing needs an engine policy's prefix cache)")
 
 
 def _plan_without_count(plan) -> str:
@@ -1820,7 +1845,7 @@ def _cmd_capacity_counts(args):
                   if not plans[0].capacity_req_per_s > 0 else "")
     if table:
         print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; P90 TTFT <= "
-              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} seeds x "
+              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} seed{'s' if args.seeds > 1 else ''} x "
               f"{args.horizon:g} s per probe", flush=True)
     live = _RoundProgress(len(plans))
     try:
@@ -1858,16 +1883,19 @@ def _cmd_capacity_counts(args):
                      "no ratio")
     notes += _legend("count", [(n, r["null_reasons"]) for n, r in zip(counts, records)],
                      {"bracket_req_per_s": "bracket", "ci95_req_per_s": "95% CI", "simulated_ratio": "sim / analytic"})
+    seeds_word = f"{args.seeds} seed{'s' if args.seeds > 1 else ''}"
     test = (f"a probe first ran {FIRST_SEEDS} of its {args.seeds} seeds and stopped there when a sequential test "
             f"was sure of the verdict all {args.seeds} would give (one-sided level {EARLY_STOP_ALPHA:g} per "
             "criterion; seed-runs: the runs simulated)" if args.seeds > FIRST_SEEDS else
-            f"every probe ran all {args.seeds} seeds (the sequential test looks first at {FIRST_SEEDS} seeds, "
-            "so it needs more --seeds)")
-    notes.append(f"the {len(counts)} counts were searched together: the smallest from its analytic capacity, each "
-                 "larger one from its analytic capacity times the simulated / analytic ratio of the smaller counts "
-                 f"(the trend of the last two), galloping then bisecting to --tol {args.tol:g}; {test}; each answer "
-                 f"equals the one-plan search's (--{key.replace('_', '-')} N without --instance-counts) to "
-                 "within --tol")
+            f"every probe ran {'all ' if args.seeds > 1 else ''}{seeds_word} (the sequential test looks first at "
+            f"{FIRST_SEEDS} seeds, so it needs more --seeds)")
+    together = (f"the {len(counts)} counts were searched together: the smallest from its analytic capacity, each "
+                "larger one from its analytic capacity times the simulated / analytic ratio of the smaller counts "
+                "(the trend of the last two)" if len(counts) > 1 else "the count was searched from its analytic "
+                "capacity")
+    notes.append(f"{together}, galloping then bisecting to --tol {args.tol:g}; {test}; where no probe contradicts "
+                 f"its bracket, each answer equals the one-plan search's (--{key.replace('_', '-')} N without "
+                 "--instance-counts) to within --tol")
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
                "sim / analytic", "probes", "seed-runs"]
     _emit(args, records, rows, headers, notes, key="capacities")

@@ -639,7 +639,7 @@ class CapacityResult:
         Simulated seconds per run.
     probe_seeds : tuple of int
         Seeds each probe ran: ``seeds``, or fewer when :func:`max_sustainable_rates`' sequential
-        test decided the probe early (empty for results made without it).
+        test decided the probe early (in ``to_dict`` as each probe's ``seeds_run``).
     """
 
     rate_req_per_s: float
@@ -664,6 +664,21 @@ class CapacityResult:
     def analytic_ratio(self) -> float:
         """Analytic capacity / simulated capacity (float; > 1: the analytic screen is optimistic); inf at 0."""
         return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
+
+    @property
+    def contradicting_probes(self) -> list:
+        """Probes whose verdict contradicts the bracket: failed below its lower end, or passed above its upper end.
+
+        Returns
+        -------
+        list of (rate, attainment, overloaded, passed)
+            Empty when the verdicts are monotone in rate over the probes. Otherwise the answer
+            depends on the order of the probes (two searches of the same seeds may then differ
+            by more than the tolerance): the attainment or the backlog slope fluctuates around
+            its threshold at these seeds and horizon, and more seeds or a longer horizon steady it.
+        """
+        lo, hi = self.bracket
+        return [p for p in self.probes if (p[0] < lo and not p[3]) or (p[0] > hi and p[3])]
 
     @property
     def simulated_ratio(self) -> float:
@@ -702,7 +717,8 @@ class CapacityResult:
              "estimate_method": ("interpolated between the largest passing and the smallest failing probe "
                                  "where the failing criterion crosses its threshold, over all seeds"),
              "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples), same estimator",
-             "estimate_in_ci": self.estimate_in_ci}
+             "estimate_in_ci": self.estimate_in_ci,
+             "contradicting_probes": len(self.contradicting_probes)}
 
         def explain(k, v):
             if k == "bracket_req_per_s":
@@ -854,13 +870,13 @@ def _early_verdict(met, mea, over, S: int, target: float, horizon_s: float, alph
         The verdict (True: passes), or None when the other seeds are needed (also when fewer
         than two seeds were run or a seed measured nothing).
     """
-    from scipy import stats
+    from scipy.special import stdtrit       # Student's t quantile (lighter to import than scipy.stats)
     from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
     k = int(met.shape[0])
     m = S - k
     if k < 2 or m < 1 or not (mea > 0).all():
         return None
-    q = float(stats.t.ppf(1.0 - alpha, k - 1)) * (m / S) * math.sqrt(1.0 / m + 1.0 / k)
+    q = float(stdtrit(k - 1, 1.0 - alpha)) * (m / S) * math.sqrt(1.0 / m + 1.0 / k)
     a = met / mea
     pooled = float(met.sum() / mea.sum())
     att_margin = q * max(float(a.std(ddof=1)), EARLY_ATTAINMENT_SD_FLOOR)
@@ -954,7 +970,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     ------
     FastsimInputError
         ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1), a non-positive horizon or
-        rate hint, unknown names in the plan, a bad length distribution, seed, arrival process
+        rate hint, ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 100, unknown names in the plan, a bad length distribution, seed, arrival process
         or cv, or anything :func:`fastsim.sim.simulate_batch` rejects.
     RuntimeError
         A simulator kernel reported an internal failure.
@@ -963,6 +979,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
     S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s)
+    _check_budget(max_probes, bootstrap)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     crn = _CRN(dists, S, float(horizon_s), r, arrival, cv, seed)
@@ -991,10 +1008,19 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     return bis.result()
 
 
+def _check_budget(max_probes, bootstrap) -> None:
+    """``max_probes`` an integer >= 1 and ``bootstrap`` 0 (none) or an integer >= 100, else FastsimInputError."""
+    if isinstance(max_probes, bool) or not isinstance(max_probes, (int, np.integer)) or max_probes < 1:
+        raise FastsimInputError("max_probes", max_probes, "an integer >= 1")
+    if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or not (
+            bootstrap == 0 or bootstrap >= 100):
+        raise FastsimInputError("bootstrap", bootstrap, "0 (no interval) or an integer >= 100 (resamples)")
+
+
 def _search_inputs(plan: Plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s):
     """Checked ``(seeds, first rate, analytic capacity)`` of a capacity search."""
     from .errors import require_positive
-    if int(seeds) != seeds or seeds < 1:
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
         raise FastsimInputError("seeds", seeds, "an integer >= 1")
     if not (0 < rel_tol < 1):
         raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
@@ -1275,15 +1301,19 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     With ``warm_start=False`` and ``early_stop_alpha=0`` each plan gets exactly
     :func:`max_sustainable_rate`'s search (the same probes and estimator, so the same
     :class:`CapacityResult`). By default two things make it several times cheaper, with the
-    answer the same to the tolerance (the final bracket holds the same crossing):
+    answer the same to the tolerance whenever the verdicts are monotone in rate (both final
+    brackets then hold the same crossing; :attr:`CapacityResult.contradicting_probes` lists the
+    probes that show they are not, as happens when few seeds or a short horizon leave the
+    attainment or the backlog slope hovering at its threshold over a range of rates). On the
+    default grid at 16 seeds x 600 s, seven searches in ten end in two probes:
 
     - Warm start. Plans that differ only in their instance count (colocated) or decode instance
       count (disaggregated) form a family, searched in order of that count. The first starts
       at its analytic capacity; the next at its analytic capacity times the simulated /
       analytic ratio of its solved sibling, later ones at the trend of the last two (linear in
       1 / count). From the first probe the search gallops (steps of 4, 2 or 1 x
-      ``rel_tol``, doubling until the verdict turns), then bisects to ``rel_tol``: a good start
-      ends in two probes.
+      ``rel_tol``, doubling until the verdict turns), then bisects to ``rel_tol``: a start
+      within ``rel_tol`` of the answer ends in two probes.
     - Sequential test. A probe runs its first ``first_seeds`` seeds; when :func:`_early_verdict`
       is sure of the verdict all ``seeds`` would give (one-sided level ``early_stop_alpha`` per
       criterion: nominally at most about ``2 x early_stop_alpha`` of the probes it decides are
@@ -1310,7 +1340,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         Warm-start each family's searches from its solved siblings and gallop (True), or run
         :func:`max_sustainable_rate`'s bisection from each plan's analytic capacity (False).
     first_seeds : int
-        Seeds of a probe's first look (the sequential test); ``>= seeds`` or 0 turns the test off.
+        Seeds of a probe's first look (the sequential test), at least 2; ``>= seeds`` or 0 turns
+        the test off.
     early_stop_alpha : float
         The test's one-sided level per criterion, in [0, 0.5); 0 turns the test off.
     on_round : callable(round: int, searching: int, runs: int), optional
@@ -1324,13 +1355,16 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     Raises
     ------
     FastsimInputError
-        As :func:`max_sustainable_rate`, sequences whose length is not k, ``first_seeds`` below
-        0 or ``early_stop_alpha`` outside [0, 0.5).
+        As :func:`max_sustainable_rate`, a single Plan instead of a sequence, sequences whose
+        length is not k, ``first_seeds`` not 0 or an integer >= 2, ``early_stop_alpha`` not a
+        number in [0, 0.5), or ``warm_start`` not a bool.
     RuntimeError
         A simulator kernel reported an internal failure.
     """
     from .sim import simulate_batch
     catalog = catalog or default_catalog()
+    if isinstance(plans, Plan):
+        raise FastsimInputError("plans", "a single Plan", "a sequence of Plan (use max_sustainable_rate for one)")
     plans = list(plans)
     k = len(plans)
 
@@ -1349,10 +1383,17 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     hints = per_plan("rate_hints_req_per_s", rate_hints_req_per_s, float)
     roots = per_plan("seeds_root", seeds_root, int)
     ml = per_plan("models", models, Model)
-    if isinstance(first_seeds, bool) or int(first_seeds) != first_seeds or first_seeds < 0:
-        raise FastsimInputError("first_seeds", first_seeds, "an integer >= 0")
-    if not (0.0 <= float(early_stop_alpha) < 0.5):
+    if not isinstance(first_seeds, (int, np.integer)) or isinstance(first_seeds, bool) or first_seeds < 0:
+        raise FastsimInputError("first_seeds", first_seeds, "an integer >= 0 (0: no sequential test)")
+    if 0 < first_seeds < 2:
+        raise FastsimInputError("first_seeds", first_seeds, "0 (no sequential test) or an integer >= 2 (the test "
+                                "needs the spread of at least two seeds)")
+    if not isinstance(early_stop_alpha, (int, float, np.floating)) or isinstance(early_stop_alpha, bool) \
+            or not (0.0 <= float(early_stop_alpha) < 0.5):
         raise FastsimInputError("early_stop_alpha", early_stop_alpha, "a level in [0, 0.5) (0: no sequential test)")
+    if not isinstance(warm_start, (bool, np.bool_)):
+        raise FastsimInputError("warm_start", warm_start, "True or False")
+    _check_budget(max_probes, bootstrap)
     checked = []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)

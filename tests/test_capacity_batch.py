@@ -159,3 +159,29 @@ def test_galloping_interval_is_not_censored_at_the_highest_probe(chat_family):
         top = max(p[0] for p in r.probes)
         assert r.ci95[0] > 0 and r.ci95[1] < top          # both ends bounded by probes
         assert r.bracket[0] <= r.rate_req_per_s <= r.bracket[1]
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(early_stop_alpha="0.1"), "early_stop_alpha"), (dict(first_seeds=None), "first_seeds"),
+    (dict(first_seeds=1), "first_seeds"), (dict(warm_start="no"), "warm_start"), (dict(seeds=True), "seeds"),
+    (dict(seeds=2.0), "seeds"), (dict(max_probes=0), "max_probes"), (dict(bootstrap=-1), "bootstrap"),
+    (dict(bootstrap=1), "bootstrap"),
+])
+def test_batched_search_refuses_bad_settings_by_name(sample, kw, field):
+    plan, s, slo = sample[0]
+    with pytest.raises(FastsimInputError, match=f"^{field}: "):
+        max_sustainable_rates([plan], s, slo, horizon_s=30.0, **kw)
+
+
+def test_batched_search_refuses_a_single_plan(sample):
+    plan, s, slo = sample[0]
+    with pytest.raises(FastsimInputError, match="^plans: .*max_sustainable_rate for one"):
+        max_sustainable_rates(plan, s, slo)
+
+
+def test_contradicting_probes_are_listed():
+    from fastsim.search import CapacityResult
+    probes = [(10.0, 0.95, False, True), (8.0, 0.85, True, False), (10.1, 0.8, False, False), (12.0, 0.95, False, True)]
+    r = CapacityResult(10.05, (10.0, 10.1), (float("nan"),) * 2, probes, np.zeros((4, 2)), 11.0, 2, 600.0)
+    assert r.contradicting_probes == [probes[1], probes[3]]
+    assert r.to_dict()["contradicting_probes"] == 2

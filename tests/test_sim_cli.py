@@ -65,7 +65,15 @@ def test_from_plan_reads_one_row_of_plan_json(capsys, tmp_path):
     f.write_text(out)
     k = next(i for i, p in enumerate(plans) if p["mode"] == "colocated" and p["tp"] == 2)
     row = plans[k]
-    got = simulate_json(capsys, "--from-plan", str(f), "--plan-index", str(k))
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "40", "--format", "json",
+                       "--from-plan", str(f), "--plan-index", str(k))
+    assert rc == 0, err
+    got = json.loads(out)["runs"]
+    # plan flags beside --from-plan are refused by name (they used to be ignored)
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--gpu", "H100")
+    assert rc == 2 and "--gpu: got 'H100'; allowed: no value with --from-plan" in err
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", *PLAN, "--plan-index", "1")
+    assert rc == 2 and "--plan-index" in err
     named = [a for a in PLAN]  # the same plan named on the command line must give the same run
     named[named.index("--instances") + 1] = str(row["instances"])
     named[named.index("--chunk") + 1] = str(row["chunk_tokens"])
