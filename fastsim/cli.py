@@ -1845,8 +1845,8 @@ def _cmd_capacity_counts(args):
                   if not plans[0].capacity_req_per_s > 0 else "")
     if table:
         print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; P90 TTFT <= "
-              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} seed{'s' if args.seeds > 1 else ''} x "
-              f"{args.horizon:g} s per probe", flush=True)
+              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} "
+              f"seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
     live = _RoundProgress(len(plans))
     try:
         results = max_sustainable_rates(plans, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,

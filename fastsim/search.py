@@ -807,6 +807,54 @@ def _capacity_from(rates, met, measured, over, target, horizon_s):
     return float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
 
 
+def _capacities_from(rates, met, mea, over, idx, target, horizon_s):
+    """:func:`_capacity_from` of many resamples of the seeds at once.
+
+    ``idx`` (B, S) holds each resample's seed indices; returns the B capacities (float64), each
+    the value :func:`_capacity_from` gives for ``met[:, idx[b]]``, ``mea[:, idx[b]]``,
+    ``over[:, idx[b]]`` (the same operations, array-wide; a mean slope may differ in its last
+    bit, as numpy sums the seeds of another array shape in another order).
+    """
+    from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    B = idx.shape[0]
+    att = np.empty((B, rates.shape[0]))
+    ratio = np.empty_like(att)
+    flagged = np.empty(att.shape, dtype=bool)
+    for j in range(rates.shape[0]):      # per probe: (B, S) arrays, reduced over the seeds
+        m, n, o = met[j][idx], mea[j][idx], over[j][idx]
+        att[:, j] = m.sum(axis=1) / np.maximum(n.sum(axis=1), 1.0)
+        if idx.shape[1] == 1:
+            ratio[:, j] = np.where(o[:, 0, 2] > 0, 2.0, 0.0)
+            flagged[:, j] = o[:, 0, 2] > 0
+        else:
+            b = o[:, :, 0].mean(axis=1)
+            lam = o[:, :, 1].mean(axis=1)
+            ratio[:, j] = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
+            flagged[:, j] = (ratio[:, j] > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
+    ok = (att >= target) & ~flagged
+    caps = np.zeros(B)
+    for bi in range(B):                  # the bracketing logic per resample (a few probes each)
+        okb = ok[bi]
+        if not okb.any():
+            continue
+        fails = np.flatnonzero(~okb)
+        if fails.size == 0:
+            caps[bi] = float(rates[okb].max())
+            continue
+        j = fails[np.argmin(rates[fails])]
+        below = np.flatnonzero(okb & (rates < rates[j]))
+        if below.size == 0:
+            continue
+        i = below[np.argmax(rates[below])]
+        a, r, t = att[bi], ratio[bi], 1.0
+        if a[j] < target and a[i] > a[j]:
+            t = min(t, (a[i] - target) / (a[i] - a[j]))
+        if flagged[bi, j] and r[j] > r[i]:
+            t = min(t, (1.0 - r[i]) / (r[j] - r[i]))
+        caps[bi] = float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
+    return caps
+
+
 def _probe_verdict(ms, slo: SLO, horizon_s: float):
     """How a capacity search judges one probe from its runs (one per seed, or one trace replay).
 
@@ -970,8 +1018,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     ------
     FastsimInputError
         ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1), a non-positive horizon or
-        rate hint, ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 100, unknown names in the plan, a bad length distribution, seed, arrival process
-        or cv, or anything :func:`fastsim.sim.simulate_batch` rejects.
+        rate hint, ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 20, unknown
+        names in the plan, a bad length distribution, seed, arrival process or cv, or anything :func:`fastsim.sim.simulate_batch` rejects.
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -1009,12 +1057,13 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
 
 
 def _check_budget(max_probes, bootstrap) -> None:
-    """``max_probes`` an integer >= 1 and ``bootstrap`` 0 (none) or an integer >= 100, else FastsimInputError."""
+    """``max_probes`` an integer >= 1 and ``bootstrap`` 0 (none) or an integer >= 20, else FastsimInputError."""
     if isinstance(max_probes, bool) or not isinstance(max_probes, (int, np.integer)) or max_probes < 1:
         raise FastsimInputError("max_probes", max_probes, "an integer >= 1")
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or not (
-            bootstrap == 0 or bootstrap >= 100):
-        raise FastsimInputError("bootstrap", bootstrap, "0 (no interval) or an integer >= 100 (resamples)")
+            bootstrap == 0 or bootstrap >= 20):
+        raise FastsimInputError("bootstrap", bootstrap,
+                                "0 (no interval) or an integer >= 20 (resamples; 2,000 by default)")
 
 
 def _search_inputs(plan: Plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s):
@@ -1158,13 +1207,9 @@ class _Bisection:
         rates = np.array([p[0] for p in self.probes])
         met_a, mea_a, over_a = np.array(self.mets), np.array(self.meas), np.array(self.overs)
         rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0])
-        caps = np.empty(self.bootstrap)
         S = self.S
-        for b in range(self.bootstrap):
-            idx = rng.integers(0, S, S)
-            caps[b] = _capacity_from(rates, met_a[:, idx], mea_a[:, idx], over_a[:, idx], self.slo.attainment,
-                                     self.horizon_s)
-        return caps
+        idx = np.stack([rng.integers(0, S, S) for _ in range(self.bootstrap)])
+        return _capacities_from(rates, met_a, mea_a, over_a, idx, self.slo.attainment, self.horizon_s)
 
     def result(self) -> "CapacityResult":
         """The :class:`CapacityResult` once :meth:`next_rate` is None."""
