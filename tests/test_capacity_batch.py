@@ -185,3 +185,18 @@ def test_contradicting_probes_are_listed():
     r = CapacityResult(10.05, (10.0, 10.1), (float("nan"),) * 2, probes, np.zeros((4, 2)), 11.0, 2, 600.0)
     assert r.contradicting_probes == [probes[1], probes[3]]
     assert r.to_dict()["contradicting_probes"] == 2
+
+
+def test_bootstrap_array_wide_equals_one_resample_at_a_time():
+    from fastsim.search import _capacities_from, _capacity_from
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        k, S = int(rng.integers(1, 9)), int(rng.integers(1, 17))
+        rates = rng.uniform(1, 10, k)
+        mea = rng.integers(0, 50, (k, S)).astype(float)
+        met = np.floor(mea * rng.uniform(0.7, 1.0, (k, S)))
+        over = np.stack([rng.normal(0, 0.3, (k, S)), rng.uniform(1, 10, (k, S)),
+                         (rng.random((k, S)) < 0.2).astype(float)], axis=2)
+        idx = rng.integers(0, S, (50, S))
+        one = np.array([_capacity_from(rates, met[:, i], mea[:, i], over[:, i], 0.9, 600.0) for i in idx])
+        np.testing.assert_allclose(_capacities_from(rates, met, mea, over, idx, 0.9, 600.0), one, rtol=1e-12, atol=0)
