@@ -871,6 +871,11 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     busy = fst[ii, F_BUSY]
                     start = fst[ii, F_STEP_START]
                     tb = ntc[_u(ii)]
+                    # the batch whose _step_nd_nb terms are in w_s, m2n, comm_s
+                    nd_c = -1
+                    w_s = 0.0
+                    m2n = 0.0
+                    comm_s = 0.0
                     while True:
                         if active != 0:
                             outstanding -= 0 + nd
@@ -935,12 +940,21 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                             fst[ii, F_IDLE_T] = tb
                             tb = np.inf
                             break
-                        # without a window float(ctx) - 0.0 * 0.0 is float(ctx): the same bits
+                        # _step_s_nb's float operations in its order, its terms of the batch size
+                        # (_step_nd_nb) computed when the batch changes, the divisions by the GPU
+                        # and DP counts made even when they are 1 (x / 1.0 is x): the same bits.
+                        # Without a window float(ctx) - 0.0 * 0.0 is float(ctx)
+                        if nd != nd_c:
+                            w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), d_parts)
+                            nd_c = nd
                         if d_windowed:
                             kvf = float(ctx) - d_slide * float(ex)
                         else:
                             kvf = float(ctx)
-                        dt_step = _step_s_nb(float(nd + 0), kvf, d_c4 * kvf, d_parts)
+                        kv_time = kvf * d_kvpg / d_dp / d_bw
+                        comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                        aw = w_s + kv_time
+                        dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
                         step += 1
                         active = 1
                         batch_sum += nd + 0
@@ -949,19 +963,35 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         tb = tb + dt_step
                         if not (tb < bound and tb <= lim):
                             break
-                        if d_windowed:
-                            continue
-                        # quiet steps: while no request finishes at a step's end the batch stays,
-                        # and so does a blocked admission (only a finish unblocks it; nothing is
-                        # delivered during the run), so a boundary completes the step and starts
-                        # the next, whose time depends only on the context: _step_s_nb's float
-                        # operations in its order, its terms of the batch size computed once (the
-                        # same bits). Two copies of the loop, with and without the divisions by the
-                        # GPU and DP counts (x / 1.0 is x: either copy gives the same bits when
-                        # they are 1), each a loop, so a branch the compiler keeps
-                        w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), d_parts)
+                        # quiet steps: while no request finishes (nor passes the window) at a
+                        # step's end the batch stays, and so does a blocked admission (only a
+                        # finish unblocks it; nothing is delivered during the run), so a boundary
+                        # completes the step and starts the next, whose time depends only on the
+                        # context. Three copies of the loop: with a window; without, with and
+                        # without the divisions by the GPU and DP counts; each a loop, so a branch
+                        # the compiler keeps
                         q_end = False
-                        if d_divs:
+                        if d_windowed:
+                            while (wheel[_u(woff + (step & d_mask))] < 0
+                                   and wheel[_u(woff + d_mask + 1 + (step & d_mask))] < 0):
+                                outstanding -= 0 + nd
+                                tokens_out += nd
+                                ctx += nd
+                                ex += npast
+                                kvf = float(ctx) - d_slide * float(ex)
+                                kv_time = kvf * d_kvpg / d_dp / d_bw
+                                comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                                aw = w_s + kv_time
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                step += 1
+                                batch_sum += nd + 0
+                                start = tb
+                                busy += dt_step
+                                tb = tb + dt_step
+                                if not (tb < bound and tb <= lim):
+                                    q_end = True
+                                    break
+                        elif d_divs:
                             while wheel[_u(woff + (step & d_mask))] < 0:
                                 outstanding -= 0 + nd
                                 tokens_out += nd
