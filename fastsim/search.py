@@ -1395,7 +1395,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     Returns
     -------
     list of CapacityResult
-        One per plan, in order.
+        One per plan, in order (a plan given twice with the same workload, SLO, seeds and hint
+        is searched once and gets the same result).
 
     Raises
     ------
@@ -1406,6 +1407,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     RuntimeError
         A simulator kernel reported an internal failure.
     """
+    import dataclasses
     from .sim import simulate_batch
     catalog = catalog or default_catalog()
     if isinstance(plans, Plan):
@@ -1445,15 +1447,23 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         checked.append((model, *_search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])))
     S = int(seeds)
     tol = float(rel_tol)
+    # a plan given twice (with the same workload, SLO, seeds, model and hint) is searched once;
+    # a disaggregated plan's ``tp`` plays no part in its simulation
+    first_of: dict = {}
+    same_as = []
+    for i, plan in enumerate(plans):
+        sim_key = dataclasses.replace(plan, tp=0) if plan.mode == "disaggregated" else plan
+        same_as.append(first_of.setdefault((sim_key, id(dl[i]), sl[i], roots[i], checked[i][0].name, hints[i]), i))
+    uniq = [i for i in range(k) if same_as[i] == i]
     # families: plans that differ only in instance counts (same workload, SLO, model), by size
     families: dict = {}
-    for i, plan in enumerate(plans):
-        key = (_family_key(plan), id(dl[i]), sl[i], checked[i][0].name) if warm_start and hints[i] is None else i
+    for i in uniq:
+        key = (_family_key(plans[i]), id(dl[i]), sl[i], checked[i][0].name) if warm_start and hints[i] is None else i
         families.setdefault(key, []).append(i)
     chains = [sorted(m, key=lambda i: (_family_count(plans[i]), i)) for m in families.values()]
     crns: dict = {}
     exact = not warm_start and not early_stop_alpha > 0
-    for i in range(k):
+    for i in uniq:
         if exact:       # the one-plan search's own draws, bit for bit
             crns[i] = _OwnCRN(dl[i], S, float(horizon_s), checked[i][2], roots[i])
             continue
@@ -1463,7 +1473,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         # the largest rate a plan is likely to probe: its first rate, or its analytic capacity
         # with the margin of the simulated / analytic ratios seen (lecture §6: 0.69 to 1.11)
         c.want(1.25 * max(checked[i][2], checked[i][3]))
-    crn_of = [i if exact else (id(dl[i]), roots[i]) for i in range(k)]
+    crn_of = {i: i if exact else (id(dl[i]), roots[i]) for i in uniq}
     sp_of = {}
     results = [None] * k
     active: dict = {}        # plan -> its _Bisection
@@ -1544,6 +1554,9 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
                     active[i].feed(rate, ms[j:j + n])
                     j += n
         rnd += 1
+    for i in range(k):
+        if results[i] is None:
+            results[i] = results[same_as[i]]
     return results
 
 

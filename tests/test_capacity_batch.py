@@ -200,3 +200,17 @@ def test_bootstrap_array_wide_equals_one_resample_at_a_time():
         idx = rng.integers(0, S, (50, S))
         one = np.array([_capacity_from(rates, met[:, i], mea[:, i], over[:, i], 0.9, 600.0) for i in idx])
         np.testing.assert_allclose(_capacities_from(rates, met, mea, over, idx, 0.9, 600.0), one, rtol=1e-12, atol=0)
+
+
+def test_a_plan_given_twice_is_searched_once(sample, monkeypatch):
+    import dataclasses
+    import fastsim.sim as sim
+    plan, s, slo = sample[1]                     # disaggregated: its tp plays no part
+    twin = dataclasses.replace(plan, tp=plan.decode_tp * 2)
+    calls = []
+    orig = sim.simulate_batch
+    monkeypatch.setattr(sim, "simulate_batch", lambda ps, ws, **k: calls.append(len(ws)) or orig(ps, ws, **k))
+    a, b = max_sustainable_rates([plan, twin], s, slo, seeds=2, horizon_s=120.0, bootstrap=0)
+    one = max_sustainable_rates([plan], s, slo, seeds=2, horizon_s=120.0, bootstrap=0)[0]
+    assert a is b and a.rate_req_per_s == one.rate_req_per_s and a.probes == one.probes
+    assert sum(calls[:len(calls) // 2]) == sum(calls[len(calls) // 2:])     # the pair cost one search
