@@ -1065,6 +1065,9 @@ def _plan_from_args_inner(args, cat, model, demand):
                                 f"no value with --mode {args.mode} (" + (
                                     "use --instances, --tp and --chunk" if args.mode == "colocated" else
                                     "use --prefill-tp/--decode-tp and --prefill-instances/--decode-instances") + ")")
+    if args.layout != "tp" and not model.is_moe:
+        raise FastsimInputError("--layout", args.layout, f"tp: {model.name} is dense (expert parallelism and "
+                                "data-parallel attention apply to mixture-of-experts models only)")
     return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,

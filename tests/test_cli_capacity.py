@@ -43,6 +43,9 @@ def test_capacity_bad_input(capsys):
     rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tol", "2"])
     assert rc == 2
     assert "--tol: got 2.0; allowed: a fraction in (0, 1)" in capsys.readouterr().err
+    rc = _rc(["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1",
+              "--layout", "tp+ep"])                # a dense model, even at one GPU where EP would change nothing
+    assert rc == 2 and "--layout: got 'tp+ep'; allowed: tp: llama-3.1-70b is dense" in capsys.readouterr().err
     rc = _rc(["capacity", "--scenario", "chat", "--precision", "FP8"])
     assert rc == 2
     err = capsys.readouterr().err
