@@ -200,9 +200,9 @@ CAPACITY_DESCRIPTION = (
     "over the measured requests (middle 60% of the horizon) is >= 0.90 and the run is not overloaded. "
     "With --instance-counts (e.g. 1-4 or 1,2,4,8): the same plan at each instance count (decode instances "
     "of a disaggregated plan), searched together: each count starts from its smaller counts' simulated / "
-    "analytic ratio and a probe stops running seeds once a sequential test is sure of its verdict; the "
-    "answers equal the one-plan search's to --tol; one row per count (lecture policy, Poisson arrivals, "
-    "--scenario only).")
+    "analytic ratio and a probe stops running seeds once a sequential test is sure of its verdict; where "
+    "no probe contradicts its bracket the answers equal the one-plan search's to --tol; one row per count "
+    "(lecture policy, Poisson arrivals, --scenario only).")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1564,6 +1564,16 @@ def _capacity_notes(res) -> list:
     return out
 
 
+def _add_screen_verdict(rec: dict, screen_why: str) -> dict:
+    """Add to a capacity record whether the analytic screen finds the plan feasible: ``analytic_feasible``
+    and ``analytic_infeasible_reason`` (null where feasible, with its reason in ``null_reasons``)."""
+    rec["analytic_feasible"] = not screen_why
+    rec["analytic_infeasible_reason"] = screen_why or None
+    if not screen_why:
+        rec["null_reasons"]["analytic_infeasible_reason"] = "not applicable: the analytic screen finds the plan feasible"
+    return rec
+
+
 def _capacity_engine(args, plan, model, cat, notes, demand):
     """``(plan, engine)`` of the capacity searches from the engine and speculation flags (engine None: lecture)."""
     plan, _, _, enotes = _engine_setup(args, plan, model, cat, demand)   # checks the flags, states the policy
@@ -1624,10 +1634,7 @@ def _cmd_capacity(args):
         live.close()
     rec = res.to_dict()
     rec["plan"] = plan.describe()
-    rec["analytic_feasible"] = not screen_why
-    rec["analytic_infeasible_reason"] = screen_why or None
-    if not screen_why:
-        rec["null_reasons"]["analytic_infeasible_reason"] = "not applicable: the analytic screen finds the plan feasible"
+    _add_screen_verdict(rec, screen_why)
     notes = list(notes) + _capacity_notes(res)
     if table:
         print(_capacity_summary(res, screen_why))
@@ -1860,18 +1867,13 @@ def _cmd_capacity_counts(args):
         live.close()
     records, rows, notes = [], [], list(notes)
     for n, plan, res in zip(counts, plans, results):
-        seed_runs = int(sum(res.probe_seeds)) if res.probe_seeds else len(res.probes) * res.seeds
+        seed_runs = int(sum(res.probe_seeds))
         rec = {key: n}
         if disagg:
             rec["prefill_instances"] = plan.prefill_instances
         rec.update(gpus=plan.gpus, plan=plan.describe(), **res.to_dict())
         rec["seed_runs"] = seed_runs
-        rec["analytic_feasible"] = not screen_why
-        rec["analytic_infeasible_reason"] = screen_why or None
-        if not screen_why:
-            rec["null_reasons"]["analytic_infeasible_reason"] = ("not applicable: the analytic screen finds the "
-                                                                 "plan feasible")
-        records.append(rec)
+        records.append(_add_screen_verdict(rec, screen_why))
         lo, hi = res.bracket
         c0, c1 = res.ci95
         rows.append([n, plan.gpus, _fmt(res.analytic_req_per_s, ".3f"), _fmt(res.rate_req_per_s, ".3f"),

@@ -11,7 +11,7 @@ machines. ``max_sustainable_rate`` bisects the rate of a synthetic workload over
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -740,119 +740,111 @@ class _CRN:
     """Per-seed requests drawn once at a high rate and rescaled to each probe (common random numbers).
 
     Request i of seed s arrives at ``t_i(max_rate) x max_rate / rate``, with the same lengths at
-    every rate; the lower rate sees a prefix of the requests.
+    every rate; the lower rate sees a prefix of the requests (SPEC §6: :func:`synthesize` draws
+    the same requests at any rate, only more of them at a higher one). So one draw serves every
+    rate up to ``max_rate``, and every plan of the same workload and root seed: each gets the
+    requests a draw of its own would give, the arrival times equal to rounding (rescaled from
+    another drawn rate). The draw is made on first use at the largest rate noted by
+    :meth:`want` or ``growth`` x the rate asked for, and again (higher) when a probe goes past it.
     """
 
-    def __init__(self, dists, seeds, horizon_s, rate_hint, arrival="poisson", cv=1.0, seed=0):
+    def __init__(self, dists, seeds, horizon_s, seed=0, arrival="poisson", cv=1.0, first_rate=0.0, growth=2.0):
         from . import workload as W
         self._W, self.dists, self.horizon_s = W, dists, horizon_s
         self.children = W.seeds_for(seed, seeds)
-        self.arrival, self.cv = arrival, cv
-        self._draw(rate_hint * 2.0)
+        self.arrival, self.cv, self.growth = arrival, cv, growth
+        self.max_rate, self.base, self.wanted = 0.0, None, float(first_rate)
 
-    def _draw(self, rate):
-        self.max_rate = rate
-        self.base = [self._W.synthesize(self.dists, rate, self.horizon_s, s, arrival=self.arrival, cv=self.cv)
-                     for s in self.children]
+    def want(self, rate) -> None:
+        """Note a rate some search will probe: the next draw covers it."""
+        self.wanted = max(self.wanted, float(rate))
 
-    def at(self, rate):
-        """One workload per seed at ``rate``: list of (arrival_s, prompt_tokens, output_tokens)."""
+    def at(self, rate, s0=0, s1=None):
+        """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: list of (arrival_s, prompt_tokens, output_tokens)."""
         if rate > self.max_rate:
-            self._draw(rate * 2.0)
+            self.max_rate = max(self.wanted, rate * self.growth)
+            self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s, arrival=self.arrival,
+                                            cv=self.cv) for s in self.children]
         out = []
         scale = self.max_rate / rate
-        for w in self.base:
-            t = w.arrival_s * scale
-            k = int(np.searchsorted(t, self.horizon_s, side="left"))
-            out.append((t[:k], w.prompt_tokens[:k], w.output_tokens[:k]))
+        h = self.horizon_s
+        for w in self.base[s0:s1]:
+            a = w.arrival_s
+            # the requests with a x scale < h, found on the unscaled times (only they are scaled)
+            k = int(np.searchsorted(a, h / scale, side="left"))
+            while k > 0 and a[k - 1] * scale >= h:
+                k -= 1
+            while k < a.shape[0] and a[k] * scale < h:
+                k += 1
+            out.append((a[:k] * scale, w.prompt_tokens[:k], w.output_tokens[:k]))
         return out
 
 
-def _capacity_from(rates, met, measured, over, target, horizon_s):
-    """Capacity of one (re)sample of seeds from the probes already simulated.
+def _pooled_figures(met, mea, over, horizon_s):
+    """Pooled attainment, backlog-slope ratio and overload flag over the last (seed) axis.
 
-    rates (k,); met / measured (k, S) counts; over (k, S, 3) = backlog slope, accepted rate, run flag.
-    Each probe is judged as the search judges it (pooled attainment, :func:`pooled_overload`). The
-    answer lies between the largest passing rate below the smallest failing one (lo) and that
-    failing rate (hi), interpolated linearly on whichever criterion fails at hi: the attainment's
-    crossing of the target, or the backlog slope's crossing of its threshold. 0 when every probe
-    fails (the capacity lies below them); the largest passing rate when none fails.
+    ``met`` / ``mea`` (..., S) counts, ``over`` (..., S, 3) = backlog slope, accepted rate, run
+    flag; each probe judged as the search judges it (pooled attainment, :func:`pooled_overload`:
+    the mean slope against ``OVERLOAD_SLOPE_FRACTION`` x the mean accepted rate, a single run by
+    its own flag). Returns three arrays of shape (...,): attainment, slope / threshold (2 or 0
+    for one run), flagged.
     """
     from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
-    att = met.sum(axis=1) / np.maximum(measured.sum(axis=1), 1.0)
-    if over.shape[1] == 1:
-        ratio = np.where(over[:, 0, 2] > 0, 2.0, 0.0)
-        flagged = over[:, 0, 2] > 0
-    else:
-        b = over[:, :, 0].mean(axis=1)
-        lam = over[:, :, 1].mean(axis=1)
-        ratio = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
-        flagged = (ratio > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
+    att = met.sum(axis=-1) / np.maximum(mea.sum(axis=-1), 1.0)
+    if over.shape[-2] == 1:
+        flagged = over[..., 0, 2] > 0
+        return att, np.where(flagged, 2.0, 0.0), flagged
+    b = over[..., 0].mean(axis=-1)
+    lam = over[..., 1].mean(axis=-1)
+    ratio = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
+    return att, ratio, (ratio > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
+
+
+def _bracket_capacities(rates, att, ratio, flagged, target):
+    """The capacity of each row of pooled probe figures (shape (B, k) each; rates (k,)): float64 (B,).
+
+    A row's answer lies between the largest passing rate below the smallest failing one (lo) and
+    that failing rate (hi), interpolated linearly on whichever criterion fails at hi: the
+    attainment's crossing of the target, or the backlog slope's crossing of its threshold. 0 when
+    every probe fails (the capacity lies below them); the largest passing rate when none fails.
+    Ties in rate go to the first probe.
+    """
     ok = (att >= target) & ~flagged
-    if not ok.any():
-        return 0.0
-    fails = np.flatnonzero(~ok)
-    if fails.size == 0:
-        return float(rates[ok].max())
-    j = fails[np.argmin(rates[fails])]
-    below = np.flatnonzero(ok & (rates < rates[j]))
-    if below.size == 0:
-        return 0.0
-    i = below[np.argmax(rates[below])]
-    t = 1.0
-    if att[j] < target and att[i] > att[j]:
-        t = min(t, (att[i] - target) / (att[i] - att[j]))
-    if flagged[j] and ratio[j] > ratio[i]:
-        t = min(t, (1.0 - ratio[i]) / (ratio[j] - ratio[i]))
-    return float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
+    rows = np.arange(ok.shape[0])
+    j = np.where(ok, np.inf, rates).argmin(axis=1)              # the smallest failing rate
+    below = ok & (rates < rates[j][:, None])
+    i = np.where(below, rates, -np.inf).argmax(axis=1)         # the largest passing rate below it
+    ai, aj, qi, qj = att[rows, i], att[rows, j], ratio[rows, i], ratio[rows, j]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_att = np.where((aj < target) & (ai > aj), (ai - target) / (ai - aj), 1.0)
+        t_over = np.where(flagged[rows, j] & (qj > qi), (1.0 - qi) / (qj - qi), 1.0)
+    t = np.clip(np.minimum(np.minimum(1.0, t_att), t_over), 0.0, 1.0)
+    caps = np.where(below.any(axis=1), rates[i] + t * (rates[j] - rates[i]), 0.0)
+    caps = np.where(ok.all(axis=1), np.where(ok, rates, -np.inf).max(axis=1), caps)
+    return np.where(ok.any(axis=1), caps, 0.0)
+
+
+def _capacity_from(rates, met, measured, over, target, horizon_s):
+    """Capacity of one (re)sample of seeds from the probes already simulated (float).
+
+    rates (k,); met / measured (k, S) counts; over (k, S, 3) = backlog slope, accepted rate, run
+    flag: :func:`_pooled_figures` per probe, then :func:`_bracket_capacities`.
+    """
+    att, ratio, flagged = _pooled_figures(met, measured, over, horizon_s)
+    return float(_bracket_capacities(rates, att[None], ratio[None], flagged[None], target)[0])
 
 
 def _capacities_from(rates, met, mea, over, idx, target, horizon_s):
-    """:func:`_capacity_from` of many resamples of the seeds at once.
+    """:func:`_capacity_from` of many resamples of the seeds at once: float64 (B,).
 
-    ``idx`` (B, S) holds each resample's seed indices; returns the B capacities (float64), each
-    the value :func:`_capacity_from` gives for ``met[:, idx[b]]``, ``mea[:, idx[b]]``,
-    ``over[:, idx[b]]`` (the same operations, array-wide; a mean slope may differ in its last
-    bit, as numpy sums the seeds of another array shape in another order).
+    ``idx`` (B, S) holds each resample's seed indices; each capacity is the value
+    :func:`_capacity_from` gives for ``met[:, idx[b]]``, ``mea[:, idx[b]]``, ``over[:, idx[b]]``
+    (a mean slope may differ in its last bit, as numpy sums the seeds of another array shape in
+    another order).
     """
-    from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
-    B = idx.shape[0]
-    att = np.empty((B, rates.shape[0]))
-    ratio = np.empty_like(att)
-    flagged = np.empty(att.shape, dtype=bool)
-    for j in range(rates.shape[0]):      # per probe: (B, S) arrays, reduced over the seeds
-        m, n, o = met[j][idx], mea[j][idx], over[j][idx]
-        att[:, j] = m.sum(axis=1) / np.maximum(n.sum(axis=1), 1.0)
-        if idx.shape[1] == 1:
-            ratio[:, j] = np.where(o[:, 0, 2] > 0, 2.0, 0.0)
-            flagged[:, j] = o[:, 0, 2] > 0
-        else:
-            b = o[:, :, 0].mean(axis=1)
-            lam = o[:, :, 1].mean(axis=1)
-            ratio[:, j] = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
-            flagged[:, j] = (ratio[:, j] > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
-    ok = (att >= target) & ~flagged
-    caps = np.zeros(B)
-    for bi in range(B):                  # the bracketing logic per resample (a few probes each)
-        okb = ok[bi]
-        if not okb.any():
-            continue
-        fails = np.flatnonzero(~okb)
-        if fails.size == 0:
-            caps[bi] = float(rates[okb].max())
-            continue
-        j = fails[np.argmin(rates[fails])]
-        below = np.flatnonzero(okb & (rates < rates[j]))
-        if below.size == 0:
-            continue
-        i = below[np.argmax(rates[below])]
-        a, r, t = att[bi], ratio[bi], 1.0
-        if a[j] < target and a[i] > a[j]:
-            t = min(t, (a[i] - target) / (a[i] - a[j]))
-        if flagged[bi, j] and r[j] > r[i]:
-            t = min(t, (1.0 - r[i]) / (r[j] - r[i]))
-        caps[bi] = float(rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i]))
-    return caps
+    figures = [_pooled_figures(met[j][idx], mea[j][idx], over[j][idx], horizon_s) for j in range(rates.shape[0])]
+    att, ratio, flagged = (np.stack(f, axis=1) for f in zip(*figures))
+    return _bracket_capacities(rates, att, ratio, flagged, target)
 
 
 def _probe_verdict(ms, slo: SLO, horizon_s: float):
@@ -1019,7 +1011,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     FastsimInputError
         ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1), a non-positive horizon or
         rate hint, ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 20, unknown
-        names in the plan, a bad length distribution, seed, arrival process or cv, or anything :func:`fastsim.sim.simulate_batch` rejects.
+        names in the plan, a bad length distribution, seed, arrival process or cv, or anything
+        :func:`fastsim.sim.simulate_batch` rejects.
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -1030,7 +1023,7 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     _check_budget(max_probes, bootstrap)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
-    crn = _CRN(dists, S, float(horizon_s), r, arrival, cv, seed)
+    crn = _CRN(dists, S, float(horizon_s), seed, arrival, cv, first_rate=2.0 * r)
     bis = _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), seed, slo, float(horizon_s), analytic)
     while True:
         rate = bis.next_rate()
@@ -1249,66 +1242,13 @@ EARLY_STOP_ALPHA = 1e-3
 _STEP_COLD, _STEP_ONE_SIBLING, _STEP_TREND = 4.0, 2.0, 1.0
 
 
-class _SharedCRN:
-    """Common random numbers shared by every search of one (length distributions, root seed, seeds).
-
-    :func:`synthesize` draws the same requests at any rate, only more of them at a higher one
-    (SPEC §6), so one draw at the largest rate needed serves every plan of the same workload:
-    each gets the requests a draw of its own would give (:class:`_CRN`; the arrival times equal
-    to rounding, as they are rescaled from another drawn rate).
-    """
-
-    def __init__(self, dists, seeds, horizon_s, seed):
-        from . import workload as W
-        self._W, self.dists, self.horizon_s = W, dists, horizon_s
-        self.children = W.seeds_for(seed, seeds)
-        self.max_rate, self.base = 0.0, None
-        self.wanted = 0.0
-
-    def want(self, rate) -> None:
-        """Note a rate some search will probe: the first draw covers every rate noted before it."""
-        self.wanted = max(self.wanted, float(rate))
-
-    def at(self, rate, s0, s1):
-        """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: (arrival_s, prompt_tokens, output_tokens)."""
-        if rate > self.max_rate:
-            self.max_rate = max(self.wanted, rate * 1.5)
-            self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s) for s in self.children]
-        out = []
-        scale = self.max_rate / rate
-        h = self.horizon_s
-        for w in self.base[s0:s1]:
-            a = w.arrival_s
-            # the requests with a x scale < h, found on the unscaled times (only they are scaled)
-            k = int(np.searchsorted(a, h / scale, side="left"))
-            while k > 0 and a[k - 1] * scale >= h:
-                k -= 1
-            while k < a.shape[0] and a[k] * scale < h:
-                k += 1
-            out.append((a[:k] * scale, w.prompt_tokens[:k], w.output_tokens[:k]))
-        return out
-
-
-class _OwnCRN:
-    """One plan's own common random numbers (:class:`_CRN`), with :class:`_SharedCRN`'s interface."""
-
-    def __init__(self, dists, seeds, horizon_s, rate_hint, seed):
-        self.args, self.crn = (dists, seeds, horizon_s, rate_hint, "poisson", 1.0, seed), None
-
-    def at(self, rate, s0, s1):
-        if self.crn is None:        # drawn on first use (and dropped with the plan's search)
-            self.crn = _CRN(*self.args)
-        return self.crn.at(rate)[s0:s1]
-
-
 def _family_key(plan: Plan):
     """Plans that differ only in one instance count share a key (their searches warm-start each other).
 
     The count is ``instances`` of a colocated plan and ``decode_instances`` of a disaggregated one
     (whose prefill side stays in the key: plans with another prefill count are another family).
     """
-    import dataclasses
-    return dataclasses.replace(plan, instances=0, decode_instances=0)
+    return replace(plan, instances=0, decode_instances=0)
 
 
 def _family_count(plan: Plan) -> int:
@@ -1407,7 +1347,6 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     RuntimeError
         A simulator kernel reported an internal failure.
     """
-    import dataclasses
     from .sim import simulate_batch
     catalog = catalog or default_catalog()
     if isinstance(plans, Plan):
@@ -1452,7 +1391,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     first_of: dict = {}
     same_as = []
     for i, plan in enumerate(plans):
-        sim_key = dataclasses.replace(plan, tp=0) if plan.mode == "disaggregated" else plan
+        sim_key = replace(plan, tp=0) if plan.mode == "disaggregated" else plan
         same_as.append(first_of.setdefault((sim_key, id(dl[i]), sl[i], roots[i], checked[i][0].name, hints[i]), i))
     uniq = [i for i in range(k) if same_as[i] == i]
     # families: plans that differ only in instance counts (same workload, SLO, model), by size
@@ -1465,11 +1404,11 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     exact = not warm_start and not early_stop_alpha > 0
     for i in uniq:
         if exact:       # the one-plan search's own draws, bit for bit
-            crns[i] = _OwnCRN(dl[i], S, float(horizon_s), checked[i][2], roots[i])
+            crns[i] = _CRN(dl[i], S, float(horizon_s), roots[i], first_rate=2.0 * checked[i][2])
             continue
         c = crns.get((id(dl[i]), roots[i]))
         if c is None:
-            c = crns[(id(dl[i]), roots[i])] = _SharedCRN(dl[i], S, float(horizon_s), roots[i])
+            c = crns[(id(dl[i]), roots[i])] = _CRN(dl[i], S, float(horizon_s), roots[i], growth=1.5)
         # the largest rate a plan is likely to probe: its first rate, or its analytic capacity
         # with the margin of the simulated / analytic ratios seen (lecture §6: 0.69 to 1.11)
         c.want(1.25 * max(checked[i][2], checked[i][3]))

@@ -187,19 +187,52 @@ def test_contradicting_probes_are_listed():
     assert r.to_dict()["contradicting_probes"] == 2
 
 
-def test_bootstrap_array_wide_equals_one_resample_at_a_time():
+def _capacity_reference(rates, met, mea, over, target, horizon_s):
+    """The capacity estimator of one resample in plain Python (SPEC §7; the bracketing rule written out)."""
+    k, S = met.shape
+    att = [sum(met[j]) / max(sum(mea[j]), 1.0) for j in range(k)]
+    if S == 1:
+        flagged = [over[j][0][2] > 0 for j in range(k)]
+        ratio = [2.0 if f else 0.0 for f in flagged]
+    else:
+        b = [sum(over[j][s][0] for s in range(S)) / S for j in range(k)]
+        lam = [sum(over[j][s][1] for s in range(S)) / S for j in range(k)]
+        ratio = [b[j] / max(0.02 * lam[j], 1e-300) for j in range(k)]
+        flagged = [ratio[j] > 1.0 and b[j] * horizon_s / 2.0 >= 10.0 for j in range(k)]
+    ok = [att[j] >= target and not flagged[j] for j in range(k)]
+    if not any(ok):
+        return 0.0
+    fails = [j for j in range(k) if not ok[j]]
+    if not fails:
+        return max(rates[j] for j in range(k) if ok[j])
+    j = min(fails, key=lambda q: (rates[q], q))
+    below = [q for q in range(k) if ok[q] and rates[q] < rates[j]]
+    if not below:
+        return 0.0
+    i = max(below, key=lambda q: (rates[q], -q))
+    t = 1.0
+    if att[j] < target and att[i] > att[j]:
+        t = min(t, (att[i] - target) / (att[i] - att[j]))
+    if flagged[j] and ratio[j] > ratio[i]:
+        t = min(t, (1.0 - ratio[i]) / (ratio[j] - ratio[i]))
+    return rates[i] + min(max(t, 0.0), 1.0) * (rates[j] - rates[i])
+
+
+def test_bootstrap_estimator_equals_a_plain_python_reference():
     from fastsim.search import _capacities_from, _capacity_from
     rng = np.random.default_rng(5)
     for _ in range(100):
         k, S = int(rng.integers(1, 9)), int(rng.integers(1, 17))
-        rates = rng.uniform(1, 10, k)
+        rates = rng.choice([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], k) if rng.random() < 0.3 else rng.uniform(1, 10, k)
         mea = rng.integers(0, 50, (k, S)).astype(float)
         met = np.floor(mea * rng.uniform(0.7, 1.0, (k, S)))
         over = np.stack([rng.normal(0, 0.3, (k, S)), rng.uniform(1, 10, (k, S)),
                          (rng.random((k, S)) < 0.2).astype(float)], axis=2)
         idx = rng.integers(0, S, (50, S))
-        one = np.array([_capacity_from(rates, met[:, i], mea[:, i], over[:, i], 0.9, 600.0) for i in idx])
-        np.testing.assert_allclose(_capacities_from(rates, met, mea, over, idx, 0.9, 600.0), one, rtol=1e-12, atol=0)
+        ref = np.array([_capacity_reference(rates, met[:, i], mea[:, i], over[:, i], 0.9, 600.0) for i in idx])
+        np.testing.assert_allclose(_capacities_from(rates, met, mea, over, idx, 0.9, 600.0), ref, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(_capacity_from(rates, met, mea, over, 0.9, 600.0),
+                                   _capacity_reference(rates, met, mea, over, 0.9, 600.0), rtol=1e-12, atol=0)
 
 
 def test_a_plan_given_twice_is_searched_once(sample, monkeypatch):
