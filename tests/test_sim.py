@@ -171,6 +171,27 @@ def test_plan_validation(make, field):
     assert e.value.field == field
 
 
+def _with(col, value):
+    p = P8.copy()
+    p[col] = value
+    return p
+
+
+@pytest.mark.parametrize("name", ["P_HBM_BW", "P_PEAK", "P_ETA_C", "P_ETA_BW", "P_NVLINK", "P_ETA_NV", "P_EP_BW",
+                                  "P_NET_BW", "P_TP", "P_GPUS", "P_DP"])
+@pytest.mark.parametrize("value", [0.0, -1.0])
+def test_plan_refuses_a_divisor_that_is_not_positive(name, value):
+    """The kernel divides by these without a zero check: a plan holding a zero or a negative one is refused."""
+    import fastsim.stepmodel as SM
+    col = getattr(SM, name)
+    with pytest.raises(FastsimInputError) as e:
+        ColocatedPlan(_with(col, value), 1, 8)
+    assert e.value.field == f"p[{name}]" and e.value.value == value
+    with pytest.raises(FastsimInputError) as e:
+        DisaggregatedPlan(P8, 1, _with(col, value), 1)
+    assert e.value.field == f"p_decode[{name}]"
+
+
 # ---------------------------------------------------------------- batch and threads
 
 def test_batch_equals_single_runs_and_is_thread_independent():

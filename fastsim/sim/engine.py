@@ -119,7 +119,8 @@ import numpy as np
 
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
-from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
+from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS,
+                         P_NET_BW, P_NVLINK, P_PEAK, P_TP)
 from . import _kernels as K
 from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
@@ -136,6 +137,12 @@ _UNLIMITED = 1 << 62
 _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
 
 
+# parameters the serving kernel divides by (SPEC section 3: bandwidths, peak, efficiencies, degrees)
+_DIVISORS = ((P_HBM_BW, "P_HBM_BW"), (P_PEAK, "P_PEAK"), (P_ETA_C, "P_ETA_C"), (P_ETA_BW, "P_ETA_BW"),
+             (P_NVLINK, "P_NVLINK"), (P_ETA_NV, "P_ETA_NV"), (P_EP_BW, "P_EP_BW"), (P_NET_BW, "P_NET_BW"),
+             (P_TP, "P_TP"), (P_GPUS, "P_GPUS"), (P_DP, "P_DP"))
+
+
 def _params(field: str, p) -> np.ndarray:
     try:
         a = np.array(p, dtype=np.float64, order="C")
@@ -143,6 +150,11 @@ def _params(field: str, p) -> np.ndarray:
         raise FastsimInputError(field, p, f"a float array of shape ({N_PARAMS},) from step_params") from None
     if a.shape != (N_PARAMS,) or not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
         raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
+    # the step time and the KV transfer divide by these (the kernel does not check for zero)
+    for col, name in _DIVISORS:
+        if not (np.isfinite(a[col]) and a[col] > 0.0):
+            raise FastsimInputError(f"{field}[{name}]", float(a[col]),
+                                    "a positive finite value (the step time or the KV transfer divides by it)")
     kv_window(a, field)     # raises, naming the field, on a window that is not whole tokens and layers
     a.setflags(write=False)
     return a
@@ -182,9 +194,10 @@ class ColocatedPlan:
     ------
     FastsimInputError
         Naming the field that is out of range: ``p`` not of shape (N_PARAMS,), with a
-        non-finite entry before ``P_KV_BUDGET_TOKENS`` or a window that is not a whole number
-        of tokens on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a
-        count that is not an integer at least its minimum.
+        non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak, efficiency or
+        parallel degree that is not positive, or a window that is not a whole number of tokens
+        on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
+        not an integer at least its minimum.
     """
 
     p: np.ndarray
@@ -223,9 +236,10 @@ class DisaggregatedPlan:
     ------
     FastsimInputError
         Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,), with
-        a non-finite entry before ``P_KV_BUDGET_TOKENS`` or a window that is not a whole number
-        of tokens on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a
-        count that is not an integer at least its minimum.
+        a non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak, efficiency or
+        parallel degree that is not positive, or a window that is not a whole number of tokens
+        on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
+        not an integer at least its minimum.
     """
 
     p_prefill: np.ndarray
