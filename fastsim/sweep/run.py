@@ -4,7 +4,8 @@ The analytic table of every point first, then chunks in grid order (a chunk clos
 ``chunk_points`` points or ``chunk_verify`` points to simulate), each simulated
 (:mod:`fastsim.sweep.tasks`, locally or on Dask: :mod:`fastsim.sweep.scheduling`) and appended to
 the output (:mod:`fastsim.sweep.storage`) as it completes. ``resume=True`` keeps the points already
-written (by point id) and computes only the others.
+written (by point id) and computes only the others, once ``FILE.sweep.json`` shows that they were
+written with this grid and these settings.
 """
 from __future__ import annotations
 
@@ -19,9 +20,50 @@ from ..errors import FastsimInputError
 from .grid import SweepGrid, SweepSettings, _tuple, load_grid, make_grid
 from .pareto import MAX_PLOTS, plot_sweep
 from .scheduling import _execute
-from .storage import _format, _meta_path, read_table
+from .storage import _format, _has_content, _meta_path, _read_meta, read_table
 from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
 from .tasks import _build_task, _select
+
+def _check_resume(out: str, meta: dict) -> None:
+    """Refuse a resume whose output cannot be shown to come from this run (before anything is written).
+
+    Parameters
+    ----------
+    out : str
+        The sweep output to resume.
+    meta : dict
+        This run's ``table_version``, ``axes`` and ``settings``, as written to ``FILE.sweep.json``.
+
+    Raises
+    ------
+    FastsimInputError
+        ``out`` has content but no ``FILE.sweep.json`` beside it (its rows could come from any
+        grid, settings or fastsim version); the sidecar is unreadable, from another table version,
+        or records another grid or other settings.
+
+    Notes
+    -----
+    Accepted besides a matching sidecar beside a table: neither ``out`` nor its sidecar (nothing
+    to keep, the sweep starts afresh), and a matching sidecar with ``out`` missing or empty (a run
+    interrupted before its first chunk was written).
+    """
+    mp = _meta_path(out)
+    name = os.path.basename(mp)
+    if not os.path.exists(mp):
+        if _has_content(out):
+            raise FastsimInputError("--resume", out, f"a table with its {name} beside it, which records the grid "
+                                    f"and settings a resume must match ({name} is missing, so the rows already "
+                                    "there cannot be checked against this run); start afresh without --resume")
+        return
+    old = _read_meta(out)
+    if old.get("table_version", 1) != TABLE_VERSION:
+        raise FastsimInputError("--resume", out, f"a table of this fastsim version (it was written with "
+                                f"table version {old.get('table_version', 1)}, this is {TABLE_VERSION}); "
+                                "start afresh without --resume")
+    if old != json.loads(json.dumps(meta)):
+        raise FastsimInputError("--resume", out, "the grid and settings of the run that wrote it "
+                                f"(see {name}); start afresh without --resume")
+
 
 def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
               out: str | None = None, resume: bool = False, scheduler: str | None = None,
@@ -45,7 +87,9 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         grid and settings.
     resume : bool
         Keep the points already in ``out`` (by point id) and compute only the others. Without it
-        an existing ``out`` is replaced.
+        an existing ``out`` is replaced. An ``out`` with content needs its ``FILE.sweep.json``
+        recording this grid and these settings; with neither ``out`` nor ``FILE.sweep.json`` the
+        sweep starts afresh.
     scheduler : str, optional
         Address of a running Dask scheduler; simulation chunks are sent there.
     workers : int, optional
@@ -70,7 +114,9 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     ------
     FastsimInputError
         A bad grid or setting (before any work starts), an unknown output extension, a resume
-        whose grid or settings differ from the interrupted run's, Dask requested but not installed.
+        whose grid or settings differ from the interrupted run's, a resume of an ``out`` with
+        content but no (or an unreadable) ``FILE.sweep.json`` (``out`` is then left as it was),
+        Dask requested but not installed.
     """
     import sys
     # looked up on the package when called, so that replacing fastsim.sweep._run_task or
@@ -102,17 +148,9 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict()}
     if out:
         mp = _meta_path(out)
-        if resume and os.path.exists(mp):
-            with open(mp, "r", encoding="utf-8") as fh:
-                old = json.load(fh)
-            if old.get("table_version", 1) != TABLE_VERSION:
-                raise FastsimInputError("--resume", out, f"a table of this fastsim version (it was written with "
-                                        f"table version {old.get('table_version', 1)}, this is {TABLE_VERSION}); "
-                                        "start afresh without --resume")
-            if old != json.loads(json.dumps(meta)):
-                raise FastsimInputError("--resume", out, "the grid and settings of the run that wrote it "
-                                        f"(see {os.path.basename(mp)}); start afresh without --resume")
-        if not resume:
+        if resume:
+            _check_resume(out, meta)
+        else:
             if os.path.isdir(out):
                 for f in os.listdir(out):
                     if f.endswith(".parquet") or f.endswith(".tmp"):

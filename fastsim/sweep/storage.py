@@ -2,8 +2,9 @@
 
 :func:`_write_chunk` appends one chunk (fsync'd, so an interruption loses at most the chunk being
 written; :func:`_repair_tail` cuts a line cut short); :func:`read_table` reads any of the formats
-back in grid order; ``FILE.sweep.json`` (:func:`_meta_path`) records the grid and settings a
-resume must match. JSON rows carry ``null_reasons`` for their missing and infinite cells.
+back in grid order; ``FILE.sweep.json`` (:func:`_meta_path`, read by :func:`_read_meta`) records
+the grid and settings a resume must match, and a resume of an output with content
+(:func:`_has_content`) needs it. JSON rows carry ``null_reasons`` for their missing and infinite cells.
 """
 from __future__ import annotations
 
@@ -60,10 +61,13 @@ def read_table(path: str) -> pd.DataFrame:
         An unknown extension or a file that is not a sweep table.
     """
     fmt = _format(path)
+    empty = _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     if not os.path.exists(path):
-        return _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
+        return empty
     if fmt == "csv":
         _repair_tail(path)
+        if os.path.getsize(path) == 0:      # nothing written, or a first chunk cut before its first newline
+            return empty
         df = pd.read_csv(path, dtype={c: (str if d == "str" else d) for c, d in COLUMNS if d in ("str", "Int64")},
                          keep_default_na=False,
                          na_values={c: ["", "nan"] for c, d in COLUMNS if d in ("float64", "Int64")})
@@ -178,3 +182,54 @@ def _json_records(df: pd.DataFrame) -> list:
 
 def _meta_path(path: str) -> str:
     return str(path).rstrip("/\\") + ".sweep.json"
+
+
+def _has_content(path: str) -> bool:
+    """Whether a sweep output holds anything a resume would keep.
+
+    Parameters
+    ----------
+    path : str
+        The output: a CSV or JSON Lines file, or a Parquet directory of part files.
+
+    Returns
+    -------
+    bool
+        True for a non-empty file or a directory with at least one ``.parquet`` part file; False
+        for a missing path, an empty file or a directory without part files.
+    """
+    if os.path.isdir(path):
+        return any(f.endswith(".parquet") for f in os.listdir(path))
+    return os.path.isfile(path) and os.path.getsize(path) > 0
+
+
+def _read_meta(path: str) -> dict:
+    """Read the ``FILE.sweep.json`` beside a sweep output (see :func:`_meta_path`).
+
+    Parameters
+    ----------
+    path : str
+        The sweep output ``FILE`` (not the sidecar itself).
+
+    Returns
+    -------
+    dict
+        The recorded ``table_version``, ``axes`` and ``settings``.
+
+    Raises
+    ------
+    FastsimInputError
+        The sidecar is not a JSON object (cut short, edited or not written by fastsim sweep).
+    """
+    mp = _meta_path(path)
+    try:
+        with open(mp, "r", encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (ValueError, UnicodeDecodeError) as exc:     # json.JSONDecodeError is a ValueError
+        raise FastsimInputError("--resume", path, f"a table whose {os.path.basename(mp)} is the JSON written "
+                                f"by fastsim sweep (it does not parse: {exc}); start afresh without --resume") from None
+    if not isinstance(meta, dict):
+        raise FastsimInputError("--resume", path, f"a table whose {os.path.basename(mp)} is the JSON object "
+                                f"written by fastsim sweep (it holds a {type(meta).__name__}); start afresh "
+                                "without --resume")
+    return meta
