@@ -24,6 +24,7 @@ from .storage import _format, _has_content, _meta_path, _read_meta, read_table
 from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
 from .tasks import _build_task, _select
 
+
 def _check_resume(out: str, meta: dict) -> None:
     """Refuse a resume whose output cannot be shown to come from this run (before anything is written).
 
