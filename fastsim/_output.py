@@ -183,7 +183,7 @@ def percentile_reason(kind: str, q: float, value, measured: int) -> str | None:
     return "not applicable: nothing to measure"
 
 
-def csv_frame(records, notes=()):
+def csv_frame(records, notes=(), row_notes=None):
     """The rows of a CSV output: records flattened, lists and dicts as JSON, the notes as a column.
 
     Parameters
@@ -193,6 +193,9 @@ def csv_frame(records, notes=()):
     notes : sequence of str
         The output's notes; each row carries all of them as a JSON array in a ``notes`` column
         (one row holding only the notes when there are no records).
+    row_notes : list of list of str, optional
+        One list per record: the notes of that row's ``notes`` column instead of ``notes`` (the
+        output's notes that concern the row: those about every row and its own).
 
     Returns
     -------
@@ -206,5 +209,10 @@ def csv_frame(records, notes=()):
     for c in frame.columns:
         if frame[c].map(lambda v: isinstance(v, (list, dict))).any():
             frame[c] = frame[c].map(lambda v: json.dumps(v, allow_nan=False) if isinstance(v, (list, dict)) else v)
-    frame["notes"] = json.dumps(list(notes), allow_nan=False)
+    if row_notes is not None and recs:
+        if len(row_notes) != len(recs):
+            raise ValueError(f"row_notes: {len(row_notes)} lists for {len(recs)} records")
+        frame["notes"] = [json.dumps(list(n), allow_nan=False) for n in row_notes]
+    else:
+        frame["notes"] = json.dumps(list(notes), allow_nan=False)
     return frame

@@ -429,12 +429,12 @@ def _resolve_workload(args, cat):
     return model, demand, scen, notes
 
 
-def _emit(args, records, table_rows, headers, notes=(), key="rows"):
+def _emit(args, records, table_rows, headers, notes=(), key="rows", row_notes=None):
     """Print the records with the notes, or the table rows and the notes after them.
 
     JSON: one object ``{key: records, "notes": [...]}`` (strict; see :mod:`fastsim._output`); a
     dict ``records`` is the object itself, with ``notes`` added. CSV: one row per record, the
-    notes as a JSON array in a ``notes`` column of every row.
+    notes as a JSON array in a ``notes`` column of every row (``row_notes``: each row's own list).
     """
     from ._output import csv_frame, dumps
     notes = list(notes)
@@ -442,7 +442,8 @@ def _emit(args, records, table_rows, headers, notes=(), key="rows"):
         doc = dict(records, notes=notes) if isinstance(records, dict) else {key: records, "notes": notes}
         sys.stdout.write(dumps(doc) + "\n")
     elif args.format == "csv":
-        csv_frame([records] if isinstance(records, dict) else records, notes).to_csv(sys.stdout, index=False)
+        csv_frame([records] if isinstance(records, dict) else records, notes,
+                  row_notes).to_csv(sys.stdout, index=False)
     else:
         from tabulate import tabulate
         print(tabulate(table_rows, headers=headers, disable_numparse=True))
@@ -1865,8 +1866,10 @@ def _cmd_capacity_counts(args):
                                         on_round=live)
     finally:
         live.close()
-    records, rows, notes = [], [], list(notes)
-    for n, plan, res in zip(counts, plans, results):
+    # notes about every count (owner None) and about one count (its index): the JSON and the table
+    # print them all once; a CSV row carries those about every count and its own
+    records, rows, tagged = [], [], [(None, t) for t in notes]
+    for i, (n, plan, res) in enumerate(zip(counts, plans, results)):
         seed_runs = int(sum(res.probe_seeds))
         rec = {key: n}
         if disagg:
@@ -1881,8 +1884,9 @@ def _cmd_capacity_counts(args):
                      f"{c0:.3f} - {c1:.3f}" if math.isfinite(c0) and math.isfinite(c1) else _fmt(math.nan, ""),
                      _fmt(res.simulated_ratio, ".2f"), len(res.probes), seed_runs])
         if not res.probes or not any(p[3] for p in res.probes):
-            notes.append(f"{label} {n}: every probe failed: the capacity is below {hi:.3f} req/s")
-        notes += [f"{label} {n}: {t}" for t in _capacity_notes(res)]
+            tagged.append((i, f"{label} {n}: every probe failed: the capacity is below {hi:.3f} req/s"))
+        tagged += [(i, f"{label} {n}: {t}") for t in _capacity_notes(res)]
+    notes = [t for _, t in tagged]
     if screen_why:
         notes.append(f"the analytic screen finds this plan infeasible at every count ({screen_why}), so there is "
                      "no ratio")
@@ -1903,7 +1907,9 @@ def _cmd_capacity_counts(args):
                  "--instance-counts) to within --tol")
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
                "sim / analytic", "probes", "seed-runs"]
-    _emit(args, records, rows, headers, notes, key="capacities")
+    n_own = len(tagged)     # the notes after the tagged ones concern every count
+    row_notes = [[t for o, t in tagged if o is None or o == i] + notes[n_own:] for i in range(len(records))]
+    _emit(args, records, rows, headers, notes, key="capacities", row_notes=row_notes)
     _notes_out(args, notes)
     return 0
 

@@ -96,3 +96,24 @@ def test_disaggregated_counts_set_the_decode_instances(capsys):
     assert [(r["prefill_instances"], r["decode_instances"], r["gpus"]) for r in recs] == [(2, 1, 3), (2, 2, 4)]
     assert recs[1]["analytic_req_per_s"] > recs[0]["analytic_req_per_s"] > 0
     assert all(r["rate_req_per_s"] > 0 for r in recs)
+
+
+def test_csv_row_carries_the_notes_about_every_count_and_its_own(capsys):
+    """At 2 seeds x 60 s the 1-instance chat search meets non-monotone verdicts (a note about count 1);
+    its CSV row carries that note, the row of count 2 does not, and both carry the shared ones."""
+    import io
+
+    import pandas as pd
+    rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1,2", "--seeds", "2", "--horizon", "60",
+                       "--format", "csv")
+    assert rc == 0
+    rows = pd.read_csv(io.StringIO(out))
+    assert rows["instances"].tolist() == [1, 2]
+    own = [[n for n in json.loads(x) if n.startswith("instances ")] for x in rows["notes"]]
+    shared = [[n for n in json.loads(x) if not n.startswith("instances ")] for x in rows["notes"]]
+    assert own[0] and all(n.startswith("instances 1: ") for n in own[0])
+    assert all(n.startswith("instances 2: ") for n in own[1])
+    assert shared[0] == shared[1] and any("searched together" in n for n in shared[0])
+    # every note is printed once on stderr, in the order of the JSON's notes
+    printed = [ln[len("note: "):] for ln in err.splitlines() if ln.startswith("note: ")]
+    assert set(own[0]) | set(own[1]) | set(shared[0]) == set(printed) and len(printed) == len(set(printed))
