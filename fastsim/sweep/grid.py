@@ -4,6 +4,10 @@ A grid is the Cartesian product of the axes of :data:`AXES`; :func:`make_grid` v
 of axes (or :func:`load_grid` reads one from a TOML / JSON file, :func:`parse_axis` from the command
 line) into a :class:`SweepGrid`; :class:`SweepSettings` holds how the sweep runs. A point's id
 (:func:`_point_ids`) is a 64-bit hash of its axis values, stable whatever the execution order.
+
+An axis that no point of the grid uses is not multiplied in (see :func:`make_grid`, Notes): given,
+it is an error; left at its default, ``tp`` holds the not-applicable value 0, so a grid of
+disaggregated points lists each plan once.
 """
 from __future__ import annotations
 
@@ -29,6 +33,13 @@ AXES = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "l
 
 _DEFAULT_TPS = (1, 2, 4, 8)
 _AUTO = "auto"
+#: The value of a ``tp`` / ``prefill_tp`` / ``decode_tp`` axis that applies to no point (an empty
+#: cell in the table); for ``prefill_tp`` / ``decode_tp``, "absent: the point's ``tp``".
+_NO_TP = 0
+#: Axes only disaggregated points use.
+_DISAGGREGATED_AXES = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances")
+#: Axes a disaggregated point uses only for a side whose own axis is absent: axis -> its two sides.
+_STAND_IN_AXES = {"tp": ("prefill_tp", "decode_tp"), "instances": ("prefill_instances", "decode_instances")}
 MAX_POINTS = 50_000_000
 
 
@@ -331,7 +342,28 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     FastsimInputError
         Naming the axis: unknown axis, empty axis, repeated value, a value of the wrong type or
         out of range, an unknown name, both ``scenario`` and ``trace``, a trace without its SLOs,
-        or more than 50,000,000 points.
+        an axis given that no point of the grid uses (see Notes), or more than 50,000,000 points.
+
+    Notes
+    -----
+    A colocated point uses ``tp``, ``chunk_tokens`` and ``instances``; a disaggregated point uses
+    ``prefill_tp``, ``decode_tp``, ``prefill_instances`` and ``decode_instances``, and ``tp`` /
+    ``instances`` only in place of a side whose axis is absent. An axis that no point of the grid
+    uses would only repeat every point under new ids, so:
+
+    - given, it is an error naming it (``prefill_tp`` on a grid of colocated points only,
+      ``chunk_tokens`` on one of disaggregated points only, ``tp`` on one of disaggregated points
+      only that gives both ``prefill_tp`` and ``decode_tp``, ...): nothing given is ignored;
+    - left at its default, it is not multiplied in: on a grid of disaggregated points only with
+      both ``prefill_tp`` and ``decode_tp`` given, ``tp`` holds the value 0 (not applicable, as an
+      absent ``prefill_tp`` holds; the table's ``tp`` cell is missing on those rows as on every
+      disaggregated row), so each plan appears once, instead of once per default TP.
+
+    On a grid of both modes every axis is used by some points and the product is taken whole: its
+    colocated points are repeated over the ``prefill_tp`` / ``decode_tp`` (and ``*_instances``)
+    values, and its disaggregated points over ``tp`` (where both sides are given), ``chunk_tokens``
+    and ``instances`` values, under distinct ids (:func:`fastsim.sweep.analytic_table` enumerates
+    the full product).
     """
     catalog = catalog or default_catalog()
     if not isinstance(axes, Mapping):
@@ -371,7 +403,7 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     for name in ("tp", "prefill_tp", "decode_tp"):
         vals = raw.get(name, list(_DEFAULT_TPS) if name == "tp" else None)
         if vals is None:
-            out[name] = (0,)
+            out[name] = (_NO_TP,)
             continue
         tv = []
         for v in vals:
@@ -412,6 +444,7 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         if len(set(canon)) != len(canon):
             dup = next(c for c in canon if canon.count(c) > 1)
             raise FastsimInputError(f"axis {a}", dup, "distinct values (this one is repeated)")
+    _drop_unused_axes(out, tuple(raw))
     for s in sources:
         if s.model is not None:
             models.setdefault(s.model, catalog.model(s.model))
@@ -420,6 +453,54 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     if grid.n_points > MAX_POINTS:
         raise FastsimInputError("grid", f"{grid.n_points:,} points", f"at most {MAX_POINTS:,} points")
     return grid
+
+
+def _drop_unused_axes(axes: dict, given: tuple) -> None:
+    """Refuse a given axis that no point of the grid uses; set a default one to a single value.
+
+    Parameters
+    ----------
+    axes : dict of str to tuple
+        The canonical axes of :func:`make_grid` (every name of :data:`AXES`), changed in place:
+        ``tp`` becomes ``(0,)`` where no point uses it and it was not given.
+    given : tuple of str
+        The axes the user gave.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the axis, its values and what the grid allows: a disaggregated-only axis on a grid
+        of colocated points only; ``chunk_tokens``, or ``tp`` / ``instances`` with both of their
+        sides, on a grid of disaggregated points only.
+    """
+    modes = set(axes["mode"])
+    if "disaggregated" not in modes:
+        for name in _DISAGGREGATED_AXES:
+            if name in given:
+                raise FastsimInputError(
+                    f"axis {name}", list(axes[name]),
+                    f"no {name} axis on a grid of colocated points only ({name} applies to disaggregated "
+                    "points): add disaggregated to the mode axis, or drop this axis")
+    if "colocated" in modes:
+        return
+    if "chunk_tokens" in given:
+        raise FastsimInputError(
+            "axis chunk_tokens", list(axes["chunk_tokens"]),
+            "no chunk_tokens axis on a grid of disaggregated points only (chunk_tokens applies to colocated "
+            "points): add colocated to the mode axis, or drop this axis")
+    for name, sides in _STAND_IN_AXES.items():
+        if not all(side in given for side in sides):
+            continue                      # it stands in for an absent side: used
+        if name in given:
+            raise FastsimInputError(
+                f"axis {name}", list(axes[name]),
+                f"no {name} axis on a grid of disaggregated points only that gives both {sides[0]} and "
+                f"{sides[1]} (a disaggregated point uses {name} only for a side whose axis is absent): add "
+                "colocated to the mode axis, or drop this axis or one of the two")
+        if name == "tp":
+            # the four default TPs would repeat every plan; instances keeps its one default, auto
+            # (it repeats nothing, and the point ids stay as they were)
+            axes["tp"] = (_NO_TP,)
 
 
 def parse_axis(text: str) -> tuple:
@@ -520,6 +601,7 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
 
     An absent axis contributes its default (a name list such as the default GPUs, or a sentinel
     meaning "the scenario's value"), so two points differ in id exactly when their axis values do.
+    A ``tp`` that no point of the grid uses (:func:`make_grid`, Notes) contributes ``tp=0``.
     """
     h = np.full(n, _h64("fastsim-sweep-point-v1"), dtype=np.uint64)
     for a in AXES:
