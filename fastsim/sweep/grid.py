@@ -5,9 +5,10 @@ of axes (or :func:`load_grid` reads one from a TOML / JSON file, :func:`parse_ax
 line) into a :class:`SweepGrid`; :class:`SweepSettings` holds how the sweep runs. A point's id
 (:func:`_point_ids`) is a 64-bit hash of its axis values, stable whatever the execution order.
 
-An axis that no point of the grid uses is not multiplied in (see :func:`make_grid`, Notes): given,
-it is an error; left at its default, ``tp`` holds the not-applicable value 0, so a grid of
-disaggregated points lists each plan once.
+A grid lists each plan once (see :func:`make_grid`, Notes): an axis that no point of the grid uses
+is an error when given (left at its default, ``tp`` holds the not-applicable value 0), and on a
+grid of both modes each point counts only the axes its mode uses (:func:`_mode_counts`; the other
+axes held at their first value, and hashed into the id as :data:`_NOT_APPLICABLE`).
 """
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ _NO_TP = 0
 _DISAGGREGATED_AXES = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances")
 #: Axes a disaggregated point uses only for a side whose own axis is absent: axis -> its two sides.
 _STAND_IN_AXES = {"tp": ("prefill_tp", "decode_tp"), "instances": ("prefill_instances", "decode_instances")}
+#: What an axis a point does not use contributes to its id (:func:`_point_ids`): the value a grid of
+#: that point's mode alone holds for the axis, so that a plan has the same id in every grid.
+_NOT_APPLICABLE = {"tp": _NO_TP, "prefill_tp": _NO_TP, "decode_tp": _NO_TP, "chunk_tokens": _AUTO,
+                   "instances": _AUTO, "prefill_instances": "", "decode_instances": ""}
+# a point's plan is enumerated mode by mode below its (model, gpu, precision): every axis a mode may
+# not use comes after ``mode`` in the product (fastsim.sweep.table._codes relies on it)
+assert all(AXES.index(a) > AXES.index("mode") for a in _NOT_APPLICABLE)
 MAX_POINTS = 50_000_000
 
 
@@ -181,8 +189,12 @@ class SweepGrid:
 
     @property
     def n_points(self) -> int:
-        """Number of points of the product (int)."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of distinct plans of the grid (int): each point counts only the axes its mode uses.
+
+        The product of :attr:`shape` on a grid of one mode; on a grid of both modes, the sum over
+        the modes of the product of the axes that mode uses (:func:`_mode_counts`).
+        """
+        return int(_mode_counts(self.axes).prod(axis=1, dtype=np.int64).sum())
 
     def describe(self) -> dict:
         """The axes as given (JSON-able).
@@ -359,11 +371,13 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
       absent ``prefill_tp`` holds; the table's ``tp`` cell is missing on those rows as on every
       disaggregated row), so each plan appears once, instead of once per default TP.
 
-    On a grid of both modes every axis is used by some points and the product is taken whole: its
-    colocated points are repeated over the ``prefill_tp`` / ``decode_tp`` (and ``*_instances``)
-    values, and its disaggregated points over ``tp`` (where both sides are given), ``chunk_tokens``
-    and ``instances`` values, under distinct ids (:func:`fastsim.sweep.analytic_table` enumerates
-    the full product).
+    On a grid of both modes every axis is used by some points, and each point ranges only over the
+    axes its mode uses (:func:`_mode_counts`): a colocated point is not repeated over the
+    ``prefill_tp`` / ``decode_tp`` / ``*_instances`` values, nor a disaggregated one over the
+    ``chunk_tokens`` values, or the ``tp`` (``instances``) values where both of its sides are
+    given. Each plan is listed once, under one id, the same as in a grid of its mode alone
+    (:func:`_point_ids`); :attr:`SweepGrid.n_points` (and the limit of 50,000,000 points) counts
+    these distinct plans.
     """
     catalog = catalog or default_catalog()
     if not isinstance(axes, Mapping):
@@ -453,6 +467,51 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     if grid.n_points > MAX_POINTS:
         raise FastsimInputError("grid", f"{grid.n_points:,} points", f"at most {MAX_POINTS:,} points")
     return grid
+
+
+def _unused_axes(axes: dict, mode: str) -> tuple:
+    """The axes that the points of one mode of a grid do not use.
+
+    Parameters
+    ----------
+    axes : dict of str to tuple
+        Canonical axes (every name of :data:`AXES`), as :func:`make_grid` builds them.
+    mode : {"colocated", "disaggregated"}
+
+    Returns
+    -------
+    tuple of str
+        Colocated: :data:`_DISAGGREGATED_AXES`. Disaggregated: ``chunk_tokens``, and ``tp`` /
+        ``instances`` where both of their sides (:data:`_STAND_IN_AXES`) have an axis of their own.
+    """
+    if mode == "colocated":
+        return _DISAGGREGATED_AXES
+    absent = {"prefill_tp": (_NO_TP,), "decode_tp": (_NO_TP,), "prefill_instances": ("",), "decode_instances": ("",)}
+    return ("chunk_tokens",) + tuple(name for name, sides in _STAND_IN_AXES.items()
+                                     if all(tuple(axes[side]) != absent[side] for side in sides))
+
+
+def _mode_counts(axes: dict) -> np.ndarray:
+    """Values per axis that the points of each mode of a grid range over.
+
+    Parameters
+    ----------
+    axes : dict of str to tuple
+        Canonical axes (every name of :data:`AXES`).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_modes, len(AXES))
+        Row ``j`` is for ``axes["mode"][j]``, columns in :data:`AXES` order: the number of values
+        of each axis, 1 for the ``mode`` axis itself and for an axis that mode does not use
+        (:func:`_unused_axes`; its points hold it at its first value). The product of row ``j``
+        is the number of distinct plans of that mode.
+    """
+    out = np.empty((len(axes["mode"]), len(AXES)), dtype=np.int64)
+    for j, mode in enumerate(axes["mode"]):
+        unused = _unused_axes(axes, mode)
+        out[j] = [1 if a == "mode" or a in unused else len(axes[a]) for a in AXES]
+    return out
 
 
 def _drop_unused_axes(axes: dict, given: tuple) -> None:
@@ -599,11 +658,28 @@ def _mix(h: np.ndarray) -> np.ndarray:
 def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
     """uint64 ids: fold the hashes of ``axis=value`` over every axis in canonical order.
 
+    Parameters
+    ----------
+    grid : SweepGrid
+    codes : dict of str to numpy.ndarray of int64, shape (n,)
+        Each point's value index on every axis of :data:`AXES` (``fastsim.sweep.table._codes``).
+    n : int
+        Number of points.
+
+    Returns
+    -------
+    numpy.ndarray of uint64, shape (n,)
+
+    Notes
+    -----
     An absent axis contributes its default (a name list such as the default GPUs, or a sentinel
-    meaning "the scenario's value"), so two points differ in id exactly when their axis values do.
-    A ``tp`` that no point of the grid uses (:func:`make_grid`, Notes) contributes ``tp=0``.
+    meaning "the scenario's value"), so two plans differ in id exactly when their axis values do.
+    An axis a point does not use (:func:`_unused_axes`: ``prefill_tp`` on a colocated point,
+    ``chunk_tokens`` on a disaggregated one, ...) contributes :data:`_NOT_APPLICABLE`, whatever its
+    values in the grid: a plan has the same id in every grid that holds it, of one mode or both.
     """
     h = np.full(n, _h64("fastsim-sweep-point-v1"), dtype=np.uint64)
+    unused = {m: _unused_axes(grid.axes, m) for m in grid.axes["mode"]}
     for a in AXES:
         if a == "trace":
             continue
@@ -614,7 +690,12 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
             is_tp = np.array([v == "tp" for v in grid.axes[a]], dtype=bool)[codes[a]]
             h = np.where(is_tp, h, _mix(h ^ table[codes[a]]))
             continue
-        h = _mix(h ^ table[codes[a]])
+        value = table[codes[a]]
+        off = np.array([a in unused[m] for m in grid.axes["mode"]], dtype=bool)
+        na = _h64(f"{a}={_canon(_NOT_APPLICABLE[a])}") if a in _NOT_APPLICABLE else None
+        if off.any() and not (table.shape[0] == 1 and table[0] == na):
+            value = np.where(off[codes["mode"]], na, value)
+        h = _mix(h ^ value)
     return h
 
 

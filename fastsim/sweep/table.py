@@ -16,7 +16,8 @@ from .. import _analytic_nb as AK
 from ..analytic import instances_needed
 from ..catalog import Catalog
 from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, instance_layout_refusal, layout_degrees, step_params
-from .grid import AXES, _AUTO, SweepGrid, SweepSettings, _hex, _point_ids, _price_label, make_grid
+from .grid import (AXES, _AUTO, SweepGrid, SweepSettings, _hex, _mode_counts, _point_ids, _price_label,
+                   make_grid)
 
 # reason codes of a point
 (_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
@@ -64,7 +65,9 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 
 #: Version of the table's layout, recorded in ``FILE.sweep.json``; a resume refuses another one.
 #: 2: missing values (not 0) in the columns that do not apply to a row's mode. 3: the ``layout`` column.
-TABLE_VERSION = 3
+#: 4: each plan once in grids of both modes (no copy per value of an axis its mode does not use;
+#: ``point`` numbers the distinct plans; such an axis enters the id as not applicable).
+TABLE_VERSION = 4
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -158,12 +161,54 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
 
 
 def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
-    shape = grid.shape
+    """The axis values of points, by point number (grid order, each plan once).
+
+    Parameters
+    ----------
+    grid : SweepGrid
+    ix : numpy.ndarray of int64, shape (n,)
+        Point numbers, each in ``[0, grid.n_points)``.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray of int64, shape (n,)
+        For every axis of :data:`AXES`, each point's index into ``grid.axes[axis]``; an axis the
+        point's mode does not use (:func:`fastsim.sweep.grid._unused_axes`) at index 0.
+
+    Notes
+    -----
+    The points are the product of the axes before ``mode``, and under each of its values, the
+    modes in axis order, each the product of the axes after ``mode`` that it uses
+    (:func:`fastsim.sweep.grid._mode_counts`): the order of the full product, with the copies of
+    a plan over axes its mode does not use left out. Vectorized: no Python loop over points.
+    """
+    counts = _mode_counts(grid.axes)                      # (n_modes, n_axes)
+    m_ax = AXES.index("mode")
+    blocks = counts[:, m_ax + 1:].prod(axis=1)            # plans of each mode under one prefix
+    ends = np.cumsum(blocks)
     codes = {}
-    stride = 1
-    for a, n in zip(reversed(AXES), reversed(shape)):
-        codes[a] = (ix // stride) % n
-        stride *= n
+    rest = ix // ends[-1]
+    within = ix % ends[-1]
+    if blocks.shape[0] == 1:
+        mode = np.zeros_like(ix)
+    else:
+        mode = np.searchsorted(ends, within, side="right")
+        within = within - (ends - blocks)[mode]
+    codes["mode"] = mode
+    for k in range(len(AXES) - 1, m_ax, -1):
+        col = counts[:, k]
+        if (col == col[0]).all():                          # the same for every mode: scalar arithmetic
+            n = int(col[0])
+            codes[AXES[k]] = within % n if n > 1 else np.zeros_like(ix)
+            within = within // n if n > 1 else within
+        else:
+            n = col[mode]
+            codes[AXES[k]] = within % n
+            within = within // n
+    for k in range(m_ax - 1, -1, -1):
+        n = len(grid.axes[AXES[k]])
+        codes[AXES[k]] = rest % n
+        rest = rest // n
     return codes
 
 
@@ -374,8 +419,10 @@ def analytic_table(grid, *, catalog: Catalog | None = None, settings: SweepSetti
     Returns
     -------
     pandas.DataFrame
-        One row per point in grid order, the columns of :data:`COLUMNS` (simulation columns empty:
-        ``verified`` False, numbers NaN).
+        One row per distinct plan (``grid.n_points`` rows) in grid order, ``point`` numbering them
+        from 0, the columns of :data:`COLUMNS` (simulation columns empty: ``verified`` False,
+        numbers NaN). A point is not repeated over the values of an axis its mode does not use
+        (:func:`fastsim.sweep.make_grid`, Notes).
 
     Raises
     ------
