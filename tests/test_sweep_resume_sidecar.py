@@ -150,7 +150,7 @@ def test_resume_with_sidecar_but_no_table(tmp_path, fresh):
     out = str(tmp_path / "t.csv")
     SW.run_sweep(TINY, out=out, **SIM)
     os.remove(out)
-    with pytest.raises(FastsimInputError, match="the grid and settings of the run that wrote it"):
+    with pytest.raises(FastsimInputError, match="the grid, settings and inputs of the run that wrote it"):
         SW.run_sweep(TINY, out=out, resume=True, **dict(SIM, seeds=2))
     assert not os.path.exists(out)
     open(out, "w").close()                      # a first chunk cut before its first newline
@@ -183,3 +183,69 @@ def test_cli_resume_without_sidecar_exits_2_and_leaves_the_table(tmp_path, capsy
     # starting afresh, as the message says, works
     assert main(CLI + ["--seeds", "2", "--out", out]) == 0
     assert os.path.exists(out + ".sweep.json") and SW.read_table(out).verified.all()
+
+
+# ---------------------------------------------------------------- the inputs behind the rows
+
+ANALYTIC = {"gpu": ["H100", "B200"], "precision": "FP8", "mode": "colocated", "tp": [1, 2], "scenario": "chat"}
+
+
+def _cut_to_first_row(path):
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(lines[:2])
+
+
+def test_resume_with_other_prices_is_refused(tmp_path):
+    """The sidecar records a digest of the catalog: rows priced at other prices are not kept."""
+    from fastsim.catalog import default_catalog
+    out = str(tmp_path / "p.csv")
+    SW.run_sweep(ANALYTIC, out=out)
+    _cut_to_first_row(out)
+    before = _snapshot(out)
+    dear = default_catalog().with_prices({"H100": 10.0})
+    with pytest.raises(FastsimInputError, match=r"differs in its inputs \(catalog and prices"):
+        SW.run_sweep(ANALYTIC, out=out, resume=True, catalog=dear)
+    assert _snapshot(out) == before
+    # the same inputs resume, to the fresh table
+    df = SW.run_sweep(ANALYTIC, out=out, resume=True)
+    pd.testing.assert_frame_equal(df, SW.run_sweep(ANALYTIC))
+
+
+def test_resume_with_other_trace_data_is_refused(tmp_path):
+    """Same trace path, other requests in it: refused (the digest covers the workload's data)."""
+    trace = tmp_path / "t.csv"
+    rows = "\n".join(f"{0.5 * i:.1f},{200 + 10 * i},{50 + i}" for i in range(40))
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows + "\n")
+    grid = {"trace": [str(trace)], "model": "llama-3.1-8b", "gpu": "H100", "precision": "FP8", "mode": "colocated",
+            "tp": [1, 2], "ttft_s": 1.0, "tpot_s": 0.05}
+    out = str(tmp_path / "p.jsonl")
+    SW.run_sweep(grid, out=out)
+    with open(out, encoding="utf-8") as fh:
+        first = fh.readline()
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(first)
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     + "\n".join(f"{0.5 * i:.1f},{800 + 10 * i},{50 + i}" for i in range(40)) + "\n")
+    with pytest.raises(FastsimInputError, match=r"differs in its inputs"):
+        SW.run_sweep(grid, out=out, resume=True)
+
+
+def test_a_row_that_does_not_parse_is_an_input_error(tmp_path, capsys):
+    """A damaged row in the middle of a table: a one-line error naming the file (exit 2), not a traceback."""
+    out = str(tmp_path / "p.csv")
+    SW.run_sweep(ANALYTIC, out=out)
+    with open(out, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    lines[1] = "tp,not,a,row\n"
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.writelines(lines)
+    with pytest.raises(FastsimInputError) as e:
+        SW.read_table(out)
+    assert e.value.field == "sweep table" and "does not parse" in str(e.value)
+    argv = ["sweep", "--axis", "gpu=H100,B200", "--axis", "precision=FP8", "--axis", "mode=colocated",
+            "--axis", "tp=1,2", "--axis", "scenario=chat", "--out", out, "--resume"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sweep table" in err and "Traceback" not in err

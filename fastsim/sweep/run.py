@@ -9,6 +9,8 @@ written with this grid and these settings.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 
@@ -23,6 +25,60 @@ from .scheduling import _execute
 from .storage import _format, _has_content, _meta_path, _read_meta, read_table
 from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
 from .tasks import _build_task, _select
+
+
+def _feed(h, obj) -> None:
+    """Add ``obj`` to the hash ``h``: arrays by dtype, shape and bytes; dataclasses, dicts and
+    sequences field by field; anything else by its ``repr`` (refused if it holds an address)."""
+    if isinstance(obj, np.ndarray):
+        h.update(f"{obj.dtype}{obj.shape}".encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        h.update(type(obj).__name__.encode())
+        for f in dataclasses.fields(obj):
+            h.update(f.name.encode())
+            _feed(h, getattr(obj, f.name))
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=repr):
+            h.update(repr(k).encode())
+            _feed(h, obj[k])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[")
+        for x in obj:
+            _feed(h, x)
+        h.update(b"]")
+    else:
+        text = repr(obj)
+        if " at 0x" in text:        # an object without a stable description: a bug, never a silent pass
+            raise TypeError(f"sweep inputs digest: no stable description of {type(obj).__name__}")
+        h.update(text.encode())
+
+
+def _inputs_digest(grid: SweepGrid) -> str:
+    """SHA-256 of what the table depends on besides the axes and the settings.
+
+    The catalog the names were resolved against (GPUs and their prices, precisions, models,
+    scenarios: ``--catalog``, ``--price``), the grid's models (a Hugging Face ``config.json``
+    included) and each workload's data (a trace's requests as read, after ``--time-unit`` and
+    ``--skip-invalid``). Recorded in ``FILE.sweep.json`` so that a resume refuses rows computed
+    from other inputs.
+
+    Parameters
+    ----------
+    grid : SweepGrid
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
+    """
+    h = hashlib.sha256()
+    _feed(h, grid.catalog)
+    _feed(h, grid.models)
+    _feed(h, grid.sources)
+    return h.hexdigest()
 
 
 def _check_resume(out: str, meta: dict) -> None:
@@ -62,8 +118,12 @@ def _check_resume(out: str, meta: dict) -> None:
                                 f"table version {old.get('table_version', 1)}, this is {TABLE_VERSION}); "
                                 "start afresh without --resume")
     if old != json.loads(json.dumps(meta)):
-        raise FastsimInputError("--resume", out, "the grid and settings of the run that wrote it "
-                                f"(see {name}); start afresh without --resume")
+        what = [label for k, label in (("axes", "grid"), ("settings", "settings"),
+                                       ("inputs_sha256", "inputs (catalog and prices, models, trace data)"))
+                if old.get(k) != json.loads(json.dumps(meta.get(k)))]
+        raise FastsimInputError("--resume", out, "the grid, settings and inputs of the run that wrote it (see "
+                                f"{name}; this run differs in its {', '.join(what) or 'record'}); start afresh "
+                                "without --resume")
 
 
 def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
@@ -146,7 +206,8 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     if workers is not None and (isinstance(workers, bool) or int(workers) != workers or workers < 1):
         raise FastsimInputError("--workers", workers, "an integer >= 1")
     fmt = _format(out) if out else None
-    meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict()}
+    meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict(),
+            "inputs_sha256": _inputs_digest(grid)}
     if out:
         mp = _meta_path(out)
         if resume:

@@ -58,12 +58,22 @@ def read_table(path: str) -> pd.DataFrame:
     Raises
     ------
     FastsimInputError
-        An unknown extension or a file that is not a sweep table.
+        An unknown extension, or a file that is not a sweep table (a missing column, or a row
+        that does not parse, named with the parser's message).
     """
     fmt = _format(path)
     empty = _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     if not os.path.exists(path):
         return empty
+    try:
+        return _parse_table(path, fmt, empty)
+    except (ValueError, TypeError, KeyError) as exc:      # a row that is not one fastsim sweep wrote
+        raise FastsimInputError("sweep table", path, "a table written by fastsim sweep (it does not parse: "
+                                f"{type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _parse_table(path: str, fmt: str, empty: pd.DataFrame) -> pd.DataFrame:
+    """:func:`read_table` of an existing ``path`` in format ``fmt`` (``empty``: the typed empty frame)."""
     if fmt == "csv":
         _repair_tail(path)
         if os.path.getsize(path) == 0:      # nothing written, or a first chunk cut before its first newline
