@@ -179,17 +179,27 @@ def _with(col, value):
 
 @pytest.mark.parametrize("name", ["P_HBM_BW", "P_PEAK", "P_ETA_C", "P_ETA_BW", "P_NVLINK", "P_ETA_NV", "P_EP_BW",
                                   "P_NET_BW", "P_TP", "P_GPUS", "P_DP"])
-@pytest.mark.parametrize("value", [0.0, -1.0])
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
 def test_plan_refuses_a_divisor_that_is_not_positive(name, value):
     """The kernel divides by these without a zero check: a plan holding a zero or a negative one is refused."""
     import fastsim.stepmodel as SM
     col = getattr(SM, name)
     with pytest.raises(FastsimInputError) as e:
         ColocatedPlan(_with(col, value), 1, 8)
-    assert e.value.field == f"p[{name}]" and e.value.value == value
+    assert e.value.field == f"p[{name}]"
+    assert e.value.value == value or (math.isnan(value) and math.isnan(e.value.value))
     with pytest.raises(FastsimInputError) as e:
         DisaggregatedPlan(P8, 1, _with(col, value), 1)
     assert e.value.field == f"p_decode[{name}]"
+
+
+@pytest.mark.parametrize("name", ["P_TP", "P_GPUS", "P_DP"])
+@pytest.mark.parametrize("value", [0.5, 3.7])
+def test_plan_refuses_a_fractional_parallel_degree(name, value):
+    import fastsim.stepmodel as SM
+    with pytest.raises(FastsimInputError) as e:
+        ColocatedPlan(_with(getattr(SM, name), value), 1, 8)
+    assert e.value.field == f"p[{name}]" and e.value.value == value and "whole number" in e.value.allowed
 
 
 # ---------------------------------------------------------------- batch and threads

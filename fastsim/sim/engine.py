@@ -141,6 +141,8 @@ _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_
 _DIVISORS = ((P_HBM_BW, "P_HBM_BW"), (P_PEAK, "P_PEAK"), (P_ETA_C, "P_ETA_C"), (P_ETA_BW, "P_ETA_BW"),
              (P_NVLINK, "P_NVLINK"), (P_ETA_NV, "P_ETA_NV"), (P_EP_BW, "P_EP_BW"), (P_NET_BW, "P_NET_BW"),
              (P_TP, "P_TP"), (P_GPUS, "P_GPUS"), (P_DP, "P_DP"))
+# parallel degrees: whole numbers of GPUs or ranks
+_DEGREES = ((P_TP, "P_TP"), (P_GPUS, "P_GPUS"), (P_DP, "P_DP"))
 
 
 def _params(field: str, p) -> np.ndarray:
@@ -148,13 +150,18 @@ def _params(field: str, p) -> np.ndarray:
         a = np.array(p, dtype=np.float64, order="C")
     except (TypeError, ValueError):
         raise FastsimInputError(field, p, f"a float array of shape ({N_PARAMS},) from step_params") from None
-    if a.shape != (N_PARAMS,) or not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
+    if a.shape != (N_PARAMS,):
         raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
     # the step time and the KV transfer divide by these (the kernel does not check for zero)
     for col, name in _DIVISORS:
         if not (np.isfinite(a[col]) and a[col] > 0.0):
             raise FastsimInputError(f"{field}[{name}]", float(a[col]),
                                     "a positive finite value (the step time or the KV transfer divides by it)")
+    for col, name in _DEGREES:
+        if a[col] < 1.0 or a[col] != math.floor(a[col]):
+            raise FastsimInputError(f"{field}[{name}]", float(a[col]), "a whole number >= 1 (a count of GPUs)")
+    if not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
+        raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
     kv_window(a, field)     # raises, naming the field, on a window that is not whole tokens and layers
     a.setflags(write=False)
     return a
@@ -194,8 +201,8 @@ class ColocatedPlan:
     ------
     FastsimInputError
         Naming the field that is out of range: ``p`` not of shape (N_PARAMS,), with a
-        non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak, efficiency or
-        parallel degree that is not positive, or a window that is not a whole number of tokens
+        non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak or efficiency that is
+        not positive, a parallel degree that is not a whole number >= 1, or a window that is not a whole number of tokens
         on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
         not an integer at least its minimum.
     """
@@ -236,8 +243,8 @@ class DisaggregatedPlan:
     ------
     FastsimInputError
         Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,), with
-        a non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak, efficiency or
-        parallel degree that is not positive, or a window that is not a whole number of tokens
+        a non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak or efficiency that
+        is not positive, a parallel degree that is not a whole number >= 1, or a window that is not a whole number of tokens
         on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
         not an integer at least its minimum.
     """
