@@ -1890,8 +1890,10 @@ def _cmd_capacity_counts(args):
     if screen_why:
         notes.append(f"the analytic screen finds this plan infeasible at every count ({screen_why}), so there is "
                      "no ratio")
-    notes += _legend("count", [(n, r["null_reasons"]) for n, r in zip(counts, records)],
-                     {"bracket_req_per_s": "bracket", "ci95_req_per_s": "95% CI", "simulated_ratio": "sim / analytic"})
+    shown = {"bracket_req_per_s": "bracket", "ci95_req_per_s": "95% CI", "simulated_ratio": "sim / analytic"}
+    legend_at = len(notes)
+    notes += _legend("count", [(n, r["null_reasons"]) for n, r in zip(counts, records)], shown)
+    legend_end = len(notes)
     seeds_word = f"{args.seeds} seed{'s' if args.seeds > 1 else ''}"
     test = (f"a probe first ran {FIRST_SEEDS} of its {args.seeds} seeds and stopped there when a sequential test "
             f"was sure of the verdict all {args.seeds} would give (one-sided level {EARLY_STOP_ALPHA:g} per "
@@ -1907,8 +1909,10 @@ def _cmd_capacity_counts(args):
                  "--instance-counts) to within --tol")
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
                "sim / analytic", "probes", "seed-runs"]
-    n_own = len(tagged)     # the notes after the tagged ones concern every count
-    row_notes = [[t for o, t in tagged if o is None or o == i] + notes[n_own:] for i in range(len(records))]
+    # a CSV row: the notes about every count, its own, and the legend of its own cells
+    row_notes = [[t for o, t in tagged if o is None or o == i] + notes[len(tagged):legend_at]
+                 + _legend("count", [(n, r["null_reasons"])], shown) + notes[legend_end:]
+                 for i, (n, r) in enumerate(zip(counts, records))]
     _emit(args, records, rows, headers, notes, key="capacities", row_notes=row_notes)
     _notes_out(args, notes)
     return 0

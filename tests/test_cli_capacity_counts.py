@@ -117,3 +117,27 @@ def test_csv_row_carries_the_notes_about_every_count_and_its_own(capsys):
     # every note is printed once on stderr, in the order of the JSON's notes
     printed = [ln[len("note: "):] for ln in err.splitlines() if ln.startswith("note: ")]
     assert set(own[0]) | set(own[1]) | set(shared[0]) == set(printed) and len(printed) == len(set(printed))
+
+
+def test_csv_row_legend_explains_only_its_own_empty_cells(capsys, monkeypatch):
+    """A count whose 95% interval is empty gets the interval's legend in its CSV row; the other rows do not."""
+    import dataclasses
+    import io
+    import math
+
+    import pandas as pd
+
+    import fastsim.search as S
+    real = S.max_sustainable_rates
+
+    def blank_second_interval(*a, **kw):
+        res = real(*a, **kw)
+        res[1] = dataclasses.replace(res[1], ci95=(math.nan, math.nan))
+        return res
+    monkeypatch.setattr(S, "max_sustainable_rates", blank_second_interval)
+    rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1-3", *SMALL, "--format", "csv")
+    assert rc == 0
+    rows = pd.read_csv(io.StringIO(out))
+    legend = [[n for n in json.loads(x) if n.startswith("95% CI n/a")] for x in rows["notes"]]
+    assert [len(x) for x in legend] == [0, 1, 0] and "(count 2)" in legend[1][0]
+    assert sum(ln.startswith("note: 95% CI n/a (count 2)") for ln in err.splitlines()) == 1
