@@ -402,3 +402,28 @@ def test_interrupt_with_dask_propagates_and_resumes(tmp_path, monkeypatch, local
     assert 0 < len(SW.read_table(out)) < len(local_run)
     done = SW.run_sweep(SMALL, out=out, resume=True, chunk_verify=2, **SIM)
     pd.testing.assert_frame_equal(done, local_run)
+
+
+def test_expert_parallel_layout_on_a_dense_model_is_refused_at_every_tp():
+    """At TP1 the EP layouts' degrees are plain TP's; named on a dense model they are still refused
+    (as ``fastsim simulate --layout`` refuses them), not priced as the plain-TP plan."""
+    df = SW.analytic_table(SW.make_grid({"model": "llama-3.1-70b", "gpu": "H100", "precision": "FP8",
+                                         "mode": "colocated", "tp": [1, 2], "layout": ["tp", "tp+ep", "dp+ep"],
+                                         "scenario": "chat"}))
+    ep = df.layout != "tp"
+    assert ep.sum() == 4 and not df.feasible[ep].any() and df.feasible[~ep].all()
+    assert df.reason[ep].str.contains("expert parallelism on a dense model").all()
+    assert set(df.tp[ep]) == {1, 2}
+
+
+def test_sweep_help_lists_every_axis(capsys):
+    """``fastsim sweep --help`` names every axis a grid takes (it had left ``layout`` out)."""
+    import re
+
+    from fastsim.cli import main
+    from fastsim.sweep.grid import AXES
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = re.search(r"overrides the file's\): (.*?)(?: --format| -)", text).group(1)
+    assert [a.strip() for a in listed.split(",")] == list(AXES)

@@ -121,7 +121,10 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 for t_i, tp in enumerate(tps):
                     for l_i, lay in enumerate(lays):
                         dp, ep = layout_degrees(lay, tp)
-                        if instance_layout_refusal(m, g, tp, dp, ep) is not None:
+                        # an expert-parallel layout named on a dense model is refused at every TP
+                        # (at TP1 its degrees are plain TP's, so the degrees alone do not show it),
+                        # as ``fastsim simulate --layout`` refuses it
+                        if instance_layout_refusal(m, g, tp, dp, ep) is not None or (lay != "tp" and not m.is_moe):
                             ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10: TP divides the heads)
                             continue
                         ptab[i, j, k, t_i, l_i] = len(rows)
