@@ -395,3 +395,20 @@ def test_first_token_no_earlier_than_the_prompts_own_compute(w, which, disagg, n
     flops = 2.0 * p[P_MATMUL] * P + 2.0 * p[P_LAYERS] * p[P_HIDDEN] * P * P
     own = flops / p[TP_INDEX] / (p[P_ETA_C] * p[P_PEAK])
     assert np.all(r.first_token_s[got] - arrival[got] >= own * (1 - 1e-12))
+
+
+def test_plan_refuses_a_negative_overhead_and_a_nan_kv_budget_and_takes_an_infinite_one():
+    from fastsim.stepmodel import P_OVERHEAD
+    with pytest.raises(FastsimInputError) as e:
+        ColocatedPlan(_with(P_OVERHEAD, -1.0), 1, 8)
+    assert e.value.field == "p[P_OVERHEAD]" and e.value.value == -1.0
+    with pytest.raises(FastsimInputError) as e:
+        DisaggregatedPlan(_with(P_KV_BUDGET_TOKENS, float("nan")), 1, P8, 1)
+    assert e.value.field == "p_prefill[P_KV_BUDGET_TOKENS]"
+    # an infinite budget is unlimited KV: the same results as a budget no request can fill
+    a, pt, ot = np.array([0.0, 0.1, 0.2]), np.array([100, 200, 300]), np.array([5, 6, 7])
+    kw = dict(horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=1.0)
+    inf = simulate(ColocatedPlan(_with(P_KV_BUDGET_TOKENS, float("inf")), 1, 64), a, pt, ot, **kw)
+    big = simulate(ColocatedPlan(_with(P_KV_BUDGET_TOKENS, 1e9), 1, 64), a, pt, ot, **kw)
+    np.testing.assert_array_equal(inf.finish_s, big.finish_s)
+    assert np.isfinite(inf.finish_s).all() and inf.metrics.rejected == 0

@@ -120,7 +120,7 @@ import numpy as np
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
 from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS,
-                         P_NET_BW, P_NVLINK, P_PEAK, P_TP)
+                         P_NET_BW, P_NVLINK, P_OVERHEAD, P_PEAK, P_TP)
 from . import _kernels as K
 from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
@@ -162,6 +162,11 @@ def _params(field: str, p) -> np.ndarray:
             raise FastsimInputError(f"{field}[{name}]", float(a[col]), "a whole number >= 1 (a count of GPUs)")
     if not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
         raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
+    if a[P_OVERHEAD] < 0.0:
+        raise FastsimInputError(f"{field}[P_OVERHEAD]", float(a[P_OVERHEAD]), "a step overhead >= 0 s")
+    if np.isnan(a[P_KV_BUDGET_TOKENS]):
+        raise FastsimInputError(f"{field}[P_KV_BUDGET_TOKENS]", float(a[P_KV_BUDGET_TOKENS]),
+                                "a number of KV tokens (<= 0: none fit; inf: unlimited)")
     kv_window(a, field)     # raises, naming the field, on a window that is not whole tokens and layers
     a.setflags(write=False)
     return a
@@ -202,7 +207,8 @@ class ColocatedPlan:
     FastsimInputError
         Naming the field that is out of range: ``p`` not of shape (N_PARAMS,), with a
         non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak or efficiency that is
-        not positive, a parallel degree that is not a whole number >= 1, or a window that is not a whole number of tokens
+        not positive, a parallel degree that is not a whole number >= 1, a negative step
+        overhead, a NaN KV budget, or a window that is not a whole number of tokens
         on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
         not an integer at least its minimum.
     """
@@ -244,7 +250,8 @@ class DisaggregatedPlan:
     FastsimInputError
         Naming the field that is out of range: a parameter vector not of shape (N_PARAMS,), with
         a non-finite entry before ``P_KV_BUDGET_TOKENS``, a bandwidth, peak or efficiency that
-        is not positive, a parallel degree that is not a whole number >= 1, or a window that is not a whole number of tokens
+        is not positive, a parallel degree that is not a whole number >= 1, a negative step
+        overhead, a NaN KV budget, or a window that is not a whole number of tokens
         on a whole number of layers (:func:`fastsim.sim.window.kv_window`), or a count that is
         not an integer at least its minimum.
     """
@@ -270,7 +277,7 @@ def _kv_floor(p: np.ndarray) -> int:
     v = p[P_KV_BUDGET_TOKENS]
     if not (v > 0.0):
         return 0
-    return int(min(math.floor(v), _UNLIMITED))
+    return _UNLIMITED if v >= _UNLIMITED else int(math.floor(v))
 
 
 def _set_window(cfg, p) -> None:
