@@ -47,8 +47,8 @@ from . import _analytic_nb as K
 from .catalog import Catalog, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
 from .specdec import SpecDecoding, expected_tokens_per_round, spec_decoding, spec_refusal, spec_step_params
-from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, instance_layout_refusal,
-                        layout_degrees, step_params)
+from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, layout_degrees, layout_refusal,
+                        step_params)
 from .layouts import instance_label
 
 if TYPE_CHECKING:
@@ -657,8 +657,7 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
                 continue
             for tp in options.tps_for(model):
                 for lay in options.layouts_for(model):
-                    dp, ep = layout_degrees(lay, int(tp))
-                    rows.append((g, pr, int(tp), lay, instance_layout_refusal(model, g, int(tp), dp, ep)))
+                    rows.append((g, pr, int(tp), lay, layout_refusal(model, g, lay, int(tp))))
     if not rows:
         raise FastsimInputError("precision", ", ".join(p.name for p in precs),
                                 "a precision that a selected GPU (" + ", ".join(g.name for g in gpus)
@@ -1087,8 +1086,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     tps = tuple(sorted({require_tp("tp", tp), require_tp("prefill_tp", prefill_tp or tp),
                         require_tp("decode_tp", decode_tp or tp)}))
     for t_ in tps:
-        dp, ep = layout_degrees(layout, t_)
-        why = instance_layout_refusal(model, g, t_, dp, ep)
+        why = layout_refusal(model, g, layout, t_)
         if why:
             raise FastsimInputError("tp" if layout == "tp" else "layout", t_ if layout == "tp" else layout, why)
     if isinstance(spec_gamma, bool) or not isinstance(spec_gamma, (int, np.integer)) or spec_gamma < 0:

@@ -749,8 +749,8 @@ def _cmd_ledger(args):
     model, gpu, prec = cat.model(args.model), cat.gpu(args.gpu), cat.precision(args.precision)
     _check_context("--context", args.context, model)
     _check_context("--prefill", args.prefill, model)
-    from .stepmodel import instance_layout_refusal, layout_degrees
-    why = instance_layout_refusal(model, gpu, args.tp, *layout_degrees(args.layout, args.tp))
+    from .stepmodel import layout_refusal
+    why = layout_refusal(model, gpu, args.layout, args.tp)
     if why:
         raise FastsimInputError("--tp" if args.layout == "tp" else "--layout",
                                 args.tp if args.layout == "tp" else args.layout, why)

@@ -43,7 +43,7 @@ from .layouts import LAYOUTS, layout_degrees
 
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
-    "instance_layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
+    "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -185,6 +185,38 @@ def instance_layout_refusal(model: Model, gpu: GPU, gpus: int, dp: int = 1, ep: 
     if ep > 1 and ep > model.n_experts:
         return f"EP{ep} spreads {model.name}'s {model.n_experts} experts over more GPUs than experts"
     return None
+
+
+def layout_refusal(model: Model, gpu: GPU, layout: str, gpus: int) -> str | None:
+    """Why a named instance layout cannot serve a model on ``gpus`` GPUs, or None when it can (SPEC §10).
+
+    :func:`instance_layout_refusal` of the layout's degrees (:func:`layout_degrees`), and an
+    expert-parallel layout (``tp+ep``, ``dp+ep``) named on a dense model at any G: at G = 1 its
+    degrees are plain TP's, so the degrees alone do not show it.
+
+    Parameters
+    ----------
+    model : Model
+    gpu : GPU
+    layout : str
+        One of :data:`LAYOUTS`.
+    gpus : int
+        GPUs of the instance (G).
+
+    Returns
+    -------
+    str or None
+        A sentence naming what does not fit.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown layout.
+    """
+    dp, ep = layout_degrees(layout, gpus)
+    if layout != "tp" and not model.is_moe:
+        return f"{model.name} is dense: expert parallelism and data-parallel attention do not apply"
+    return instance_layout_refusal(model, gpu, int(gpus), dp, ep)
 
 
 def _check_layout(model, gpu, gpus, dp, ep):

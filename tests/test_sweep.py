@@ -427,3 +427,23 @@ def test_sweep_help_lists_every_axis(capsys):
     text = " ".join(capsys.readouterr().out.split())
     listed = re.search(r"overrides the file's\): (.*?)(?: --format| -)", text).group(1)
     assert [a.strip() for a in listed.split(",")] == list(AXES)
+
+
+def test_named_expert_parallel_layout_on_a_dense_model_is_refused_by_plan_for_and_ledger(capsys):
+    """One rule (``stepmodel.layout_refusal``) wherever a layout name is resolved: at TP1 too."""
+    from fastsim.analytic import Demand, plan_for
+    from fastsim.catalog import default_catalog
+    from fastsim.cli import main
+    from fastsim.errors import FastsimInputError
+    from fastsim.stepmodel import layout_refusal
+    cat = default_catalog()
+    dense, moe, h100 = cat.model("llama-3.1-70b"), cat.model("qwen3-30b-a3b"), cat.gpu("H100")
+    assert "is dense" in layout_refusal(dense, h100, "tp+ep", 1)
+    assert layout_refusal(dense, h100, "tp", 1) is None and layout_refusal(moe, h100, "tp+ep", 1) is None
+    s = cat.scenario("chat")
+    with pytest.raises(FastsimInputError) as e:
+        plan_for(s.model, Demand.from_scenario(s), gpu="H100", precision="FP8", tp=1, layout="dp+ep")
+    assert e.value.field == "layout" and "is dense" in e.value.allowed
+    rc = main(["ledger", "--model", "llama-3.1-70b", "--gpu", "H100", "--precision", "FP8", "--tp", "1",
+               "--layout", "tp+ep"])
+    assert rc == 2 and "is dense" in capsys.readouterr().err

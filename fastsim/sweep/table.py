@@ -15,7 +15,7 @@ import pandas as pd
 from .. import _analytic_nb as AK
 from ..analytic import instances_needed
 from ..catalog import Catalog
-from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, instance_layout_refusal, layout_degrees, step_params
+from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, step_params
 from .grid import (AXES, _AUTO, SweepGrid, SweepSettings, _hex, _mode_counts, _point_ids, _price_label,
                    make_grid)
 
@@ -120,13 +120,10 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                     continue
                 for t_i, tp in enumerate(tps):
                     for l_i, lay in enumerate(lays):
-                        dp, ep = layout_degrees(lay, tp)
-                        # an expert-parallel layout named on a dense model is refused at every TP
-                        # (at TP1 its degrees are plain TP's, so the degrees alone do not show it),
-                        # as ``fastsim simulate --layout`` refuses it
-                        if instance_layout_refusal(m, g, tp, dp, ep) is not None or (lay != "tp" and not m.is_moe):
-                            ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10: TP divides the heads)
+                        if layout_refusal(m, g, lay, tp) is not None:
+                            ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10)
                             continue
+                        dp, ep = layout_degrees(lay, tp)
                         ptab[i, j, k, t_i, l_i] = len(rows)
                         rows.append(step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep))
     params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
