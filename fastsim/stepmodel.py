@@ -44,6 +44,7 @@ from .layouts import LAYOUTS, layout_degrees
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
+    "PARAM_NAMES",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -74,6 +75,12 @@ __all__ = [
  P_SLIDE_FRAC,    # fraction of the layers that slide
  ) = range(29)
 N_PARAMS = 29
+#: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
+PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
+               "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
+               "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
+               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC")
+assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
 @dataclass(frozen=True)

@@ -412,3 +412,27 @@ def test_plan_refuses_a_negative_overhead_and_a_nan_kv_budget_and_takes_an_infin
     big = simulate(ColocatedPlan(_with(P_KV_BUDGET_TOKENS, 1e9), 1, 64), a, pt, ot, **kw)
     np.testing.assert_array_equal(inf.finish_s, big.finish_s)
     assert np.isfinite(inf.finish_s).all() and inf.metrics.rejected == 0
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_plan_names_any_parameter_that_is_not_finite_and_non_negative(value):
+    """Every step parameter but the KV budget is refused by name when NaN, infinite or negative."""
+    from fastsim.stepmodel import N_PARAMS, P_LAYERS, P_SLIDE_FRAC, P_WINDOW, PARAM_NAMES
+    for col in range(N_PARAMS):
+        # the window's whole-token and whole-layer check names the plan field (test_sim_window)
+        if col in (P_KV_BUDGET_TOKENS, P_WINDOW, P_SLIDE_FRAC, P_LAYERS):
+            continue
+        for make, field in ((lambda q: ColocatedPlan(q, 1, 8), "p"),
+                            (lambda q: DisaggregatedPlan(P8, 1, q, 1), "p_decode")):
+            with pytest.raises(FastsimInputError) as e:
+                make(_with(col, value))
+            assert e.value.field == f"{field}[{PARAM_NAMES[col]}]", (col, value, e.value.field)
+            assert e.value.value == value or (np.isnan(value) and np.isnan(e.value.value))
+
+
+def test_plan_refuses_an_expert_fraction_above_one():
+    from fastsim.stepmodel import P_KFRAC
+    with pytest.raises(FastsimInputError) as e:
+        ColocatedPlan(_with(P_KFRAC, 1.5), 1, 8)
+    assert e.value.field == "p[P_KFRAC]" and "[0, 1]" in e.value.allowed
+    ColocatedPlan(_with(P_KFRAC, 1.0), 1, 8)

@@ -119,8 +119,8 @@ import numpy as np
 
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
-from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS,
-                         P_NET_BW, P_NVLINK, P_OVERHEAD, P_PEAK, P_TP)
+from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KFRAC,
+                         P_KV_BUDGET_TOKENS, P_NET_BW, P_NVLINK, P_PEAK, P_TP, PARAM_NAMES)
 from . import _kernels as K
 from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
@@ -160,14 +160,19 @@ def _params(field: str, p) -> np.ndarray:
     for col, name in _DEGREES:
         if a[col] < 1.0 or a[col] != math.floor(a[col]):
             raise FastsimInputError(f"{field}[{name}]", float(a[col]), "a whole number >= 1 (a count of GPUs)")
-    if not np.all(np.isfinite(a[:P_KV_BUDGET_TOKENS])):
-        raise FastsimInputError(field, p, f"a finite float array of shape ({N_PARAMS},) from step_params")
-    if a[P_OVERHEAD] < 0.0:
-        raise FastsimInputError(f"{field}[P_OVERHEAD]", float(a[P_OVERHEAD]), "a step overhead >= 0 s")
     if np.isnan(a[P_KV_BUDGET_TOKENS]):
         raise FastsimInputError(f"{field}[P_KV_BUDGET_TOKENS]", float(a[P_KV_BUDGET_TOKENS]),
                                 "a number of KV tokens (<= 0: none fit; inf: unlimited)")
     kv_window(a, field)     # raises, naming the field, on a window that is not whole tokens and layers
+    # every other parameter is a size, a count, a time, a width or a fraction: finite and >= 0
+    # (a negative one gives a negative step time; a NaN one, NaN times that fail every SLO)
+    for col in range(N_PARAMS):
+        v = a[col]
+        if col != P_KV_BUDGET_TOKENS and not (np.isfinite(v) and v >= 0.0):
+            raise FastsimInputError(f"{field}[{PARAM_NAMES[col]}]", float(v), "a finite value >= 0")
+    if a[P_KFRAC] > 1.0:
+        raise FastsimInputError(f"{field}[P_KFRAC]", float(a[P_KFRAC]),
+                                "a fraction in [0, 1] (experts per token / routed experts)")
     a.setflags(write=False)
     return a
 
