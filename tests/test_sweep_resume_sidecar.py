@@ -249,3 +249,16 @@ def test_a_row_that_does_not_parse_is_an_input_error(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "sweep table" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("ext", [".csv", ".jsonl"])
+def test_read_table_leaves_a_cut_off_last_line_in_the_file(tmp_path, ext):
+    """A reader does not write: the cut-off last line is left out of the frame, not out of the file."""
+    out = str(tmp_path / ("t" + ext))
+    whole = SW.run_sweep(TINY, out=out, **SIM)
+    with open(out, "a") as fh:
+        fh.write("0123,")
+    before = _snapshot(out)
+    pd.testing.assert_frame_equal(SW.read_table(out), SW.read_table(out))
+    assert len(SW.read_table(out)) == len(whole)
+    assert _snapshot(out) == before

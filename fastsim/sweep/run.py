@@ -22,7 +22,7 @@ from ..errors import FastsimInputError
 from .grid import SweepGrid, SweepSettings, _tuple, load_grid, make_grid
 from .pareto import MAX_PLOTS, plot_sweep
 from .scheduling import _execute
-from .storage import _format, _has_content, _meta_path, _read_meta, read_table
+from .storage import _format, _has_content, _meta_path, _read_meta, _repair_tail, read_table
 from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
 from .tasks import _build_task, _select
 
@@ -228,6 +228,8 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     previous = None
     part = 0
     if out and resume:
+        if fmt in ("csv", "jsonl") and os.path.isfile(out):
+            _repair_tail(out)       # the rows after an interruption are appended after whole lines
         previous = read_table(out)
         done = table["point_id"].isin(set(previous["point_id"])).to_numpy()
         if fmt == "parquet" and os.path.isdir(out):

@@ -8,6 +8,7 @@ the grid and settings a resume must match, and a resume of an output with conten
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -32,6 +33,14 @@ def _format(path: str) -> str:
                                     "pip install pyarrow)") from None
         return "parquet"
     raise FastsimInputError("--out", path, "a file ending in .parquet, .csv, .json or .jsonl")
+
+
+def _whole_lines(path: str) -> bytes:
+    """A line-oriented file's bytes up to its last newline: a last line cut short (an interrupted
+    chunk) is left out, and the file is not changed (``--resume`` cuts it: :func:`_repair_tail`)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return data[:data.rfind(b"\n") + 1]
 
 
 def _repair_tail(path: str) -> None:
@@ -75,16 +84,15 @@ def read_table(path: str) -> pd.DataFrame:
 def _parse_table(path: str, fmt: str, empty: pd.DataFrame) -> pd.DataFrame:
     """:func:`read_table` of an existing ``path`` in format ``fmt`` (``empty``: the typed empty frame)."""
     if fmt == "csv":
-        _repair_tail(path)
-        if os.path.getsize(path) == 0:      # nothing written, or a first chunk cut before its first newline
+        text = _whole_lines(path)
+        if not text:        # nothing written, or a first chunk cut before its first newline
             return empty
-        df = pd.read_csv(path, dtype={c: (str if d == "str" else d) for c, d in COLUMNS if d in ("str", "Int64")},
+        df = pd.read_csv(io.BytesIO(text), dtype={c: (str if d == "str" else d) for c, d in COLUMNS if d in ("str", "Int64")},
                          keep_default_na=False,
                          na_values={c: ["", "nan"] for c, d in COLUMNS if d in ("float64", "Int64")})
     elif fmt == "jsonl":
-        _repair_tail(path)
-        with open(path, "r", encoding="utf-8") as fh:
-            recs = [_from_json_row(json.loads(ln)) for ln in fh if ln.strip()]
+        lines = _whole_lines(path).decode("utf-8").splitlines()
+        recs = [_from_json_row(json.loads(ln)) for ln in lines if ln.strip()]
         df = pd.DataFrame.from_records(recs, columns=[c for c, _ in COLUMNS])
         for c, d in COLUMNS:
             if d == "float64":
