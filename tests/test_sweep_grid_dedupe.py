@@ -6,6 +6,10 @@ points with both sides given repeated every plan once per default TP under disti
 a grid of both modes repeated its colocated points per ``prefill_tp`` / ``decode_tp`` /
 ``*_instances`` value and its disaggregated ones per ``chunk_tokens`` value (and ``tp`` /
 ``instances`` value where both sides are given).
+
+Layouts: at TP 1 the layouts ``tp``, ``tp+ep`` and ``dp+ep`` all give EP 1 and DP 1, so on an MoE
+model a point whose TPs are all 1 is one plan whatever its layout. Before, a grid over several
+layouts listed (priced, verified) that plan once per layout under distinct ids.
 """
 import csv
 import io
@@ -317,22 +321,270 @@ def test_cli_counts_distinct_plans(capsys):
 
 
 def test_resume_of_a_table_of_the_previous_version_is_refused(tmp_path):
-    """Ids and row sets changed with table version 4: a table written before is not resumed."""
-    assert TABLE_VERSION == 4
+    """Row sets changed with table version 5 (an MoE TP1 plan once, not once per layout), and ids
+    and row sets with version 4: a table written before is not resumed."""
+    assert TABLE_VERSION == 5
     axes = dict(BASE, mode="colocated", tp=[1, 2])
     out = str(tmp_path / "t.csv")
     SW.run_sweep(axes, out=out)
     meta = json.loads(open(out + ".sweep.json").read())
-    assert meta["table_version"] == 4
-    meta["table_version"] = 3
+    assert meta["table_version"] == 5
+    meta["table_version"] = 4
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     before = open(out).read()
     with pytest.raises(FastsimInputError) as e:
         SW.run_sweep(axes, out=out, resume=True)
-    assert e.value.field == "--resume" and "table version 3, this is 4" in e.value.allowed
+    assert e.value.field == "--resume" and "table version 4, this is 5" in e.value.allowed
     assert open(out).read() == before
-    meta["table_version"] = 4                                              # the same sidecar of this version resumes
+    meta["table_version"] = 5                                              # the same sidecar of this version resumes
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True), SW.read_table(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: an MoE plan whose TPs are all 1 is one plan whatever its layout
+# ---------------------------------------------------------------------------------------------
+
+MOE, DENSE = "qwen3-30b-a3b", "llama-3.1-70b"
+LAYOUTS3 = ["tp", "tp+ep", "dp+ep"]
+LBASE = dict(BASE, gpu="H100", model=MOE)
+
+
+def _listify(v):
+    return v if isinstance(v, list) else [v]
+
+
+def _layout_plans(axes, moe_of=None):
+    """The distinct plans of a grid over the layouts, by brute force over the full product (not by
+    fastsim): an instance is (TP, DP, EP) from ``layout_degrees``; on a dense model an EP layout
+    is a refused row of its own at every TP (not a copy). Only model, mode, the TPs and the layout
+    vary here; ``moe_of`` maps a model name to whether it is MoE (default: the catalog's)."""
+    from fastsim.catalog import default_catalog
+    from fastsim.layouts import layout_degrees
+    moe_of = moe_of or (lambda m: default_catalog().model(m).is_moe)
+    tps = _listify(axes.get("tp", [1, 2, 4, 8]))
+    ptps, dtps = _listify(axes.get("prefill_tp", [None])), _listify(axes.get("decode_tp", [None]))
+    plans = set()
+    for model, mode, tp, ptp, dtp, lay in itertools.product(
+            _listify(axes["model"]), _listify(axes.get("mode", ["colocated", "disaggregated"])), tps, ptps, dtps,
+            _listify(axes.get("layout", ["tp"]))):
+        how = (lambda g: (g,) + layout_degrees(lay, g)) if moe_of(model) else (lambda g: (g, lay))
+        if mode == "colocated":
+            plans.add((model, mode, how(tp)))
+        else:
+            plans.add((model, mode, how(ptp or tp), how(dtp or tp)))
+    return plans
+
+
+def _table_layout_plans(df, moe_of=None):
+    """The plans of a table's rows, keyed as :func:`_layout_plans` keys them (one per row)."""
+    from fastsim.catalog import default_catalog
+    from fastsim.layouts import layout_degrees
+    moe_of = moe_of or (lambda m: default_catalog().model(m).is_moe)
+    out = []
+    for r in df.itertuples(index=False):
+        how = (lambda g: (int(g),) + layout_degrees(r.layout, int(g))) if moe_of(r.model) else \
+            (lambda g: (int(g), r.layout))
+        out.append((r.model, r.mode, how(r.tp)) if r.mode == "colocated"
+                   else (r.model, r.mode, how(r.prefill_tp), how(r.decode_tp)))
+    return out
+
+
+def _full_product_ids(grid):
+    """Every point id of the mode-wise product, layout copies included (the rows of before, in order)."""
+    from fastsim.sweep.grid import _n_enumerated, _point_ids
+    from fastsim.sweep.table import _codes
+    n = _n_enumerated(grid.axes)
+    c = _codes(grid, np.arange(n, dtype=np.int64))
+    return SW.grid._hex(_point_ids(grid, c, n)).tolist(), np.array(grid.axes["layout"], dtype=object)[c["layout"]]
+
+
+LAYOUT_GRIDS = [
+    dict(LBASE, mode="colocated", tp=[1, 2], layout=LAYOUTS3),
+    dict(LBASE, mode="colocated", tp=[2, 1, 4], layout=["dp+ep", "tp", "tp+ep"]),
+    dict(LBASE, mode="disaggregated", prefill_tp=[1, 2], decode_tp=[1, 2], layout=LAYOUTS3),
+    dict(LBASE, mode="disaggregated", tp=[1, 2], prefill_tp=[1], layout=LAYOUTS3),   # decode side takes tp
+    dict(LBASE, mode="disaggregated", tp=[1, 2], layout=["tp+ep", "dp+ep"]),
+    dict(LBASE, tp=[1, 2], prefill_tp=[1, 2], decode_tp=[1, 4], layout=LAYOUTS3),      # both modes
+    dict(LBASE, model=[MOE, DENSE], tp=[1, 2], decode_tp=[1, 2], layout=LAYOUTS3, rate_req_per_s=[2, 8]),
+    dict(LBASE, model=[DENSE, MOE, "mixtral-8x7b"], tp=[1, 2], layout=["tp+ep", "tp"], chunk_tokens=[256, 512],
+         max_batch=[0, 32]),
+]
+
+
+@pytest.mark.parametrize("axes", LAYOUT_GRIDS)
+def test_layout_grids_list_each_distinct_plan_once(axes):
+    grid = SW.make_grid(axes)
+    plans = _layout_plans(axes)
+    others = int(np.prod([len(_listify(axes.get(a, [0]))) for a in ("rate_req_per_s", "chunk_tokens", "max_batch")]))
+    n_col = len({p for p in plans if p[1] == "colocated"})
+    n_dis = len(plans) - n_col
+    # chunk_tokens applies to colocated plans only
+    expected = n_col * others + n_dis * others // len(_listify(axes.get("chunk_tokens", [0])))
+    assert grid.n_points == expected
+    df = SW.analytic_table(grid)
+    assert len(df) == grid.n_points and df.point.tolist() == list(range(len(df))) and df.point_id.is_unique
+    got = _table_layout_plans(df)
+    assert set(got) == plans
+    # no plan twice for the same other axes
+    keyed = [g + (r.rate_req_per_s, r.chunk_tokens, r.max_batch) for g, r in zip(got, df.itertuples(index=False))]
+    assert len(set(map(str, keyed))) == len(keyed)
+    # the rows left keep the ids and the order they had: the full product less its layout copies
+    ids, _ = _full_product_ids(grid)
+    assert len(ids) > len(df) and set(df.point_id) <= set(ids)
+    assert df.point_id.tolist() == [i for i in ids if i in set(df.point_id)]
+    for k in (1, 3, 7):                                                    # chunking changes nothing
+        pd.testing.assert_frame_equal(SW.analytic_table(grid, chunk_points=k), df)
+
+
+def test_moe_tp1_plan_appears_once_under_its_plain_tp_id():
+    axes = dict(LBASE, mode="colocated", tp=[1, 2], layout=LAYOUTS3)
+    df = SW.analytic_table(axes)
+    assert len(df) == 1 + 3                                                # was 2 x 3
+    assert df[["tp", "layout"]].astype(str).values.tolist() == [["1", "tp"], ["2", "tp"], ["2", "tp+ep"],
+                                                                   ["2", "dp+ep"]]
+    plain = SW.analytic_table(dict(axes, layout="tp"))
+    assert df.point_id[0] == plain.point_id[0] and plain.tp[0] == 1
+    figures = [c for c, _ in SW.COLUMNS if c not in ("point",)]
+    pd.testing.assert_frame_equal(df.iloc[[0, 1]][figures].reset_index(drop=True), plain[figures])
+    # the TP2 EP plans keep the ids of a grid of that layout alone
+    for lay in ("tp+ep", "dp+ep"):
+        one = SW.analytic_table(dict(axes, tp=2, layout=lay))
+        row = df[(df.tp == 2) & (df.layout == lay)]
+        assert row.point_id.tolist() == one.point_id.tolist()
+    # the layout named first does not matter: tp lists the plan wherever it stands
+    other = SW.analytic_table(dict(axes, layout=["dp+ep", "tp+ep", "tp"]))
+    tp1 = other[other.tp == 1]
+    assert len(tp1) == 1 and tp1.layout.iloc[0] == "tp" and tp1.point_id.iloc[0] == plain.point_id[0]
+
+
+def test_moe_tp1_grid_of_expert_parallel_layouts_only_keeps_one_row():
+    axes = dict(LBASE, mode="colocated", tp=1, layout=["tp+ep", "dp+ep"])
+    grid = SW.make_grid(axes)
+    df = SW.analytic_table(grid)
+    assert grid.n_points == len(df) == 1
+    assert df.layout[0] == "tp+ep"                                         # the first layout named
+    assert df.point_id[0] == SW.analytic_table(dict(axes, layout="tp+ep")).point_id[0]
+    df2 = SW.analytic_table(dict(axes, layout=["dp+ep", "tp+ep"]))
+    assert len(df2) == 1 and df2.layout[0] == "dp+ep"
+    # the same figures as the plain TP1 plan (it is that plan)
+    plain = SW.analytic_table(dict(axes, layout="tp"))
+    figures = ["gpus", "instances", "capacity_req_per_s", "usd_per_million_output_tokens", "analytic_ttft_s",
+               "analytic_tpot_s", "feasible", "reason"]
+    pd.testing.assert_frame_equal(df[figures], plain[figures])
+    # with TP2 as well, the TP2 points of both layouts stay
+    df = SW.analytic_table(dict(axes, tp=[1, 2]))
+    assert df[["tp", "layout"]].astype(str).values.tolist() == [["1", "tp+ep"], ["2", "tp+ep"], ["2", "dp+ep"]]
+
+
+def test_disaggregated_moe_plan_collapses_only_where_both_sides_are_tp1():
+    axes = dict(LBASE, mode="disaggregated", prefill_tp=[1, 2], decode_tp=[1, 2], layout=LAYOUTS3)
+    df = SW.analytic_table(axes)
+    assert len(df) == SW.make_grid(axes).n_points == 1 + 3 * 3            # was 4 x 3
+    sides = df[["prefill_tp", "decode_tp", "layout"]].astype(str).values.tolist()
+    assert [s for s in sides if s[:2] == ["1", "1"]] == [["1", "1", "tp"]]
+    for pair in (["1", "2"], ["2", "1"], ["2", "2"]):                      # one side at TP2: EP differs there
+        assert sorted(s[2] for s in sides if s[:2] == pair) == sorted(LAYOUTS3)
+    plain = SW.analytic_table(dict(axes, prefill_tp=1, decode_tp=1, layout="tp"))
+    assert df.point_id[0] == plain.point_id[0]
+    # a grid of both modes: the colocated TP1 plan and the disaggregated (1, 1) plan once each
+    both = SW.analytic_table(dict(LBASE, tp=[1, 2], prefill_tp=[1, 2], decode_tp=[1, 2], layout=LAYOUTS3))
+    assert len(both) == (1 + 3) + (1 + 3 * 3) and both.point_id.is_unique
+    col = both[both["mode"] == "colocated"]
+    assert (col[col.tp == 1].layout == "tp").all() and (col.tp == 1).sum() == 1
+
+
+def test_dense_model_layout_grid_keeps_its_refused_rows():
+    """On a dense model the EP layouts are refused rows at every TP, TP1 included: nothing drops."""
+    axes = dict(LBASE, model=DENSE, mode="colocated", tp=[1, 2], layout=LAYOUTS3)
+    grid = SW.make_grid(axes)
+    assert grid.n_points == int(np.prod(grid.shape)) == 6
+    df = SW.analytic_table(grid)
+    ep = df.layout != "tp"
+    assert len(df) == 6 and ep.sum() == 4 and not df.feasible[ep].any() and df.feasible[~ep].all()
+    assert df.reason[ep].str.contains("expert parallelism on a dense model").all()
+    ids, _ = _full_product_ids(grid)
+    assert df.point_id.tolist() == ids
+    df = SW.analytic_table(dict(LBASE, model=DENSE, mode="disaggregated", prefill_tp=1, decode_tp=[1, 2],
+                                layout=LAYOUTS3))
+    assert len(df) == 2 * 3 and (df.layout != "tp").sum() == 4 and not df.feasible[df.layout != "tp"].any()
+
+
+def test_workload_models_decide_when_the_model_axis_is_absent():
+    """Without a model axis a point's model is its scenario's: an MoE scenario's TP1 plan once, a
+    dense scenario's EP rows refused (and kept)."""
+    import dataclasses
+
+    from fastsim.catalog import load_catalog
+    cat = load_catalog()
+    cat.scenarios["moe-chat"] = dataclasses.replace(cat.scenario("chat"), name="moe-chat", model=MOE)
+    axes = dict(BASE, gpu="H100", scenario=["chat", "moe-chat"], tp=[1, 2], decode_tp=[1, 2], layout=LAYOUTS3)
+    grid = SW.make_grid(axes, cat)
+    df = SW.analytic_table(grid, chunk_points=5)
+    moe = df.workload == "moe-chat"
+    assert (df.model[moe] == MOE).all() and (df.model[~moe] == DENSE).all()
+    assert len(df) == grid.n_points == int((~moe).sum()) + int(moe.sum())
+    # dense: the full product of its mode (2 TPs x 3 layouts colocated; 2 x 2 x 3 disaggregated)
+    assert int((~moe).sum()) == 2 * 3 + 2 * 2 * 3
+    # MoE: the TP1 plan once per mode; the others once per layout
+    assert int(moe.sum()) == (1 + 3) + (1 + 3 * 3)
+    got = _table_layout_plans(df[moe])
+    assert len(set(got)) == len(got) == int(moe.sum())
+    ids, _ = _full_product_ids(grid)
+    assert df.point_id.tolist() == [i for i in ids if i in set(df.point_id)]
+
+
+def test_cli_lists_the_moe_tp1_plan_once(capsys):
+    argv = ["sweep", "--axis", f"model={MOE}", "--axis", "gpu=H100", "--axis", "precision=FP8",
+            "--axis", "mode=colocated", "--axis", "tp=1,2", "--axis", "layout=tp,tp+ep,dp+ep"]
+    rc, out, _ = run(capsys, *argv, "--format", "csv")
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["tp"], r["layout"]) for r in rows] == [("1", "tp"), ("2", "tp"), ("2", "tp+ep"), ("2", "dp+ep")]
+    assert [r["point"] for r in rows] == ["0", "1", "2", "3"] and len({r["point_id"] for r in rows}) == 4
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0 and out.startswith("4 points: ")                        # was 6
+
+
+def test_top_k_verification_spends_no_slot_on_a_layout_copy(monkeypatch):
+    seen = []
+    run_task = SW._run_task
+
+    def counting(task):
+        seen.extend(task.points.tolist())
+        return run_task(task)
+
+    monkeypatch.setattr(SW, "_run_task", counting)
+    axes = dict(LBASE, mode="colocated", tp=[1, 2], layout=LAYOUTS3, tpot_s=0.5)
+    df = SW.run_sweep(axes, verify="top-k-per-scenario", top_k=3, seeds=1, horizon_s=20.0, seed=1)
+    assert len(df) == 4 and df.point_id.is_unique and int(df.feasible.sum()) >= 3
+    assert len(seen) == len(set(seen)) == int(df.verified.sum()) == 3
+    plans = _table_layout_plans(df[df.verified])
+    assert len(set(plans)) == 3                                            # three distinct plans
+
+
+def test_resume_of_a_moe_layout_grid(tmp_path):
+    """Resume keeps rows by id and numbers points as the table does: a cut table completes to the whole."""
+    axes = dict(LBASE, tp=[1, 2], prefill_tp=[1, 2], decode_tp=[1], layout=LAYOUTS3)
+    out = str(tmp_path / "t.csv")
+    full = SW.run_sweep(axes, out=out, chunk_points=3)
+    assert len(full) == SW.make_grid(axes).n_points == (1 + 3) + (1 + 3)
+    lines = open(out).read().splitlines(keepends=True)
+    with open(out, "w") as fh:
+        fh.writelines(lines[:4])                                           # header and 3 rows
+    pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True, chunk_points=3), full)
+    pd.testing.assert_frame_equal(SW.read_table(out), full)
+
+
+def test_limit_counts_a_moe_tp1_plan_once():
+    """The 50,000,000-point limit counts each TP1 plan once, not once per layout."""
+    axes = dict(LBASE, mode="colocated", tp=1, layout=LAYOUTS3, rate_req_per_s=list(range(1, 10_001)),
+                ttft_s=[0.1 * k for k in range(1, 101)], tpot_s=[0.01 * k for k in range(1, 21)])
+    grid = SW.make_grid(axes)                                              # product: 60,000,000
+    assert int(np.prod(grid.shape)) == 60_000_000 > SW.MAX_POINTS
+    assert grid.n_points == 20_000_000
+    with pytest.raises(FastsimInputError) as e:
+        SW.make_grid(dict(axes, tp=[1, 2]))
+    assert e.value.field == "grid" and e.value.value == f"{20_000_000 + 3 * 20_000_000:,} points"

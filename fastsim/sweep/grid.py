@@ -6,9 +6,11 @@ line) into a :class:`SweepGrid`; :class:`SweepSettings` holds how the sweep runs
 (:func:`_point_ids`) is a 64-bit hash of its axis values, stable whatever the execution order.
 
 A grid lists each plan once (see :func:`make_grid`, Notes): an axis that no point of the grid uses
-is an error when given (left at its default, ``tp`` holds the not-applicable value 0), and on a
+is an error when given (left at its default, ``tp`` holds the not-applicable value 0), on a
 grid of both modes each point counts only the axes its mode uses (:func:`_mode_counts`; the other
-axes held at their first value, and hashed into the id as :data:`_NOT_APPLICABLE`).
+axes held at their first value, and hashed into the id as :data:`_NOT_APPLICABLE`), and the
+layouts of an MoE plan whose TPs are all 1 (one plan: EP 1, DP 1) are listed once
+(:func:`_layout_repeats`).
 """
 from __future__ import annotations
 
@@ -189,12 +191,15 @@ class SweepGrid:
 
     @property
     def n_points(self) -> int:
-        """Number of distinct plans of the grid (int): each point counts only the axes its mode uses.
+        """Number of distinct plans of the grid (int): the rows of its table.
 
-        The product of :attr:`shape` on a grid of one mode; on a grid of both modes, the sum over
-        the modes of the product of the axes that mode uses (:func:`_mode_counts`).
+        Each point counts only the axes its mode uses, and an MoE plan whose TPs are all 1 counts
+        once whatever the layouts: the points of the mode-wise product (:func:`_n_enumerated`: the
+        product of :attr:`shape` on a grid of one mode; on a grid of both modes, the sum over the
+        modes of the product of the axes that mode uses, :func:`_mode_counts`) less the layout
+        copies among them (:func:`_n_layout_repeats`).
         """
-        return int(_mode_counts(self.axes).prod(axis=1, dtype=np.int64).sum())
+        return _n_enumerated(self.axes) - _n_layout_repeats(self)
 
     def describe(self) -> dict:
         """The axes as given (JSON-able).
@@ -330,7 +335,8 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         ``gpu`` names or ``"all"``; ``precision`` names; ``mode`` ``colocated`` /
         ``disaggregated``; ``tp``, ``prefill_tp``, ``decode_tp`` powers of two (the last two
         default to ``tp``); ``layout`` instance layouts (:data:`fastsim.stepmodel.LAYOUTS`, default
-        ``tp``; the EP layouts apply to MoE models, other points are refused rows);
+        ``tp``; the EP layouts apply to MoE models, other points are refused rows; an MoE plan whose
+        TPs are all 1 is listed once, see Notes);
         ``chunk_tokens`` integers >= 1 or ``"auto"`` (the best of the chunk
         set); ``max_batch`` integers >= 0 (0 = no cap); ``instances``, ``prefill_instances``,
         ``decode_instances`` integers >= 1 or ``"auto"`` (the planner's count; for disaggregated
@@ -375,7 +381,18 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     axes its mode uses (:func:`_mode_counts`): a colocated point is not repeated over the
     ``prefill_tp`` / ``decode_tp`` / ``*_instances`` values, nor a disaggregated one over the
     ``chunk_tokens`` values, or the ``tp`` (``instances``) values where both of its sides are
-    given. Each plan is listed once, under one id, the same as in a grid of its mode alone
+    given.
+
+    A layout sets the expert-parallel and data-parallel degrees of an instance from its TP
+    (:func:`fastsim.stepmodel.layout_degrees`): at TP 1, ``tp``, ``tp+ep`` and ``dp+ep`` all give
+    EP 1 and DP 1, the plain TP1 instance. So on an MoE model a point whose TPs are all 1 (``tp``
+    for a colocated point; both ``prefill_tp`` and ``decode_tp`` for a disaggregated one, a layout
+    applying to both of its pools) is one plan whatever its layout, and is listed once: under
+    ``tp`` when the ``layout`` axis names it, else under the first layout named
+    (:func:`_layout_repeats`). On a dense model an expert-parallel layout is a refused row at every
+    TP, TP 1 included (:func:`fastsim.stepmodel.layout_refusal`), not a copy: those rows stay.
+
+    Each plan is listed once, under one id, the same as in a grid of its mode alone
     (:func:`_point_ids`); :attr:`SweepGrid.n_points` (and the limit of 50,000,000 points) counts
     these distinct plans.
     """
@@ -512,6 +529,150 @@ def _mode_counts(axes: dict) -> np.ndarray:
         unused = _unused_axes(axes, mode)
         out[j] = [1 if a == "mode" or a in unused else len(axes[a]) for a in AXES]
     return out
+
+
+def _n_enumerated(axes: dict) -> int:
+    """Number of points of the mode-wise product of a grid's axes, layout copies included.
+
+    Parameters
+    ----------
+    axes : dict of str to tuple
+        Canonical axes (every name of :data:`AXES`).
+
+    Returns
+    -------
+    int
+        The sum over the modes of the product of a row of :func:`_mode_counts`: the points that
+        ``fastsim.sweep.table._codes`` enumerates, among which :func:`_layout_repeats` marks the
+        copies left out of the table.
+    """
+    return int(_mode_counts(axes).prod(axis=1, dtype=np.int64).sum())
+
+
+def _listed_layout(layouts: tuple) -> int:
+    """Index of the layout under which a plan that every layout gives alike is listed.
+
+    Parameters
+    ----------
+    layouts : tuple of str
+        The ``layout`` axis.
+
+    Returns
+    -------
+    int
+        The index of ``tp`` when the axis names it (the plan keeps its plain-TP id), else 0 (the
+        first layout named).
+    """
+    return layouts.index("tp") if "tp" in layouts else 0
+
+
+def _moe_pairs(grid: SweepGrid) -> np.ndarray:
+    """Whether each (``model`` value, workload value) pair of a grid serves an MoE model.
+
+    Parameters
+    ----------
+    grid : SweepGrid
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (len(grid.axes["model"]), len(grid.sources))
+        Where the ``model`` axis is absent (its one value ``None``), a point's model is its
+        scenario's, so the answer varies with the workload.
+    """
+    if grid.axes["model"] == (None,):
+        return np.array([[grid.models[src.model].is_moe for src in grid.sources]], dtype=bool)
+    moe = np.array([grid.models[m].is_moe for m in grid.axes["model"]], dtype=bool)
+    return np.repeat(moe[:, None], len(grid.sources), axis=1)
+
+
+def _all_tps_one(disaggregated: np.ndarray, tp: np.ndarray, prefill_tp: np.ndarray,
+                 decode_tp: np.ndarray) -> np.ndarray:
+    """Whether every instance of a point has TP 1 (numpy, elementwise).
+
+    Parameters
+    ----------
+    disaggregated : numpy.ndarray of bool
+    tp, prefill_tp, decode_tp : numpy.ndarray of int64
+        The points' values on these axes (:data:`_NO_TP` where absent: a side then takes ``tp``).
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        A colocated point: ``tp == 1``; a disaggregated one: both of its sides' TPs are 1.
+    """
+    pt = np.where(prefill_tp > 0, prefill_tp, tp)
+    dt = np.where(decode_tp > 0, decode_tp, tp)
+    return np.where(disaggregated, (pt == 1) & (dt == 1), tp == 1)
+
+
+def _layout_repeats(grid: SweepGrid, codes: dict) -> np.ndarray:
+    """Which points repeat, under another layout, a plan the grid lists once (vectorized).
+
+    Parameters
+    ----------
+    grid : SweepGrid
+    codes : dict of str to numpy.ndarray of int64, shape (n,)
+        Each point's value index on every axis of :data:`AXES` (``fastsim.sweep.table._codes``).
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (n,)
+        True for a point of an MoE model whose TPs are all 1 (:func:`_all_tps_one`) and whose
+        layout is not the listed one (:func:`_listed_layout`: ``tp`` if the axis names it, else
+        the first layout named).
+
+    Notes
+    -----
+    The rule: at TP 1 every layout gives EP 1 and DP 1 (:func:`fastsim.stepmodel.layout_degrees`),
+    so on an MoE model such a point is the plain TP1 plan whatever its layout; it is listed once.
+    On a dense model an expert-parallel layout is refused at every TP, TP 1 included (a refused
+    row, not a copy), so no dense point is marked. These points are not rows of the table, and
+    :attr:`SweepGrid.n_points` does not count them (:func:`_n_layout_repeats`).
+    """
+    A = grid.axes
+    n = codes["layout"].shape[0]
+    if len(A["layout"]) < 2:
+        return np.zeros(n, dtype=bool)
+    moe = _moe_pairs(grid)[codes["model"], codes["scenario"]]
+    disagg = np.array([m == "disaggregated" for m in A["mode"]], dtype=bool)[codes["mode"]]
+    vals = {a: np.array(A[a], dtype=np.int64)[codes[a]] for a in ("tp", "prefill_tp", "decode_tp")}
+    one = _all_tps_one(disagg, vals["tp"], vals["prefill_tp"], vals["decode_tp"])
+    return moe & one & (codes["layout"] != _listed_layout(A["layout"]))
+
+
+def _n_layout_repeats(grid: SweepGrid) -> int:
+    """Number of points of the mode-wise product that :func:`_layout_repeats` marks (no enumeration).
+
+    Parameters
+    ----------
+    grid : SweepGrid
+
+    Returns
+    -------
+    int
+        Per mode: (layouts - 1) x the (``tp``, ``prefill_tp``, ``decode_tp``) combinations that mode
+        ranges over whose TPs are all 1 x the MoE (model, workload) pairs (:func:`_moe_pairs`) x
+        the values of every other axis that mode uses (:func:`_mode_counts`); summed over the
+        modes.
+    """
+    A = grid.axes
+    n_lay = len(A["layout"])
+    if n_lay < 2:
+        return 0
+    n_moe = int(_moe_pairs(grid).sum())
+    if n_moe == 0:
+        return 0
+    counts = _mode_counts(A)
+    tp_axes = ("tp", "prefill_tp", "decode_tp")
+    pos = {a: AXES.index(a) for a in AXES}
+    rest = [pos[a] for a in AXES if a not in tp_axes + ("model", "scenario", "layout")]
+    total = 0
+    for j, mode in enumerate(A["mode"]):
+        # the TP values this mode ranges over (an axis it does not use: held at its first value)
+        grids = np.meshgrid(*(np.array(A[a][:counts[j, pos[a]]], dtype=np.int64) for a in tp_axes), indexing="ij")
+        ones = int(_all_tps_one(np.full(grids[0].shape, mode == "disaggregated"), *grids).sum())
+        total += (n_lay - 1) * ones * n_moe * math.prod(int(c) for c in counts[j, rest])
+    return total
 
 
 def _drop_unused_axes(axes: dict, given: tuple) -> None:

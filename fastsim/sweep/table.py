@@ -1,9 +1,11 @@
 """The analytic table of a sweep: its columns, and every point's analytic result, vectorized.
 
-:func:`analytic_table` evaluates every point of a grid (SPEC section 5) in chunks: one
-:func:`fastsim._analytic_nb.instances_nb` call per chunk over the distinct instances of its points,
-then numpy over the points. :data:`COLUMNS` names the table's columns and dtypes; the simulation
-columns (:func:`_empty_sim`) are filled later by :mod:`fastsim.sweep.tasks`.
+:func:`analytic_table` evaluates every point of a grid (SPEC section 5) in chunks: the points of
+the mode-wise product (:func:`_codes`) less the layout copies of a plan
+(:func:`fastsim.sweep.grid._layout_repeats`), then one :func:`fastsim._analytic_nb.instances_nb`
+call per chunk over the distinct instances of its points, then numpy over the points.
+:data:`COLUMNS` names the table's columns and dtypes; the simulation columns (:func:`_empty_sim`)
+are filled later by :mod:`fastsim.sweep.tasks`.
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from .. import _analytic_nb as AK
 from ..analytic import instances_needed
 from ..catalog import Catalog
 from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, step_params
-from .grid import (AXES, _AUTO, SweepGrid, SweepSettings, _hex, _mode_counts, _point_ids, _price_label,
-                   make_grid)
+from .grid import (AXES, _AUTO, SweepGrid, SweepSettings, _hex, _layout_repeats, _mode_counts, _n_enumerated,
+                   _point_ids, _price_label, make_grid)
 
 # reason codes of a point
 (_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
@@ -67,7 +69,9 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: 2: missing values (not 0) in the columns that do not apply to a row's mode. 3: the ``layout`` column.
 #: 4: each plan once in grids of both modes (no copy per value of an axis its mode does not use;
 #: ``point`` numbers the distinct plans; such an axis enters the id as not applicable).
-TABLE_VERSION = 4
+#: 5: an MoE plan whose TPs are all 1 once, not once per layout (``tp+ep`` / ``dp+ep`` there are
+#: the plain TP1 plan; the rows after such a plan are numbered afresh, their ids are unchanged).
+TABLE_VERSION = 5
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -161,13 +165,17 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
 
 
 def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
-    """The axis values of points, by point number (grid order, each plan once).
+    """The axis values of points, by their number in the mode-wise product (grid order).
 
     Parameters
     ----------
     grid : SweepGrid
     ix : numpy.ndarray of int64, shape (n,)
-        Point numbers, each in ``[0, grid.n_points)``.
+        Numbers in the mode-wise product, each in ``[0, _n_enumerated(grid.axes))``
+        (:func:`fastsim.sweep.grid._n_enumerated`). Without layout copies
+        (:func:`fastsim.sweep.grid._layout_repeats`; none unless an MoE model meets several
+        layouts at TP 1) these are the point numbers; else :func:`analytic_table` leaves the copies
+        out and numbers the points left.
 
     Returns
     -------
@@ -212,11 +220,10 @@ def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
     return codes
 
 
-def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, ix: np.ndarray) -> dict:
-    """Analytic columns (numpy arrays) of the points ``ix`` (int64, grid order)."""
+def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: np.ndarray) -> dict:
+    """Analytic columns (numpy arrays) of the points of codes ``c`` (:func:`_codes`), numbered ``ix`` (int64)."""
     from .._analytic_nb import instances as sweep_instances
     A = grid.axes
-    c = _codes(grid, ix)
     n = ix.shape[0]
     src = c["scenario"]
     mi = T.model_code_of_point_axis[c["model"], src]
@@ -421,8 +428,9 @@ def analytic_table(grid, *, catalog: Catalog | None = None, settings: SweepSetti
     pandas.DataFrame
         One row per distinct plan (``grid.n_points`` rows) in grid order, ``point`` numbering them
         from 0, the columns of :data:`COLUMNS` (simulation columns empty: ``verified`` False,
-        numbers NaN). A point is not repeated over the values of an axis its mode does not use
-        (:func:`fastsim.sweep.make_grid`, Notes).
+        numbers NaN). A point is not repeated over the values of an axis its mode does not use,
+        nor an MoE plan whose TPs are all 1 over the layouts (the same plan at TP 1: listed under
+        ``tp``, else under the first layout named; :func:`fastsim.sweep.make_grid`, Notes).
 
     Raises
     ------
@@ -433,9 +441,20 @@ def analytic_table(grid, *, catalog: Catalog | None = None, settings: SweepSetti
     s = settings or SweepSettings()
     T = _tables(grid, s)
     parts = []
-    for a in range(0, grid.n_points, chunk_points):
-        ix = np.arange(a, min(a + chunk_points, grid.n_points), dtype=np.int64)
-        cols = _analytic_chunk(grid, s, T, ix)
-        cols.update(_empty_sim(ix.shape[0]))
+    n_enum = _n_enumerated(grid.axes)
+    done = 0                                    # points numbered so far
+    for a in range(0, n_enum, chunk_points):
+        c = _codes(grid, np.arange(a, min(a + chunk_points, n_enum), dtype=np.int64))
+        copy = _layout_repeats(grid, c)
+        if copy.any():
+            c = {k: v[~copy] for k, v in c.items()}
+        n = c["mode"].shape[0]
+        if n == 0:
+            continue
+        cols = _analytic_chunk(grid, s, T, c, np.arange(done, done + n, dtype=np.int64))
+        cols.update(_empty_sim(n))
         parts.append(_frame(cols))
+        done += n
+    if done != grid.n_points:                   # the count and the enumeration must agree
+        raise RuntimeError(f"sweep grid: {done} points enumerated, SweepGrid.n_points counts {grid.n_points}")
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
