@@ -40,9 +40,14 @@ def test_analytic_table_matches_screen():
     ref = screen(CHAT.model, Demand.from_scenario(CHAT))
     col = df[df["mode"] == "colocated"].set_index(["gpu", "precision", "tp"]).sort_index()
     rc = ref[ref["mode"] == "colocated"].set_index(["gpu", "precision", "tp"]).sort_index()
-    for c in ("instance_capacity_req_per_s", "instances", "gpus", "usd_per_million_output_tokens",
-              "efficiency_usd_per_million_output_tokens", "feasible", "chunk_tokens", "batch"):
+    for c in ("instance_capacity_req_per_s", "gpus", "usd_per_million_output_tokens",
+              "efficiency_usd_per_million_output_tokens", "feasible", "batch"):
         np.testing.assert_array_equal(col[c].to_numpy(), rc[c].to_numpy(), err_msg=c)
+    # the screen writes 0 where it sized nothing (an infeasible point); the sweep leaves the cell missing
+    for c in ("instances", "chunk_tokens"):
+        np.testing.assert_array_equal(col[c].fillna(0).to_numpy(np.int64), rc[c].to_numpy(np.int64), err_msg=c)
+        np.testing.assert_array_equal(col[c].isna().to_numpy(), (rc[c] == 0).to_numpy(), err_msg=c)
+    assert col["instances"].isna().any()
     # disaggregated: the sweep row with the TPs the screen chose has the screen's cost
     sw = SW.analytic_table({"scenario": "chat", "mode": "disaggregated", "prefill_tp": [1, 2, 4, 8],
                             "decode_tp": [1, 2, 4, 8]})
@@ -447,3 +452,27 @@ def test_named_expert_parallel_layout_on_a_dense_model_is_refused_by_plan_for_an
     rc = main(["ledger", "--model", "llama-3.1-70b", "--gpu", "H100", "--precision", "FP8", "--tp", "1",
                "--layout", "tp+ep"])
     assert rc == 2 and "is dense" in capsys.readouterr().err
+
+
+def test_infeasible_rows_show_their_points_chunk_and_counts():
+    """Rows of infeasible points differ in the axes the grid gave (they showed 0 and looked alike);
+    on auto, where nothing was sized, the cell is missing and JSON says why."""
+    axes = {"scenario": "chat", "gpu": "H100", "precision": "BF16", "tp": [1, 2], "instances": [1, 2],
+            "chunk_tokens": [256, 512]}
+    df = SW.analytic_table(axes)
+    nofit = df[(df["mode"] == "colocated") & (df["tp"] == 1)]      # 70B BF16 does not fit one H100
+    assert not nofit["feasible"].any()
+    assert sorted(zip(nofit["instances"], nofit["chunk_tokens"])) == [(1, 256), (1, 512), (2, 256), (2, 512)]
+    dis = df[(df["mode"] == "disaggregated") & (df["prefill_tp"] == 1)]
+    assert not dis["feasible"].any()
+    assert sorted(zip(dis["prefill_instances"], dis["decode_instances"])) == [(1, 1), (2, 2)]
+    auto = SW.analytic_table({k: v for k, v in axes.items() if k not in ("instances", "chunk_tokens")})
+    bad = auto[(auto["mode"] == "colocated") & ~auto["feasible"]]
+    assert len(bad) and bad["instances"].isna().all() and bad["chunk_tokens"].isna().all()
+    good = auto[auto["feasible"]]
+    gc, gd = good[good["mode"] == "colocated"], good[good["mode"] == "disaggregated"]
+    assert len(gc) and (gc["instances"] > 0).all() and (gc["chunk_tokens"] > 0).all()
+    assert len(gd) and (gd["prefill_instances"] > 0).all() and (gd["decode_instances"] > 0).all()
+    from fastsim.sweep.storage import _json_records
+    rec = _json_records(bad.head(1))[0]
+    assert rec["instances"] is None and rec["null_reasons"]["instances"].startswith("not applicable: the configuration is infeasible")

@@ -321,23 +321,24 @@ def test_cli_counts_distinct_plans(capsys):
 
 
 def test_resume_of_a_table_of_the_previous_version_is_refused(tmp_path):
-    """Row sets changed with table version 5 (an MoE TP1 plan once, not once per layout), and ids
-    and row sets with version 4: a table written before is not resumed."""
-    assert TABLE_VERSION == 5
+    """Cells changed with table version 6 (an infeasible row's chunk and counts), row sets with 5 (an
+    MoE TP1 plan once, not once per layout), ids and row sets with 4: a table written before is not
+    resumed."""
+    assert TABLE_VERSION == 6
     axes = dict(BASE, mode="colocated", tp=[1, 2])
     out = str(tmp_path / "t.csv")
     SW.run_sweep(axes, out=out)
     meta = json.loads(open(out + ".sweep.json").read())
-    assert meta["table_version"] == 5
-    meta["table_version"] = 4
+    assert meta["table_version"] == 6
+    meta["table_version"] = 5
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     before = open(out).read()
     with pytest.raises(FastsimInputError) as e:
         SW.run_sweep(axes, out=out, resume=True)
-    assert e.value.field == "--resume" and "table version 4, this is 5" in e.value.allowed
+    assert e.value.field == "--resume" and "table version 5, this is 6" in e.value.allowed
     assert open(out).read() == before
-    meta["table_version"] = 5                                              # the same sidecar of this version resumes
+    meta["table_version"] = 6                                              # the same sidecar of this version resumes
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True), SW.read_table(out))

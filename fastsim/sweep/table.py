@@ -71,7 +71,9 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: ``point`` numbers the distinct plans; such an axis enters the id as not applicable).
 #: 5: an MoE plan whose TPs are all 1 once, not once per layout (``tp+ep`` / ``dp+ep`` there are
 #: the plain TP1 plan; the rows after such a plan are numbered afresh, their ids are unchanged).
-TABLE_VERSION = 5
+#: 6: an infeasible row shows its point's chunk and instance counts where the grid gave them, and
+#: leaves them missing where the axis was on auto (it showed 0, so such rows could not be told apart).
+TABLE_VERSION = 6
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -330,6 +332,10 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         ttft_d = ps[inv_b] + lat_p * T.params[np.maximum(row_b, 0), P_KVPG] / T.params[np.maximum(row_b, 0), P_NET_BW]
     a_ttft = np.where(ok, np.where(disagg, ttft_d, ttft_c), np.nan)
     a_tpot = np.where(ok, np.where(disagg, dstep[inv_a], step_c), np.nan)
+    chunk_row = np.where(col_ok, chunk_eff, np.where(disagg, 0, chunk_vals[c["chunk_tokens"]]))
+    inst_row = np.where(ok, n_c, inst_vals)
+    pi_row = np.where(ok, n_p, pi)
+    di_row = np.where(ok, n_d, di)
     model_names = np.array([m.name for m in T.models], dtype=object)
     src_labels = np.array([x.label for x in grid.sources], dtype=object)
     price_labels = np.array([_price_label(v) for v in A["price"]], dtype=object)
@@ -341,11 +347,13 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         "mode": np.array(A["mode"], dtype=object)[c["mode"]],
         "tp": _nullable(tp_vals, col), "prefill_tp": _nullable(pt, disagg), "decode_tp": _nullable(dt, disagg),
         "layout": np.array(A["layout"], dtype=object)[c["layout"]],
-        "chunk_tokens": _nullable(chunk_eff, col), "max_batch": mb,
-        # as the screen: 0 instances where the point is infeasible
-        "instances": _nullable(np.where(ok, n_c, 0), col),
-        "prefill_instances": _nullable(np.where(ok, n_p, 0), disagg),
-        "decode_instances": _nullable(np.where(ok, n_d, 0), disagg),
+        # the point's own chunk and counts, so that every row names its point: the screen's where it
+        # sized them, the grid's where it gave them, missing where neither (an infeasible point
+        # with the axis on auto: nothing was sized)
+        "chunk_tokens": _nullable(chunk_row, col & (chunk_row > 0)), "max_batch": mb,
+        "instances": _nullable(inst_row, col & (inst_row > 0)),
+        "prefill_instances": _nullable(pi_row, disagg & (pi_row > 0)),
+        "decode_instances": _nullable(di_row, disagg & (di_row > 0)),
         "workload": src_labels[src], "rate_req_per_s": rate, "ttft_s": T.ttft[src, c["ttft_s"]],
         "tpot_s": T.tpot[src, c["tpot_s"]], "price": price_labels[c["price"]], "price_usd_per_gpu_hour": price,
         "mean_prompt_tokens": T.mean_p[src], "mean_output_tokens": mean_o,
