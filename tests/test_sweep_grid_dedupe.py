@@ -10,6 +10,11 @@ a grid of both modes repeated its colocated points per ``prefill_tp`` / ``decode
 Layouts: at TP 1 the layouts ``tp``, ``tp+ep`` and ``dp+ep`` all give EP 1 and DP 1, so on an MoE
 model a point whose TPs are all 1 is one plan whatever its layout. Before, a grid over several
 layouts listed (priced, verified) that plan once per layout under distinct ids.
+
+Point ids: a disaggregated point's sides come from ``prefill_*`` / ``decode_*`` or from ``tp`` /
+``instances``. Before (table version 6), the id hashed the grid's spelling, so one plan had two ids
+(``prefill_tp = 2, decode_tp = 2`` against ``tp = 2``, ``instances = 2`` against
+``prefill_instances = decode_instances = 2``, ...); now it hashes the plan.
 """
 import csv
 import io
@@ -321,27 +326,164 @@ def test_cli_counts_distinct_plans(capsys):
 
 
 def test_resume_of_a_table_of_the_previous_version_is_refused(tmp_path):
-    """Cells changed with table version 6 (an infeasible row's chunk and counts), row sets with 5 (an
-    MoE TP1 plan once, not once per layout), ids and row sets with 4: a table written before is not
-    resumed."""
-    assert TABLE_VERSION == 6
+    """Ids changed with table version 7 (a disaggregated plan's id, whatever the spelling of its
+    sides), cells with 6 (an infeasible row's chunk and counts), row sets with 5 (an MoE TP1 plan
+    once, not once per layout), ids and row sets with 4: a table written before is not resumed."""
+    assert TABLE_VERSION == 7
     axes = dict(BASE, mode="colocated", tp=[1, 2])
     out = str(tmp_path / "t.csv")
     SW.run_sweep(axes, out=out)
     meta = json.loads(open(out + ".sweep.json").read())
-    assert meta["table_version"] == 6
-    meta["table_version"] = 5
+    assert meta["table_version"] == 7
+    meta["table_version"] = 6
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     before = open(out).read()
     with pytest.raises(FastsimInputError) as e:
         SW.run_sweep(axes, out=out, resume=True)
-    assert e.value.field == "--resume" and "table version 5, this is 6" in e.value.allowed
+    assert e.value.field == "--resume" and "table version 6, this is 7" in e.value.allowed
     assert open(out).read() == before
-    meta["table_version"] = 6                                              # the same sidecar of this version resumes
+    meta["table_version"] = 7                                              # the same sidecar of this version resumes
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True), SW.read_table(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Point ids: a plan's id, however the grid spells its sides
+# ---------------------------------------------------------------------------------------------
+
+DBASE = dict(BASE, mode="disaggregated")
+# pairs (or more) of grids listing the same plans in the same order, each spelled another way
+SPELLINGS = [
+    [dict(DBASE, prefill_tp=[1, 2], decode_tp=2), dict(DBASE, prefill_tp=[1, 2], tp=2)],
+    [dict(DBASE, decode_tp=[1, 4], prefill_tp=1), dict(DBASE, decode_tp=[1, 4], tp=1)],
+    [dict(DBASE, prefill_tp=2, decode_tp=2), dict(DBASE, tp=2), dict(DBASE, prefill_tp=2, tp=2),
+     dict(DBASE, decode_tp=2, tp=2)],
+    [dict(DBASE, tp=1, instances=2), dict(DBASE, tp=1, prefill_instances=2, decode_instances=2),
+     dict(DBASE, tp=1, instances=2, prefill_instances=2), dict(DBASE, tp=1, instances=2, decode_instances=2)],
+    [dict(DBASE, tp=1, prefill_instances=[1, 3], decode_instances=2),
+     dict(DBASE, tp=1, prefill_instances=[1, 3], instances=2)],
+    [dict(DBASE, tp=1, prefill_instances="auto", decode_instances=3),
+     dict(DBASE, tp=1, prefill_instances="auto", instances=3), dict(DBASE, tp=1, decode_instances=3)],
+    # auto given explicitly is the axis left out
+    [dict(DBASE, tp=[1, 2]), dict(DBASE, tp=[1, 2], prefill_instances="auto", decode_instances="auto"),
+     dict(DBASE, tp=[1, 2], instances="auto", prefill_instances="auto")],
+    [dict(DBASE, tp=2, instances=2), dict(DBASE, prefill_tp=2, decode_tp=2, prefill_instances=2, decode_instances=2),
+     dict(DBASE, prefill_tp=2, tp=2, decode_instances=2, instances=2)],
+    # a grid of both modes: its disaggregated (2, 2) point is the plan of tp = 2
+    [dict(BASE, tp=2, prefill_tp=2, decode_tp=2, instances=2), dict(BASE, tp=2, instances=2)],
+]
+
+
+@pytest.mark.parametrize("grids", SPELLINGS)
+def test_a_plan_spelled_two_ways_has_one_id(grids):
+    """The same plans (and so the same rows, figures included) under the same ids."""
+    first = SW.analytic_table(grids[0])
+    assert first.point_id.is_unique
+    for axes in grids[1:]:
+        other = SW.analytic_table(axes)
+        pd.testing.assert_frame_equal(other[ID_COLUMNS], first[ID_COLUMNS])
+
+
+def test_cli_gives_a_plan_one_id_whatever_the_axes(capsys):
+    ids = []
+    for side in ("decode_tp=2", "tp=2"):
+        rc, out, _ = run(capsys, "sweep", "--axis", "gpu=B200", "--axis", "precision=FP8", "--axis",
+                         "mode=disaggregated", "--axis", "prefill_tp=1,2", "--axis", side, "--format", "csv")
+        assert rc == 0
+        ids.append([(r["prefill_tp"], r["decode_tp"], r["point_id"]) for r in csv.DictReader(io.StringIO(out))])
+    assert ids[0] == ids[1] == [("1", "2", "4baca8183c594434"), ("2", "2", "215aa27f98cbb5d9")]
+
+
+# ids of table version 6 (computed before the change) that the change leaves as they were
+UNCHANGED = [
+    # (a) colocated points
+    (dict(BASE, mode="colocated", tp=[1, 2], instances=["auto", 2], chunk_tokens=["auto", 512]),
+     ["fdb4d0a97ab70824", "07795304c532f6dd", "f8bd339d729eb744", "1b5f17137a60db8a", "f7eb2a0c56a504d4",
+      "d240c97c062e1c50", "ca7e6a731f2feb9e", "23096ec44b1fa27e"]),
+    # (a) and (b): the default grid (both modes, tp and instances only)
+    (dict(BASE), ["fdb4d0a97ab70824", "f7eb2a0c56a504d4", "2e2546535aa7a668", "bc141be7dbcc0c09",
+                  "81e56e489e6e3405", "215aa27f98cbb5d9", "8179665d2d624872", "a5f28eff61540335"]),
+    # (b) a disaggregated grid of tp and instances only
+    (dict(DBASE, tp=[1, 2], instances=["auto", 3]),
+     ["81e56e489e6e3405", "51a1f35ea5139507", "215aa27f98cbb5d9", "2f6822d3663c417a"]),
+    # (c) sides that differ, from both side axes (tp and instances absent, or not used)
+    (dict(DBASE, prefill_tp=[1, 2], decode_tp=[2, 4], prefill_instances=[1, 2], decode_instances=[3, "auto"]),
+     ["eff6f691cfe1dece", "0175bb0c4379ffa3", "c65460ca73025b8c", "90494c73dcff1121", "13f2271212594ae2",
+      "2200babc74fe1caa", "fa90cc5af4c6a28b", "223797dd04a65b1a", None, None, None, None,
+      "f546cb6c4a4a9cd4", "18cb9874156b4183", "2c1e760ba28f2f37", "bffa1646194f8d16"]),
+    (dict(BASE, tp=[1, 2], prefill_tp=[1, 2], decode_tp=[2, 4], instances=2),
+     ["07795304c532f6dd", "d240c97c062e1c50", "4dbff370493d95e5", "96d2c175c4ac8fbd", None, "c1ccdc380300c4c1"]),
+]
+
+
+@pytest.mark.parametrize("axes,ids", UNCHANGED)
+def test_ids_of_plans_in_canonical_form_are_unchanged(axes, ids):
+    """Colocated ids, and disaggregated ones of equal sides from the stand-in alone or of differing
+    sides from both side axes, are those of table version 6 (``None``: a point in neither form,
+    whose id changed: it is the plan of the stand-in form)."""
+    got = SW.analytic_table(axes).point_id.tolist()
+    assert len(got) == len(ids)
+    assert [g for g, i in zip(got, ids) if i is not None] == [i for i in ids if i is not None]
+
+
+def test_equal_sides_from_both_side_axes_take_the_stand_in_id():
+    both = SW.analytic_table(dict(DBASE, prefill_tp=[1, 2], decode_tp=[2, 4]))
+    assert both.point_id.tolist() == ["4baca8183c594434", "af0ecab7b68b2a95", "215aa27f98cbb5d9",   # (2, 2): was
+                                      "dbb3d8ddd3978d7c"]                                          # 9f1dba4ff6dd5b79
+    assert SW.analytic_table(dict(DBASE, tp=2)).point_id.tolist() == ["215aa27f98cbb5d9"]            # unchanged
+    counts = SW.analytic_table(dict(DBASE, prefill_tp=[1, 2], decode_tp=[2, 4], prefill_instances=[1, 2],
+                                    decode_instances=[3, "auto"]))
+    changed = counts[(counts.prefill_tp == 2) & (counts.decode_tp == 2)]
+    alone = SW.analytic_table(dict(DBASE, tp=2, prefill_instances=[1, 2], decode_instances=[3, "auto"]))
+    assert changed.point_id.tolist() == alone.point_id.tolist() == ["d23cd4994bc64f1d", "476bc6f156cffabe",
+                                                                     "512dd37febd12411", "1757f77c73222d6b"]
+
+
+# spellings of the TPs and of the instance counts, crossed below into grids of one mode and both
+TP_SPELLINGS = [{}, dict(tp=[1, 2]), dict(prefill_tp=[1, 2]), dict(decode_tp=[2, 4]),
+                dict(tp=[1, 2], prefill_tp=[1, 2]), dict(tp=[2, 4], decode_tp=[1, 2]),
+                dict(prefill_tp=[1, 2], decode_tp=[1, 2]), dict(tp=[1, 2], prefill_tp=[2], decode_tp=[1, 2])]
+INSTANCE_SPELLINGS = [{}, dict(instances=[1, 2, "auto"]), dict(prefill_instances=[1, "auto"]),
+                      dict(decode_instances=[2, "auto"]), dict(instances=[1, 2], prefill_instances=[1, "auto"]),
+                      dict(instances=["auto", 2], decode_instances=[1, 2]),
+                      dict(prefill_instances=[1, 2, "auto"], decode_instances=[1, "auto"]),
+                      dict(instances=[1, "auto"], prefill_instances=[1, 2], decode_instances=[2])]
+
+
+def test_brute_force_one_id_per_plan_and_one_plan_per_id():
+    """Over every spelling of the sides, in grids of one mode and both: each plan (the cells of a
+    row where nothing is sized: a TPOT no plan meets, so an ``auto`` cell stays missing) has one id
+    in every grid, and no id names two plans, in one grid or across grids."""
+    cols = ["mode", "tp", "prefill_tp", "decode_tp", "chunk_tokens", "instances", "prefill_instances",
+            "decode_instances"]
+    ids_of, plans_of = {}, {}
+    n_grids = 0
+    for modes, tps, counts in itertools.product([["colocated", "disaggregated"], ["disaggregated"]], TP_SPELLINGS,
+                                                INSTANCE_SPELLINGS):
+        axes = dict(BASE, mode=modes, chunk_tokens=["auto", 512], tpot_s=1e-4, **tps, **counts)
+        if modes == ["disaggregated"]:
+            del axes["chunk_tokens"]
+        try:
+            grid = SW.make_grid(axes)
+        except FastsimInputError:                  # tp / instances beside both sides, disaggregated only
+            continue
+        n_grids += 1
+        df = SW.analytic_table(grid)
+        assert not df.feasible.any() and len(df) == grid.n_points and df.point_id.is_unique
+        plans = list(df[cols].astype(str).itertuples(index=False, name=None))
+        assert len(set(plans)) == len(plans)                               # distinct rows, distinct plans
+        for plan, pid in zip(plans, df.point_id):
+            ids_of.setdefault(plan, set()).add(pid)
+            plans_of.setdefault(pid, set()).add(plan)
+    assert n_grids == 2 * 8 * 8 - 15                                       # refused: stand-in beside both sides
+    assert {len(v) for v in ids_of.values()} == {1}                        # one id per plan
+    assert {len(v) for v in plans_of.values()} == {1}                      # one plan per id
+    # the plans met: colocated 4 TPs x 2 chunks x (auto, 1, 2); disaggregated, 14 pairs of TPs
+    # (every pair from {1, 2, 4, 8} bar (4, 8) and (8, 1)) x 9 pairs of counts (from {auto, 1, 2})
+    assert sum(p[0] == "colocated" for p in ids_of) == 4 * 2 * 3
+    assert sum(p[0] == "disaggregated" for p in ids_of) == 14 * 9
 
 
 # ---------------------------------------------------------------------------------------------

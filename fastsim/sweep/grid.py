@@ -3,7 +3,8 @@
 A grid is the Cartesian product of the axes of :data:`AXES`; :func:`make_grid` validates a mapping
 of axes (or :func:`load_grid` reads one from a TOML / JSON file, :func:`parse_axis` from the command
 line) into a :class:`SweepGrid`; :class:`SweepSettings` holds how the sweep runs. A point's id
-(:func:`_point_ids`) is a 64-bit hash of its axis values, stable whatever the execution order.
+(:func:`_point_ids`) is a 64-bit hash of its plan's values (the values it uses, in one canonical form
+whatever axes spelled them), stable whatever the execution order.
 
 A grid lists each plan once (see :func:`make_grid`, Notes): an axis that no point of the grid uses
 is an error when given (left at its default, ``tp`` holds the not-applicable value 0), on a
@@ -816,8 +817,47 @@ def _mix(h: np.ndarray) -> np.ndarray:
         return h ^ (h >> np.uint64(31))
 
 
+def _side_hashes(grid: SweepGrid, codes: dict) -> dict:
+    """What the axes of :data:`_STAND_IN_AXES` contribute to each point's id: its plan's sides (vectorized).
+
+    Parameters
+    ----------
+    grid : SweepGrid
+    codes : dict of str to numpy.ndarray of int64, shape (n,)
+        Each point's value index on every axis of :data:`AXES` (``fastsim.sweep.table._codes``).
+
+    Returns
+    -------
+    dict of str to numpy.ndarray of uint64, shape (n,)
+        For ``tp``, ``prefill_tp``, ``decode_tp``, ``instances``, ``prefill_instances``,
+        ``decode_instances``: the hash of ``axis=value`` with the value of the point's canonical
+        form (:func:`_point_ids`, Notes), whatever axes the grid spelled it with.
+    """
+    A = grid.axes
+    disagg = np.array([m == "disaggregated" for m in A["mode"]], dtype=bool)[codes["mode"]]
+    out = {}
+    for name, sides in _STAND_IN_AXES.items():
+        trio = (name,) + sides
+        absent = _canon(_NOT_APPLICABLE[sides[0]])         # a side's value where its axis is absent
+        # the values of the three axes as indices into one list of canonical words: equal index,
+        # equal value
+        words = sorted({_canon(v) for a in trio for v in A[a]} | {absent, _canon(_NOT_APPLICABLE[name])})
+        at = {w: i for i, w in enumerate(words)}
+        code = {a: np.array([at[_canon(v)] for v in A[a]], dtype=np.int64)[codes[a]] for a in trio}
+        none, na = at[absent], at[_canon(_NOT_APPLICABLE[name])]
+        # the values a disaggregated point's sides take: their own axis, else the stand-in
+        pre = np.where(code[sides[0]] == none, code[name], code[sides[0]])
+        dec = np.where(code[sides[1]] == none, code[name], code[sides[1]])
+        apart = disagg & (pre != dec)
+        value = {name: np.where(disagg, np.where(apart, na, pre), code[name]),
+                 sides[0]: np.where(apart, pre, none), sides[1]: np.where(apart, dec, none)}
+        for a in trio:
+            out[a] = np.array([_h64(f"{a}={w}") for w in words], dtype=np.uint64)[value[a]]
+    return out
+
+
 def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
-    """uint64 ids: fold the hashes of ``axis=value`` over every axis in canonical order.
+    """uint64 ids: fold the hashes of ``axis=value`` of each point's plan over the axes in canonical order.
 
     Parameters
     ----------
@@ -833,16 +873,43 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
 
     Notes
     -----
-    An absent axis contributes its default (a name list such as the default GPUs, or a sentinel
-    meaning "the scenario's value"), so two plans differ in id exactly when their axis values do.
-    An axis a point does not use (:func:`_unused_axes`: ``prefill_tp`` on a colocated point,
-    ``chunk_tokens`` on a disaggregated one, ...) contributes :data:`_NOT_APPLICABLE`, whatever its
-    values in the grid: a plan has the same id in every grid that holds it, of one mode or both.
+    The id is a function of the plan a point is (the values it uses), not of how the grid spelled
+    it: a plan has the same id in every grid that holds it, and two points of a grid share an id
+    only if they are the same plan. An absent axis contributes its default (a name list such as the
+    default GPUs, or a sentinel meaning "the scenario's value"). An axis a point does not use
+    (:func:`_unused_axes`: ``chunk_tokens`` on a disaggregated point, ``prefill_tp`` on a colocated
+    one, ...) contributes :data:`_NOT_APPLICABLE`, whatever its values in the grid.
+
+    A disaggregated point's TPs (``prefill_tp``, ``decode_tp``, each from its own axis, else from
+    ``tp``) and its instance counts (``prefill_instances``, ``decode_instances``, each from its own
+    axis, else from ``instances``; ``auto`` a value like any other) enter the id in one canonical
+    form per pair (:func:`_side_hashes`), that of a grid giving only the stand-in where the two
+    sides are equal, that of a grid giving both sides where they differ:
+
+    - equal sides, ``s``: ``tp`` (``instances``) ``= s`` and both sides absent (``0`` / empty);
+    - sides ``p != d``: ``tp`` (``instances``) not applicable (``0`` / ``auto``), ``prefill_tp = p``,
+      ``decode_tp = d`` (``prefill_instances = p``, ``decode_instances = d``).
+
+    So ``prefill_tp = 2, decode_tp = 2`` is ``tp = 2``; ``prefill_tp = 1`` with ``tp = 2`` is
+    ``prefill_tp = 1, decode_tp = 2``; ``prefill_instances = decode_instances = auto`` is the
+    default ``instances = auto``. The two forms cannot meet (a side of the second is never absent),
+    and each is one-to-one in the sides, so distinct plans keep distinct ids. A colocated point
+    contributes ``tp`` and ``instances`` as given and its sides as absent: its id, and the ids of
+    the disaggregated points already in a canonical form, are those of table version 6.
+
+    Other axes are hashed as given: a rate, TTFT or TPOT equal to the scenario's, the scenario's
+    own model named, or a price equal to the catalog's, hashes apart from the axis left out, and an
+    MoE plan whose TPs are all 1 keeps the id of the layout it is listed under
+    (:func:`_listed_layout`).
     """
     h = np.full(n, _h64("fastsim-sweep-point-v1"), dtype=np.uint64)
     unused = {m: _unused_axes(grid.axes, m) for m in grid.axes["mode"]}
+    sides = _side_hashes(grid, codes)
     for a in AXES:
         if a == "trace":
+            continue
+        if a in sides:
+            h = _mix(h ^ sides[a])
             continue
         name = "trace" if a == "scenario" and "trace" in grid.given else a
         table = np.array([_h64(f"{name}={_canon(v)}") for v in grid.axes[a]], dtype=np.uint64)

@@ -73,7 +73,11 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: the plain TP1 plan; the rows after such a plan are numbered afresh, their ids are unchanged).
 #: 6: an infeasible row shows its point's chunk and instance counts where the grid gave them, and
 #: leaves them missing where the axis was on auto (it showed 0, so such rows could not be told apart).
-TABLE_VERSION = 6
+#: 7: a disaggregated point's id is that of its plan, not of its grid's spelling: the same sides give
+#: the same id whether they come from ``tp`` / ``instances`` or from the side axes (equal sides hash
+#: as the stand-in alone, differing ones as both side axes; those ids, and every colocated one, are
+#: unchanged; the others changed).
+TABLE_VERSION = 7
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
