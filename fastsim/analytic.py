@@ -410,6 +410,10 @@ class Plan:
     prefill_price_usd_per_gpu_hour : float or None
         Price of one prefill GPU when the prefill side differs (US dollars per hour); None: the
         decode side's ``price_usd_per_gpu_hour``.
+    max_batch : int
+        Most admitted requests per (decode) instance, the engine's batch cap (vLLM's
+        ``max_num_seqs``); 0 = no cap beyond the KV budget. The simulator applies it
+        (:func:`fastsim.search.sim_plan`).
     """
 
     model: str
@@ -436,6 +440,7 @@ class Plan:
     prefill_gpu: str | None = None
     prefill_precision: str | None = None
     prefill_price_usd_per_gpu_hour: float | None = None
+    max_batch: int = 0
 
     @property
     def heterogeneous(self) -> bool:
@@ -571,7 +576,8 @@ class Plan:
         dict
             Every field, plus the derived ``gpus`` and ``capacity_req_per_s``; the
             ``spec_*`` fields only when the plan was screened with speculative decoding
-            (``spec_alpha`` not None) and ``prefix_hit_fraction`` only when it is not 0.
+            (``spec_alpha`` not None), ``prefix_hit_fraction`` and ``max_batch`` only when they
+            are not 0.
         """
         d = asdict(self)
         if self.spec_alpha is None:
@@ -579,6 +585,8 @@ class Plan:
                 d.pop(k)
         if not self.prefix_hit_fraction:
             d.pop("prefix_hit_fraction")
+        if not self.max_batch:
+            d.pop("max_batch")
         if not self.heterogeneous:
             for k in ("prefill_gpu", "prefill_precision", "prefill_price_usd_per_gpu_hour"):
                 d.pop(k)

@@ -133,7 +133,7 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
     ColocatedPlan or DisaggregatedPlan
         With step parameters from :func:`fastsim.stepmodel.step_params`; the plan's
         ``chunk_tokens`` for a colocated plan, the default prefill token budget (8192) for a
-        disaggregated one.
+        disaggregated one; the plan's ``max_batch`` (0: no cap) on its (decode) instances.
 
     Raises
     ------
@@ -151,15 +151,16 @@ def sim_plan(plan: Plan, catalog: Catalog | None = None, constants: StepConstant
         return DisaggregatedPlan(step_params(model, gp, prp, plan.prefill_tp, constants,
                                              **plan.layout_kwargs(plan.prefill_tp)), plan.prefill_instances,
                                  step_params(model, g, pr, plan.decode_tp, constants,
-                                             **plan.layout_kwargs(plan.decode_tp)), plan.decode_instances)
+                                             **plan.layout_kwargs(plan.decode_tp)), plan.decode_instances,
+                                 decode_max_batch=plan.max_batch)
     if plan.spec_gamma:
         # the draft shares the instance: the KV budget left beside it (fastsim.specdec)
         from .specdec import spec_step_params
         p, _ = spec_step_params(model, g, pr, plan.tp, constants, plan.spec, catalog=catalog,
                                 **plan.layout_kwargs(plan.tp))
-        return ColocatedPlan(p, plan.instances, plan.chunk_tokens)
+        return ColocatedPlan(p, plan.instances, plan.chunk_tokens, plan.max_batch)
     return ColocatedPlan(step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp)),
-                         plan.instances, plan.chunk_tokens)
+                         plan.instances, plan.chunk_tokens, plan.max_batch)
 
 
 class _Replay(NamedTuple):

@@ -476,3 +476,21 @@ def test_infeasible_rows_show_their_points_chunk_and_counts():
     from fastsim.sweep.storage import _json_records
     rec = _json_records(bad.head(1))[0]
     assert rec["instances"] is None and rec["null_reasons"]["instances"].startswith("not applicable: the configuration is infeasible")
+
+
+def test_capacity_search_applies_the_points_batch_cap():
+    """--capacity searched the uncapped plan: a max_batch=8 row reported the max_batch=0 row's rate."""
+    from fastsim.analytic import Plan
+    from fastsim.search import sim_plan
+    base = dict(model="llama-3.1-70b", gpu="B200", precision="FP8", tp=1, instances=2, chunk_tokens=512)
+    assert sim_plan(Plan(mode="colocated", max_batch=8, **base)).max_batch == 8
+    dis = Plan(mode="disaggregated", prefill_tp=1, prefill_instances=1, decode_tp=1, decode_instances=1,
+               max_batch=8, **dict(base, chunk_tokens=0))
+    assert sim_plan(dis).decode_max_batch == 8
+    assert "max_batch" not in Plan(mode="colocated", **base).to_dict()
+    df = SW.run_sweep({"gpu": "B200", "precision": "FP8", "tp": 1, "instances": 2, "max_batch": [0, 8],
+                       "rate_req_per_s": 4, "mode": ["colocated", "disaggregated"]},
+                      verify="all", seeds=2, horizon_s=60.0, seed=3, capacity=True)
+    for mode in ("colocated", "disaggregated"):
+        rows = df[df["mode"] == mode].set_index("max_batch")
+        assert rows.loc[8, "sim_capacity_req_per_s"] < 0.25 * rows.loc[0, "sim_capacity_req_per_s"], mode

@@ -109,12 +109,14 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
                                   batch=int(r.batch), prefill_capacity_req_per_s=float(r.prefill_capacity_req_per_s),
                                   decode_capacity_req_per_s=float(r.decode_capacity_req_per_s),
                                   instance_capacity_req_per_s=float(r.decode_capacity_req_per_s),
-                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout,
+                                  max_batch=int(r.max_batch)))
             else:
                 plans.append(Plan(model=r.model, gpu=r.gpu, precision=r.precision, mode="colocated", tp=int(r.tp),
                                   instances=int(r.instances), chunk_tokens=int(r.chunk_tokens), batch=int(r.batch),
                                   instance_capacity_req_per_s=float(r.instance_capacity_req_per_s),
-                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout))
+                                  price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout,
+                                  max_batch=int(r.max_batch)))
     dis = (sub["mode"] == "disaggregated").to_numpy()
     return _Task(
         points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b,
