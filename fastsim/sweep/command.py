@@ -6,7 +6,9 @@ import json
 from ..errors import FastsimInputError
 from .grid import SweepSettings, _tuple, load_grid, make_grid, parse_axis
 from .pareto import MAX_PLOTS, _inst_label, questions
+from .run import _check_out, _check_settings_used
 from .storage import _json_records
+from .table import COLUMNS
 
 def cli_sweep(args) -> int:
     """Run ``fastsim sweep`` from parsed arguments (see :func:`fastsim.cli.build_parser`).
@@ -33,6 +35,8 @@ def cli_sweep(args) -> int:
     # looked up on the package when called, so that a replaced fastsim.sweep.run_sweep is the one run
     from . import run_sweep
     from ..workload import read_trace
+    if args.out:
+        _check_out(args.out)            # before a trace is read or anything computed
     cat = _catalog(args)
     read_notes = []
 
@@ -49,21 +53,40 @@ def cli_sweep(args) -> int:
             axes.pop("trace" if name == "scenario" else "scenario", None)
     grid = make_grid(axes, cat, read_trace=reader)
     kw = dict(file_settings)
+    flagged = set()
     for flag, key in (("verify", "verify"), ("top_k", "top_k"), ("seeds", "seeds"), ("horizon", "horizon_s"),
                       ("seed", "seed")):
         if getattr(args, flag) is not None:
             kw[key] = getattr(args, flag)
+            flagged.add(key)
     if args.capacity:
         kw["capacity"] = True
+        flagged.add("capacity")
     if "chunk_tokens" in kw:
         kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
     if getattr(args, "calibration", None):
         from .._command_helpers import _constants
         kw["constants"] = _constants(args)
+
+    def field(key):
+        """The name of a setting where it was given: its flag, or its key in the grid file."""
+        flags = {"top_k": "--top-k", "capacity": "--capacity", "verify": "--verify", "seeds": "--seeds",
+                 "horizon_s": "--horizon", "seed": "--seed"}
+        return flags[key] if key in flagged else f"[sweep] {key} in {args.grid}" if key in file_settings else key
+
+    if args.capacity and kw.get("verify", "none") == "none":
+        source = f"verify none, from {field('verify')}," if "verify" in kw else "the default --verify none"
+        raise FastsimInputError("--capacity", True, "--verify top-k-per-scenario or --verify all beside it (the "
+                                f"capacity search runs on the simulated points; {source} simulates none)")
     try:
         settings = SweepSettings(**kw)
     except TypeError as exc:
         raise FastsimInputError("[sweep]", sorted(kw), f"fields of SweepSettings ({exc})") from None
+    except FastsimInputError as exc:
+        if exc.field in kw and exc.field != field(exc.field):
+            raise FastsimInputError(field(exc.field), exc.value, exc.allowed) from None
+        raise
+    _check_settings_used(grid, settings, top_k=kw.get("top_k"), name=field)
     if args.resume and not args.out:
         raise FastsimInputError("--resume", True, "an --out FILE to resume")
     max_plots = getattr(args, "plot_max", MAX_PLOTS)
@@ -87,41 +110,52 @@ def cli_sweep(args) -> int:
             json.dump({"rows": _json_records(df), "notes": notes}, sys.stdout, indent=2, allow_nan=False)
             sys.stdout.write("\n")
         else:
-            df.assign(notes=json.dumps(notes)).to_csv(sys.stdout, index=False, na_rep="")
+            _csv_frame(df, notes).to_csv(sys.stdout, index=False)
         return 0
     from tabulate import tabulate
-    show = df[df["feasible"]]
-    if show["verified"].any():
-        show = show[show["verified"]].sort_values(["sim_passed", "usd_per_million_output_tokens"],
-                                                  ascending=[False, True], kind="stable")
-    else:
-        show = show.sort_values(["usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens"],
-                                kind="stable")
+    # the analytically feasible points: the simulated ones first (passed, then by cost), then the
+    # others by cost; --rows of them
+    show = df[df["feasible"]].sort_values(
+        ["verified", "sim_passed", "usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens"],
+        ascending=[False, False, True, True], kind="stable")
     rows = []
+    na = {"run": False, "tpot": False, "capacity": False}     # why cells read n/a
     for _, r in show.head(args.rows).iterrows():
         tp = (_inst_label(r, r.tp) if r["mode"] == "colocated"
               else f"P:{_inst_label(r, r.prefill_tp)} D:{_inst_label(r, r.decode_tp)}")
         inst = str(r.instances) if r["mode"] == "colocated" else f"{r.prefill_instances}+{r.decode_instances}"
-        rows.append([r.workload, f"{r.rate_req_per_s:g}", r.gpu, r.precision, r["mode"], tp, inst, r.gpus,
-                     _fmt(float(r.usd_per_million_output_tokens), ".3f"),
-                     _fmt(float(r.efficiency_usd_per_million_output_tokens), ".3f"),
-                     _fmt(float(r.capacity_req_per_s), ".1f"),
-                     _fmt(float(r.sim_attainment), ".3f"), _fmt(float(r.sim_ttft_p90_s), ".3f"),
-                     _fmt(float(r.sim_tpot_p90_s) * 1e3, ".1f"),
-                     "not run" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
-                     _fmt(float(r.sim_capacity_req_per_s), ".2f")])
+        row = [r.workload, f"{r.rate_req_per_s:g}", r.gpu, r.precision, r["mode"], tp, inst, r.gpus,
+               _fmt(float(r.usd_per_million_output_tokens), ".3f"),
+               _fmt(float(r.efficiency_usd_per_million_output_tokens), ".3f"),
+               _fmt(float(r.capacity_req_per_s), ".1f"),
+               _fmt(float(r.sim_attainment), ".3f"), _fmt(float(r.sim_ttft_p90_s), ".3f"),
+               _fmt(float(r.sim_tpot_p90_s) * 1e3, ".1f"),
+               "not run" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
+               _fmt(float(r.sim_capacity_req_per_s), ".2f")]
+        rows.append(row)
+        if not r.verified:
+            na["run"] = True
+        else:
+            na["tpot"] |= row[13] == "n/a"
+            na["capacity"] |= row[15] == "n/a"
     n, nf, nv, npass = len(df), int(df["feasible"].sum()), int(df["verified"].sum()), int(df["sim_passed"].sum())
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
                                   "$/M eff", "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms",
                                   "verified", "sim max req/s"], disable_numparse=True))
     cells = {c for row in rows for c in row[11:]}
-    if "n/a" in cells:
-        print("note: n/a = not applicable: not simulated (verified 'not run'), no measured request with more than "
-              "one output token (TPOT), or capacity not searched (sim max req/s: --capacity)")
+    why = [text for key, text in (
+        ("run", "not simulated (verified 'not run')"),
+        ("tpot", "no measured request with more than one output token (TPOT)"),
+        ("capacity", "no capacity found (sim max req/s)" if settings.capacity else
+         "capacity not searched (sim max req/s; --capacity searches it for each simulated point)")) if na[key]]
+    if why:
+        print("note: n/a = not applicable: " + ", ".join(why))
     if "inf" in cells:
         print("note: inf = infinite: more than 10% of the measured requests never got that token (P90), or no "
               "capacity probe failed (sim max req/s)")
+    if len(rows) < n:
+        print("note: " + _rows_note(len(rows), n, nf, nv, args.rows, bool(args.out)))
     for note in read_notes:
         print("note: " + note)
     if args.out:
@@ -129,3 +163,46 @@ def cli_sweep(args) -> int:
     if plot_note:
         print("note: " + plot_note)
     return 0
+
+
+def _rows_note(shown: int, n: int, nf: int, nv: int, limit: int, wrote: bool) -> str:
+    """The note under the table when it shows fewer rows than the sweep has: which, and how to see the rest.
+
+    Parameters
+    ----------
+    shown, n, nf, nv : int
+        Rows shown, points, analytically feasible points, simulated points.
+    limit : int
+        ``--rows``.
+    wrote : bool
+        Whether ``--out`` wrote the whole table.
+    """
+    if nf == 0:
+        text = "rows shown: none, no point is analytically feasible"
+    else:
+        which = (f"{shown:,} of the {nf:,} analytically feasible points" if shown < nf
+                 else f"all {nf:,} analytically feasible points")
+        order = ", the simulated ones first (passed, then by cost), then the others by cost" if nv else ", by cost"
+        text = f"rows shown: {which}{order}"
+    if shown < nf:
+        text += f" (--rows {limit}; --rows N shows more)"
+    if nf < n:
+        text += f"; the {n - nf:,} infeasible points are not shown"
+    return text + ("; every point, with its reason, is in the --out file" if wrote
+                   else "; every point, with its reason: --format csv or json, or --out FILE")
+
+
+def _csv_frame(df, notes):
+    """The table as CSV rows, as every command writes CSV (:func:`fastsim._output.csv_frame`).
+
+    NaN, infinite and missing cells are empty, each explained in a ``null_reasons.FIELD`` column
+    (a reason starting with ``infinite``, such as an infeasible point's cost, or ``not
+    applicable``), and a ``notes`` column holds the notes as a JSON array. Integer columns stay
+    integers (an empty cell where missing, never ``2.0``).
+    """
+    from .._output import csv_frame
+    frame = csv_frame(_json_records(df), notes)
+    for c, d in COLUMNS:
+        if d in ("int64", "Int64") and c in frame.columns:
+            frame[c] = frame[c].astype("Int64")
+    return frame

@@ -52,6 +52,18 @@ _NOT_APPLICABLE = {"tp": _NO_TP, "prefill_tp": _NO_TP, "decode_tp": _NO_TP, "chu
 # not use comes after ``mode`` in the product (fastsim.sweep.table._codes relies on it)
 assert all(AXES.index(a) > AXES.index("mode") for a in _NOT_APPLICABLE)
 MAX_POINTS = 50_000_000
+#: Most instances a point is sized to, per side of a disaggregated point: an ``instances`` (or
+#: ``prefill_instances`` / ``decode_instances``) axis value above it is refused, and a point whose
+#: target rate needs more (on ``auto``) is infeasible, its reason saying so. A million instances is
+#: beyond any fleet; the bound keeps the GPU counts and costs exact (no int64 overflow).
+MAX_INSTANCES = 1_000_000
+#: Most instances a simulated point may have, per side: the simulator's limit, the one
+#: ``fastsim capacity --instance-counts`` takes (``fastsim.cli.MAX_INSTANCE_COUNT``; the sweep may not
+#: import the command line, and a test keeps the two equal). A sweep that would simulate a point with
+#: more is refused before any work starts (an axis value) or before any simulation (an auto count).
+MAX_SIMULATED_INSTANCES = 4096
+#: Largest ``chunk_tokens`` / ``max_batch`` axis value, and ``[sweep] chunk_tokens`` entry.
+MAX_TOKENS_OR_BATCH = 1_000_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,13 +89,15 @@ class SweepSettings:
     seed : int
         Root seed (>= 0).
     capacity : bool
-        Also bisect each verified point for its maximum sustainable rate (scenarios only).
+        Also bisect each verified point for its maximum sustainable rate (scenarios only; needs a
+        ``verify`` other than ``none``).
     capacity_tol : float
         Relative tolerance of that bisection.
     tpot_margin, ttft_tail : float
         As in :class:`fastsim.analytic.ScreenOptions`.
     chunk_tokens : tuple of int
-        Chunk sizes searched where the ``chunk_tokens`` axis is ``"auto"``.
+        Chunk sizes searched where the ``chunk_tokens`` axis is ``"auto"``: distinct integers from
+        1 to :data:`MAX_TOKENS_OR_BATCH`, at least one.
     constants : StepConstants
         Step-model constants (SPEC §3), for the screen and the simulator.
 
@@ -91,9 +105,11 @@ class SweepSettings:
     ------
     FastsimInputError
         An unknown ``verify`` mode; ``top_k`` or ``seeds`` not an integer >= 1 or ``seed`` not
-        an integer >= 0 (booleans rejected); ``capacity`` not a boolean; a non-numeric or
-        non-positive ``horizon_s``; ``capacity_tol`` outside (0, 1); chunk sizes, margin or
-        tail that :class:`fastsim.analytic.ScreenOptions` rejects.
+        an integer >= 0 (booleans rejected); ``capacity`` not a boolean, or true with ``verify``
+        ``none`` (nothing would be searched); a non-numeric or non-positive ``horizon_s``;
+        ``capacity_tol`` outside (0, 1); ``chunk_tokens`` empty, repeating a size, or holding
+        anything but integers from 1 to :data:`MAX_TOKENS_OR_BATCH` (``512.0`` included); margin
+        or tail that :class:`fastsim.analytic.ScreenOptions` rejects.
     """
 
     verify: str = "none"
@@ -121,9 +137,21 @@ class SweepSettings:
             v = getattr(self, name)
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise FastsimInputError(name, v, "a number")
+        allowed = (f"a non-empty list of distinct integers from 1 to {MAX_TOKENS_OR_BATCH:,} (the chunk sizes "
+                   "searched where the chunk_tokens axis is auto; whole numbers written as integers: 512, not 512.0)")
         if isinstance(self.chunk_tokens, (str, bytes)) or not hasattr(self.chunk_tokens, "__iter__") or any(
                 isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) for c in self.chunk_tokens):
-            raise FastsimInputError("chunk_tokens", self.chunk_tokens, "a list of integers >= 1")
+            raise FastsimInputError("chunk_tokens", list(self.chunk_tokens) if isinstance(self.chunk_tokens, tuple)
+                                    else self.chunk_tokens, allowed)
+        chunks = list(self.chunk_tokens)
+        if not chunks or any(not 1 <= c <= MAX_TOKENS_OR_BATCH for c in chunks) or len(set(chunks)) != len(chunks):
+            raise FastsimInputError("chunk_tokens", chunks, allowed + (
+                "; this one is empty" if not chunks else "; this one repeats a size" if len(set(chunks)) != len(chunks)
+                else ""))
+        if self.capacity and self.verify == "none":
+            raise FastsimInputError("capacity", True, "true only with verify top-k-per-scenario or all (the capacity "
+                                    "search runs on the simulated points, and verify none simulates none): set "
+                                    "verify, or drop capacity")
         from ..errors import require_positive
         require_positive("horizon_s", self.horizon_s)
         if not (0 < self.capacity_tol < 1):
@@ -239,17 +267,42 @@ def _values(name, raw) -> list:
     return vals
 
 
-def _int_value(name, v, lo, auto=False):
+def _int_value(name, v, lo, hi, auto=False):
+    """An integer axis value from ``lo`` to ``hi`` (or ``auto``), from the file or the command line.
+
+    One rule for both: the value is an integer, written as one (``512``, ``"512"``); a float
+    (``512.0`` in TOML or JSON, as ``"512.0"`` on the command line) and a boolean are refused.
+    """
+    allowed = f"an integer from {lo} to {hi:,}" + (" or 'auto'" if auto else "")
+    if _float_like(v):
+        allowed += " (written as an integer: 512, not 512.0)"
+    orig = v
     if auto and isinstance(v, str) and v.strip().lower() == _AUTO:
         return _AUTO
     if isinstance(v, str):
         try:
             v = int(v.strip())
         except ValueError:
-            raise FastsimInputError(f"axis {name}", v, f"an integer >= {lo}" + (" or 'auto'" if auto else "")) from None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)) or v != int(v) or v < lo:
-        raise FastsimInputError(f"axis {name}", v, f"an integer >= {lo}" + (" or 'auto'" if auto else ""))
+            raise FastsimInputError(f"axis {name}", orig, allowed) from None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        raise FastsimInputError(f"axis {name}", orig, allowed)
     return int(v)
+
+
+def _float_like(v) -> bool:
+    """Whether an integer axis value was written as a float (``2.0``, ``"2.0"``, ``"1e3"``)."""
+    if isinstance(v, (float, np.floating)):
+        return True
+    if isinstance(v, str):
+        try:
+            int(v.strip())
+        except ValueError:
+            try:
+                float(v.strip())
+                return True
+            except ValueError:
+                return False
+    return False
 
 
 def _float_value(name, v):
@@ -338,10 +391,12 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         default to ``tp``); ``layout`` instance layouts (:data:`fastsim.stepmodel.LAYOUTS`, default
         ``tp``; the EP layouts apply to MoE models, other points are refused rows; an MoE plan whose
         TPs are all 1 is listed once, see Notes);
-        ``chunk_tokens`` integers >= 1 or ``"auto"`` (the best of the chunk
-        set); ``max_batch`` integers >= 0 (0 = no cap); ``instances``, ``prefill_instances``,
-        ``decode_instances`` integers >= 1 or ``"auto"`` (the planner's count; for disaggregated
-        points ``instances`` sets both sides unless they are given); ``scenario`` names or
+        ``chunk_tokens`` integers from 1 to :data:`MAX_TOKENS_OR_BATCH` or ``"auto"`` (the best of
+        the chunk set); ``max_batch`` integers from 0 to :data:`MAX_TOKENS_OR_BATCH` (0 = no cap);
+        ``instances``, ``prefill_instances``, ``decode_instances`` integers from 1 to
+        :data:`MAX_INSTANCES` or ``"auto"`` (the planner's count; for disaggregated points
+        ``instances`` sets both sides unless they are given); the integer axes take integers (or
+        their decimal strings), never floats such as ``2.0``; ``scenario`` names or
         ``trace`` names / paths (not both); ``rate_req_per_s``, ``ttft_s``, ``tpot_s`` positive
         numbers (default: the scenario's; required for traces except the rate, which defaults to
         the trace's mean rate); ``price`` ``"catalog"``, a number (US dollars per GPU-hour of the
@@ -359,8 +414,9 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
     Raises
     ------
     FastsimInputError
-        Naming the axis: unknown axis, empty axis, repeated value, a value of the wrong type or
-        out of range, an unknown name, both ``scenario`` and ``trace``, a trace without its SLOs,
+        Naming the axis: unknown axis, empty axis, repeated value (two spellings of one GPU or
+        model included), a value of the wrong type (a float on an integer axis) or out of range,
+        an unknown name, both ``scenario`` and ``trace``, a trace without its SLOs,
         an axis given that no point of the grid uses (see Notes), or more than 50,000,000 points.
 
     Notes
@@ -408,11 +464,18 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         raise FastsimInputError("axis trace", raw["trace"], "either a scenario axis or a trace axis, not both")
     out: dict = {}
     models: dict = {}
+    spelled: dict = {}
     for v in raw.get("model", []):
         if not isinstance(v, str):
             raise FastsimInputError("axis model", v, "a catalog model name or a config.json path")
         m = catalog.model(v)
+        if m.name in models:
+            # as gpu = B200, b200: two spellings of one model would be one model twice
+            raise FastsimInputError("axis model", v, "distinct models (this one is repeated: "
+                                    + (f"{v!r} and {spelled[m.name]!r} both name {m.name})" if v != spelled[m.name]
+                                       else f"{m.name} is named twice)"))
         models[m.name] = m
+        spelled[m.name] = v
     out["model"] = tuple(models) if "model" in raw else (None,)
     gpus = []
     for v in raw.get("gpu", catalog.default_gpus()):
@@ -441,10 +504,14 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         for v in vals:
             if isinstance(v, (bool, np.bool_)):
                 raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64 (not a boolean)")
+            allowed = "a power of two from 1 to 64"
+            if _float_like(v):
+                # one rule in the file and on the command line (where "2.0" is no integer): an integer
+                raise FastsimInputError(f"axis {name}", v, allowed + " (written as an integer: 2, not 2.0)")
             try:
                 tv.append(require_tp(f"axis {name}", int(v) if isinstance(v, str) and v.strip().isdigit() else v))
             except (TypeError, FastsimInputError):
-                raise FastsimInputError(f"axis {name}", v, "a power of two from 1 to 64") from None
+                raise FastsimInputError(f"axis {name}", v, allowed) from None
         out[name] = tuple(tv)
     lays = []
     for v in raw.get("layout", ["tp"]):
@@ -452,11 +519,13 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
             raise FastsimInputError("axis layout", v, "one of " + ", ".join(LAYOUTS))
         lays.append(v)
     out["layout"] = tuple(lays)
-    out["chunk_tokens"] = tuple(_int_value("chunk_tokens", v, 1, auto=True) for v in raw.get("chunk_tokens", [_AUTO]))
-    out["max_batch"] = tuple(_int_value("max_batch", v, 0) for v in raw.get("max_batch", [0]))
-    out["instances"] = tuple(_int_value("instances", v, 1, auto=True) for v in raw.get("instances", [_AUTO]))
+    out["chunk_tokens"] = tuple(_int_value("chunk_tokens", v, 1, MAX_TOKENS_OR_BATCH, auto=True)
+                                for v in raw.get("chunk_tokens", [_AUTO]))
+    out["max_batch"] = tuple(_int_value("max_batch", v, 0, MAX_TOKENS_OR_BATCH) for v in raw.get("max_batch", [0]))
+    out["instances"] = tuple(_int_value("instances", v, 1, MAX_INSTANCES, auto=True)
+                             for v in raw.get("instances", [_AUTO]))
     for name in ("prefill_instances", "decode_instances"):
-        out[name] = tuple(_int_value(name, v, 1, auto=True) for v in raw[name]) if name in raw else ("",)
+        out[name] = tuple(_int_value(name, v, 1, MAX_INSTANCES, auto=True) for v in raw[name]) if name in raw else ("",)
     kind = "trace" if "trace" in raw else "scenario"
     cache: dict = {}
     sources = tuple(_resolve_source(kind, v, catalog, cache, read_trace) for v in raw.get(kind, ["chat"]))

@@ -19,9 +19,9 @@ import pandas as pd
 
 from ..catalog import Catalog
 from ..errors import FastsimInputError
-from .grid import SweepGrid, SweepSettings, _tuple, load_grid, make_grid
+from .grid import MAX_INSTANCES, MAX_SIMULATED_INSTANCES, SweepGrid, SweepSettings, _tuple, load_grid, make_grid
 from .pareto import MAX_PLOTS, plot_sweep
-from .scheduling import _execute
+from .scheduling import _check_scheduler, _execute
 from .storage import _format, _has_content, _meta_path, _read_meta, _repair_tail, read_table
 from .table import _SIM_COLUMNS, TABLE_VERSION, _tables, _typed, analytic_table
 from .tasks import _build_task, _select
@@ -126,6 +126,114 @@ def _check_resume(out: str, meta: dict) -> None:
                                 "without --resume")
 
 
+_INSTANCE_AXES = ("instances", "prefill_instances", "decode_instances")
+
+
+def _check_out(out: str) -> str:
+    """The format of an output path, once its directory is shown to take it (before any work).
+
+    Parameters
+    ----------
+    out : str
+        The ``--out`` path.
+
+    Returns
+    -------
+    str
+        ``"csv"``, ``"jsonl"`` or ``"parquet"`` (:func:`fastsim.sweep.storage._format`).
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown extension; a directory that does not exist, is not a directory or cannot be
+        written (the ``FILE.sweep.json`` beside the output goes there too); a CSV / JSON output
+        that is a directory, or a Parquet output that is a file.
+    """
+    fmt = _format(out)
+    parent = os.path.dirname(os.path.abspath(os.fspath(out).rstrip("/\\") or "."))
+    if not os.path.exists(parent):
+        raise FastsimInputError("--out", out, f"a path in an existing directory ({parent} does not exist; create it "
+                                "first)")
+    if not os.path.isdir(parent):
+        raise FastsimInputError("--out", out, f"a path in an existing directory ({parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FastsimInputError("--out", out, f"a path in a directory you can write to ({parent} is not writable)")
+    if fmt != "parquet" and os.path.isdir(out):
+        raise FastsimInputError("--out", out, f"a {fmt} file (this path is a directory)")
+    if fmt == "parquet" and os.path.exists(out) and not os.path.isdir(out):
+        raise FastsimInputError("--out", out, "a .parquet directory of part files (this path is a file)")
+    return fmt
+
+
+def _check_settings_used(grid: SweepGrid, s: SweepSettings, top_k=None, name=lambda key: key) -> None:
+    """Refuse a setting the sweep would ignore, or an instance count it cannot simulate (before any work).
+
+    Parameters
+    ----------
+    grid : SweepGrid
+    s : SweepSettings
+    top_k : int, optional
+        ``top_k`` when it was given explicitly (None: left at its default).
+    name : callable(str) -> str
+        The field to name for a setting (``"--top-k"`` on the command line, ...).
+
+    Raises
+    ------
+    FastsimInputError
+        ``top_k`` given with a ``verify`` other than ``top-k-per-scenario`` (it counts the points
+        that mode simulates per question); ``capacity`` with a trace axis (the search synthesizes
+        a scenario's requests at each probed rate: scenario rows only); with ``verify`` other than
+        ``none``, an ``instances`` / ``prefill_instances`` / ``decode_instances`` axis value above
+        :data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES` (the simulator's limit). ``capacity``
+        with ``verify = "none"`` is refused by :class:`SweepSettings` itself.
+    """
+    if top_k is not None and s.verify != "top-k-per-scenario":
+        raise FastsimInputError(name("top_k"), top_k, "only with verify top-k-per-scenario (it is the number of "
+                                f"points that verify mode simulates per question; verify {s.verify} "
+                                + ("simulates none" if s.verify == "none" else "simulates every feasible point")
+                                + "): drop it, or verify top-k-per-scenario")
+    if s.capacity and any(src.kind == "trace" for src in grid.sources):
+        raise FastsimInputError(name("capacity"), True, "false on a grid of traces: the capacity search is for "
+                                "scenario rows only (it synthesizes a scenario's requests at each probed rate; a "
+                                "trace has its own arrivals); drop it, or sweep a scenario axis")
+    if s.verify != "none":
+        for axis in _INSTANCE_AXES:
+            big = [v for v in grid.axes[axis] if isinstance(v, int) and v > MAX_SIMULATED_INSTANCES]
+            if big:
+                raise FastsimInputError(
+                    f"axis {axis}", big[0], f"at most {MAX_SIMULATED_INSTANCES:,} when points are simulated (verify "
+                    f"{s.verify}; the simulator's limit, as fastsim capacity --instance-counts), or 'auto'; "
+                    f"up to {MAX_INSTANCES:,} with verify none (the analytic table alone)")
+
+
+def _check_simulated_counts(table: pd.DataFrame, sel: np.ndarray, s: SweepSettings) -> None:
+    """Refuse to simulate a point sized (on ``auto``) to more instances than the simulator takes.
+
+    Raises
+    ------
+    FastsimInputError
+        A point selected for simulation has more than
+        :data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES` instances (colocated) or on a side
+        (disaggregated); the error names the first such point.
+    """
+    if not sel.any():
+        return
+    sub = table[sel]
+    counts = np.maximum.reduce([sub[c].fillna(0).to_numpy(np.int64) for c in _INSTANCE_AXES])
+    over = np.flatnonzero(counts > MAX_SIMULATED_INSTANCES)
+    if over.shape[0] == 0:
+        return
+    r = sub.iloc[over[0]]
+    plan = (f"TP{r.tp}, {r.instances:,} instances" if r["mode"] == "colocated" else
+            f"{r.prefill_instances:,} prefill instances of TP{r.prefill_tp} + {r.decode_instances:,} decode "
+            f"instances of TP{r.decode_tp}")
+    raise FastsimInputError(
+        "verify", s.verify, f"points of at most {MAX_SIMULATED_INSTANCES:,} instances (per side) to simulate, the "
+        f"simulator's limit (as fastsim capacity --instance-counts); {over.shape[0]:,} selected points have more, "
+        f"such as point {int(r.point)} ({r.gpu} {r.precision} {r['mode']} {plan}; {r.workload} at "
+        f"{r.rate_req_per_s:g} req/s): lower the rate_req_per_s axis, or verify none (the analytic table alone)")
+
+
 def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
               out: str | None = None, resume: bool = False, scheduler: str | None = None,
               workers: int | None = None, progress: bool | None = None, chunk_points: int = 20_000,
@@ -174,10 +282,17 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     Raises
     ------
     FastsimInputError
-        A bad grid or setting (before any work starts), an unknown output extension, a resume
-        whose grid or settings differ from the interrupted run's, a resume of an ``out`` with
-        content but no (or an unreadable) ``FILE.sweep.json`` (``out`` is then left as it was),
-        Dask requested but not installed.
+        A bad grid or setting (before any work starts), an unknown output extension, an ``out``
+        whose directory does not exist or cannot be written, a resume whose grid or settings
+        differ from the interrupted run's, a resume of an ``out`` with content but no (or an
+        unreadable) ``FILE.sweep.json`` (``out`` is then left as it was), Dask requested but not
+        installed; a setting the sweep would ignore (``top_k`` given without ``verify =
+        "top-k-per-scenario"``, ``capacity`` with ``verify = "none"`` or a trace axis, ``settings``
+        beside keyword settings, ``workers`` beside ``scheduler``); a ``scheduler`` that is no
+        address or does not answer; an instance count above the simulator's limit
+        (:data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES`) on a point to simulate, given
+        (before any work) or sized on ``auto`` (after the analytic table, before anything is
+        simulated or written).
     """
     import sys
     # looked up on the package when called, so that replacing fastsim.sweep._run_task or
@@ -189,15 +304,19 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         grid = make_grid(axes, catalog)
     elif not isinstance(grid, SweepGrid):
         grid = make_grid(grid, catalog)
+    kw = dict(file_settings)
+    kw.update(settings_kw)
+    top_k = kw.get("top_k") if settings is None else None      # given explicitly (file or keyword)
     if settings is None:
-        kw = dict(file_settings)
-        kw.update(settings_kw)
         if "chunk_tokens" in kw:
             kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
         try:
             settings = SweepSettings(**kw)
         except TypeError as exc:
             raise FastsimInputError("sweep settings", sorted(kw), f"fields of SweepSettings ({exc})") from None
+    elif settings_kw:
+        raise FastsimInputError("sweep settings", sorted(settings_kw), "either settings=SweepSettings(...) or its "
+                                "fields as keyword arguments, not both (the keywords would be ignored)")
     s = settings
     for name, v in (("chunk_points", chunk_points), ("chunk_verify", chunk_verify),
                     ("max_requests_per_call", max_requests_per_call)):
@@ -205,14 +324,24 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
             raise FastsimInputError(name, v, "an integer >= 1")
     if workers is not None and (isinstance(workers, bool) or int(workers) != workers or workers < 1):
         raise FastsimInputError("--workers", workers, "an integer >= 1")
-    fmt = _format(out) if out else None
+    if workers is not None and scheduler:
+        raise FastsimInputError("--workers", workers, "either --workers (start a local Dask cluster) or --scheduler "
+                                f"(use the running one at {scheduler}), not both")
+    if scheduler:
+        _check_scheduler(scheduler)
+    _check_settings_used(grid, s, top_k)
+    fmt = _check_out(out) if out else None
     meta = {"table_version": TABLE_VERSION, "axes": grid.describe(), "settings": s.to_dict(),
             "inputs_sha256": _inputs_digest(grid)}
+    if out and resume:
+        _check_resume(out, meta)
+    # 1. analytic table of every point (cheap, deterministic), and the points to simulate
+    table = analytic_table(grid, settings=s)
+    sel = _select(table, s)
+    _check_simulated_counts(table, sel, s)
     if out:
         mp = _meta_path(out)
-        if resume:
-            _check_resume(out, meta)
-        else:
+        if not resume:
             if os.path.isdir(out):
                 for f in os.listdir(out):
                     if f.endswith(".parquet") or f.endswith(".tmp"):
@@ -221,13 +350,10 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
                 os.remove(out)
         with open(mp, "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=1)
-    # 1. analytic table of every point (cheap, deterministic)
-    table = analytic_table(grid, settings=s)
-    sel = _select(table, s)
     done = np.zeros(len(table), bool)
     previous = None
     part = 0
-    if out and resume:
+    if out and resume and os.path.exists(out):      # a resume with no output yet computes every point
         if fmt in ("csv", "jsonl") and os.path.isfile(out):
             _repair_tail(out)       # the rows after an interruption are appended after whole lines
         previous = read_table(out)

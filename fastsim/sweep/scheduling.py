@@ -9,6 +9,41 @@ from __future__ import annotations
 from ..errors import FastsimInputError
 
 
+_ADDRESS = "the address of a running Dask scheduler, such as tcp://10.0.0.5:8786"
+
+
+def _check_scheduler(scheduler) -> None:
+    """Refuse a scheduler address that cannot be one, before any work (Dask would raise a
+    ``ValueError`` only when it connects, after the analytic table).
+
+    Parameters
+    ----------
+    scheduler : str or object
+        A ``--scheduler`` address; anything but a string (a ``dask.distributed`` cluster object
+        given from Python) is left to Dask.
+
+    Raises
+    ------
+    FastsimInputError
+        A blank address, or (with Dask installed) one without a host and port where its protocol
+        needs them (``tcp``, ``tls``, ``ws``, ``wss``, ``ucx``).
+    """
+    if not isinstance(scheduler, str):
+        return
+    if not scheduler.strip():
+        raise FastsimInputError("--scheduler", scheduler, _ADDRESS)
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        return          # said when the cluster is needed: install Dask
+    try:
+        proto, loc = parse_address(scheduler.strip())
+        if proto in ("tcp", "tls", "ws", "wss", "ucx"):
+            parse_host_port(loc)
+    except (ValueError, TypeError) as exc:
+        raise FastsimInputError("--scheduler", scheduler, f"{_ADDRESS} ({exc})") from None
+
+
 def _client(scheduler, workers):
     try:
         from dask.distributed import Client, LocalCluster
@@ -16,7 +51,11 @@ def _client(scheduler, workers):
         raise FastsimInputError("--scheduler/--workers", scheduler or workers,
                                 "an installed Dask (pip install 'fastsim[dask]')") from None
     if scheduler:
-        return Client(scheduler), None
+        try:
+            return Client(scheduler), None
+        except (OSError, ValueError, TypeError) as exc:     # OSError: TimeoutError, refused, unknown host
+            raise FastsimInputError("--scheduler", scheduler, f"{_ADDRESS} that answers (connecting failed: "
+                                    f"{type(exc).__name__}: {str(exc)[:200]})") from None
     cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True, dashboard_address=":0")  # any free port, never a clash
     return Client(cluster), cluster
 

@@ -62,18 +62,21 @@ def read_table(path: str) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        The columns of :data:`COLUMNS` with their dtypes; an empty frame if nothing was written.
+        The columns of :data:`COLUMNS` with their dtypes; an empty frame if the file (or the
+        Parquet directory) exists but nothing was written to it yet.
 
     Raises
     ------
     FastsimInputError
-        An unknown extension, or a file that is not a sweep table (a missing column, or a row
-        that does not parse, named with the parser's message).
+        An unknown extension; a path that does not exist (a typo must not read as an empty
+        sweep); a file that is not a sweep table (a missing column, or a row that does not parse,
+        named with the parser's message).
     """
     fmt = _format(path)
-    empty = _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     if not os.path.exists(path):
-        return empty
+        raise FastsimInputError("sweep table", path, "an existing sweep output, a file (a directory for .parquet) "
+                                "written by fastsim sweep --out or run_sweep(out=...) (file not found)")
+    empty = _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     try:
         return _parse_table(path, fmt, empty)
     except (ValueError, TypeError, KeyError) as exc:      # a row that is not one fastsim sweep wrote

@@ -15,15 +15,14 @@ import numpy as np
 import pandas as pd
 
 from .. import _analytic_nb as AK
-from ..analytic import instances_needed
 from ..catalog import Catalog
 from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, step_params
-from .grid import (AXES, _AUTO, SweepGrid, SweepSettings, _hex, _layout_repeats, _mode_counts, _n_enumerated,
-                   _point_ids, _price_label, make_grid)
+from .grid import (AXES, _AUTO, MAX_INSTANCES, SweepGrid, SweepSettings, _hex, _layout_repeats, _mode_counts,
+                   _n_enumerated, _point_ids, _price_label, make_grid)
 
 # reason codes of a point
 (_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
- _R_LAYOUT) = range(11)
+ _R_LAYOUT, _R_TOO_MANY) = range(12)
 _REASONS = np.array([
     "",
     "weights + one request's KV do not fit in memory",
@@ -37,6 +36,8 @@ _REASONS = np.array([
     "decode: no batch meets the TPOT target",
     "the model refuses this layout (a TP that does not divide its attention or KV heads, which vLLM "
     "refuses, or expert parallelism on a dense model)",
+    f"the target rate needs more than {MAX_INSTANCES:,} instances (the most a point is sized to; per side when "
+    "disaggregated)",
 ], dtype=object)
 
 #: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
@@ -298,15 +299,18 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     # colocated
     col_ok = ok_peak & (cst[inv_a] == AK.OK)
     cap_c = np.where(col_ok, ccap[inv_a], 0.0)
-    n_c = np.where(inst_vals > 0, inst_vals, instances_needed(rate, cap_c))
+    n_c, big_c = _sized(inst_vals, rate, cap_c)
     # disaggregated
     cap_p = np.where(ok_peak, pcap[inv_b], 0.0)
     cap_d = np.where(ok_peak, dcap[inv_a], 0.0)
     dis_ok = ok_peak & (cap_p > 0) & (cap_d > 0)
     pi, di = side_inst("prefill_instances"), side_inst("decode_instances")
-    n_p = np.where(pi > 0, pi, instances_needed(rate, cap_p))
-    n_d = np.where(di > 0, di, instances_needed(rate, cap_d))
-    ok = np.where(disagg, dis_ok, col_ok)
+    n_p, big_p = _sized(pi, rate, cap_p)
+    n_d, big_d = _sized(di, rate, cap_d)
+    # a point whose rate needs more than MAX_INSTANCES (on auto) is not sized: infeasible, said so
+    too_many = np.where(disagg, dis_ok & (big_p | big_d), col_ok & big_c)
+    ok_plan = np.where(disagg, dis_ok, col_ok)     # the instance itself works (per-instance columns)
+    ok = ok_plan & ~too_many                       # ... and the point is sized
     gpus = np.where(disagg, pt * n_p + dt * n_d, tp_vals * n_c)
     capacity = np.where(disagg, np.minimum(n_p * cap_p, n_d * cap_d), n_c * cap_c)
     reason = np.full(n, _R_OK, dtype=np.int64)
@@ -319,14 +323,15 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     reason = np.where(pre_bad, np.where(st[inv_b] == AK.NO_FIT, _R_PRE_NOFIT, _R_PRE_TTFT), reason)
     reason = np.where(dec_bad, np.where(st[inv_a] == AK.NO_FIT, _R_DEC_NOFIT, _R_DEC_TPOT), reason)
     reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, _R_NOPEAK), reason)
+    reason = np.where(too_many, _R_TOO_MANY, reason)
     below = ok & (capacity < rate * (1.0 - 1e-9))
     reason = np.where(below, _R_BELOW, reason)
     feasible = ok & ~below
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cost = np.where(feasible, gpus * price / (rate * mean_o * 3600.0) * 1e6, np.inf)
         eff_c = tp_vals * price / (cap_c * mean_o * 3600.0) * 1e6
         eff_d = (pt / cap_p + dt / cap_d) * price / (mean_o * 3600.0) * 1e6
-        eff = np.where(ok, np.where(disagg, eff_d, eff_c), np.inf)
+        eff = np.where(ok_plan, np.where(disagg, eff_d, eff_c), np.inf)
         tok_gpu = np.where(feasible, rate * mean_o / gpus, np.nan)
     lat_p = T.lat_p[src]
     chunk_eff = np.where(disagg, 0, cc[inv_a])
@@ -334,8 +339,8 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     with np.errstate(invalid="ignore"):
         ttft_c = np.ceil(lat_p / np.maximum(chunk_eff, 1)) * step_c
         ttft_d = ps[inv_b] + lat_p * T.params[np.maximum(row_b, 0), P_KVPG] / T.params[np.maximum(row_b, 0), P_NET_BW]
-    a_ttft = np.where(ok, np.where(disagg, ttft_d, ttft_c), np.nan)
-    a_tpot = np.where(ok, np.where(disagg, dstep[inv_a], step_c), np.nan)
+    a_ttft = np.where(ok_plan, np.where(disagg, ttft_d, ttft_c), np.nan)
+    a_tpot = np.where(ok_plan, np.where(disagg, dstep[inv_a], step_c), np.nan)
     chunk_row = np.where(col_ok, chunk_eff, np.where(disagg, 0, chunk_vals[c["chunk_tokens"]]))
     inst_row = np.where(ok, n_c, inst_vals)
     pi_row = np.where(ok, n_p, pi)
@@ -371,6 +376,33 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         "usd_per_million_output_tokens": cost, "efficiency_usd_per_million_output_tokens": eff,
         "output_tokens_per_s_per_gpu": tok_gpu, "feasible": feasible, "reason": _REASONS[reason],
     }
+
+
+def _sized(given: np.ndarray, rate: np.ndarray, cap: np.ndarray) -> tuple:
+    """Instances of points: the given count, else the planner's count for the rate, never overflowing.
+
+    Parameters
+    ----------
+    given : numpy.ndarray of int64
+        The axis value, 0 for ``auto`` (at most :data:`fastsim.sweep.grid.MAX_INSTANCES`, checked
+        by :func:`fastsim.sweep.make_grid`).
+    rate, cap : numpy.ndarray of float64
+        Target rate and one instance's capacity (req/s; capacity <= 0: the instance does not work).
+
+    Returns
+    -------
+    (numpy.ndarray of int64, numpy.ndarray of bool)
+        The counts (:func:`fastsim.analytic.instances_needed`'s ``ceil(rate / capacity)``, computed
+        in floating point; 0 where the capacity is not positive or the count is too large), and
+        whether an ``auto`` count exceeds :data:`~fastsim.sweep.grid.MAX_INSTANCES` (a rate of
+        1e308 req/s gave a count past int64 before: negative GPUs and costs).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        n = np.ceil(rate / cap * (1.0 - 1e-9))
+    n = np.where(cap > 0, np.maximum(n, 1.0), 0.0)
+    big = (given == 0) & ~(n <= MAX_INSTANCES)            # NaN (inf / inf) counts as too large too
+    n = np.where(given > 0, given, np.where(big, 0, n).astype(np.int64))
+    return n.astype(np.int64), big & (cap > 0)
 
 
 def _nullable(values: np.ndarray, valid: np.ndarray) -> pd.arrays.IntegerArray:
