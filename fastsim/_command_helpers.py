@@ -1,9 +1,9 @@
 """Helpers of the commands, shared by :mod:`fastsim.cli` and the modules that implement commands.
 
 What a command's parsed arguments resolve to (the catalog with ``--catalog`` / ``--price``, the
-step constants of ``--calibration``), the notes on how a trace was read, table cells, the
-``--plot`` check. :mod:`fastsim.sweep` and :mod:`fastsim.calibrate` use them without importing the
-command line (which imports them), and this module imports neither.
+step constants of ``--calibration``, the distinct values of a repeatable flag), the notes on how a
+trace was read, table cells, the ``--plot`` check. :mod:`fastsim.sweep` and :mod:`fastsim.calibrate`
+use them without importing the command line (which imports them), and this module imports neither.
 """
 from __future__ import annotations
 
@@ -50,6 +50,41 @@ def _int_at_least(lo):
             raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= {lo}")
         return v
     return conv
+
+
+def _distinct(flag, values, canon=None):
+    """The values of a repeatable flag, each once; a value named twice is refused, as ``sweep`` refuses it.
+
+    Parameters
+    ----------
+    flag : str
+        The flag, for the error.
+    values : sequence
+        Its values as given.
+    canon : callable, optional
+        ``canon(value)``: the list of values a given one names (``["B200"]`` for ``b200``, every
+        catalog GPU for ``all``); default ``[value]``.
+
+    Returns
+    -------
+    tuple
+        The values named, in order.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the flag and the first value that names one named before it (also spelled otherwise).
+    """
+    from .errors import FastsimInputError
+    seen = {}
+    for v in values:
+        for c in (canon(v) if canon else [v]):
+            if c in seen:
+                first = seen[c]
+                raise FastsimInputError(flag, v, "distinct values (this one is repeated" + (
+                    f": {first!r} and {v!r} both name {c})" if str(first) != str(v) else ")"))
+            seen[c] = v
+    return tuple(seen)
 
 
 def _catalog(args):

@@ -201,11 +201,21 @@ def csv_frame(records, notes=(), row_notes=None):
     -------
     pandas.DataFrame
         Nested dicts flattened to ``a.b`` columns; list-valued cells as JSON text; missing and
-        non-finite values empty.
+        non-finite values empty. A column whose values are all integers where present (booleans
+        aside) is a nullable integer column (``Int64``), so CSV writes ``2``, not ``2.0``, and an
+        empty cell where a record has no value.
     """
     import pandas as pd
     recs = strict(list(records))
     frame = pd.json_normalize(recs) if recs else pd.DataFrame(index=[0])
+    flat = [_flatten(r, "", {}) for r in recs]
+    for c in frame.columns:
+        kinds = {type(f[c]) for f in flat if f.get(c) is not None}
+        if kinds == {int}:
+            try:
+                frame[c] = pd.array([f.get(c) for f in flat], dtype="Int64")
+            except (OverflowError, TypeError, ValueError):  # past int64: left as it is
+                pass
     for c in frame.columns:
         if frame[c].map(lambda v: isinstance(v, (list, dict))).any():
             frame[c] = frame[c].map(lambda v: json.dumps(v, allow_nan=False) if isinstance(v, (list, dict)) else v)
@@ -216,3 +226,14 @@ def csv_frame(records, notes=(), row_notes=None):
     else:
         frame["notes"] = json.dumps(list(notes), allow_nan=False)
     return frame
+
+
+def _flatten(record: dict, prefix: str, out: dict) -> dict:
+    """``out`` with ``record``'s values that are not dicts, nested dicts flattened to ``a.b`` keys
+    as :func:`pandas.json_normalize` names its columns."""
+    for k, v in record.items():
+        if isinstance(v, dict):
+            _flatten(v, f"{prefix}{k}.", out)
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -17,7 +17,9 @@ The grid is GPU x precision x TP x mode {colocated, disaggregated}. Per configur
 
 In every step the b decodes read ``b x (mean P + mean O / 2)`` tokens of KV. Latency checks use the
 latency quantile (P90 by default) of the length distributions, never the mean (lecture §2.3,
-lesson one). Instances are whole: each plan reports its integer cost and its efficiency cost.
+lesson one). Instances are whole: each plan reports its integer cost and its efficiency cost. A
+configuration that needs more than :data:`MAX_INSTANCES` (4,096) instances of a kind to carry the
+rate is infeasible, with a reason that says so (counts never overflow, however large the rate).
 
 Two options go beyond the lecture's screen (its §2.5 list, SPEC §10):
 
@@ -55,7 +57,17 @@ if TYPE_CHECKING:
     import pandas as pd   # imported where a table is built: a command's first line does not wait for it
 
 __all__ = ["Demand", "ScreenOptions", "Plan", "screen", "instance_table", "plan_for", "cost_usd_per_million_output_tokens",
-           "instances_needed"]
+           "instances_needed", "MAX_INSTANCES"]
+
+#: Most instances of one kind a plan may have: a colocated plan's instances, or each side of a
+#: disaggregated plan. The screen calls a configuration that needs more infeasible (its reason says
+#: so); :func:`plan_for`, ``fastsim simulate`` and ``fastsim capacity`` refuse larger counts (the
+#: limit of ``capacity --instance-counts``).
+MAX_INSTANCES = 4096
+
+#: Largest count :func:`instances_needed` returns: every count up to it is exact in float64, and
+#: it times any GPU count of an instance stays far inside int64 (no overflow, however large the rate).
+_INSTANCES_CEILING = 2.0 ** 53
 
 #: Status of a grid row whose instance layout the model refuses (set here, not by the kernel).
 REFUSED = 4
@@ -630,7 +642,9 @@ def cost_usd_per_million_output_tokens(gpus, price_usd_per_gpu_hour, rate_req_pe
 def instances_needed(rate_req_per_s, capacity_req_per_s):
     """Whole instances to carry a rate: ``ceil(rate / capacity)`` (lecture exercise 6: 20 / 16.2 -> 2).
 
-    A relative tolerance of 1e-9 keeps 20 / 10 from rounding up to 3; capacity <= 0 gives 0 (infeasible).
+    A relative tolerance of 1e-9 keeps 20 / 10 from rounding up to 3; capacity <= 0 gives 0
+    (infeasible). Counts saturate at 2**53 (a rate of 1e21 req/s gives 2**53, never an int64
+    overflow); the screen calls a count above :data:`MAX_INSTANCES` infeasible.
 
     Parameters
     ----------
@@ -642,13 +656,14 @@ def instances_needed(rate_req_per_s, capacity_req_per_s):
     Returns
     -------
     ndarray(int64)
-        Instances (>= 1 where capacity > 0, else 0), shape of the broadcast inputs (0-d for
-        scalars).
+        Instances (from 1 to 2**53 where capacity > 0, else 0), shape of the broadcast inputs
+        (0-d for scalars).
     """
     cap = np.asarray(capacity_req_per_s, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         n = np.ceil(np.asarray(rate_req_per_s, dtype=np.float64) / cap * (1.0 - 1e-9))
-    return np.where(cap > 0, np.maximum(n, 1.0), 0.0).astype(np.int64)
+    n = np.where((cap > 0) & ~np.isnan(n), np.clip(n, 1.0, _INSTANCES_CEILING), 0.0)
+    return n.astype(np.int64)
 
 
 def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
@@ -685,7 +700,7 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
 
 
 def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
-                   options: ScreenOptions = ScreenOptions()) -> pd.DataFrame:
+                   options: ScreenOptions = ScreenOptions(), max_batch: int = 0) -> pd.DataFrame:
     """Per-instance analytic capacities of every GPU x precision x TP of the grid (SPEC §5).
 
     Decode capacity ``b / (step x mean O)``; prefill capacity ``rho / S_b`` from the M/D/1 wait
@@ -703,6 +718,9 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     options : ScreenOptions
         The grid (GPUs, precisions, TPs, chunk sizes) and the screen's constants; ``modes`` is
         not used here.
+    max_batch : int, default 0
+        Cap on every instance's batch (requests; :attr:`Plan.max_batch`); 0: only the KV budget
+        limits it.
 
     Returns
     -------
@@ -725,12 +743,15 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     ------
     FastsimInputError
         An unknown model, GPU or precision name, a model config that cannot be read, no
-        selected GPU with a peak for any selected precision, or a speculative-decoding draft
-        that is unknown or has another vocabulary than the model.
+        selected GPU with a peak for any selected precision, a speculative-decoding draft
+        that is unknown or has another vocabulary than the model, or ``max_batch`` not an
+        integer >= 0.
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
         model = catalog.model(model)
+    if isinstance(max_batch, (bool, np.bool_)) or not isinstance(max_batch, (int, np.integer)) or max_batch < 0:
+        raise FastsimInputError("max_batch", max_batch, "an integer >= 0 (requests per instance; 0 = no cap)")
     rows, params = _grid_arrays(model, catalog, options)
     ext = options.screens_extensions
     if ext:
@@ -748,13 +769,13 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
                   dtype=np.float64)
     if n and not ext:
         K.instances_nb(params, np.arange(n, dtype=np.int64), dm, np.zeros(n, dtype=np.int64),
-                       np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                       np.zeros(n, dtype=np.float64), np.full(n, int(max_batch), dtype=np.int64),
                        np.asarray(options.chunk_tokens, dtype=np.float64),
                        status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
                        col_status, col_cap, col_b, col_c, col_step)
     elif n:
         K.instances_spec_nb(params, pidx, dpidx, dm, np.zeros(n, dtype=np.int64),
-                            np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                            np.zeros(n, dtype=np.float64), np.full(n, int(max_batch), dtype=np.int64),
                             np.asarray(options.chunk_tokens, dtype=np.float64), gam, tpr,
                             np.full(n, float(options.prefix_hit_fraction), dtype=np.float64),
                             status, dec_cap, dec_b, dec_step, pre_cap, pre_rho, pre_s,
@@ -863,7 +884,13 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
         once per ``spec_gamma`` (0 and each of ``options.spec_gammas``; disaggregated points
         then per GPU x precision x layout x gamma) with the columns ``spec_gamma, spec_alpha,
         spec_draft``; with ``options.prefix_hit_fraction`` > 0 a ``prefix_hit_fraction`` column.
-        Infeasible points are rows with ``feasible=False`` and a reason, never exceptions.
+        Infeasible points are rows with ``feasible=False`` and a reason, never exceptions: a
+        configuration that needs more than :data:`MAX_INSTANCES` instances of a kind to carry
+        the rate is one; a GPU x precision x layout whose every TP the model refuses is one
+        disaggregated row with TPs 0 and the refusal. On an MoE model a plan whose TPs are all
+        1 is listed once, under ``tp`` when the grid's layouts have it, else under the first of
+        them (at TP 1 every layout gives EP 1 and DP 1, :func:`fastsim.stepmodel.layout_degrees`).
+        A screen without rows still has every column with its dtype.
 
     Raises
     ------
@@ -903,6 +930,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
         inst = instances_needed(rate, col_cap)
         for i, (g, pr, tp, lay) in enumerate(rows):
             ok = col_status[i] == K.OK
+            reason = refusal[i] or _REASONS[int(col_status[i])]
+            if ok and inst[i] > MAX_INSTANCES:
+                ok, reason = False, _too_many(rate)
             plan = Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=tp,
                         instances=int(inst[i]), chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                         instance_capacity_req_per_s=float(col_cap[i]),
@@ -918,12 +948,16 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
                 efficiency_usd_per_million_output_tokens=float(tp * g.price_usd_per_hour / (
                     col_cap[i] * mean_o * 3600.0) * 1e6) if ok else np.inf,
-                feasible=bool(ok), reason=refusal[i] or _REASONS[int(col_status[i])], plan=plan))
+                feasible=bool(ok), reason=reason, plan=plan))
     if "disaggregated" in options.modes:
         groups: dict = {}
+        refused_groups: dict = {}
         for i, (g, pr, tp, lay) in enumerate(rows):
+            key = (g.name, pr.name, lay, int(gam[i]))
             if not refusal[i]:
-                groups.setdefault((g.name, pr.name, lay, int(gam[i])), []).append(i)
+                groups.setdefault(key, []).append(i)
+            else:
+                refused_groups.setdefault(key, i)
         for (gname, pname, lay, _), idx in groups.items():
             g = catalog.gpu(gname)
             idx = np.asarray(idx)
@@ -939,6 +973,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                           if pre_cap[ip] <= 0 else "decode: " + (_REASONS[int(status[idd])] or _REASONS[K.TPOT_UNREACHABLE]))
             n_p = int(instances_needed(rate, pre_cap[ip])) if ok else 0
             n_d = int(instances_needed(rate, dec_cap[idd])) if ok else 0
+            if ok and max(n_p, n_d) > MAX_INSTANCES:
+                side = "prefill" if n_p > MAX_INSTANCES else "decode"
+                ok, reason, n_p, n_d = False, f"{side}: {_too_many(rate)}", 0, 0
             tp_p, tp_d = rows[ip][2], rows[idd][2]
             plan = Plan(model=model.name, gpu=gname, precision=pname, mode="disaggregated", tp=tp_d,
                         instances=n_d, prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d,
@@ -959,10 +996,22 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
                 efficiency_usd_per_million_output_tokens=float(eff), feasible=bool(ok), reason=reason,
                 plan=plan))
+        for key, i in refused_groups.items():
+            if key in groups:
+                continue
+            # every TP of this GPU x precision x layout is refused: no TP pair to pick, one refused row
+            gname, pname, lay, _ = key
+            out.append(dict(
+                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(i), tp=0, instances=0,
+                prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0, gpus=0, chunk_tokens=0, batch=0,
+                instance_capacity_req_per_s=0.0, capacity_req_per_s=0.0, usd_per_million_output_tokens=np.inf,
+                efficiency_usd_per_million_output_tokens=np.inf, feasible=False, reason=refusal[i], plan=None))
         if options.heterogeneous:
             out += _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, rate, mean_o, plan_extra)
+    if model.is_moe:
+        out = _one_row_per_plan(out, options.layouts_for(model))
     import pandas as pd
-    df = pd.DataFrame(out)
+    df = pd.DataFrame(out) if out else _empty_screen(spec is not None, bool(hit), options.heterogeneous)
     longest = demand.latency_prompt_tokens + demand.latency_output_tokens
     if len(df) and longest > model.max_context_tokens:
         # more than a tenth of the requests cannot be served by any plan: a P90 SLO cannot hold
@@ -977,6 +1026,62 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
                              "efficiency_usd_per_million_output_tokens", "gpus"],
                             ascending=[False, True, True, True], kind="stable").reset_index(drop=True)
     return df
+
+
+def _too_many(rate: float) -> str:
+    """The screen's reason for a configuration that needs more than :data:`MAX_INSTANCES` instances of a kind."""
+    return (f"needs more than {MAX_INSTANCES:,} instances to carry {rate:,.4g} req/s ({MAX_INSTANCES:,} is the most "
+            "a plan may have of a kind)")
+
+
+#: Columns of :func:`screen`, in order; ``spec_*`` after ``layout`` with speculative decoding,
+#: ``prefix_hit_fraction`` after them with a prefix-cache hit fraction, ``prefill_gpu`` and
+#: ``prefill_precision`` last when heterogeneous plans were screened (and found).
+_SCREEN_COLUMNS = (("gpu", "str"), ("precision", "str"), ("mode", "str"), ("layout", "str"),
+                   ("tp", "int64"), ("instances", "int64"), ("prefill_tp", "int64"),
+                   ("prefill_instances", "int64"), ("decode_tp", "int64"), ("decode_instances", "int64"),
+                   ("gpus", "int64"), ("chunk_tokens", "int64"), ("batch", "int64"),
+                   ("instance_capacity_req_per_s", "float64"), ("capacity_req_per_s", "float64"),
+                   ("usd_per_million_output_tokens", "float64"),
+                   ("efficiency_usd_per_million_output_tokens", "float64"), ("feasible", "bool"),
+                   ("reason", "str"), ("plan", "object"))
+
+
+def _empty_screen(spec: bool, prefix: bool, heterogeneous: bool):
+    """A screen without rows that still has every column, with its dtype (nothing downstream breaks on it)."""
+    import pandas as pd
+    cols = list(_SCREEN_COLUMNS)
+    extra = ([("spec_gamma", "int64"), ("spec_alpha", "float64"), ("spec_draft", "str")] if spec else []) \
+        + ([("prefix_hit_fraction", "float64")] if prefix else [])
+    cols[4:4] = extra
+    if heterogeneous:
+        cols += [("prefill_gpu", "str"), ("prefill_precision", "str")]
+    return pd.DataFrame({c: pd.Series([], dtype=str if t == "str" else t) for c, t in cols})
+
+
+def _one_row_per_plan(out: list, layouts: tuple) -> list:
+    """The screen rows of an MoE model with each plan once: an EP layout at TP 1 is the plain TP1 plan.
+
+    At one GPU per instance ``tp``, ``tp+ep`` and ``dp+ep`` all give EP 1 and DP 1
+    (:func:`fastsim.stepmodel.layout_degrees`): a row whose TPs are all 1 (``tp`` of a colocated
+    row, both sides of a disaggregated one) is listed under ``tp`` when ``layouts`` has it, else
+    under the first of ``layouts`` (as :mod:`fastsim.sweep` lists it), and rows that are then
+    alike are kept once (the first).
+    """
+    listed = "tp" if "tp" in layouts else layouts[0]
+    seen = set()
+    kept = []
+    for r in out:
+        tps = (r["tp"],) if r["mode"] == "colocated" else (r["prefill_tp"], r["decode_tp"])
+        if r["layout"] != listed and all(t == 1 for t in tps):
+            r = dict(r, layout=listed)
+            if r["plan"] is not None:
+                r["plan"] = replace(r["plan"], layout=listed)
+        key = tuple((k, v) for k, v in r.items() if k != "plan") + (r["plan"],)
+        if key not in seen:
+            seen.add(key)
+            kept.append(r)
+    return kept
 
 
 def _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, rate, mean_o, plan_extra) -> list:
@@ -1002,6 +1107,8 @@ def _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, r
             price_p, price_d = catalog.gpu(gp).price_usd_per_hour, catalog.gpu(gd).price_usd_per_hour
             n_p = int(instances_needed(rate, pre_cap[ip]))
             n_d = int(instances_needed(rate, dec_cap[idd]))
+            if max(n_p, n_d) > MAX_INSTANCES:     # infeasible (its homogeneous rows give the reason)
+                continue
             tp_p, tp_d = rows[ip][2], rows[idd][2]
             plan = Plan(model=model.name, gpu=gd, precision=pd_, mode="disaggregated", tp=tp_d, instances=n_d,
                         prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
@@ -1027,7 +1134,8 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
              decode_tp: int | None = None, prefill_instances: int | None = None,
              decode_instances: int | None = None, chunk_tokens: int | None = None,
              catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
-             layout: str = "tp", spec_gamma: int = 0) -> Plan:
+             layout: str = "tp", spec_gamma: int = 0, max_batch: int = 0,
+             prefill_gpu: str | None = None, prefill_precision: str | None = None) -> Plan:
     """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
 
     Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
@@ -1043,17 +1151,17 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     demand : Demand
         Rate (sizes the instance counts left as None), SLOs and length statistics.
     gpu, precision : str
-        Catalog names.
+        Catalog names (of the decode side of a disaggregated plan).
     mode : str
         ``"colocated"`` or ``"disaggregated"``.
     tp : int
         TP of a colocated instance; default TP of both sides of a disaggregated plan.
     instances : int, optional
-        Colocated instances.
+        Colocated instances, 1 to :data:`MAX_INSTANCES`.
     prefill_tp, decode_tp : int, optional
         TP of each side of a disaggregated plan (default ``tp``).
     prefill_instances, decode_instances : int, optional
-        Instances of each side of a disaggregated plan.
+        Instances of each side of a disaggregated plan, 1 to :data:`MAX_INSTANCES` each.
     chunk_tokens : int, optional
         Prefill chunk of a colocated instance (tokens).
     catalog : Catalog, optional
@@ -1065,6 +1173,12 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     spec_gamma : int, default 0
         Draft tokens per speculative-decoding round (0: none); > 0 needs ``options.spec_alpha``
         (and takes ``options.spec_draft``).
+    max_batch : int, default 0
+        Most requests per (decode) instance (:attr:`Plan.max_batch`, applied by the simulator
+        and by the analytic capacities); 0: no cap beyond the KV budget.
+    prefill_gpu, prefill_precision : str, optional
+        The prefill side of a heterogeneous disaggregated plan (catalog names; each defaults to
+        the decode side's ``gpu`` / ``precision``); its GPUs are priced at their own price.
 
     Returns
     -------
@@ -1076,10 +1190,13 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     ------
     FastsimInputError
         Unknown names, TP not a power of two from 1 to 64, a mode other than colocated /
-        disaggregated, instance counts or chunk not integers >= 1, a GPU without a peak for
-        the precision, a layout the model refuses (e.g. a TP that does not divide its
-        attention heads, SPEC §10), ``spec_gamma`` not an integer >= 0 or > 0 without
-        ``options.spec_alpha``, or a draft that cannot share the layout.
+        disaggregated, instance counts not integers from 1 to :data:`MAX_INSTANCES`, a chunk
+        not an integer >= 1, ``max_batch`` not an integer >= 0, a GPU without a peak for the
+        precision, a layout the model refuses (e.g. a TP that does not divide its attention
+        heads, SPEC §10), ``spec_gamma`` not an integer >= 0 or > 0 without
+        ``options.spec_alpha``, a draft that cannot share the layout, a prefill GPU or
+        precision on a colocated plan, or a count left to the sizing that would exceed
+        :data:`MAX_INSTANCES` at the demand's rate (field ``rate_req_per_s``).
     """
     catalog = catalog or default_catalog()
     if isinstance(model, str):
@@ -1087,23 +1204,40 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     if mode not in ("colocated", "disaggregated"):
         raise FastsimInputError("mode", mode, "colocated or disaggregated")
     for name, v in (("instances", instances), ("prefill_instances", prefill_instances),
-                    ("decode_instances", decode_instances), ("chunk_tokens", chunk_tokens)):
-        if v is not None and (int(v) != v or v < 1):
-            raise FastsimInputError(name, v, "an integer >= 1")
+                    ("decode_instances", decode_instances)):
+        if v is not None and (isinstance(v, bool) or int(v) != v or not 1 <= v <= MAX_INSTANCES):
+            raise FastsimInputError(name, v, f"an integer from 1 to {MAX_INSTANCES:,} (MAX_INSTANCES)")
+    if chunk_tokens is not None and (int(chunk_tokens) != chunk_tokens or chunk_tokens < 1):
+        raise FastsimInputError("chunk_tokens", chunk_tokens, "an integer >= 1")
+    if isinstance(max_batch, (bool, np.bool_)) or not isinstance(max_batch, (int, np.integer)) or max_batch < 0:
+        raise FastsimInputError("max_batch", max_batch, "an integer >= 0 (requests per instance; 0 = no cap)")
     g, pr = catalog.gpu(gpu), catalog.precision(precision)
+    gp = catalog.gpu(prefill_gpu) if prefill_gpu is not None else g
+    prp = catalog.precision(prefill_precision) if prefill_precision is not None else pr
+    hetero = (gp.name, prp.name) != (g.name, pr.name)
+    for name, gg, pp in (("precision", g, pr), ("prefill_precision", gp, prp)):
+        if pp.flops_key not in gg.peak_flops_per_s:
+            raise FastsimInputError(name, pp.name, f"a precision {gg.name} has a peak for: "
+                                    + ", ".join(sorted(gg.peak_flops_per_s)))
+    if hetero and mode != "disaggregated":
+        raise FastsimInputError("prefill_gpu" if gp.name != g.name else "prefill_precision",
+                                gp.name if gp.name != g.name else prp.name,
+                                "None for a colocated plan (a prefill side of its own is disaggregated)")
     tps = tuple(sorted({require_tp("tp", tp), require_tp("prefill_tp", prefill_tp or tp),
                         require_tp("decode_tp", decode_tp or tp)}))
-    for t_ in tps:
-        why = layout_refusal(model, g, layout, t_)
-        if why:
-            raise FastsimInputError("tp" if layout == "tp" else "layout", t_ if layout == "tp" else layout, why)
+    for gg in ((g,) if gp.name == g.name else (g, gp)):
+        for t_ in tps:
+            why = layout_refusal(model, gg, layout, t_)
+            if why:
+                raise FastsimInputError("tp" if layout == "tp" else "layout", t_ if layout == "tp" else layout, why)
     if isinstance(spec_gamma, bool) or not isinstance(spec_gamma, (int, np.integer)) or spec_gamma < 0:
         raise FastsimInputError("spec_gamma", spec_gamma, "an integer >= 0 (draft tokens per round; 0 = none)")
     if spec_gamma and options.spec_alpha is None:
         raise FastsimInputError("spec_gamma", spec_gamma, "0 unless options.spec_alpha (the acceptance) is given")
-    opts = replace(options, gpus=(g.name,), precisions=(pr.name,), tps=tps, layouts=(layout,),
+    opts = replace(options, gpus=tuple(dict.fromkeys((g.name, gp.name))),
+                   precisions=tuple(dict.fromkeys((pr.name, prp.name))), tps=tps, layouts=(layout,),
                    spec_gammas=(int(spec_gamma),) if spec_gamma else options.spec_gammas)
-    t = instance_table(model, demand, catalog=catalog, options=opts)
+    t = instance_table(model, demand, catalog=catalog, options=opts, max_batch=int(max_batch))
     extra = {}
     if options.spec_alpha is not None:
         t = t[t.spec_gamma == int(spec_gamma)]
@@ -1114,21 +1248,39 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
             raise FastsimInputError("spec_draft", spec.draft, why)
     if options.prefix_hit_fraction:
         extra["prefix_hit_fraction"] = float(options.prefix_hit_fraction)
-    t = t.set_index("tp")
+    if max_batch:
+        extra["max_batch"] = int(max_batch)
+    t_p = t[(t.gpu == gp.name) & (t.precision == prp.name)].set_index("tp")
+    t = t[(t.gpu == g.name) & (t.precision == pr.name)].set_index("tp")
     rate = demand.rate_req_per_s
+
+    def sized(name, n, cap, what):
+        if n is not None:
+            return int(n)
+        n = max(int(instances_needed(rate, cap)), 1)
+        if n > MAX_INSTANCES:
+            raise FastsimInputError("rate_req_per_s", rate, f"a rate that at most {MAX_INSTANCES:,} instances of "
+                                    f"{what} carry ({cap:,.4g} req/s each), or name {name}")
+        return n
+
     if mode == "colocated":
         row = t.loc[tp]
         cap = float(row.colocated_capacity_req_per_s)
-        n = int(instances) if instances is not None else max(int(instances_needed(rate, cap)), 1)
+        n = sized("the instances", instances, cap, f"{g.name} {pr.name} {instance_label(layout, int(tp))}")
         return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=int(tp), instances=n,
                     chunk_tokens=int(chunk_tokens or row.chunk_tokens or 512), batch=int(row.colocated_batch),
                     instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout,
                     **extra)
     tp_p, tp_d = int(prefill_tp or tp), int(decode_tp or tp)
-    cap_p = float(t.loc[tp_p].prefill_capacity_req_per_s)
+    cap_p = float(t_p.loc[tp_p].prefill_capacity_req_per_s)
     cap_d = float(t.loc[tp_d].decode_capacity_req_per_s)
-    n_p = int(prefill_instances) if prefill_instances is not None else max(int(instances_needed(rate, cap_p)), 1)
-    n_d = int(decode_instances) if decode_instances is not None else max(int(instances_needed(rate, cap_d)), 1)
+    n_p = sized("the prefill instances", prefill_instances, cap_p,
+                f"the prefill side ({gp.name} {prp.name} {instance_label(layout, tp_p)})")
+    n_d = sized("the decode instances", decode_instances, cap_d,
+                f"the decode side ({g.name} {pr.name} {instance_label(layout, tp_d)})")
+    if hetero:
+        extra.update(prefill_gpu=gp.name, prefill_precision=prp.name,
+                     prefill_price_usd_per_gpu_hour=gp.price_usd_per_hour)
     return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="disaggregated", tp=tp_d, instances=n_d,
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 batch=int(t.loc[tp_d].decode_batch), prefill_capacity_req_per_s=cap_p,

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .analytic import Demand, Plan, ScreenOptions, cost_usd_per_million_output_tokens, screen
+from .analytic import Demand, Plan, ScreenOptions, cost_usd_per_million_output_tokens, plan_for, screen
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_positive
 from .search import SLO, RepairResult, repair
 
-__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "unsimulated_reason"]
+__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "plan_from_record", "unsimulated_reason"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,10 @@ class PlannedDeployment:
         screen's search.
     screen_reason : str
         Why the screen missed it (its reason for calling the configuration infeasible).
+    screen : {"lecture", "queueing"}
+        The analytic screen that sized it (``queueing`` with ``ScreenOptions.queueing``): its
+        analytic capacities depend on it, so :meth:`to_dict` records it for
+        :func:`plan_from_record`.
     """
 
     analytic: Plan
@@ -58,6 +62,7 @@ class PlannedDeployment:
     tpot_slo_s: float | None = None
     screen_view: str | None = None
     screen_reason: str = ""
+    screen: str = "lecture"
 
     @property
     def plan(self) -> Plan:
@@ -81,17 +86,22 @@ class PlannedDeployment:
         Returns
         -------
         dict
-            The final plan's layout, GPUs, costs, capacity, price (``price_usd_per_gpu_hour``
+            The final plan's instance ``layout`` (``tp``, ``tp+ep`` or ``dp+ep``), GPUs,
+            ``max_batch`` (0 = no cap), the analytic ``screen`` that sized it (``lecture`` or
+            ``queueing``), costs, capacity, price (``price_usd_per_gpu_hour``
             per GPU, ``usd_per_hour`` for the plan's GPUs, as the sweep table names them),
             rate and targets; ``spec_gamma`` (0 = no speculative decoding), ``spec_alpha`` and
             ``spec_draft`` when the screen considered speculative decoding, and
-            ``prefix_hit_fraction`` when it was not 0; and a
+            ``prefix_hit_fraction`` when it was not 0; the prefill side's GPU, precision and
+            price of a heterogeneous plan; and a
             ``verification`` dict (None when not verified); non-finite P90s become None. Each
             dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
-            value is +inf) or ``not applicable`` (no value exists).
+            value is +inf) or ``not applicable`` (no value exists). Every field that makes the
+            plan is there: :func:`plan_from_record` rebuilds the same plan from it.
         """
         p = self.plan
-        d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode}
+        d = {"model": p.model, "gpu": p.gpu, "precision": p.precision, "mode": p.mode, "layout": p.layout,
+             "max_batch": int(p.max_batch), "screen": self.screen}
         if p.heterogeneous:      # gpu / precision / price_usd_per_gpu_hour are then the decode side's
             d.update(prefill_gpu=p.prefill_gpu_name, prefill_precision=p.prefill_precision_name,
                      prefill_price_usd_per_gpu_hour=p.prefill_price_usd_per_gpu_hour,
@@ -174,6 +184,127 @@ class PlannedDeployment:
         return d
 
 
+def plan_from_record(record: dict, model: Model | str | None, demand: Demand, *, catalog: Catalog | None = None,
+                     options: ScreenOptions = ScreenOptions()) -> Plan:
+    """The plan of one record of ``fastsim plan --format json`` (:meth:`PlannedDeployment.to_dict`).
+
+    The inverse of :meth:`PlannedDeployment.to_dict`: the plan is rebuilt by
+    :func:`fastsim.analytic.plan_for` from the fields that make it (GPU, precision, mode, layout,
+    TPs, instance counts, chunk, ``max_batch``, speculative decoding, prefix-cache hits, a
+    heterogeneous prefill side, the analytic ``screen``), its analytic capacities recomputed for
+    ``demand`` (for the demand the plan was made for, the same plan as the planner's).
+
+    A record without ``layout`` (written before the planner recorded it) reads as ``tp`` when
+    that is the only plan it can be: a dense model, or every TP of the plan 1 (where every layout
+    gives EP 1 and DP 1). An MoE plan with a TP above 1 differs by layout, and such a record is
+    refused rather than read as ``tp``. ``max_batch`` missing reads as 0 (no cap), ``screen`` as
+    ``lecture``, the speculative and prefix-cache fields as absent.
+
+    Parameters
+    ----------
+    record : dict
+        One plan object (keys ``gpu``, ``precision``, ``mode``, and ``tp``, ``instances`` for a
+        colocated plan or ``prefill_tp``, ``decode_tp``, ``prefill_instances``,
+        ``decode_instances`` for a disaggregated one; the others optional, as above).
+    model : Model, str or None
+        The model; None takes the record's ``model``.
+    demand : Demand
+        Rate, SLOs and length statistics of the analytic capacities.
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    options : ScreenOptions
+        The screen's constants (:attr:`ScreenOptions.constants`); the record's speculative
+        decoding, prefix-cache hits and screen replace those of ``options``.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    FastsimInputError
+        Field ``plan key NAME`` for a missing or malformed key (a key absent, a layout not one
+        of :data:`fastsim.stepmodel.LAYOUTS` or missing on an MoE record as above, a ``screen``
+        other than ``lecture`` or ``queueing``), or anything :func:`fastsim.analytic.plan_for`
+        refuses.
+    """
+    from dataclasses import replace
+    from .stepmodel import LAYOUTS
+    catalog = catalog or default_catalog()
+    if not isinstance(record, dict):
+        raise FastsimInputError("plan", type(record).__name__, "a plan object (a JSON object)")
+
+    def need(key):
+        if record.get(key) is None:
+            raise FastsimInputError(f"plan key {key}", None, f"a value (a {record.get('mode') or 'colocated'} plan "
+                                    "object of `fastsim plan --format json` has one)")
+        return record[key]
+
+    if model is None:
+        model = need("model")
+    if isinstance(model, str):
+        model = catalog.model(model)
+    mode = need("mode")
+    if mode not in ("colocated", "disaggregated"):
+        raise FastsimInputError("plan key mode", mode, "colocated or disaggregated")
+    disagg = mode == "disaggregated"
+    tps = (need("prefill_tp"), need("decode_tp")) if disagg else (need("tp"),)
+    layout = record.get("layout")
+    if layout is None:
+        if model.is_moe and any(t != 1 for t in tps):
+            raise FastsimInputError("plan key layout", None, "tp, tp+ep or dp+ep: "
+                                    f"{model.name} is a mixture-of-experts model, whose plans at TP{max(tps)} "
+                                    "differ by layout, and this plan object does not say which it is (written "
+                                    "before `fastsim plan` recorded the layout); add \"layout\" to it")
+        layout = "tp"
+    if layout not in LAYOUTS:
+        raise FastsimInputError("plan key layout", layout, "one of " + ", ".join(LAYOUTS))
+    screen_kind = record.get("screen") or "lecture"
+    if screen_kind not in ("lecture", "queueing"):
+        raise FastsimInputError("plan key screen", screen_kind, "lecture or queueing")
+    opts = replace(options, queueing=screen_kind == "queueing")
+    gamma = record.get("spec_gamma") or 0
+    if record.get("spec_alpha") is not None:
+        opts = replace(opts, spec_alpha=float(record["spec_alpha"]), spec_draft=record.get("spec_draft"),
+                       spec_gammas=(int(gamma),) if gamma else opts.spec_gammas)
+    elif gamma:
+        need("spec_alpha")
+    if record.get("prefix_hit_fraction"):
+        opts = replace(opts, prefix_hit_fraction=float(record["prefix_hit_fraction"]))
+    kw = dict(gpu=need("gpu"), precision=need("precision"), catalog=catalog, options=opts, layout=layout,
+              spec_gamma=gamma, max_batch=record.get("max_batch") or 0)
+    if disagg:
+        return plan_for(model, demand, mode="disaggregated", tp=tps[1], prefill_tp=tps[0], decode_tp=tps[1],
+                        prefill_instances=need("prefill_instances"), decode_instances=need("decode_instances"),
+                        prefill_gpu=record.get("prefill_gpu"), prefill_precision=record.get("prefill_precision"),
+                        **kw)
+    return plan_for(model, demand, tp=tps[0], instances=need("instances"), chunk_tokens=record.get("chunk_tokens"),
+                    **kw)
+
+
+def _grid_refusal(model: Model, catalog: Catalog, options: ScreenOptions) -> FastsimInputError | None:
+    """The error for a grid whose every configuration the model refuses (None when one can run).
+
+    A layout the model refuses at every TP and GPU of the grid (an expert-parallel layout on a
+    dense model; a TP that does not divide the attention heads) leaves nothing to screen; the
+    error names the layouts (or the TPs, for ``tp``) and the model's reason.
+    """
+    from .stepmodel import layout_refusal
+    gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
+    lays, tps = options.layouts_for(model), options.tps_for(model)
+    first = {}
+    for lay in lays:
+        for tp in tps:
+            for g in gpus:
+                why = layout_refusal(model, g, lay, int(tp))
+                if why is None:
+                    return None
+                first.setdefault(lay, why)
+    if "tp" in lays:
+        return FastsimInputError("tp", tps[0] if len(tps) == 1 else ", ".join(map(str, tps)), first["tp"])
+    return FastsimInputError("layout", lays[0] if len(lays) == 1 else ", ".join(lays), first[lays[0]])
+
+
 def unsimulated_reason(plan: Plan, engine: dict | None = None, prefixes: bool = False) -> str:
     """Why the planner's verification cannot simulate a plan as the screen sized it ("" when it can).
 
@@ -249,6 +380,11 @@ class PlanReport:
             rows.append(row)
         # nullable dtypes: integer columns stay integers where a value is missing (disaggregated rows)
         return pd.DataFrame(rows).convert_dtypes()
+
+
+def _screen_kind(options: ScreenOptions) -> str:
+    """``PlannedDeployment.screen`` of a screen's options: ``queueing`` or ``lecture``."""
+    return "queueing" if options.queueing else "lecture"
 
 
 def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int):
@@ -328,8 +464,10 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     Raises
     ------
     FastsimInputError
-        ``top_k`` or ``seeds`` not an integer >= 1, a non-positive horizon, unknown names, or
-        anything :func:`fastsim.analytic.screen` or :func:`fastsim.search.repair` rejects.
+        ``top_k`` or ``seeds`` not an integer >= 1, a non-positive horizon, unknown names, a grid
+        whose every configuration the model refuses (field ``layout``, or ``tp`` for the ``tp``
+        layout: e.g. an expert-parallel layout on a dense model), or anything
+        :func:`fastsim.analytic.screen` or :func:`fastsim.search.repair` rejects.
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -343,6 +481,9 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     require_positive("horizon_s", horizon_s)
     if search not in ("screen", "verified"):
         raise FastsimInputError("search", search, "'screen' or 'verified'")
+    refused = _grid_refusal(model, catalog, options)
+    if refused is not None:
+        raise refused
     if search == "verified" and verify:
         return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
                                      options, progress, engine, rejection_budget)
@@ -367,7 +508,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),
                                              float(row.efficiency_usd_per_million_output_tokens),
                                              demand.rate_req_per_s, demand.mean_output_tokens,
-                                             demand.ttft_s, demand.tpot_s))
+                                             demand.ttft_s, demand.tpot_s, screen=_screen_kind(options)))
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
@@ -396,14 +537,15 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
     for plan, rr, view, why, sp, cost, eff in out:
         if view == "not simulated":
             unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
-                                                  demand.ttft_s, demand.tpot_s), why))
+                                                  demand.ttft_s, demand.tpot_s, screen=_screen_kind(options)), why))
             continue
         if rr is None:
             pruned.append(why)
             continue
         deployments.append(PlannedDeployment(sp, rr, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
                                              demand.ttft_s, demand.tpot_s, screen_view=view,
-                                             screen_reason=why if view == "missed" else ""))
+                                             screen_reason=why if view == "missed" else "",
+                                             screen=_screen_kind(options)))
     grid = screen(model, demand, catalog=catalog, options=options)
     # passing plans first; the screen's figures for the plans the simulator cannot run as sized
     # come after them, then the failing ones

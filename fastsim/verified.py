@@ -7,7 +7,10 @@ whose P90 prompt the simulator prefills alone in 1.21 s of a 2-s target.
 
 :func:`plan_verified` simulates every configuration of the grid that is not provably hopeless:
 
-- pruned: weights and one request's KV do not fit in memory (the screen's memory test, exact);
+- pruned: a layout the model refuses at that TP (the screen's refused rows, e.g. a TP that does
+  not divide the attention heads); weights and one request's KV do not fit in memory (the
+  screen's memory test, exact); more instances than :data:`fastsim.analytic.MAX_INSTANCES` needed
+  to carry the rate (the screen's reason);
   or a request of the latency-quantile lengths misses the SLO alone on an idle instance,
   measured by the simulator (:func:`fastsim.search.lone_request_check`): no count can pass;
 - every other configuration gets its cheapest passing instance count by simulation: colocated
@@ -32,10 +35,11 @@ from __future__ import annotations
 
 import math
 
-from .analytic import Demand, ScreenOptions, plan_for, screen
+from .analytic import MAX_INSTANCES, Demand, ScreenOptions, plan_for, screen
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
 from .search import SLO, RepairResult, lone_request_check, repair, verify
+from .stepmodel import layout_refusal
 
 __all__ = ["plan_verified", "SCREEN_VIEWS"]
 
@@ -43,6 +47,8 @@ __all__ = ["plan_verified", "SCREEN_VIEWS"]
 SCREEN_VIEWS = ("kept", "over-sized", "under-sized", "missed")
 
 _MEMORY = "do not fit in memory"
+#: The screen's reason for a configuration that needs more than MAX_INSTANCES instances: pruned.
+_TOO_MANY = f"needs more than {MAX_INSTANCES:,} instances"
 
 
 def _count_search(plan, check, n0: int, max_instances: int):
@@ -120,7 +126,7 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     -------
     list of (Plan, RepairResult or None, str, str, Plan, float, float)
         Per configuration: the verified plan (at its cheapest passing count, or the last count
-        tried; None for a pruned disaggregated configuration), its
+        tried; None for a pruned disaggregated or refused configuration), its
         :class:`~fastsim.search.RepairResult` (None when pruned), how the screen saw it
         (:data:`SCREEN_VIEWS`, ``pruned``, or ``not simulated`` for a plan the simulator cannot
         run as the screen sized it: speculative decoding or prefix hits under the lecture
@@ -168,12 +174,16 @@ def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engi
             return
     if row.feasible:
         sp = row.plan
+    elif row["mode"] == "colocated" and layout_refusal(model, catalog.gpu(row.gpu), row.layout, int(row.tp)):
+        # a layout the model refuses at this TP (e.g. a TP that does not divide the heads): no plan to simulate
+        out.append((None, None, "pruned", reason, None))
+        return
     elif row["mode"] == "colocated":
         sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
                       catalog=catalog, options=options, layout=row.layout)
     else:
         sp = None
-    if _MEMORY in reason or sp is None:
+    if _MEMORY in reason or _TOO_MANY in reason or sp is None:
         out.append((sp, None, "pruned", reason or "infeasible", sp))
         return
     if sp.mode == "colocated":

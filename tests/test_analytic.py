@@ -121,3 +121,90 @@ def test_mean_screening_is_more_optimistic(cat):
     p90 = screen(s.model, Demand.from_scenario(s))
     mean = screen(s.model, Demand.from_scenario(s, latency_quantile=None))
     assert mean.feasible.sum() >= p90.feasible.sum()
+
+
+def test_disaggregated_screen_of_refused_layouts_is_typed_refused_rows(cat):
+    demand = Demand.from_scenario(cat.scenario("chat"))
+    full = screen("llama-3.1-70b", demand, options=ScreenOptions(gpus=("H100",)))
+    df = screen("llama-3.1-70b", demand, options=ScreenOptions(modes=("disaggregated",), layouts=("dp+ep",)))
+    assert list(df.columns) == list(full.columns)
+    # one refused row per GPU x precision (every TP refused: no TP pair to pick), never a plan
+    assert len(df) == 6 and not df.feasible.any() and df.plan.isna().all()
+    assert set(df.reason) == {"llama-3.1-70b is dense: expert parallelism and data-parallel attention do not apply"}
+    assert (df[["tp", "prefill_tp", "decode_tp", "instances", "gpus"]] == 0).all().all()
+
+
+def test_a_screen_without_rows_has_every_column_and_dtype(cat):
+    demand = Demand.from_scenario(cat.scenario("chat"))
+    for opts, ref in ((ScreenOptions(modes=()), ScreenOptions(gpus=("H100",))),
+                      (ScreenOptions(modes=(), spec_alpha=0.7, prefix_hit_fraction=0.2),
+                       ScreenOptions(gpus=("H100",), spec_alpha=0.7, prefix_hit_fraction=0.2))):
+        empty = screen("llama-3.1-70b", demand, options=opts)
+        full = screen("llama-3.1-70b", demand, options=ref)
+        assert len(empty) == 0
+        assert dict(empty.dtypes) == dict(full.dtypes)
+        assert len(empty[empty.feasible]) == 0 and empty.reason.value_counts().empty
+
+
+def test_huge_rates_never_overflow_the_instance_count(cat, recwarn):
+    import math
+    assert int(instances_needed(1e21, 1.0)) == 2 ** 53
+    assert int(instances_needed(1e300, 1e-300)) == 2 ** 53
+    assert int(instances_needed(1e21, 0.0)) == 0
+    demand = Demand.from_scenario(cat.scenario("chat"), rate_req_per_s=1e21)
+    df = screen("llama-3.1-70b", demand)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert not df.feasible.any()
+    assert (df[["instances", "gpus", "prefill_instances", "decode_instances"]] == 0).all().all()
+    assert (df.capacity_req_per_s == 0).all() and (df.usd_per_million_output_tokens == math.inf).all()
+    fits = ~df.reason.str.contains("memory")
+    assert set(df.reason[fits & (df["mode"] == "colocated")]) == {
+        "needs more than 4,096 instances to carry 1e+21 req/s (4,096 is the most a plan may have of a kind)"}
+    assert df.reason[fits & (df["mode"] == "disaggregated")].str.match(r"(prefill|decode): needs more than 4,096").all()
+
+
+def test_instance_limit_is_4096_of_a_kind(cat):
+    from fastsim.analytic import MAX_INSTANCES, plan_for
+    assert MAX_INSTANCES == 4096
+    chat = cat.scenario("chat")
+    opts = ScreenOptions(gpus=("B200",), precisions=("FP8",), tps=(1,), modes=("colocated",))
+    cap = screen("llama-3.1-70b", Demand.from_scenario(chat), options=opts).instance_capacity_req_per_s.iloc[0]
+    at = screen("llama-3.1-70b", Demand.from_scenario(chat, rate_req_per_s=4096 * cap), options=opts).iloc[0]
+    past = screen("llama-3.1-70b", Demand.from_scenario(chat, rate_req_per_s=4096.5 * cap), options=opts).iloc[0]
+    assert (at.feasible, at.instances, at.gpus) == (True, 4096, 4096)
+    assert (past.feasible, past.instances) == (False, 0) and past.reason.startswith("needs more than 4,096 instances")
+    d = Demand.from_scenario(chat)
+    assert plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", instances=4096, catalog=cat).instances == 4096
+    for kw in (dict(instances=4097), dict(mode="disaggregated", prefill_instances=10 ** 12),
+               dict(mode="disaggregated", decode_instances=4097)):
+        name = next(iter(kw.keys() - {"mode"}))
+        with pytest.raises(FastsimInputError, match=f"{name}: got {kw[name]}; allowed: an integer from 1 to 4,096"):
+            plan_for("llama-3.1-70b", d, gpu="B200", precision="FP8", catalog=cat, **kw)
+    # sizing past the limit is refused by the rate that asks for it
+    with pytest.raises(FastsimInputError, match=r"rate_req_per_s: got 1e\+21; allowed: a rate that at most 4,096"):
+        plan_for("llama-3.1-70b", Demand.from_scenario(chat, rate_req_per_s=1e21), gpu="B200", precision="FP8",
+                 catalog=cat)
+
+
+def test_moe_plan_at_tp1_is_listed_once(cat):
+    demand = Demand.from_scenario(cat.scenario("chat"))
+    df = screen("qwen3-30b-a3b", demand)
+    # at TP1 tp, tp+ep and dp+ep are one plan (EP1, DP1): once per GPU x precision, under tp
+    tp1 = df[(df["mode"] == "colocated") & (df.tp == 1)]
+    assert len(tp1) == 6 and set(tp1.layout) == {"tp"}
+    assert {p.layout for p in tp1.plan if p is not None} == {"tp"}
+    both1 = df[(df["mode"] == "disaggregated") & (df.prefill_tp == 1) & (df.decode_tp == 1)]
+    assert len(both1) == len(both1.drop_duplicates(["gpu", "precision"]))
+    assert set(both1.layout) <= {"tp"}
+    # at TP2 the layouts are three plans
+    assert set(df[(df["mode"] == "colocated") & (df.tp == 2)].layout) == {"tp", "tp+ep", "dp+ep"}
+    assert not df.drop(columns="plan").duplicated().any()
+    # without tp among the layouts the TP1 plan is listed under the first named (as sweep lists it)
+    ep = screen("qwen3-30b-a3b", demand, options=ScreenOptions(layouts=("dp+ep", "tp+ep")))
+    tp1 = ep[(ep["mode"] == "colocated") & (ep.tp == 1)]
+    assert len(tp1) == 6 and set(tp1.layout) == {"dp+ep"}
+    # the figures of the plan listed once are those of the plain TP1 plan
+    plain = screen("qwen3-30b-a3b", demand, options=ScreenOptions(layouts=("tp",), tps=(1,), modes=("colocated",)))
+    a = tp1.sort_values(["gpu", "precision"]).reset_index(drop=True)
+    b = plain.sort_values(["gpu", "precision"]).reset_index(drop=True)
+    assert (a.capacity_req_per_s == b.capacity_req_per_s).all() and (a.instances == b.instances).all()

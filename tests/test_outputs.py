@@ -135,7 +135,9 @@ def test_plan_notes_in_json_not_only_on_stderr(capsys):
                        "--format", "json")
     assert rc == 0
     notes = strict_loads(out)["notes"]
-    assert any(n.startswith("--horizon 60 s is short") for n in notes)
+    # nothing is simulated: no note on a short horizon, one that --horizon does not apply
+    assert not any(n.startswith("--horizon 60 s is short") for n in notes)
+    assert "--no-verify ranks the plans analytically and simulates nothing: --horizon does not apply" in notes
     rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--top-k", "1", "--horizon", "60",
                      "--format", "csv")
     import csv
@@ -638,3 +640,35 @@ def test_every_command_csv_carries_notes_and_strict_json_cells(capsys, name):
             assert v.lower() != "nan", (k, v)
             if v and v[0] in "[{":
                 strict_loads(v)                          # list and object cells are JSON, not Python reprs
+
+
+def test_plan_csv_writes_integers_as_integers(capsys):
+    import csv
+    import io
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--format", "csv")
+    assert rc == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    first = rows[0]
+    assert (first["gpu"], first["mode"], first["layout"]) == ("B200", "colocated", "tp")
+    assert (first["tp"], first["instances"], first["chunk_tokens"], first["gpus"], first["max_batch"]) == (
+        "1", "2", "512", "2", "0")
+    dis = next(r for r in rows if r["mode"] == "disaggregated")
+    # a column a disaggregated plan has no value in stays an integer column, empty there
+    assert dis["tp"] == dis["instances"] == dis["chunk_tokens"] == ""
+    assert all(dis[k].isdigit() for k in ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances", "gpus"))
+    for r in rows:
+        for k in ("tp", "instances", "chunk_tokens", "gpus", "prefill_tp", "decode_instances"):
+            assert "." not in r[k], (k, r[k])
+    # floats stay floats, as in JSON
+    assert first["price_usd_per_gpu_hour"] == "4.0" and first["rate_req_per_s"] == "20.0"
+
+
+def test_csv_frame_integer_columns_are_nullable_integers():
+    from fastsim._output import csv_frame
+    frame = csv_frame([{"n": 2, "x": 1.0, "b": True, "v": {"k": 3}},
+                       {"n": None, "x": 2.5, "b": None, "v": None},
+                       {"n": 4, "x": 3, "b": False, "v": {"k": 2 ** 62 + 1}}])
+    assert str(frame["n"].dtype) == "Int64" and str(frame["v.k"].dtype) == "Int64"
+    text = frame.to_csv(index=False).splitlines()
+    assert text[0] == "n,x,b,v.k,v,notes"
+    assert text[1:] == ['2,1.0,True,3,,[]', ',2.5,,,,[]', f'4,3.0,False,{2 ** 62 + 1},,[]']

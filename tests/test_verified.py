@@ -112,3 +112,17 @@ def test_missed_plans_have_no_analytic_capacity_in_json():
     missed = [d.to_dict() for d in rep.deployments if d.screen_view == "missed"]
     assert missed and all(m["capacity_req_per_s"] is None for m in missed)
     assert all("infeasible" in m["null_reasons"]["capacity_req_per_s"] for m in missed)
+
+
+def test_a_tp_the_model_refuses_is_pruned_not_an_error():
+    # qwen3-30b-a3b has 32 attention heads: TP64 is a refused row of the grid; the verified search
+    # used to build a plan for it and stop with "tp: got 64" before reaching TP8
+    chat = CAT.scenario("chat")
+    demand = Demand.from_scenario(chat)
+    opts = ScreenOptions(gpus=("B200",), precisions=("FP8",), tps=(64, 8), layouts=("tp",), modes=("colocated",))
+    report = plan_deployment("qwen3-30b-a3b", demand, chat, top_k=3, seeds=1, horizon_s=30.0, options=opts,
+                             catalog=CAT)
+    (d,) = report.deployments
+    assert (d.plan.tp, d.plan.instances, d.repair.passed, d.screen_view) == (8, 1, True, "kept")
+    assert report.notes[0] == ("1 configurations verified, 1 pruned as hopeless: TP64 does not divide "
+                               "qwen3-30b-a3b's 32 attention heads (1)")
