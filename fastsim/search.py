@@ -16,33 +16,54 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .analytic import Plan
+from .analytic import MAX_INSTANCES, Plan
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
 from .stepmodel import P_KV_BUDGET_TOKENS, P_KVPG, P_NET_BW, StepConstants, step_params, step_time
 
 __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", "verify", "repair",
            "lone_request_check", "max_sustainable_rate", "pooled_overload", "max_sustainable_scale",
-           "TraceCapacityResult", "ScaleProbe", "MAX_REPLAY_SPAN_S"]
+           "TraceCapacityResult", "ScaleProbe", "MAX_REPLAY_SPAN_S", "MAX_RATE_REQ_PER_S", "HorizonFloor",
+           "horizon_floor", "check_rate_hint", "check_plan_instances"]
 
 
 @dataclass(frozen=True)
 class SLO:
     """P90 latency targets and the pass threshold (SPEC §1: a plan passes at attainment >= 0.90).
 
-    Fields are not validated here; the simulator rejects non-positive targets when it runs.
-
     Attributes
     ----------
     ttft_s, tpot_s : float
-        TTFT and TPOT targets (s).
+        TTFT and TPOT targets (s), each a finite number > 0.
     attainment : float
-        Fraction of measured requests that must meet both targets (0.90).
+        Fraction of measured requests that must meet both targets, in (0, 1] (0.90).
+
+    Raises
+    ------
+    FastsimInputError
+        At construction (also through :func:`dataclasses.replace`): a target that is not a finite
+        number > 0 (``SLO.ttft_s``, ``SLO.tpot_s``), or an attainment outside (0, 1]
+        (``SLO.attainment``; NaN included); booleans and strings are refused, not converted.
+        The fields are stored as floats.
     """
 
     ttft_s: float
     tpot_s: float
     attainment: float = 0.90
+
+    def __post_init__(self):
+        for name in ("ttft_s", "tpot_s", "attainment"):
+            v = getattr(self, name)
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+            f = float(v) if ok else math.nan
+            if name == "attainment":
+                if not (0.0 < f <= 1.0):
+                    raise FastsimInputError("SLO.attainment", v, "a fraction of the measured requests in (0, 1] "
+                                            "(0.9: 90% must meet both targets)")
+            elif not (0.0 < f < math.inf):
+                raise FastsimInputError(f"SLO.{name}", v, f"a finite number of seconds > 0 (the P90 "
+                                        f"{name[:4].upper()} target)")
+            object.__setattr__(self, name, f)
 
 
 @dataclass(frozen=True)
@@ -421,6 +442,44 @@ def _rejection_budget(v) -> float:
     return f
 
 
+def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog: Catalog | None = None,
+                constants: StepConstants = StepConstants(), model: Model | None = None,
+                prefill_gpu: bool = False) -> tuple:
+    """``(ttft_s, tpot_s)`` of one request alone on an idle instance of the plan (SPEC §3 step model).
+
+    TTFT alone = the prompt's prefill steps (chunks of ``chunk_tokens`` for colocated plans, one
+    step plus the KV transfer for disaggregated ones); TPOT alone = one decode step at context
+    ``P + O / 2``. ``prefill_gpu``: a disaggregated plan's prefill side on its own GPU and
+    precision (as the simulator runs it); False prices it on the decode GPU (what
+    :func:`lone_request_check` has always done). Raises FastsimInputError for unknown names or a
+    colocated plan with ``chunk_tokens`` < 1.
+    """
+    catalog = catalog or default_catalog()
+    model = model or catalog.model(plan.model)
+    g, pr = catalog.gpu(plan.gpu), catalog.precision(plan.precision)
+    L, h, hd = model.layers, model.attn_dim_prefill, model.attn_dim_decode
+    P, O = float(prompt_tokens), float(output_tokens)
+    if plan.mode == "disaggregated":
+        gp, prp = ((catalog.gpu(plan.prefill_gpu_name), catalog.precision(plan.prefill_precision_name))
+                   if prefill_gpu else (g, pr))
+        pp = step_params(model, gp, prp, plan.prefill_tp, constants, **plan.layout_kwargs(plan.prefill_tp))
+        ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P)) + P * pp[P_KVPG] / pp[P_NET_BW]
+        pd_ = step_params(model, g, pr, plan.decode_tp, constants, **plan.layout_kwargs(plan.decode_tp))
+    else:
+        pd_ = step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp))
+        c = float(plan.chunk_tokens)
+        if not c >= 1.0:        # a zero chunk would never finish the prompt
+            raise FastsimInputError("chunk_tokens", plan.chunk_tokens, "an integer >= 1 (a colocated plan)")
+        ttft, done = 0.0, 0.0
+        while done < P:
+            x = min(c, P - done)
+            ttft += float(step_time(pd_, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
+            done += x
+    ctx = float(model.kv_tokens_held(P + O / 2.0))
+    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * hd * ctx))
+    return ttft, tpot
+
+
 def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, slo: SLO,
                        catalog: Catalog | None = None, constants: StepConstants = StepConstants(),
                        model: Model | None = None) -> str:
@@ -456,27 +515,8 @@ def lone_request_check(plan: Plan, prompt_tokens: float, output_tokens: float, s
         Unknown names, a TP that is not a power of two, a GPU without a peak for the
         precision, or a colocated plan with ``chunk_tokens`` < 1.
     """
-    catalog = catalog or default_catalog()
-    model = model or catalog.model(plan.model)
-    g, pr = catalog.gpu(plan.gpu), catalog.precision(plan.precision)
-    L, h, hd = model.layers, model.attn_dim_prefill, model.attn_dim_decode
+    ttft, tpot = _lone_times(plan, prompt_tokens, output_tokens, catalog, constants, model)
     P, O = float(prompt_tokens), float(output_tokens)
-    if plan.mode == "disaggregated":
-        pp = step_params(model, g, pr, plan.prefill_tp, constants, **plan.layout_kwargs(plan.prefill_tp))
-        ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P)) + P * pp[P_KVPG] / pp[P_NET_BW]
-        pd_ = step_params(model, g, pr, plan.decode_tp, constants, **plan.layout_kwargs(plan.decode_tp))
-    else:
-        pd_ = step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp))
-        c = float(plan.chunk_tokens)
-        if not c >= 1.0:        # a zero chunk would never finish the prompt
-            raise FastsimInputError("chunk_tokens", plan.chunk_tokens, "an integer >= 1 (a colocated plan)")
-        ttft, done = 0.0, 0.0
-        while done < P:
-            x = min(c, P - done)
-            ttft += float(step_time(pd_, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
-            done += x
-    ctx = float(model.kv_tokens_held(P + O / 2.0))
-    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * hd * ctx))
     why = []
     if ttft > slo.ttft_s:
         why.append(f"a {P:.0f}-token prompt alone takes {ttft:.2f} s to its first token (TTFT target {slo.ttft_s:g} s)")
@@ -610,25 +650,33 @@ class CapacityResult:
     Attributes
     ----------
     rate_req_per_s : float
-        The capacity estimate: the estimator the bootstrap resamples (:func:`_capacity_from`)
-        applied to all seeds over the bisection's probes, i.e. the rate between the largest
-        passing probe and the smallest failing one where the failing criterion (pooled
-        attainment, or the backlog slope) crosses its threshold by linear interpolation. It lies
-        inside ``bracket`` (clamped there should the probes disagree with each other); 0 when
-        every probe failed, the largest passing rate when none failed.
+        The capacity estimate: the estimator the bootstrap resamples (:func:`_capacities_from`)
+        applied to all seeds over every probe (the search's and those added for the interval),
+        i.e. the rate between the largest passing probe below the smallest failing one and that
+        failing probe where the failing criterion (pooled attainment, or the backlog slope)
+        crosses its threshold by linear interpolation. It lies inside ``bracket``; 0 when no
+        probe passed below the smallest failing one, the largest passing rate when none failed;
+        NaN (undetermined, said in ``notes``) when no probe measured a request.
     bracket : (float, float)
-        Final (pass, fail) rates of the bisection; ``(hi - lo) / lo <= rel_tol`` unless the
-        probe budget ran out. ``lo`` is the largest rate simulated to pass.
+        The estimator's (pass, fail) rates over every probe: the largest passing rate below the
+        smallest failing one (0 when there is none), and that failing rate (inf when none
+        failed). ``(hi - lo) / lo <= rel_tol`` unless the probe budget ran out or a probe added
+        for the interval contradicted the search's bracket (:attr:`contradicting_probes`: the
+        smallest failing rate then bounds the capacity). ``(nan, nan)`` when undetermined.
     ci95 : (float, float)
         95% bootstrap interval across seeds: seeds are resampled with replacement (2,000
         resamples); for each resample the pooled attainment and backlog slope at every probed rate
         are recomputed from the per-seed results already simulated, and its capacity is found
         between the largest passing and the smallest failing probe by linear interpolation of the
-        failing criterion (:func:`_capacity_from`), the same estimator as ``rate_req_per_s``.
-        No extra simulation is run. ``(nan, nan)`` with one seed. A percentile interval of a
-        skewed bootstrap can, rarely, leave the estimate outside it: :attr:`estimate_in_ci`.
+        failing criterion (:func:`_capacities_from`), the same estimator on the same probes as
+        ``rate_req_per_s``. No extra simulation is run. ``(nan, nan)`` with one seed. With 2
+        seeds half of the resamples are the full sample, so the estimate lies inside; with more,
+        a percentile interval can, rarely, leave it out where the estimator jumps (a resample
+        that flips one probe's verdict moves the capacity to another pair of probes):
+        :attr:`estimate_in_ci`.
     probes : list of (rate, attainment, overloaded, passed)
-        Every probe in order.
+        Every probe in order; attainment NaN when its runs measured no request (such a probe,
+        unless overloaded, has no verdict and ends the search).
     per_seed_attainment : ndarray(float64) of shape (probes, seeds)
         Attainment of each seed's run at each probe (0 when it measured nothing; nan for the
         seeds a probe decided early by the sequential test did not run).
@@ -641,6 +689,13 @@ class CapacityResult:
     probe_seeds : tuple of int
         Seeds each probe ran: ``seeds``, or fewer when :func:`max_sustainable_rates`' sequential
         test decided the probe early (in ``to_dict`` as each probe's ``seeds_run``).
+    probe_measured : tuple of int
+        Measured requests of each probe over the seeds it ran (in ``to_dict`` as each probe's
+        ``measured``); empty when not recorded.
+    notes : tuple of str
+        What the figures need said: a horizon that understates the capacity
+        (:func:`horizon_floor`), a search that stopped at a probe that measured nothing, an
+        undetermined result, a search that reached the largest rate it probes.
     """
 
     rate_req_per_s: float
@@ -652,18 +707,27 @@ class CapacityResult:
     seeds: int
     horizon_s: float
     probe_seeds: tuple = ()
+    probe_measured: tuple = ()
+    notes: tuple = ()
+
+    @property
+    def undetermined(self) -> bool:
+        """Whether no probe gave a verdict, so there is no estimate (bool; ``rate_req_per_s`` NaN)."""
+        return not math.isfinite(self.rate_req_per_s)
 
     @property
     def estimate_in_ci(self) -> bool:
-        """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; True without an interval)."""
+        """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; True without an interval or an estimate)."""
         lo, hi = self.ci95
-        if not (math.isfinite(lo) and math.isfinite(hi)):
+        if not (math.isfinite(lo) and math.isfinite(hi)) or self.undetermined:
             return True
         return bool(lo <= self.rate_req_per_s <= hi)
 
     @property
     def analytic_ratio(self) -> float:
         """Analytic capacity / simulated capacity (float; > 1: the analytic screen is optimistic); inf at 0."""
+        if self.undetermined:
+            return float("nan")
         return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
 
     @property
@@ -673,13 +737,15 @@ class CapacityResult:
         Returns
         -------
         list of (rate, attainment, overloaded, passed)
-            Empty when the verdicts are monotone in rate over the probes. Otherwise the answer
-            depends on the order of the probes (two searches of the same seeds may then differ
-            by more than the tolerance): the attainment or the backlog slope fluctuates around
-            its threshold at these seeds and horizon, and more seeds or a longer horizon steady it.
+            Empty when the verdicts are monotone in rate over the probes (a probe without a
+            verdict, which measured nothing, contradicts nothing). Otherwise the answer depends
+            on the order of the probes (two searches of the same seeds may then differ by more
+            than the tolerance): the attainment or the backlog slope fluctuates around its
+            threshold at these seeds and horizon, and more seeds or a longer horizon steady it.
         """
         lo, hi = self.bracket
-        return [p for p in self.probes if (p[0] < lo and not p[3]) or (p[0] > hi and p[3])]
+        return [p for p in self.probes if not (p[1] != p[1] and not p[2])
+                and ((p[0] < lo and not p[3]) or (p[0] > hi and p[3]))]
 
     @property
     def simulated_ratio(self) -> float:
@@ -688,7 +754,7 @@ class CapacityResult:
         The lecture (§2.3, §6) measured 0.91 chat, 1.11 offline batch, 0.69 coding agent, and says
         the analytic capacity of the coding agent is 1/0.69 times the simulated one, so its figures
         are simulated / analytic (see docs/REPRODUCTION.md). Returns a float, nan when the
-        analytic capacity is 0.
+        analytic capacity is 0 or the result is undetermined.
         """
         return self.rate_req_per_s / self.analytic_req_per_s if self.analytic_req_per_s > 0 else float("nan")
 
@@ -699,34 +765,50 @@ class CapacityResult:
         -------
         dict
             ``rate_req_per_s``, ``bracket_req_per_s``, ``ci95_req_per_s``, ``probes`` (list of
-            dicts), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``, ``seeds``,
-            ``horizon_s``, ``ci_method``; non-finite values (an unbounded bracket, a missing
-            interval, a ratio to 0) become None, each explained in ``null_reasons`` (field ->
-            reason starting with ``infinite`` or ``not applicable``); ``per_seed_attainment`` is
-            left out.
+            dicts, each with ``seeds_run``, ``measured`` and, where its attainment is null,
+            ``null_reasons``), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``,
+            ``seeds``, ``horizon_s``, ``estimate_method``, ``ci_method``, ``estimate_in_ci``,
+            ``contradicting_probes``, ``undetermined`` and ``notes``; non-finite values (an
+            unbounded bracket, a missing interval, a ratio to 0) become None, each explained in
+            ``null_reasons`` (field -> reason starting with ``infinite`` or ``not applicable``);
+            ``per_seed_attainment`` is left out.
         """
         from ._output import null_reasons, strict
+        probes = []
+        for i, (r, a, o, p) in enumerate(self.probes):
+            q = dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p,
+                     seeds_run=int(self.probe_seeds[i]) if i < len(self.probe_seeds) else self.seeds)
+            if i < len(self.probe_measured):
+                q["measured"] = int(self.probe_measured[i])
+            if a != a:
+                q["null_reasons"] = {"attainment": "not applicable: the probe's runs measured no request"}
+            probes.append(q)
         d = {"rate_req_per_s": self.rate_req_per_s, "bracket_req_per_s": list(self.bracket),
-             "ci95_req_per_s": list(self.ci95),
-             "probes": [dict(rate_req_per_s=r, attainment=a, overloaded=o, passed=p,
-                             seeds_run=int(self.probe_seeds[i]) if i < len(self.probe_seeds) else self.seeds)
-                        for i, (r, a, o, p) in enumerate(self.probes)],
+             "ci95_req_per_s": list(self.ci95), "probes": probes,
              "analytic_req_per_s": self.analytic_req_per_s,
              "analytic_ratio": self.analytic_ratio if self.analytic_req_per_s > 0 else math.nan,
              "simulated_ratio": self.simulated_ratio,
              "seeds": self.seeds, "horizon_s": self.horizon_s,
-             "estimate_method": ("interpolated between the largest passing and the smallest failing probe "
-                                 "where the failing criterion crosses its threshold, over all seeds"),
-             "ci_method": "bootstrap over seeds of the pooled probe results (2,000 resamples), same estimator",
+             "estimate_method": ("interpolated between the largest passing probe below the smallest failing one and "
+                                 "that probe, where the failing criterion crosses its threshold, over all seeds and "
+                                 "every probe"),
+             "ci_method": ("bootstrap over seeds of the pooled probe results (2,000 resamples), same estimator on "
+                           "the same probes"),
              "estimate_in_ci": self.estimate_in_ci,
-             "contradicting_probes": len(self.contradicting_probes)}
+             "contradicting_probes": len(self.contradicting_probes),
+             "undetermined": self.undetermined,
+             "notes": list(self.notes)}
+        undetermined = "not applicable: undetermined, no probe measured a request (see notes)"
 
         def explain(k, v):
+            if self.undetermined and k in ("rate_req_per_s", "bracket_req_per_s", "ci95_req_per_s",
+                                           "analytic_ratio", "simulated_ratio"):
+                return undetermined
             if k == "bracket_req_per_s":
                 return "infinite: no probe failed, so the bracket has no upper end"
             if k == "ci95_req_per_s":
                 return ("not applicable: one seed gives no interval (use 2 seeds or more)" if self.seeds < 2 else
-                        "not applicable: no probe passed, so there is nothing to resample")
+                        "not applicable: no interval was resampled (no probe passed, or bootstrap=0)")
             if k == "analytic_ratio":
                 return ("not applicable: the analytic screen finds the plan infeasible (analytic capacity 0)"
                         if not self.analytic_req_per_s > 0 else "infinite: no probed rate passed (simulated capacity 0)")
@@ -763,7 +845,8 @@ class _CRN:
     def at(self, rate, s0=0, s1=None):
         """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: list of (arrival_s, prompt_tokens, output_tokens)."""
         if rate > self.max_rate:
-            self.max_rate = max(self.wanted, rate * self.growth)
+            # at most the workload limit's rate (the searches never probe above it: _max_probe_rate)
+            self.max_rate = min(max(self.wanted, rate * self.growth), max(_max_probe_rate(self.horizon_s), rate))
             self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s, arrival=self.arrival,
                                             cv=self.cv) for s in self.children]
         out = []
@@ -787,11 +870,12 @@ def _pooled_figures(met, mea, over, horizon_s):
     ``met`` / ``mea`` (..., S) counts, ``over`` (..., S, 3) = backlog slope, accepted rate, run
     flag; each probe judged as the search judges it (pooled attainment, :func:`pooled_overload`:
     the mean slope against ``OVERLOAD_SLOPE_FRACTION`` x the mean accepted rate, a single run by
-    its own flag). Returns three arrays of shape (...,): attainment, slope / threshold (2 or 0
-    for one run), flagged.
+    its own flag). Returns three arrays of shape (...,): attainment (NaN where the seeds measured
+    no request), slope / threshold (2 or 0 for one run), flagged.
     """
     from .sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
-    att = met.sum(axis=-1) / np.maximum(mea.sum(axis=-1), 1.0)
+    m = mea.sum(axis=-1)
+    att = np.where(m > 0, met.sum(axis=-1) / np.maximum(m, 1.0), np.nan)
     if over.shape[-2] == 1:
         flagged = over[..., 0, 2] > 0
         return att, np.where(flagged, 2.0, 0.0), flagged
@@ -801,28 +885,37 @@ def _pooled_figures(met, mea, over, horizon_s):
     return att, ratio, (ratio > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
 
 
-def _bracket_capacities(rates, att, ratio, flagged, target):
+def _bracket_capacities(rates, att, ratio, flagged, target, bracket: bool = False):
     """The capacity of each row of pooled probe figures (shape (B, k) each; rates (k,)): float64 (B,).
 
-    A row's answer lies between the largest passing rate below the smallest failing one (lo) and
-    that failing rate (hi), interpolated linearly on whichever criterion fails at hi: the
-    attainment's crossing of the target, or the backlog slope's crossing of its threshold. 0 when
-    every probe fails (the capacity lies below them); the largest passing rate when none fails.
-    Ties in rate go to the first probe.
+    A probe passes when its attainment is >= ``target`` and it is not flagged; it fails when it
+    is flagged or its attainment is below the target; a probe that measured nothing (attainment
+    NaN) and is not flagged has no verdict and is passed over. A row's answer lies between the
+    largest passing rate below the smallest failing one (lo) and that failing rate (hi),
+    interpolated linearly on whichever criterion fails at hi: the attainment's crossing of the
+    target, or the backlog slope's crossing of its threshold. 0 when no probe passes below the
+    smallest failing one (the capacity lies below it); the largest passing rate when none fails.
+    Ties in rate go to the first probe. With ``bracket``, returns ``(capacities, lo, hi)``: lo 0
+    when nothing passed below hi, hi inf when nothing failed.
     """
-    ok = (att >= target) & ~flagged
+    with np.errstate(invalid="ignore"):
+        ok = (att >= target) & ~flagged
+        fail = flagged | (att < target)
     rows = np.arange(ok.shape[0])
-    j = np.where(ok, np.inf, rates).argmin(axis=1)              # the smallest failing rate
-    below = ok & (rates < rates[j][:, None])
-    i = np.where(below, rates, -np.inf).argmax(axis=1)         # the largest passing rate below it
+    any_fail = fail.any(axis=1)
+    j = np.where(fail, rates, np.inf).argmin(axis=1)              # the smallest failing rate
+    below = ok & ((rates < rates[j][:, None]) | ~any_fail[:, None])
+    i = np.where(below, rates, -np.inf).argmax(axis=1)           # the largest passing rate below it
     ai, aj, qi, qj = att[rows, i], att[rows, j], ratio[rows, i], ratio[rows, j]
     with np.errstate(divide="ignore", invalid="ignore"):
         t_att = np.where((aj < target) & (ai > aj), (ai - target) / (ai - aj), 1.0)
         t_over = np.where(flagged[rows, j] & (qj > qi), (1.0 - qi) / (qj - qi), 1.0)
     t = np.clip(np.minimum(np.minimum(1.0, t_att), t_over), 0.0, 1.0)
-    caps = np.where(below.any(axis=1), rates[i] + t * (rates[j] - rates[i]), 0.0)
-    caps = np.where(ok.all(axis=1), np.where(ok, rates, -np.inf).max(axis=1), caps)
-    return np.where(ok.any(axis=1), caps, 0.0)
+    passed = below.any(axis=1)
+    caps = np.where(passed, np.where(any_fail, rates[i] + t * (rates[j] - rates[i]), rates[i]), 0.0)
+    if not bracket:
+        return caps
+    return caps, np.where(passed, rates[i], 0.0), np.where(any_fail, rates[j], np.inf)
 
 
 def _capacity_from(rates, met, measured, over, target, horizon_s):
@@ -835,17 +928,19 @@ def _capacity_from(rates, met, measured, over, target, horizon_s):
     return float(_bracket_capacities(rates, att[None], ratio[None], flagged[None], target)[0])
 
 
-def _capacities_from(rates, met, mea, over, idx, target, horizon_s):
+def _capacities_from(rates, met, mea, over, idx, target, horizon_s, bracket: bool = False):
     """:func:`_capacity_from` of many resamples of the seeds at once: float64 (B,).
 
     ``idx`` (B, S) holds each resample's seed indices; each capacity is the value
     :func:`_capacity_from` gives for ``met[:, idx[b]]``, ``mea[:, idx[b]]``, ``over[:, idx[b]]``
     (a mean slope may differ in its last bit, as numpy sums the seeds of another array shape in
-    another order).
+    another order). The point estimate is this function at ``idx = arange(S)[None]``, so it is
+    computed exactly as each resample is. With ``bracket``, ``(capacities, lo, hi)`` as
+    :func:`_bracket_capacities` gives them.
     """
     figures = [_pooled_figures(met[j][idx], mea[j][idx], over[j][idx], horizon_s) for j in range(rates.shape[0])]
     att, ratio, flagged = (np.stack(f, axis=1) for f in zip(*figures))
-    return _bracket_capacities(rates, att, ratio, flagged, target)
+    return _bracket_capacities(rates, att, ratio, flagged, target, bracket)
 
 
 def _probe_verdict(ms, slo: SLO, horizon_s: float):
@@ -947,7 +1042,20 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     and the seeds together are not overloaded (:func:`pooled_overload`). The bracket starts at the analytic capacity (or
     ``rate_hint_req_per_s``) and grows or shrinks by 1.25x until it straddles the answer, then
     bisects to ``rel_tol``. The 95% interval is a bootstrap over seeds of the same probe results
-    (see :class:`CapacityResult`).
+    (see :class:`CapacityResult`); the estimate and the bracket are the same estimator on the same
+    probes, all seeds at once, so with 2 seeds (half of the resamples are the full sample) the
+    estimate always lies inside the interval.
+
+    The horizon. A run does not drain: a measured request still running at the horizon is a miss.
+    So a horizon below :func:`horizon_floor`'s ``min_horizon_s`` (a mean request, alone on an
+    idle instance, could not finish in time from the last part of the measure window, so no rate
+    could pass) is refused, and one below its ``full_horizon_s`` (shorter than a mean request's
+    SLO pace, TTFT target + (O - 1) x TPOT target, over ``1 - measure_window[1]``) gets a note in
+    ``CapacityResult.notes``: it understates the capacity. A probe whose runs measured no request
+    has no attainment (NaN) and, unless overloaded, no verdict: the search stops there, and when
+    no probe measured anything the result is undetermined (``rate_req_per_s`` NaN, with a note),
+    never a rate of about 0. No probe goes above :data:`MAX_RATE_REQ_PER_S` or the rate whose
+    horizon holds :data:`fastsim.workload.MAX_REQUESTS` requests per seed.
 
     Parameters
     ----------
@@ -962,10 +1070,12 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
         Simulated seconds per run (600 by default: lecture §2.3 lesson three).
     rel_tol : float
         Relative width of the final bracket, in (0, 1).
-    rate_hint_req_per_s : float, optional
-        First probe (req/s); default the plan's analytic capacity (1 req/s when it is 0).
+    rate_hint_req_per_s : float or None, optional
+        First probe (req/s): a finite number > 0 within :func:`check_rate_hint`'s bound (at most
+        :data:`MAX_RATE_REQ_PER_S`, and ``MAX_REQUESTS / (2 x horizon_s)``); None (default) the
+        plan's analytic capacity (1 req/s when it is 0).
     seed : int
-        Root seed of the per-seed workloads and of the bootstrap.
+        Root seed of the per-seed workloads and of the bootstrap (an integer >= 0).
     catalog : Catalog, optional
         Defaults to the built-in catalog.
     constants : StepConstants
@@ -1005,14 +1115,21 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     -------
     CapacityResult
         ``rate_req_per_s`` interpolated inside the final bracket (see :class:`CapacityResult`);
-        0 and bracket ``(0, hi)`` when every probe failed; ``hi`` inf when none did.
+        0 and bracket ``(0, hi)`` when no probe passed below the smallest failing one; ``hi``
+        inf when none failed; NaN (``undetermined``) when no probe measured a request.
 
     Raises
     ------
     FastsimInputError
-        ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1), a non-positive horizon or
-        rate hint, ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 20, unknown
-        names in the plan, a bad length distribution, seed, arrival process or cv, or anything
+        ``slo`` not an :class:`SLO`, ``seeds`` not an integer >= 1, ``rel_tol`` outside (0, 1),
+        a non-positive horizon, a horizon below :func:`horizon_floor`'s ``min_horizon_s``
+        (``horizon_s``), a rate hint that is not None or a finite number > 0 within
+        :func:`check_rate_hint`'s bound (``rate_hint_req_per_s``), an analytic capacity whose
+        first draw exceeds the workload limit (``horizon_s``), a plan with more than
+        :data:`fastsim.analytic.MAX_INSTANCES` instances on a side (``plan.instances``,
+        ``plan.prefill_instances``, ``plan.decode_instances``), ``seed`` not an integer >= 0,
+        ``max_probes`` below 1, ``bootstrap`` neither 0 nor at least 20, unknown names in the
+        plan, a bad length distribution, measure window, arrival process or cv, or anything
         :func:`fastsim.sim.simulate_batch` rejects.
     RuntimeError
         A simulator kernel reported an internal failure.
@@ -1020,12 +1137,17 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     from .sim import simulate_batch
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
+    _check_slo("slo", slo)
     S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s)
+    _check_seed("seed", seed)
     _check_budget(max_probes, bootstrap)
+    window = _window(measure_window)
+    floor = _floor_of(plan, dists, slo, float(horizon_s), window, catalog, constants, model)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
     crn = _CRN(dists, S, float(horizon_s), seed, arrival, cv, first_rate=2.0 * r)
-    bis = _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), seed, slo, float(horizon_s), analytic)
+    bis = _Bisection(r, S, float(rel_tol), int(max_probes), int(bootstrap), seed, slo, float(horizon_s), analytic,
+                     max_rate=_max_probe_rate(float(horizon_s)), floor=floor, measure_window=window)
     while True:
         rate = bis.next_rate()
         if rate is None:
@@ -1050,6 +1172,39 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     return bis.result()
 
 
+def _check_slo(field: str, slo) -> None:
+    """``slo`` an :class:`SLO` (whose fields its constructor checked), else FastsimInputError naming ``field``."""
+    if not isinstance(slo, SLO):
+        raise FastsimInputError(field, slo, "a fastsim.search.SLO(ttft_s, tpot_s, attainment)")
+
+
+def _check_seed(field: str, seed) -> None:
+    """A root seed: an integer >= 0, else FastsimInputError naming ``field`` (the caller's parameter)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise FastsimInputError(field, seed, "an integer >= 0 (the root seed of the workloads and the bootstrap)")
+
+
+def _window(measure_window) -> tuple:
+    """The measure window as two floats ``0 <= f0 < f1 <= 1``, else FastsimInputError (as the simulator says it)."""
+    try:
+        f0, f1 = (float(x) for x in measure_window)
+    except (TypeError, ValueError):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
+    if not (0.0 <= f0 < f1 <= 1.0):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
+    return f0, f1
+
+
+def _floor_of(plan, dists, slo, horizon_s, window, catalog, constants, model, field="horizon_s") -> HorizonFloor:
+    """:func:`horizon_floor` of a rate search at its workload's mean lengths; a horizon below its
+    ``min_horizon_s`` is refused, naming ``field``."""
+    P, O = _mean_lengths(dists)
+    floor = horizon_floor(plan, P, O, slo, measure_window=window, catalog=catalog, constants=constants, model=model)
+    if horizon_s < floor.min_horizon_s:
+        raise floor.refusal(field, horizon_s, window)
+    return floor
+
+
 def _check_budget(max_probes, bootstrap) -> None:
     """``max_probes`` an integer >= 1 and ``bootstrap`` 0 (none) or an integer >= 20, else FastsimInputError."""
     if isinstance(max_probes, bool) or not isinstance(max_probes, (int, np.integer)) or max_probes < 1:
@@ -1060,16 +1215,261 @@ def _check_budget(max_probes, bootstrap) -> None:
                                 "0 (no interval) or an integer >= 20 (resamples; 2,000 by default)")
 
 
-def _search_inputs(plan: Plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s):
-    """Checked ``(seeds, first rate, analytic capacity)`` of a capacity search."""
+#: Largest rate (req/s) a capacity search takes as its first probe or probes: the rate at which a
+#: one-second run would hold :data:`fastsim.workload.MAX_REQUESTS` (50,000,000) requests, the most
+#: one synthetic workload may hold. A trace's time scale is bounded by the same equivalent rate.
+MAX_RATE_REQ_PER_S = 5e7
+
+
+def _max_probe_rate(horizon_s: float) -> float:
+    """The largest rate a rate search of this horizon probes: :data:`MAX_RATE_REQ_PER_S`, or the rate
+    whose ``horizon_s`` holds :data:`fastsim.workload.MAX_REQUESTS` requests (a hair under, so that a
+    draw at it is accepted)."""
+    from .workload import MAX_REQUESTS
+    return min(MAX_RATE_REQ_PER_S, MAX_REQUESTS / horizon_s * (1.0 - 1e-9))
+
+
+def check_rate_hint(field: str, value, horizon_s: float | None = None) -> float:
+    """Check the first rate of a capacity search: a finite number > 0 whose derived values fit.
+
+    Parameters
+    ----------
+    field : str
+        The caller's name for the value (``rate_hint_req_per_s``, ``rate_hints_req_per_s[2]``,
+        ``--rate``), used in the error.
+    value : object
+        The rate (req/s).
+    horizon_s : float, optional
+        The rate search's horizon (s). Its first draw holds each seed's requests up to twice the
+        first rate (:func:`max_sustainable_rate`), so the rate must also be at most
+        ``MAX_REQUESTS / (2 x horizon_s)`` (:data:`fastsim.workload.MAX_REQUESTS` = 50,000,000
+        requests per seed). None (a trace's time-scale search, whose replay holds the trace's own
+        requests at any scale): only :data:`MAX_RATE_REQ_PER_S`.
+
+    Returns
+    -------
+    float
+        ``float(value)``.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming ``field``: a boolean or string, NaN, zero, a negative or infinite value, or a rate
+        above :data:`MAX_RATE_REQ_PER_S` (5e7 req/s) or above the horizon's bound.
+    """
+    from .errors import require_positive
+    from .workload import MAX_REQUESTS
+    r = require_positive(field, value)
+    if r > MAX_RATE_REQ_PER_S:
+        raise FastsimInputError(field, value, f"a finite rate > 0 of at most {MAX_RATE_REQ_PER_S:.3g} req/s "
+                                f"(fastsim.search.MAX_RATE_REQ_PER_S: a one-second run at that rate holds "
+                                f"{MAX_REQUESTS:,} requests, the most one workload may hold)")
+    if horizon_s is not None and 2.0 * r * float(horizon_s) > MAX_REQUESTS:
+        raise FastsimInputError(field, value, f"a finite rate > 0 of at most {MAX_REQUESTS / (2.0 * horizon_s):.6g} "
+                                f"req/s at a horizon of {horizon_s:g} s (the search draws each seed's requests up to "
+                                f"twice its first rate, at most {MAX_REQUESTS:,} per seed); or a shorter horizon")
+    return r
+
+
+def check_plan_instances(plan: Plan, fields: dict | None = None) -> None:
+    """Refuse a plan with more than :data:`fastsim.analytic.MAX_INSTANCES` instances on a side, naming the count.
+
+    The capacity searches check it before anything is simulated: a :class:`Plan` made with
+    :func:`dataclasses.replace` or by hand bypasses :func:`fastsim.analytic.plan_for`'s check,
+    and the simulator's event wheel grows with the instances (100,000 asked for 48.8 GiB).
+
+    Parameters
+    ----------
+    plan : Plan
+    fields : dict of str to str, optional
+        The caller's name for each count (keys ``instances``, ``prefill_instances``,
+        ``decode_instances``); default ``plan.instances`` and so on.
+
+    Raises
+    ------
+    FastsimInputError
+        The first count (``instances`` of a colocated plan; ``prefill_instances`` then
+        ``decode_instances`` of a disaggregated one) above :data:`fastsim.analytic.MAX_INSTANCES`
+        (4096, the limit of ``capacity --instance-counts``), naming the field, the count and the
+        limit.
+    """
+    names = ("prefill_instances", "decode_instances") if plan.mode == "disaggregated" else ("instances",)
+    for name in names:
+        n = getattr(plan, name)
+        if n > MAX_INSTANCES:
+            f = (fields or {}).get(name, f"plan.{name}")
+            raise FastsimInputError(f, n, f"an instance count from 1 to {MAX_INSTANCES:,} "
+                                    "(fastsim.analytic.MAX_INSTANCES, as capacity --instance-counts takes)")
+
+
+class HorizonFloor(NamedTuple):
+    """How long a capacity search's horizon must be for its measured requests: :func:`horizon_floor`.
+
+    Attributes
+    ----------
+    prompt_tokens, output_tokens : float
+        The mean request's lengths (tokens).
+    lone_s : float
+        Its latency alone on an idle instance of the plan (s): TTFT alone + (O - 1) x TPOT alone
+        (the step model of :func:`lone_request_check`).
+    slo_pace_s : float
+        The time its SLO allows it (s): TTFT target + (O - 1) x TPOT target; near capacity a
+        request takes about this long.
+    min_horizon_s : float
+        The shortest horizon a search accepts (s): ``lone_s / ((1 - b) + (1 - attainment)(b - a))``
+        for the measure window ``(a, b)``.
+    full_horizon_s : float
+        The horizon below which the capacity is understated (s): ``slo_pace_s / (1 - b)``
+        (inf when the window ends at the horizon).
+    """
+
+    prompt_tokens: float
+    output_tokens: float
+    lone_s: float
+    slo_pace_s: float
+    min_horizon_s: float
+    full_horizon_s: float
+
+    def refusal(self, field: str, horizon_s: float, measure_window=(0.2, 0.8)) -> FastsimInputError:
+        """The error a horizon below :attr:`min_horizon_s` gets.
+
+        Parameters
+        ----------
+        field : str
+            The caller's name for the horizon (``horizon_s``, ``--horizon``).
+        horizon_s : float
+            The horizon refused (s).
+        measure_window : (float, float)
+            The search's measure window (fractions of the horizon).
+
+        Returns
+        -------
+        FastsimInputError
+            Naming ``field``, the horizon and the shortest one accepted, with the reason.
+        """
+        b = measure_window[1]
+        return FastsimInputError(field, horizon_s, (
+            f"a horizon of at least {self.min_horizon_s:.3g} s for this plan and workload: a mean request "
+            f"({self.prompt_tokens:,.0f} + {self.output_tokens:,.0f} tokens) takes {self.lone_s:.3g} s alone on an "
+            f"idle instance, and measured requests still running at the horizon count as misses (a run does "
+            f"not drain), so at {horizon_s:g} s those arriving in the last part of the measured window (which "
+            f"ends at {b:.0%} of the horizon) could not finish even alone: no rate could pass and the search "
+            f"would measure the horizon, not the plan; at least {self.full_horizon_s:.3g} s keeps the capacity "
+            "from being understated"))
+
+    def note(self, horizon_s: float, measure_window=(0.2, 0.8)) -> str:
+        """The note on a horizon below :attr:`full_horizon_s` ('' at or above it).
+
+        Parameters
+        ----------
+        horizon_s : float
+            The search's horizon (s).
+        measure_window : (float, float)
+            The search's measure window (fractions of the horizon).
+
+        Returns
+        -------
+        str
+            The note, or ``''``.
+        """
+        if not horizon_s < self.full_horizon_s:
+            return ""
+        b = measure_window[1]
+        return (f"a horizon of {horizon_s:g} s understates the capacity: a mean request ({self.prompt_tokens:,.0f} "
+                f"+ {self.output_tokens:,.0f} tokens) may take {self.slo_pace_s:.3g} s within its targets "
+                f"(TTFT target + (O - 1) x TPOT target; near capacity it takes about that long), longer than the "
+                f"{(1 - b) * horizon_s:.3g} s from the end of the measured window ({b:.0%} of the horizon) to the "
+                "horizon; measured requests still running at the horizon count as misses (a run does not drain), "
+                f"so the probes fail early; a horizon of at least {self.full_horizon_s:.3g} s measures the plan")
+
+
+def horizon_floor(plan: Plan, prompt_tokens: float, output_tokens: float, slo: SLO, *,
+                  measure_window=(0.2, 0.8), catalog: Catalog | None = None,
+                  constants: StepConstants = StepConstants(), model: Model | None = None) -> HorizonFloor:
+    """The horizons below which a capacity search of a plan measures its horizon rather than the plan.
+
+    The rule (SPEC §7 judges a probe on the requests arriving in the measure window ``(a, b)`` of
+    the horizon H, and a request still running at the horizon is a miss: a run does not drain):
+
+    - Refused below ``min_horizon_s``. A mean-length request takes ``lone_s`` alone on an idle
+      instance. The measured requests arriving in the last ``lone_s - (1 - b) H`` seconds of the
+      window cannot finish even alone; when they are more than ``1 - attainment`` of the window
+      (``H < lone_s / ((1 - b) + (1 - attainment)(b - a))``), no rate can pass.
+    - Understated below ``full_horizon_s``. Near capacity a request takes about what its SLO
+      allows, ``slo_pace_s`` = TTFT target + (O - 1) x TPOT target; when that exceeds the
+      ``(1 - b) H`` seconds after the window, the last measured requests are cut off at the
+      horizon and the probes fail below the capacity (chat on 2 x B200 FP8 TP1, 4 seeds: 31.0
+      req/s at 70 s, 17.1 at 40 s, 15.0 at 20 s, 2.2 at 10 s; 31.3 at 100 s and 30.4 at 400 s).
+
+    Parameters
+    ----------
+    plan : Plan
+    prompt_tokens, output_tokens : float
+        The workload's mean lengths (tokens, > 0).
+    slo : SLO
+    measure_window : (float, float)
+        Fractions of the horizon bounding the measured requests.
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants
+        Step-model constants (SPEC §3).
+    model : Model, optional
+        The model, when it is not a catalog entry.
+
+    Returns
+    -------
+    HorizonFloor
+        The mean request's lone latency and SLO pace, and the two horizons (s).
+
+    Raises
+    ------
+    FastsimInputError
+        Unknown names in the plan, or a colocated plan with ``chunk_tokens`` < 1.
+    """
+    a, b = float(measure_window[0]), float(measure_window[1])
+    P, O = float(prompt_tokens), float(output_tokens)
+    ttft, tpot = _lone_times(plan, P, O, catalog, constants, model, prefill_gpu=True)
+    more = max(O - 1.0, 0.0)
+    lone = ttft + more * tpot
+    pace = slo.ttft_s + more * slo.tpot_s
+    room = (1.0 - b) + (1.0 - slo.attainment) * (b - a)
+    return HorizonFloor(P, O, lone, pace, lone / room if room > 0 else math.inf,
+                        pace / (1.0 - b) if b < 1.0 else math.inf)
+
+
+def _mean_lengths(dists) -> tuple:
+    """Mean (prompt, output) tokens of a rate search's length distributions."""
+    from . import workload as W
+    _, pd, od = W._dists(dists)
+    return float(pd.mean), float(od.mean)
+
+
+def _search_inputs(plan: Plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s, hint_field="rate_hint_req_per_s"):
+    """Checked ``(seeds, first rate, analytic capacity)`` of a capacity search.
+
+    The plan's instance counts (:func:`check_plan_instances`), the hint (None: the analytic
+    capacity; else :func:`check_rate_hint`, named ``hint_field``) and the first draw's size: a
+    first rate (the analytic capacity) whose draw exceeds the workload limit is refused as
+    ``horizon_s``.
+    """
     from .errors import require_positive
     if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or seeds < 1:
         raise FastsimInputError("seeds", seeds, "an integer >= 1")
     if not (0 < rel_tol < 1):
         raise FastsimInputError("rel_tol", rel_tol, "a fraction in (0, 1)")
-    require_positive("horizon_s", horizon_s)
+    h = require_positive("horizon_s", horizon_s)
+    check_plan_instances(plan)
     analytic = float(plan.capacity_req_per_s)
-    r = require_positive("rate_hint_req_per_s", rate_hint_req_per_s) if rate_hint_req_per_s else (analytic or 1.0)
+    if rate_hint_req_per_s is not None:
+        r = check_rate_hint(hint_field, rate_hint_req_per_s, h)
+    else:
+        r = analytic or 1.0
+        from .workload import MAX_REQUESTS
+        if 2.0 * r * h > MAX_REQUESTS:
+            raise FastsimInputError("horizon_s", horizon_s, f"at most {MAX_REQUESTS / (2.0 * r):.6g} s for "
+                                    f"{plan.describe()}: the search starts at its analytic capacity, {r:,.6g} req/s, "
+                                    f"and draws each seed's requests up to twice that rate, at most "
+                                    f"{MAX_REQUESTS:,} per seed (or a smaller rate_hint_req_per_s)")
     return int(seeds), float(r), analytic
 
 
@@ -1082,30 +1482,37 @@ class _Bisection:
 
     Search: the bracket grows or shrinks by 1.25x from the first rate until it straddles the
     answer (or, given ``step0``, by steps of ``step0`` that double each time: galloping), then
-    bisects to ``rel_tol`` (at most ``max_probes`` probes). Interval: the bootstrap over seeds of
-    the probes' results; a resample that fails at every probed rate has its capacity below the
-    lowest probe, so up to three more probes go lower (each 1 / 1.1 of the lowest) until the
-    interval's lower end is not censored; a galloping search likewise goes higher (each
-    ``4 x rel_tol`` above the highest probe) while its upper end is censored at the highest
-    probe. With ``first_seeds`` and ``alpha``, a probe runs its first seeds and the others only
-    when :func:`_early_verdict` cannot decide it.
+    bisects to ``rel_tol`` (at most ``max_probes`` probes), never above ``max_rate``. Interval:
+    the bootstrap over seeds of the probes' results; a resample that fails at every probed rate
+    has its capacity below the lowest probe, so up to three more probes go lower (each 1 / 1.1 of
+    the lowest) until the interval's lower end is not censored; a galloping search likewise goes
+    higher (each ``4 x rel_tol`` above the highest probe) while its upper end is censored at the
+    highest probe. With ``first_seeds`` and ``alpha``, a probe runs its first seeds and the others
+    only when :func:`_early_verdict` cannot decide it.
+
+    A probe whose runs measured no request (and are not overloaded) has no verdict: its
+    attainment is NaN, it counts as neither passing nor failing, and the search stops there
+    (lower rates measure fewer requests still); see :meth:`result`.
     """
 
     def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic, step0=None,
-                 first_seeds=0, alpha=0.0):
+                 first_seeds=0, alpha=0.0, max_rate=math.inf, floor=None, measure_window=(0.2, 0.8)):
         self.r, self.S, self.rel_tol, self.max_probes = r0, S, rel_tol, max_probes
         self.bootstrap, self.seed, self.slo, self.horizon_s, self.analytic = bootstrap, seed, slo, horizon_s, analytic
         self.step = step0
         self.first_seeds = first_seeds if 0 < first_seeds < S and alpha > 0 else 0
         self.alpha = alpha
+        self.max_rate = max_rate
+        self.floor, self.window = floor, measure_window
         self._partial = None
         self._boot_up = False
         self.lo = self.hi = None
         self.probes, self.mets, self.meas, self.overs, self.seeds_run = [], [], [], [], []
         self.phase = "search"
-        self.n_search = 0
         self.boot_rounds = 0
         self.caps = None
+        self.unmeasured_at = None       # the rate of the probe that measured nothing, where the search stopped
+        self.capped = False             # the search passed at max_rate and could go no higher
 
     def next_probe(self):
         """``(rate, first seed, end seed)`` of the runs to simulate next, or None when done.
@@ -1126,7 +1533,7 @@ class _Bisection:
             return self.r
         if self.phase == "boot":
             if self._boot_up:
-                return max(p[0] for p in self.probes) * (1.0 + 4.0 * self.rel_tol)
+                return min(max(p[0] for p in self.probes) * (1.0 + 4.0 * self.rel_tol), self.max_rate)
             return min(p[0] for p in self.probes) / 1.1
         return None
 
@@ -1147,9 +1554,21 @@ class _Bisection:
             # figures (and the bootstrap's resamples) are those of the k seeds run
             fill = np.arange(self.S) % k
             met, mea, over = met[fill], mea[fill], over[fill]
+        unmeasured = not mea.sum() > 0
+        if unmeasured:
+            pooled = math.nan           # no attainment without a measured request
         self.probes.append((float(rate), pooled, pooled_over, passed))
         self.mets.append(met), self.meas.append(mea), self.overs.append(over)
         self.seeds_run.append(k)
+        if unmeasured and not pooled_over:
+            # no verdict, and lower rates measure fewer requests still: the search ends here
+            self.unmeasured_at = float(rate)
+            if self.phase == "search":
+                self._after_search()
+            else:
+                self.caps = self._bootstrap()     # the interval over every probe, as the estimate
+                self.phase = "done"
+            return
         if self.phase == "search":
             if passed:
                 self.lo = rate if self.lo is None else max(self.lo, rate)
@@ -1158,7 +1577,6 @@ class _Bisection:
             lo, hi = self.lo, self.hi
             if (lo is not None and hi is not None and hi - lo <= self.rel_tol * lo) \
                     or len(self.probes) >= self.max_probes:
-                self.n_search = len(self.probes)
                 self._after_search()
                 return
             if lo is not None and hi is not None:
@@ -1168,6 +1586,12 @@ class _Bisection:
             else:       # galloping from a warm start: the step doubles until the verdict turns
                 self.r = hi / (1.0 + self.step) if lo is None else lo * (1.0 + self.step)
                 self.step *= 2.0
+            if self.r > self.max_rate:
+                if lo is not None and lo >= self.max_rate:      # passed at the largest rate there is
+                    self.capped = True
+                    self._after_search()
+                    return
+                self.r = self.max_rate
         else:
             self._boot_step()
 
@@ -1179,13 +1603,13 @@ class _Bisection:
             self.phase = "done"
 
     def _boot_step(self, first: bool = False) -> None:
-        # up to four resamplings, each but a good one followed by a probe lower; the interval is
-        # the last resampling's (a probe after the fourth is kept among the probes, not in it)
+        # up to four resamplings, each but a good one and the fourth followed by a probe lower (or
+        # higher); the interval is the last resampling's, over every probe (the estimate's probes)
+        self.caps = self._bootstrap()
+        self.boot_rounds += 1
         if self.boot_rounds >= 4:
             self.phase = "done"
             return
-        self.caps = self._bootstrap()
-        self.boot_rounds += 1
         low_ok = bool(np.quantile(self.caps, 0.025) > 0)
         high_ok = True
         if self.step is not None and self.hi is not None:
@@ -1194,38 +1618,67 @@ class _Bisection:
             # above), so up to three more probes go higher (each 4 x rel_tol above the highest)
             high_ok = bool(np.quantile(self.caps, 0.975) < max(p[0] for p in self.probes))
         self._boot_up = low_ok and not high_ok
+        if self._boot_up and max(p[0] for p in self.probes) >= self.max_rate:
+            self._boot_up, high_ok = False, True        # no higher rate to probe
         if (low_ok and high_ok) or len(self.probes) >= self.max_probes + 3:
             self.phase = "done"
 
-    def _bootstrap(self):
+    def _arrays(self):
         rates = np.array([p[0] for p in self.probes])
-        met_a, mea_a, over_a = np.array(self.mets), np.array(self.meas), np.array(self.overs)
+        return rates, np.array(self.mets), np.array(self.meas), np.array(self.overs)
+
+    def _bootstrap(self):
+        rates, met_a, mea_a, over_a = self._arrays()
         rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0])
         S = self.S
         idx = np.stack([rng.integers(0, S, S) for _ in range(self.bootstrap)])
         return _capacities_from(rates, met_a, mea_a, over_a, idx, self.slo.attainment, self.horizon_s)
 
     def result(self) -> "CapacityResult":
-        """The :class:`CapacityResult` once :meth:`next_rate` is None."""
+        """The :class:`CapacityResult` once :meth:`next_rate` is None.
+
+        The estimate and the bracket are the bootstrap's estimator (:func:`_capacities_from`)
+        applied to all seeds over every probe, the interval's probes included: the same
+        estimator on the same probes as each resample of the interval. ``rate_req_per_s`` is NaN
+        (undetermined) when no probe has a verdict (every probe measured nothing).
+        """
         ci = (float("nan"), float("nan"))
         if self.caps is not None:
             ci = (float(np.quantile(self.caps, 0.025)), float(np.quantile(self.caps, 0.975)))
-        met_a, mea_a = np.array(self.mets), np.array(self.meas)
+        rates, met_a, mea_a, over_a = self._arrays()
         per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
         for i, k_run in enumerate(self.seeds_run):
             per_seed_att[i, k_run:] = np.nan       # seeds a sequential test did not need
-        # the point estimate is the bootstrap's own estimator on all seeds over the bisection's
-        # probes, so that it lies inside the bracket and, but for a skewed bootstrap, inside the
-        # interval
-        lo, hi, k = self.lo, self.hi, self.n_search
-        estimate = 0.0
-        if lo is not None:
-            estimate = _capacity_from(np.array([p[0] for p in self.probes[:k]]), met_a[:k], mea_a[:k],
-                                      np.array(self.overs[:k]), self.slo.attainment, self.horizon_s)
-            estimate = min(max(estimate, lo), hi if hi is not None else np.inf)
-        return CapacityResult(float(estimate), (float(lo or 0.0), float(hi if hi is not None else np.inf)), ci,
-                              self.probes, per_seed_att, self.analytic, self.S, float(self.horizon_s),
-                              tuple(self.seeds_run))
+        measured = tuple(int(m[:k_run].sum()) for m, k_run in zip(mea_a, self.seeds_run))
+        decided = [not (math.isnan(p[1]) and not p[2]) for p in self.probes]
+        notes = []
+        if self.floor is not None:
+            n = self.floor.note(self.horizon_s, self.window)
+            if n:
+                notes.append(n)
+        if not any(decided):
+            estimate, bracket = math.nan, (math.nan, math.nan)
+            notes.append(f"undetermined: no probe measured a request (the first, at {self.probes[0][0]:.4g} req/s, "
+                         f"measured none in {self.S} seed{'s' if self.S > 1 else ''} x the measure window of a "
+                         f"{self.horizon_s:g}-s horizon), so there is no capacity to report: a capacity needs measured "
+                         "requests, from a longer horizon (horizon_s, --horizon) or a higher first rate "
+                         "(rate_hint_req_per_s, --rate)")
+        else:
+            est, lo, hi = _capacities_from(rates, met_a, mea_a, over_a, np.arange(self.S)[None], self.slo.attainment,
+                                           self.horizon_s, bracket=True)
+            estimate, bracket = float(est[0]), (float(lo[0]), float(hi[0]))
+            if self.unmeasured_at is not None:
+                notes.append(f"the search stopped at {self.unmeasured_at:.4g} req/s, whose runs measured no request "
+                             f"({self.S} seed{'s' if self.S > 1 else ''} x the measure window of a "
+                             f"{self.horizon_s:g}-s horizon): no verdict there, and lower rates measure fewer still"
+                             + (f"; the capacity lies below the smallest failing probe, {bracket[1]:.4g} req/s"
+                                if bracket[0] == 0 and math.isfinite(bracket[1]) else ""))
+            if self.capped:
+                notes.append(f"the search passed at {self.max_rate:.6g} req/s, the largest rate it probes at a "
+                             f"{self.horizon_s:g}-s horizon (a seed's draw is at most fastsim.workload.MAX_REQUESTS "
+                             "requests; fastsim.search.MAX_RATE_REQ_PER_S): the capacity lies above it")
+        return CapacityResult(estimate, bracket, ci, self.probes, per_seed_att, self.analytic, self.S,
+                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes))
 
 
 #: Requests one batch of simulations of :func:`max_sustainable_rates` may hold (its runs'
@@ -1316,10 +1769,12 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     slos : SLO or sequence of k SLO
     seeds, horizon_s, rel_tol, max_probes, bootstrap, measure_window, routing, catalog, constants
         As for :func:`max_sustainable_rate`, shared by all plans.
-    rate_hints_req_per_s : sequence of k float or None, optional
-        First probe of each plan (default its analytic capacity, or its family's prediction).
+    rate_hints_req_per_s : float, or sequence of k float or None, optional
+        First probe of each plan: a finite number > 0 within :func:`check_rate_hint`'s bound, or
+        None for its analytic capacity (or its family's prediction).
     seeds_root : int or sequence of k int
-        Each plan's ``seed`` of :func:`max_sustainable_rate` (its workloads and bootstrap).
+        Each plan's ``seed`` of :func:`max_sustainable_rate` (its workloads and bootstrap), an
+        integer >= 0.
     models : sequence of k Model or None, optional
         Models that are not catalog entries.
     warm_start : bool
@@ -1342,9 +1797,13 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     Raises
     ------
     FastsimInputError
-        As :func:`max_sustainable_rate`, a single Plan instead of a sequence, sequences whose
-        length is not k, ``first_seeds`` not 0 or an integer >= 2, ``early_stop_alpha`` not a
-        number in [0, 0.5), or ``warm_start`` not a bool.
+        As :func:`max_sustainable_rate`, with the caller's parameter names: an entry of a
+        sequence is named with its index (``rate_hints_req_per_s[1]``, ``seeds_root[0]``,
+        ``slos[2]``; the parameter itself when one value was given for all plans), a plan's
+        instance count or a horizon below a plan's floor names the plan (``plans[3].instances``;
+        ``horizon_s`` with ``plans[3]`` and the plan in the message). Also a single Plan instead
+        of a sequence, sequences whose length is not k, ``first_seeds`` not 0 or an integer >= 2,
+        ``early_stop_alpha`` not a number in [0, 0.5), or ``warm_start`` not a bool.
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -1355,10 +1814,16 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     plans = list(plans)
     k = len(plans)
 
+    def scalar(v, kind=SLO):
+        return v is None or isinstance(v, (kind, str, int, float, np.integer, np.floating))
+
     def per_plan(field, v, kind):
-        if isinstance(v, kind) or v is None or isinstance(v, (str, int, float)):
+        if scalar(v, kind):
             return [v] * k
-        v = list(v)
+        try:
+            v = list(v)
+        except TypeError:
+            raise FastsimInputError(field, v, f"one value, or a sequence of one per plan ({k})") from None
         if len(v) != k:
             raise FastsimInputError(field, f"{len(v)} entries", f"one, or one per plan ({k})")
         return v
@@ -1370,6 +1835,13 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     hints = per_plan("rate_hints_req_per_s", rate_hints_req_per_s, float)
     roots = per_plan("seeds_root", seeds_root, int)
     ml = per_plan("models", models, Model)
+
+    def name(field, v, i):
+        """The caller's name of plan i's entry: the parameter, indexed when a sequence was given."""
+        return field if scalar(v) else f"{field}[{i}]"
+    for i in range(k):
+        _check_slo(name("slos", slos, i), sl[i])
+        _check_seed(name("seeds_root", seeds_root, i), roots[i])
     if not isinstance(first_seeds, (int, np.integer)) or isinstance(first_seeds, bool) or first_seeds < 0:
         raise FastsimInputError("first_seeds", first_seeds, "an integer >= 0 (0: no sequential test)")
     if 0 < first_seeds < 2:
@@ -1381,10 +1853,20 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     if not isinstance(warm_start, (bool, np.bool_)):
         raise FastsimInputError("warm_start", warm_start, "True or False")
     _check_budget(max_probes, bootstrap)
-    checked = []
+    window = _window(measure_window)
+    checked, floors = [], []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)
-        checked.append((model, *_search_inputs(plan, seeds, rel_tol, horizon_s, hints[i])))
+        try:
+            checked.append((model, *_search_inputs(plan, seeds, rel_tol, horizon_s, hints[i],
+                                                   name("rate_hints_req_per_s", rate_hints_req_per_s, i))))
+            floors.append(_floor_of(plan, dl[i], sl[i], float(horizon_s), window, catalog, constants, model))
+        except FastsimInputError as exc:
+            if exc.field.startswith("plan.") or exc.field == "horizon_s":
+                # say which plan: the caller passed a list
+                raise FastsimInputError(exc.field.replace("plan.", f"plans[{i}].", 1), exc.value,
+                                        f"{exc.allowed} (plans[{i}]: {plan.describe()})") from None
+            raise
     S = int(seeds)
     tol = float(rel_tol)
     # a plan given twice (with the same workload, SLO, seeds, model and hint) is searched once;
@@ -1436,8 +1918,10 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
             step0 *= 1.0 - 1e-9          # a bracket of one step is within rel_tol despite rounding
         sp_of[i] = sim_plan(plans[i], catalog, constants, model)
         fs = int(first_seeds) if early_stop_alpha > 0 else 0
+        r = min(r, _max_probe_rate(float(horizon_s)))     # a sibling's prediction may overshoot the limit
         active[i] = _Bisection(r, S, tol, int(max_probes), int(bootstrap), roots[i], sl[i], float(horizon_s),
-                               analytic, step0=step0, first_seeds=fs, alpha=float(early_stop_alpha))
+                               analytic, step0=step0, first_seeds=fs, alpha=float(early_stop_alpha),
+                               max_rate=_max_probe_rate(float(horizon_s)), floor=floors[i], measure_window=window)
 
     for c in range(len(chains)):
         start(c)
@@ -1839,7 +2323,9 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         Relative width of the final bracket, in (0, 1).
     scale_hint : float, optional
         Centre of the first round; default the scale whose equivalent rate is the plan's analytic
-        capacity (1 when that is 0). At least ``min_scale``.
+        capacity (1 when that is 0). At least ``min_scale``; at most the largest scale probed: an
+        equivalent rate of :data:`MAX_RATE_REQ_PER_S`, and a replay span ``duration_s / s`` no
+        shorter than :func:`horizon_floor`'s ``min_horizon_s`` (no scale above it is probed).
     probes_per_round : int
         Scales per round (>= 1; 4 by default, fixed so that the probes, and the answer, do not
         depend on the machine's thread count; up to 4 threads run them at once).
@@ -1877,16 +2363,21 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
     TraceCapacityResult
         ``scale`` inside ``bracket``; the equivalent rates, the analytic capacity and ratios as
         properties; ``notes`` saying that the bracket is the only interval, and anything else
-        the figures need said.
+        the figures need said (a horizon at the estimate shorter than :func:`horizon_floor`'s
+        ``full_horizon_s``, which understates the scale; a search that reached the largest
+        scale).
 
     Raises
     ------
     FastsimInputError
         A trace with fewer than two requests or no span (``trace``), ``rel_tol`` outside
-        (0, 1), a non-positive ``horizon_s``, ``scale_hint`` or ``min_scale``, a ``scale_hint``
-        below ``min_scale``, a ``min_scale`` whose replay exceeds 1e7 s, ``probes_per_round`` or
-        ``max_probes`` not an integer >= 1, unknown names in the plan, an unreadable trace, or
-        anything :func:`fastsim.sim.simulate_batch` rejects (SLO targets, window, routing).
+        (0, 1), a non-positive ``horizon_s``, ``scale_hint`` or ``min_scale``, a ``horizon_s``
+        below :func:`horizon_floor`'s ``min_horizon_s`` (at the trace's mean lengths), a
+        ``scale_hint`` below ``min_scale`` or above the largest scale, a plan with more than
+        :data:`fastsim.analytic.MAX_INSTANCES` instances on a side, ``slo`` not an :class:`SLO`,
+        a ``min_scale`` whose replay exceeds 1e7 s or lies above the largest scale,
+        ``probes_per_round`` or ``max_probes`` not an integer >= 1, unknown names in the plan, an
+        unreadable trace, or anything :func:`fastsim.sim.simulate_batch` rejects (routing).
     RuntimeError
         A simulator kernel reported an internal failure.
     """
@@ -1915,11 +2406,33 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         if min_scale < floor_scale:
             raise FastsimInputError("min_scale", min_scale, f">= {floor_scale:.6g} (a replay of at most 1e7 s: "
                                     "the simulator's sample limit at 1-s samples)")
+    check_plan_instances(plan)
+    _check_slo("slo", slo)
+    window = _window(measure_window)
     analytic = float(plan.capacity_req_per_s)
-    s0 = (require_positive("scale_hint", scale_hint) if scale_hint is not None
-          else (analytic / native if analytic > 0 else 1.0))
+    floor = horizon_floor(plan, float(np.mean(wl.prompt_tokens)), float(np.mean(wl.output_tokens)), slo,
+                          measure_window=window, catalog=catalog, constants=constants, model=model)
+    if limit < floor.min_horizon_s:
+        raise floor.refusal("horizon_s", limit, window)
+    # the largest scale: an equivalent rate of MAX_RATE_REQ_PER_S, and a replay no shorter than the
+    # shortest horizon the floor accepts (a shorter replay measures the horizon, not the plan)
+    max_scale = min(MAX_RATE_REQ_PER_S / native, D / floor.min_horizon_s)
+    why_max = (f"an equivalent rate of at most {native * max_scale:.6g} req/s: " + (
+        f"fastsim.search.MAX_RATE_REQ_PER_S ({wl.name} runs at {native:.4g} req/s at scale 1)"
+        if max_scale == MAX_RATE_REQ_PER_S / native else
+        f"a faster replay spans less than {floor.min_horizon_s:.3g} s, too short for a mean request "
+        f"({floor.prompt_tokens:,.0f} + {floor.output_tokens:,.0f} tokens, {floor.lone_s:.3g} s alone) to finish in "
+        "the measure window (fastsim.search.horizon_floor)"))
+    if scale_hint is not None:
+        s0 = require_positive("scale_hint", scale_hint)
+        if s0 > max_scale:
+            raise FastsimInputError("scale_hint", scale_hint, f"a scale > 0 of at most {max_scale:.6g}: {why_max}")
+    else:
+        s0 = min(analytic / native if analytic > 0 else 1.0, max_scale)
     if scale_hint is not None and s0 < min_scale:
         raise FastsimInputError("scale_hint", scale_hint, f">= min_scale ({min_scale:.6g})")
+    if min_scale > max_scale:
+        raise FastsimInputError("min_scale", min_scale, f"at most {max_scale:.6g}: {why_max}")
     s0 = max(s0, min_scale)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
@@ -1965,9 +2478,9 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
         below = [p.scale for p in probes if p.passed and (hi is None or p.scale < hi)]
         return (max(below) if below else None), hi
 
-    scales = sorted({max(s0 * _SCALE_STEP ** k, min_scale) for k in range(-(m // 2), m - m // 2)})
+    scales = sorted({min(max(s0 * _SCALE_STEP ** k, min_scale), max_scale) for k in range(-(m // 2), m - m // 2)})
     rnd = 0
-    exhausted_low = False
+    exhausted_low = capped = False
     while True:
         scales = scales[:max_probes - len(probes)]
         _round(scales, rnd)
@@ -1980,7 +2493,10 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
             break
         done = {p.scale for p in probes}
         if hi is None:
-            scales = [lo * _SCALE_STEP ** k for k in range(1, m + 1)]
+            if lo >= max_scale:
+                capped = True
+                break
+            scales = [min(lo * _SCALE_STEP ** k, max_scale) for k in range(1, m + 1)]
         elif lo is None:
             scales = [hi / _SCALE_STEP ** k for k in range(1, m + 1) if hi / _SCALE_STEP ** k >= min_scale]
             if not scales and min_scale < hi and min_scale not in done:
@@ -2029,10 +2545,14 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
                      + (f" (the smallest tried: min_scale {min_scale:.4g})" if exhausted_low else
                         f" (the probe budget of {max_probes} ran out)"))
     elif hi is None:
-        notes.append(f"no probe failed, up to scale {lo:.4g}: the probe budget of {max_probes} ran out; the "
-                     "capacity lies above it")
+        notes.append(f"no probe failed, up to scale {lo:.4g}: "
+                     + (f"the largest scale probed ({why_max})" if capped else
+                        f"the probe budget of {max_probes} ran out") + "; the capacity lies above it")
     elif hi - lo > rel_tol * lo:
         notes.append(f"the bracket is {100 * (hi - lo) / lo:.2g}% wide, wider than rel_tol {rel_tol:g}: the probe "
                      f"budget of {max_probes} ran out")
+    short = floor.note(h_est, window) if estimate > 0 else ""
+    if short:
+        notes.append("at the estimate, " + short)
     return TraceCapacityResult(float(estimate), bracket, probes, wl.name, n, D, analytic, float(limit),
                                float(h_est), excl, float(rel_tol), m, tuple(notes))

@@ -190,7 +190,7 @@ def test_contradicting_probes_are_listed():
 def _capacity_reference(rates, met, mea, over, target, horizon_s):
     """The capacity estimator of one resample in plain Python (SPEC §7; the bracketing rule written out)."""
     k, S = met.shape
-    att = [sum(met[j]) / max(sum(mea[j]), 1.0) for j in range(k)]
+    att = [sum(met[j]) / sum(mea[j]) if sum(mea[j]) > 0 else None for j in range(k)]     # None: nothing measured
     if S == 1:
         flagged = [over[j][0][2] > 0 for j in range(k)]
         ratio = [2.0 if f else 0.0 for f in flagged]
@@ -199,10 +199,11 @@ def _capacity_reference(rates, met, mea, over, target, horizon_s):
         lam = [sum(over[j][s][1] for s in range(S)) / S for j in range(k)]
         ratio = [b[j] / max(0.02 * lam[j], 1e-300) for j in range(k)]
         flagged = [ratio[j] > 1.0 and b[j] * horizon_s / 2.0 >= 10.0 for j in range(k)]
-    ok = [att[j] >= target and not flagged[j] for j in range(k)]
+    ok = [att[j] is not None and att[j] >= target and not flagged[j] for j in range(k)]
     if not any(ok):
         return 0.0
-    fails = [j for j in range(k) if not ok[j]]
+    # a probe that measured nothing fails only when overloaded; otherwise it has no verdict
+    fails = [j for j in range(k) if flagged[j] or (att[j] is not None and att[j] < target)]
     if not fails:
         return max(rates[j] for j in range(k) if ok[j])
     j = min(fails, key=lambda q: (rates[q], q))
@@ -211,7 +212,7 @@ def _capacity_reference(rates, met, mea, over, target, horizon_s):
         return 0.0
     i = max(below, key=lambda q: (rates[q], -q))
     t = 1.0
-    if att[j] < target and att[i] > att[j]:
+    if att[j] is not None and att[j] < target and att[i] > att[j]:
         t = min(t, (att[i] - target) / (att[i] - att[j]))
     if flagged[j] and ratio[j] > ratio[i]:
         t = min(t, (1.0 - ratio[i]) / (ratio[j] - ratio[i]))
@@ -225,6 +226,7 @@ def test_bootstrap_estimator_equals_a_plain_python_reference():
         k, S = int(rng.integers(1, 9)), int(rng.integers(1, 17))
         rates = rng.choice([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], k) if rng.random() < 0.3 else rng.uniform(1, 10, k)
         mea = rng.integers(0, 50, (k, S)).astype(float)
+        mea[rng.random((k, S)) < 0.3] = 0.0               # seeds that measured nothing, whole probes too
         met = np.floor(mea * rng.uniform(0.7, 1.0, (k, S)))
         over = np.stack([rng.normal(0, 0.3, (k, S)), rng.uniform(1, 10, (k, S)),
                          (rng.random((k, S)) < 0.2).astype(float)], axis=2)
@@ -247,3 +249,59 @@ def test_a_plan_given_twice_is_searched_once(sample, monkeypatch):
     one = max_sustainable_rates([plan], s, slo, seeds=2, horizon_s=120.0, bootstrap=0)[0]
     assert a is b and a.rate_req_per_s == one.rate_req_per_s and a.probes == one.probes
     assert sum(calls[:len(calls) // 2]) == sum(calls[len(calls) // 2:])     # the pair cost one search
+
+
+# ---- the caller's names in errors, hints, seeds, SLOs, instance counts --------------------------------
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(rate_hints_req_per_s=[0.0, 5.0]), "rate_hints_req_per_s[0]"),       # 0 was taken for "no hint"
+    (dict(rate_hints_req_per_s=[5.0, float("nan")]), "rate_hints_req_per_s[1]"),
+    (dict(rate_hints_req_per_s=[5.0, -1.0]), "rate_hints_req_per_s[1]"),
+    (dict(rate_hints_req_per_s=0.0), "rate_hints_req_per_s"),
+    (dict(rate_hints_req_per_s=[1e308, None]), "rate_hints_req_per_s[0]"),
+    (dict(seeds_root=-1), "seeds_root"), (dict(seeds_root=[0, -1]), "seeds_root[1]"),
+    (dict(seeds_root=[0, 1.5]), "seeds_root[1]"),
+])
+def test_batched_errors_name_the_callers_parameter(sample, kw, field):
+    plans = [p for p, _, _ in sample[:2]]
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_rates(plans, "chat", SLO(1.0, 0.05), seeds=2, horizon_s=60.0, **kw)
+    assert exc.value.field == field
+
+
+def test_batched_search_refuses_an_invalid_slo():
+    """`max_sustainable_rates(plans, sc, SLO(1.0, 0.05, attainment=1.5), ...)` returned [0.0, 0.0] with NaN
+    intervals; the SLO is refused where it is made, and a non-SLO entry by its index."""
+    with pytest.raises(FastsimInputError) as exc:
+        SLO(1.0, 0.05, attainment=1.5)
+    assert exc.value.field == "SLO.attainment" and exc.value.value == 1.5 and "(0, 1]" in exc.value.allowed
+
+
+def test_batched_search_refuses_a_non_slo_entry(sample):
+    plans = [p for p, _, _ in sample[:2]]
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_rates(plans, "chat", [SLO(1.0, 0.05), (1.0, 0.05)], seeds=2, horizon_s=60.0)
+    assert exc.value.field == "slos[1]"
+
+
+def test_batched_search_names_the_plan_past_the_instance_limit_or_the_horizon(sample):
+    import dataclasses
+    plan = sample[0][0]
+    big = dataclasses.replace(plan, instances=100_000)
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_rates([plan, big], "chat", SLO(1.0, 0.05), seeds=2, horizon_s=60.0)
+    assert exc.value.field == "plans[1].instances" and exc.value.value == 100_000 and "4,096" in exc.value.allowed
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_rates([plan, plan], "chat", SLO(1.0, 0.05), seeds=2, horizon_s=10.0)
+    assert exc.value.field == "horizon_s" and "plans[0]" in exc.value.allowed and "at least 11.6 s" in exc.value.allowed
+
+
+def test_batched_counts_search_keeps_its_estimate_inside_its_interval(sample):
+    """`capacity --instance-counts 1 --seeds 2 --horizon 60`: the estimate lay outside its own interval."""
+    cat = default_catalog()
+    s = cat.scenario("chat")
+    plan = plan_for(s.model, Demand.from_scenario(s), gpu="B200", precision="FP8", tp=1, instances=1)
+    (res,) = max_sustainable_rates([plan], s, SLO(s.ttft_s, s.tpot_s), seeds=2, horizon_s=60.0)
+    assert res.estimate_in_ci and res.ci95[0] <= res.rate_req_per_s <= res.ci95[1]
+    assert res.bracket[0] <= res.rate_req_per_s <= res.bracket[1]
+    assert res.bracket[1] == min(p[0] for p in res.probes if not p[3])

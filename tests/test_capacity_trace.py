@@ -233,6 +233,8 @@ def test_every_probe_failing_reports_zero_and_says_why(chat):
     (dict(scale_hint=-1.0), "scale_hint"), (dict(probes_per_round=0), "probes_per_round"),
     (dict(max_probes=2.5), "max_probes"), (dict(min_scale=1e-12), "min_scale"),
     (dict(min_scale=2.0, scale_hint=1.0), "scale_hint"),
+    (dict(scale_hint=1e308), "scale_hint"), (dict(scale_hint=float("inf")), "scale_hint"),
+    (dict(horizon_s=5.0), "horizon_s"),
 ])
 def test_errors_name_the_field(chat, kwargs, field):
     s, plan, slo = chat
@@ -339,3 +341,44 @@ def test_readme_example_prints_what_the_readme_says(capsys):
             f"azure-conv's own rate is {d['native_rate_req_per_s']:.2f} req/s), against an analytic "
             f"{d['analytic_req_per_s']:.1f} req/s (analytic / simulated {d['analytic_ratio']:.2f})")
     assert said in readme
+
+
+def test_huge_scales_and_short_horizons_are_refused_with_the_bound(chat):
+    """`capacity --trace ... --rate 1e308` printed 300-digit req/s ('every probe failed, down to scale 3.755e+303')."""
+    s, plan, slo = chat
+    trace = synthesize(s, 10.0, 300.0, 1)
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_scale(plan, trace, slo, scale_hint=1e308)
+    assert exc.value.field == "scale_hint" and "a scale > 0 of at most" in exc.value.allowed
+    bound = float(exc.value.allowed.split("at most ")[1].split(":")[0])
+    from fastsim.search import horizon_floor
+    floor = horizon_floor(plan, trace.prompt_tokens.mean(), trace.output_tokens.mean(), slo)
+    assert floor.min_horizon_s == pytest.approx(11.6, abs=0.1)
+    assert bound == pytest.approx(trace.duration_s / floor.min_horizon_s, rel=1e-5)    # a replay that short, no less
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_scale(plan, trace, slo, horizon_s=5.0)
+    assert exc.value.field == "horizon_s" and f"at least {floor.min_horizon_s:.3g} s" in exc.value.allowed
+
+
+def test_trace_search_refuses_a_plan_past_the_instance_limit(chat):
+    import dataclasses
+    s, plan, slo = chat
+    trace = synthesize(s, 10.0, 60.0, 1)
+    with pytest.raises(FastsimInputError) as exc:
+        max_sustainable_scale(dataclasses.replace(plan, instances=100_000), trace, slo)
+    assert exc.value.field == "plan.instances" and exc.value.value == 100_000
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--rate", "1e308"), "--rate: got 1e+308; allowed: a finite rate > 0 of at most 5e+07 req/s"),
+    (("--rate", "1e5"), "--rate: got 100000.0; allowed: at most 1966.37 req/s for azure-conv"),
+    (("--horizon", "5"), "--horizon: got 5.0; allowed: a horizon of at least 9.85 s"),
+    (("--instances", "100000"), "--instances: got 100000"),
+])
+def test_cli_trace_refuses_huge_rates_short_horizons_and_counts(capsys, extra, says):
+    argv = ["capacity", "--trace", "azure-conv", "--model", "llama-3.1-70b", "--ttft", "1", "--tpot", "0.05",
+            "--gpu", "B200", "--precision", "FP8"]
+    argv += [] if "--instances" in extra else ["--instances", "1"]
+    rc, out, err = run(capsys, *argv, *extra)
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith("fastsim capacity: error: " + says), err

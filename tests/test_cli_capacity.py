@@ -1,6 +1,9 @@
 """`fastsim capacity` on the command line."""
 import json
 
+import numpy as np
+import pytest
+
 from fastsim.cli import main
 
 
@@ -72,3 +75,96 @@ def test_capacity_takes_arrival_options(capsys):
               "--seeds", "2", "--horizon", "300", "--tol", "0.05", "--format", "json"])
     poisson = json.loads(capsys.readouterr().out)["rate_req_per_s"]
     assert bursty < poisson
+
+
+CHAT1 = ["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1", "--instances", "1"]
+
+
+def _run(capsys, argv):
+    rc = _rc(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_repro_estimate_lies_in_its_printed_interval(capsys):
+    """`--seeds 2 --horizon 60` printed 'max sustainable rate: 14.198 ... 95% CI across seeds 0.000 - 0.000'."""
+    rc, out, err = _run(capsys, CHAT1 + ["--seeds", "2", "--horizon", "60", "--format", "json"])
+    assert rc == 0, err
+    d = json.loads(out)
+    c0, c1 = d["ci95_req_per_s"]
+    assert c0 <= d["rate_req_per_s"] <= c1 and d["estimate_in_ci"] is True
+    assert d["rate_req_per_s"] == 0.0 and d["bracket_req_per_s"][1] == pytest.approx(9.862, abs=1e-3)
+    assert not any("skewed" in n for n in d["notes"])
+    assert any("understates the capacity" in n for n in d["notes"])
+    rc, out, _ = _run(capsys, CHAT1 + ["--seeds", "2", "--horizon", "60"])
+    assert "max sustainable rate: below 9.862 req/s (the smallest failing probe: no probe below it passed, 3 above " \
+           "it did, see the note); 95% CI across seeds 0.000 - 0.000" in out
+
+
+def _result(probes, rate, bracket, ci, seeds=4):
+    from fastsim.search import CapacityResult
+    return CapacityResult(rate, bracket, ci, probes, np.zeros((len(probes), seeds)), 20.0, seeds, 600.0)
+
+
+def test_contradiction_note_says_how_many_it_does_not_list():
+    from fastsim.cli import _capacity_notes
+    probes = [(14.0, 0.95, False, True), (14.2, 0.85, False, False)] + [(r, 0.99, True, False)
+                                                                        for r in (12.0, 11.0, 10.0, 9.0, 8.0)]
+    (note,) = _capacity_notes(_result(probes, 14.1, (14.0, 14.2), (13.9, 14.2)))
+    assert note.startswith("5 probes contradict the bracket 14.000 - 14.200 (failed at 12.000 req/s, failed at "
+                           "11.000 req/s, failed at 10.000 req/s, and 2 more not listed)")
+    (note,) = _capacity_notes(_result(probes[:5], 14.1, (14.0, 14.2), (13.9, 14.2)))
+    assert "(failed at 12.000 req/s, failed at 11.000 req/s, failed at 10.000 req/s)" in note
+    assert "not listed" not in note
+
+
+def test_estimate_outside_its_interval_note_does_not_blame_skew():
+    from fastsim.cli import _capacity_notes
+    probes = [(14.0, 0.95, False, True), (14.2, 0.85, False, False)]
+    (note,) = _capacity_notes(_result(probes, 14.1, (14.0, 14.2), (13.0, 13.5)))
+    assert "skewed" not in note and "same estimator on the same probes" in note and "4 seeds" in note
+
+
+def test_undetermined_result_is_said_not_printed_as_zero(capsys):
+    rc, out, err = _run(capsys, CHAT1 + ["--seeds", "2", "--horizon", "60", "--rate", "0.001"])
+    assert rc == 0, err
+    assert "max sustainable rate: undetermined (no probe measured a request in 2 seeds x 60 s" in out
+    assert "note: undetermined: no probe measured a request" in out
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--horizon", "0.5"], "--horizon: got 0.5; allowed: a horizon of at least 11.6 s for this plan and workload"),
+    (["--horizon", "10"], "--horizon: got 10.0; allowed: a horizon of at least 11.6 s"),
+    (["--rate", "1e308"], "--rate: got 1e+308; allowed: a finite rate > 0 of at most 5e+07 req/s"),
+    (["--rate", "1e7", "--horizon", "60"], "--rate: got 10000000.0; allowed: a finite rate > 0 of at most 416667 "
+                                           "req/s at a horizon of 60 s"),
+])
+def test_capacity_refuses_horizons_and_rates_by_flag(capsys, extra, says):
+    rc, out, err = _run(capsys, CHAT1 + ["--seeds", "2"] + extra)
+    assert rc == 2 and out == ""
+    assert err.startswith("fastsim capacity: error: " + says) and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--instances", "100000"], "--instances"),
+    (["--mode", "disaggregated", "--prefill-tp", "1", "--decode-tp", "1", "--prefill-instances", "1",
+      "--decode-instances", "5000"], "--decode-instances"),
+    (["--mode", "disaggregated", "--prefill-tp", "1", "--decode-tp", "1", "--prefill-instances", "4097",
+      "--decode-instances", "1"], "--prefill-instances"),
+])
+def test_capacity_refuses_instance_counts_past_the_limit(capsys, argv, flag):
+    """`--instances 100000` died with a numpy MemoryError traceback (48.8 GiB)."""
+    rc, out, err = _run(capsys, ["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8",
+                                 "--seeds", "2", "--horizon", "10"] + argv)
+    assert rc == 2 and out == "" and "Traceback" not in err
+    assert err.startswith(f"fastsim capacity: error: {flag}: got ") and "4,096" in err
+
+
+def test_a_short_horizon_notes_that_it_understates(capsys):
+    """--horizon 20 gave 7.84 req/s on 2 instances (30.8 at 600 s) with only a note that it might overstate."""
+    rc, out, err = _run(capsys, ["capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1",
+                                 "--instances", "2", "--seeds", "2", "--horizon", "20"])
+    assert rc == 0, err
+    assert ("note: a horizon of 20 s understates the capacity: a mean request (1,000 + 250 tokens) may take 13.5 s "
+            "within its targets") in out
+    assert "a horizon of at least 67.3 s measures the plan" in out

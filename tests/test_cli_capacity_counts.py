@@ -141,3 +141,33 @@ def test_csv_row_legend_explains_only_its_own_empty_cells(capsys, monkeypatch):
     legend = [[n for n in json.loads(x) if n.startswith("95% CI n/a")] for x in rows["notes"]]
     assert [len(x) for x in legend] == [0, 1, 0] and "(count 2)" in legend[1][0]
     assert sum(ln.startswith("note: 95% CI n/a (count 2)") for ln in err.splitlines()) == 1
+
+
+def test_repro_count_estimate_lies_in_its_interval_and_the_horizon_note_is_said_once(capsys):
+    """`--instance-counts 1 --seeds 2 --horizon 60` printed an estimate outside its own 95% interval."""
+    rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1,2", "--seeds", "2", "--horizon", "60",
+                       "--format", "json")
+    assert rc == 0, err
+    d = json.loads(out)
+    for r in d["capacities"]:
+        c0, c1 = r["ci95_req_per_s"]
+        assert r["estimate_in_ci"] is True and c0 <= r["rate_req_per_s"] <= c1
+        assert r["bracket_req_per_s"][0] <= r["rate_req_per_s"] <= r["bracket_req_per_s"][1]
+        assert "notes" not in r                   # the output's notes hold a count's own, tagged
+    short = [n for n in d["notes"] if "understates the capacity" in n]
+    assert len(short) == 1 and short[0].startswith("a horizon of 60 s understates")
+
+
+def test_counts_refuse_a_horizon_too_short_to_measure(capsys):
+    rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1,2", "--seeds", "2", "--horizon", "0.5")
+    assert rc == 2 and out == ""
+    assert err.startswith("fastsim capacity: error: --horizon: got 0.5; allowed: a horizon of at least 11.6 s")
+
+
+def test_one_instance_limit_for_counts_flags_and_the_api():
+    from fastsim.analytic import MAX_INSTANCES
+    from fastsim.cli import MAX_INSTANCE_COUNT
+    import fastsim.search as S
+    assert MAX_INSTANCE_COUNT == MAX_INSTANCES == S.MAX_INSTANCES == 4096
+    with pytest.raises(FastsimInputError, match="goes past 4096 instances"):
+        _instance_counts("100000")
