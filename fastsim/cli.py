@@ -11,7 +11,8 @@ import json
 import math
 import sys
 
-from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _int_at_least, _positive, _tp, _trace_notes
+from ._command_helpers import (_catalog, _check_plot, _constants, _distinct, _fmt, _int_at_least, _positive, _tp,
+                               _trace_notes)
 from .errors import FastsimInputError, require_positive
 from .layouts import LAYOUTS
 
@@ -121,15 +122,18 @@ def _add_plan_args(sp):
     g.add_argument("--plan-index", type=int, default=0, help="which plan of the JSON list (default 0, the best)")
     g.add_argument("--gpu", help="GPU name")
     g.add_argument("--precision", help="BF16 or FP8")
-    g.add_argument("--mode", choices=("colocated", "disaggregated"), default="colocated")
-    g.add_argument("--tp", type=_tp, default=1, help="TP per instance (colocated)")
-    g.add_argument("--instances", type=_pos_int("--instances"), help="instances (colocated; default: analytic sizing)")
+    g.add_argument("--mode", choices=("colocated", "disaggregated"), default=None, help="default colocated")
+    g.add_argument("--tp", type=_tp, default=None,
+                   help="TP per instance (default 1; disaggregated: the TP of a side without --prefill-tp / "
+                        "--decode-tp)")
+    g.add_argument("--instances", type=_pos_int("--instances"),
+                   help="instances, 1 to 4096 (colocated; default: analytic sizing)")
     g.add_argument("--prefill-tp", type=_tp, help="TP of prefill instances (disaggregated)")
     g.add_argument("--decode-tp", type=_tp, help="TP of decode instances (disaggregated)")
-    g.add_argument("--prefill-instances", type=_pos_int("--prefill-instances"))
-    g.add_argument("--decode-instances", type=_pos_int("--decode-instances"))
+    g.add_argument("--prefill-instances", type=_pos_int("--prefill-instances"), help="1 to 4096 (disaggregated)")
+    g.add_argument("--decode-instances", type=_pos_int("--decode-instances"), help="1 to 4096 (disaggregated)")
     g.add_argument("--chunk", type=_pos_int("--chunk"), help="chunked-prefill tokens per step (colocated)")
-    g.add_argument("--layout", choices=LAYOUTS, default="tp",
+    g.add_argument("--layout", choices=LAYOUTS, default=None,
                    help="instance layout: tp (default), tp+ep (experts expert-parallel over the instance's GPUs) "
                         "or dp+ep (data-parallel attention + expert parallelism); MoE models only for the EP layouts")
 
@@ -236,10 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instance layouts to consider (repeatable; default tp, and all three for MoE models)")
     sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), default=10, help="plans to verify (default 10)")
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=8, help="simulation seeds per plan (default 8)")
-    sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
-    sp.add_argument("--seed", type=int, default=0, help="root seed")
-    sp.add_argument("--no-verify", action="store_true", help="analytic ranking only")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None, help="simulation seeds per plan (default 8)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=None, help="simulated seconds (default 600)")
+    sp.add_argument("--seed", type=int, default=None, help="root seed (default 0)")
+    sp.add_argument("--no-verify", action="store_true",
+                    help="analytic ranking only (nothing is simulated: --seeds, --horizon and --seed do not apply)")
     sp.add_argument("--mean-lengths", action="store_true",
                     help="screen latency with mean lengths instead of P90 (to show why one should not)")
     sp.add_argument("--spec-alpha", type=_fraction("--spec-alpha", "a per-token acceptance probability"),
@@ -314,7 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seeds per probe (default 16; a trace replays once per probe)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
                     help="simulated seconds per run (default 600; with --trace, each probe's replayed span, "
-                         "which a shorter --horizon cuts)")
+                         "which a shorter --horizon cuts). Measured requests still running at the horizon are "
+                         "misses, so a horizon too short for a mean request to finish alone is refused, and one "
+                         "shorter than its SLO pace (TTFT + (O - 1) x TPOT targets) / 0.2 gets a note: it "
+                         "understates the capacity")
     sp.add_argument("--tol", type=_positive("--tol"), default=0.01, help="relative tolerance (default 0.01)")
     sp.add_argument("--seed", type=int, default=None, help="root seed (default 0; not used with --trace)")
     _add_arrival_args(sp, prefixes=False)
@@ -454,10 +462,29 @@ def _emit(args, records, table_rows, headers, notes=(), key="rows", row_notes=No
 def _cmd_plan(args):
     from .analytic import ScreenOptions
     cat = _catalog(args)
+    unused = []
+    if args.no_verify:
+        # nothing is simulated: the simulation's flags do not apply (nor the note on a short horizon)
+        unused = [f for f, v in (("--seeds", args.seeds), ("--horizon", args.horizon), ("--seed", args.seed))
+                  if v is not None]
+        args.horizon = None
     model, demand, source, notes = _resolve_workload(args, cat)
-    gpus = tuple(args.gpu) if args.gpu else None
-    if gpus and any(g.lower() == "all" for g in gpus):
-        gpus = tuple(cat.gpus)
+    if unused:
+        notes = list(notes) + [f"--no-verify ranks the plans analytically and simulates nothing: "
+                               f"{', '.join(unused)} {'do' if len(unused) > 1 else 'does'} not apply"]
+    args.seeds = 8 if args.seeds is None else args.seeds
+    args.horizon = 600.0 if args.horizon is None else args.horizon
+    args.seed = 0 if args.seed is None else args.seed
+    # 'all' names every catalog GPU (so a GPU named beside it is named twice)
+    gpus = _distinct("--gpu", args.gpu, lambda g: list(cat.gpus) if g.strip().lower() == "all"
+                     else [cat.gpu(g).name]) if args.gpu else None
+    args.precision = (list(_distinct("--precision", args.precision, lambda v: [cat.precision(v).name]))
+                      if args.precision else None)
+    args.tp = list(_distinct("--tp", args.tp)) if args.tp else None
+    args.layout = list(_distinct("--layout", args.layout)) if args.layout else None
+    args.mode = list(_distinct("--mode", args.mode)) if args.mode else None
+    if args.spec_gamma:
+        _distinct("--spec-gamma", args.spec_gamma)
     for flag, v in (("--spec-gamma", args.spec_gamma), ("--spec-draft", args.spec_draft)):
         if v is not None and args.spec_alpha is None:
             raise FastsimInputError(flag, v if isinstance(v, str) else ",".join(map(str, v)),
@@ -1018,12 +1045,13 @@ def _plan_from_args(args, cat, model, demand):
 
 
 def _plan_from_args_inner(args, cat, model, demand):
-    from .analytic import plan_for
+    from .analytic import MAX_INSTANCES, plan_for
+    from .planner import plan_from_record
     if not args.from_plan and getattr(args, "plan_index", 0):
         raise FastsimInputError("--plan-index", args.plan_index, "0 without --from-plan (it picks a plan of the file)")
     if args.from_plan:
-        for flag in ("gpu", "precision", "instances", "prefill_tp", "decode_tp", "prefill_instances",
-                     "decode_instances", "chunk"):
+        for flag in ("gpu", "precision", "mode", "tp", "layout", "instances", "prefill_tp", "decode_tp",
+                     "prefill_instances", "decode_instances", "chunk"):
             v = getattr(args, flag, None)
             if v is not None:
                 raise FastsimInputError(f"--{flag.replace('_', '-')}", v, "no value with --from-plan (the plan "
@@ -1035,45 +1063,47 @@ def _plan_from_args_inner(args, cat, model, demand):
                 raise FastsimInputError("--model", args.model, f"the plan's own model {plan_model.name!r} (or no --model)")
             model = plan_model
         try:
-            # the plan's speculative decoding and prefix-hit sizing come with it
-            from dataclasses import replace
-            opts = _options(args)
-            gamma = int(d.get("spec_gamma") or 0)
-            if gamma:
-                opts = replace(opts, spec_alpha=float(d["spec_alpha"]), spec_gammas=(gamma,),
-                               spec_draft=d.get("spec_draft"))
-            if d.get("prefix_hit_fraction"):
-                opts = replace(opts, prefix_hit_fraction=float(d["prefix_hit_fraction"]))
-            if d["mode"] == "disaggregated":
-                return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], mode="disaggregated",
-                                prefill_tp=d["prefill_tp"], decode_tp=d["decode_tp"], tp=d["decode_tp"],
-                                prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-                                catalog=cat, layout=d.get("layout", "tp"), options=opts, spec_gamma=gamma), model
-            return plan_for(model, demand, gpu=d["gpu"], precision=d["precision"], tp=d["tp"],
-                            instances=d["instances"], chunk_tokens=d.get("chunk_tokens"), catalog=cat,
-                            layout=d.get("layout", "tp"), options=opts, spec_gamma=gamma), model
-        except (KeyError, TypeError) as exc:
-            raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with key {exc}") from None
+            # everything that makes the plan comes with it: layout, counts, chunk, max_batch,
+            # speculative decoding, prefix-hit sizing, a heterogeneous prefill side, the screen
+            return plan_from_record(d, model, demand, catalog=cat, options=_options(args)), model
+        except FastsimInputError as exc:
+            if not exc.field.startswith("plan key "):
+                raise
+            raise FastsimInputError("--from-plan", args.from_plan, f"plan objects with a valid "
+                                    f"{exc.field[len('plan key '):]} ({exc})") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"plan objects of `fastsim plan --format json` "
+                                    f"({type(exc).__name__}: {exc})") from None
     missing = [f for f, v in (("--gpu", args.gpu), ("--precision", args.precision)) if not v]
     if missing:
         raise FastsimInputError(" and ".join(missing), None, "a catalog name (or --from-plan FILE.json)")
+    mode = args.mode or "colocated"
     wrong = ([f for f, v in (("--prefill-tp", args.prefill_tp), ("--decode-tp", args.decode_tp),
                              ("--prefill-instances", args.prefill_instances),
                              ("--decode-instances", args.decode_instances)) if v is not None]
-             if args.mode == "colocated" else
+             if mode == "colocated" else
              [f for f, v in (("--instances", args.instances), ("--chunk", args.chunk)) if v is not None])
     if wrong:
         raise FastsimInputError(wrong[0], getattr(args, wrong[0][2:].replace("-", "_")),
-                                f"no value with --mode {args.mode} (" + (
-                                    "use --instances, --tp and --chunk" if args.mode == "colocated" else
+                                f"no value with --mode {mode} (" + (
+                                    "use --instances, --tp and --chunk" if mode == "colocated" else
                                     "use --prefill-tp/--decode-tp and --prefill-instances/--decode-instances") + ")")
-    if args.layout != "tp" and not model.is_moe:
-        raise FastsimInputError("--layout", args.layout, f"tp: {model.name} is dense (expert parallelism and "
+    if mode == "disaggregated" and args.tp is not None and args.prefill_tp is not None and args.decode_tp is not None:
+        raise FastsimInputError("--tp", args.tp, "no value with both --prefill-tp and --decode-tp (--tp is the TP of "
+                                "a side they leave out; here they set both)")
+    for flag, v in (("--instances", args.instances), ("--prefill-instances", args.prefill_instances),
+                    ("--decode-instances", args.decode_instances)):
+        if v is not None and v > MAX_INSTANCES:
+            raise FastsimInputError(flag, v, f"an integer from 1 to {MAX_INSTANCES:,} (the most instances of a kind a "
+                                    "plan may have, as for capacity --instance-counts)")
+    layout = args.layout or "tp"
+    if layout != "tp" and not model.is_moe:
+        raise FastsimInputError("--layout", layout, f"tp: {model.name} is dense (expert parallelism and "
                                 "data-parallel attention apply to mixture-of-experts models only)")
-    return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=args.mode, tp=args.tp,
+    return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=mode, tp=args.tp or 1,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                    chunk_tokens=args.chunk, catalog=cat, layout=args.layout, options=_options(args)), model
+                    chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args)), model
 
 
 def _options(args):
@@ -1529,8 +1559,16 @@ def _screen_infeasible(plan, model, demand, cat, constants=None) -> str:
 def _capacity_summary(res, screen_why: str = "") -> str:
     """The line under the probes: the estimate, where it comes from, the interval, the analytic ratio."""
     lo, hi = res.bracket
-    if not res.probes or not any(p[3] for p in res.probes):
+    if res.undetermined:
+        est = (f"max sustainable rate: undetermined (no probe measured a request in {res.seeds} "
+               f"seed{'s' if res.seeds > 1 else ''} x {res.horizon_s:g} s; a longer --horizon or a higher --rate "
+               "measures some)")
+    elif not res.probes or not any(p[3] for p in res.probes):
         est = f"max sustainable rate: below {hi:.3f} req/s (every probe failed)"
+    elif lo == 0:
+        above = sum(1 for p in res.probes if p[3] and p[0] > hi)
+        est = (f"max sustainable rate: below {hi:.3f} req/s (the smallest failing probe: no probe below it passed, "
+               f"{above} above it did, see the note)")
     elif not math.isfinite(hi):
         est = f"max sustainable rate: at least {lo:.3f} req/s (no probe failed)"
     else:
@@ -1546,24 +1584,45 @@ def _capacity_summary(res, screen_why: str = "") -> str:
 
 
 def _capacity_notes(res) -> list:
-    """Notes on a capacity result: probes that contradict the bracket, an estimate outside its own interval."""
+    """Notes on a capacity result: probes that contradict the bracket, an estimate outside its own interval.
+
+    The result's own notes (:attr:`fastsim.search.CapacityResult.notes`) are not repeated here.
+    """
     out = []
     bad = res.contradicting_probes
     if bad:
         lo, hi = res.bracket
-        said = ", ".join(f"{'failed' if not p[3] else 'passed'} at {p[0]:.3f} req/s" for p in bad[:3])
+        shown = 3
+        said = ", ".join(f"{'failed' if not p[3] else 'passed'} at {p[0]:.3f} req/s" for p in bad[:shown])
+        if len(bad) > shown:
+            said += f", and {len(bad) - shown} more not listed"
         out.append(f"{len(bad)} probe{'s' if len(bad) > 1 else ''} contradict{'' if len(bad) > 1 else 's'} the "
                    f"bracket {lo:.3f} - {hi:.3f} ({said}): the verdict is not monotone in rate at these seeds and "
-                   "horizon (the attainment or the backlog slope hovers at its threshold), so the estimate depends "
-                   "on which rates were probed and another search may differ by more than --tol; more --seeds or a "
-                   "longer --horizon steady it")
+                   "horizon (the attainment or the backlog slope hovers at its threshold); the estimate and its "
+                   "interval take the smallest failing probe as the bound, so they depend on which rates were "
+                   "probed and another search may differ by more than --tol; more --seeds or a longer --horizon "
+                   "steady it")
     if not res.estimate_in_ci:
         out.append(f"the estimate {res.rate_req_per_s:.3f} req/s lies outside the 95% interval "
-                   f"{res.ci95[0]:.3f} - {res.ci95[1]:.3f}: both come from the same estimator, the interval from "
-                   "2,000 resamples of the seeds, whose percentiles can miss the full-sample value when the "
-                   "resampled capacities are skewed (few seeds, or probes that decide on a few requests); "
-                   "more --seeds narrow it")
+                   f"{res.ci95[0]:.3f} - {res.ci95[1]:.3f}: both come from the same estimator on the same probes, "
+                   f"the interval over 2,000 resamples of the {res.seeds} seeds; the estimator jumps where a resample "
+                   "flips a probe's verdict (its capacity moves to another pair of probes), and fewer than 2.5% of "
+                   "the resamples keep the full sample's verdicts: they hang on one or two seeds; more --seeds "
+                   "steady them")
     return out
+
+
+def _capacity_horizon_check(args, plan, prompt_tokens, output_tokens, demand, cat, model):
+    """Refuse a ``--horizon`` shorter than :func:`fastsim.search.horizon_floor` accepts for the plan, naming the flag.
+
+    Returns the :class:`fastsim.search.HorizonFloor` (the trace search bounds ``--rate`` by it too).
+    """
+    from .search import SLO, horizon_floor
+    floor = horizon_floor(plan, prompt_tokens, output_tokens, SLO(demand.ttft_s, demand.tpot_s), catalog=cat,
+                          constants=_constants(args), model=model)
+    if args.horizon is not None and args.horizon < floor.min_horizon_s:
+        raise floor.refusal("--horizon", args.horizon)
+    return floor
 
 
 def _add_screen_verdict(rec: dict, screen_why: str) -> dict:
@@ -1605,14 +1664,17 @@ def _capacity_setup(args):
 
 
 def _cmd_capacity(args):
-    from .search import SLO, max_sustainable_rate
+    from .search import SLO, check_rate_hint, max_sustainable_rate
     if args.instance_counts is not None:
         return _cmd_capacity_counts(args)
     _check_plot(args)
     if args.trace:
         return _cmd_capacity_trace(args)
+    if args.rate is not None:       # before anything is sized at it
+        check_rate_hint("--rate", args.rate, 600.0 if args.horizon is None else args.horizon)
     cat, model, demand, source, notes, plan = _capacity_setup(args)
     plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
+    _capacity_horizon_check(args, plan, source.prompt.mean, source.output.mean, demand, cat, model)
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
     if args.arrival == "poisson" and args.cv not in (None, 1.0):
@@ -1637,7 +1699,7 @@ def _cmd_capacity(args):
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     _add_screen_verdict(rec, screen_why)
-    notes = list(notes) + _capacity_notes(res)
+    notes = list(notes) + list(res.notes) + _capacity_notes(res)
     if table:
         print(_capacity_summary(res, screen_why))
         for n in notes:
@@ -1850,6 +1912,8 @@ def _cmd_capacity_counts(args):
     # a disaggregated plan's ``instances`` repeats its decode side (fastsim.analytic.Plan)
     plans = [replace(base, decode_instances=n, instances=n) if disagg else replace(base, instances=n)
              for n in counts]
+    # the horizon's floor depends on the instance type, not on the count
+    _capacity_horizon_check(args, base, source.prompt.mean, source.output.mean, demand, cat, model)
     label, key = ("decode instances", "decode_instances") if disagg else ("instances", "instances")
     table = args.format == "table"
     # a count scales the plan's capacity: the screen gives every count capacity 0 or none
@@ -1869,13 +1933,16 @@ def _cmd_capacity_counts(args):
         live.close()
     # notes about every count (owner None) and about one count (its index): the JSON and the table
     # print them all once; a CSV row carries those about every count and its own
-    records, rows, tagged = [], [], [(None, t) for t in notes]
+    # a search's own note that every count's search has (the horizon's) is said once, about every count
+    shared = [t for t in results[0].notes if all(t in r.notes for r in results)]
+    records, rows, tagged = [], [], [(None, t) for t in list(notes) + shared]
     for i, (n, plan, res) in enumerate(zip(counts, plans, results)):
         seed_runs = int(sum(res.probe_seeds))
         rec = {key: n}
         if disagg:
             rec["prefill_instances"] = plan.prefill_instances
         rec.update(gpus=plan.gpus, plan=plan.describe(), **res.to_dict())
+        del rec["notes"]        # the output's notes hold them, tagged with the count
         rec["seed_runs"] = seed_runs
         records.append(_add_screen_verdict(rec, screen_why))
         lo, hi = res.bracket
@@ -1884,9 +1951,14 @@ def _cmd_capacity_counts(args):
                      f"{_fmt(lo, '.3f')} - {_fmt(hi, '.3f')}",
                      f"{c0:.3f} - {c1:.3f}" if math.isfinite(c0) and math.isfinite(c1) else _fmt(math.nan, ""),
                      _fmt(res.simulated_ratio, ".2f"), len(res.probes), seed_runs])
-        if not res.probes or not any(p[3] for p in res.probes):
+        if res.undetermined:
+            tagged.append((i, f"{label} {n}: undetermined: no probe measured a request"))
+        elif not res.probes or not any(p[3] for p in res.probes):
             tagged.append((i, f"{label} {n}: every probe failed: the capacity is below {hi:.3f} req/s"))
-        tagged += [(i, f"{label} {n}: {t}") for t in _capacity_notes(res)]
+        elif lo == 0:
+            tagged.append((i, f"{label} {n}: no probe passed below the smallest failing one: the capacity is below "
+                              f"{hi:.3f} req/s"))
+        tagged += [(i, f"{label} {n}: {t}") for t in list(res.notes) + _capacity_notes(res) if t not in shared]
     notes = [t for _, t in tagged]
     if screen_why:
         notes.append(f"the analytic screen finds this plan infeasible at every count ({screen_why}), so there is "
@@ -1957,9 +2029,11 @@ def _scale_summary(res, screen_why: str = "") -> str:
 
 def _cmd_capacity_trace(args):
     """``capacity --trace``: bisection on the trace's time scale (:func:`fastsim.search.max_sustainable_scale`)."""
-    from .search import MAX_REPLAY_SPAN_S, SLO, max_sustainable_scale
+    from .search import MAX_REPLAY_SPAN_S, SLO, check_rate_hint, max_sustainable_scale
     cat = _catalog(args)
     hint_rate = args.rate
+    if hint_rate is not None:       # an equivalent rate (fastsim.search.MAX_RATE_REQ_PER_S)
+        check_rate_hint("--rate", hint_rate)
     # 0.0, not None: _resolve_workload then replays the trace at its own rate, and --from-plan does not
     # put the plan's rate there; --rate here only centres the first round of the search
     args.rate = 0.0
@@ -1971,8 +2045,15 @@ def _cmd_capacity_trace(args):
     plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
     if not args.tol < 1:
         raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
+    floor = _capacity_horizon_check(args, plan, float(source.prompt_tokens.mean()),
+                                    float(source.output_tokens.mean()), demand, cat, model)
     scale_hint = None
     if hint_rate:
+        if hint_rate > source.n / floor.min_horizon_s:
+            raise FastsimInputError("--rate", hint_rate, f"at most {source.n / floor.min_horizon_s:.6g} req/s for "
+                                    f"{source.name}: its {source.n:,} requests replayed faster span less than "
+                                    f"{floor.min_horizon_s:.3g} s, too short for a mean request ({floor.lone_s:.3g} s "
+                                    "alone) to finish in the measure window (fastsim.search.horizon_floor)")
         scale_hint = hint_rate / source.mean_rate_req_per_s
         if scale_hint < source.duration_s / MAX_REPLAY_SPAN_S:
             raise FastsimInputError("--rate", hint_rate, f">= {source.n / MAX_REPLAY_SPAN_S:.3g} req/s (a replay of "

@@ -156,12 +156,12 @@ def test_an_output_in_a_missing_directory_is_refused_before_work(capsys, tmp_pat
 
 
 def test_a_failed_refusal_leaves_the_previous_output(capsys, tmp_path):
-    """A refusal found after the analytic table (a point too large to simulate) changes no file."""
+    """A refused sweep (here: an instance count past the limit) changes no file."""
     out = tmp_path / "t.csv"
     assert run(capsys, "sweep", *ONE, "--out", str(out))[0] == 0
     before = out.read_bytes()
-    rc, _, err = run(capsys, "sweep", *ONE, "--axis", "rate_req_per_s=200000", "--verify", "all", "--out", str(out))
-    assert rc == 2 and "verify" in err
+    rc, _, err = run(capsys, "sweep", *ONE, "--axis", "instances=4097", "--verify", "all", "--out", str(out))
+    assert rc == 2 and "instances" in err
     assert out.read_bytes() == before
 
 
@@ -247,7 +247,7 @@ def test_resume_still_starts_where_no_output_exists(tmp_path):
 
 # --- 5. huge values -------------------------------------------------------------------------------
 
-TOO_MANY = "the target rate needs more than 1,000,000 instances"
+TOO_MANY = "the target rate needs more than 4,096 instances"
 
 
 def test_a_huge_rate_is_an_infeasible_point_not_an_overflow():
@@ -267,9 +267,9 @@ def test_a_huge_rate_is_an_infeasible_point_not_an_overflow():
 def test_sizing_up_to_the_maximum_is_exact():
     one = SW.analytic_table(ONE_AXES).iloc[0]
     cap = one.instance_capacity_req_per_s
-    fits = SW.analytic_table(dict(ONE_AXES, rate_req_per_s=[cap * 999_999.5, cap * 1_000_000.5])).set_index("point")
+    fits = SW.analytic_table(dict(ONE_AXES, rate_req_per_s=[cap * 4095.5, cap * 4096.5])).set_index("point")
     a, b = fits.loc[0], fits.loc[1]
-    assert a.feasible and a.instances == 1_000_000 and a.gpus == 1_000_000 and a.usd_per_hour == 1_000_000 * 4.0
+    assert a.feasible and a.instances == 4096 and a.gpus == 4096 and a.usd_per_hour == 4096 * 4.0
     assert not b.feasible and b.reason.startswith(TOO_MANY) and b.gpus == 0 and pd.isna(b.instances)
 
 
@@ -284,42 +284,31 @@ def test_disaggregated_side_over_the_maximum_is_infeasible():
 @pytest.mark.parametrize("axis", ["instances", "prefill_instances", "decode_instances"])
 def test_instance_axis_above_the_maximum_is_refused(capsys, axis, no_work):
     mode = "colocated" if axis == "instances" else "disaggregated"
-    one_line_error(*run(capsys, "sweep", "--axis", "gpu=B200", "--axis", f"mode={mode}", "--axis",
-                        f"{axis}=1000000000000", "--verify", "all"),
-                   f"axis {axis}: got '1000000000000'", "an integer from 1 to 1,000,000 or 'auto'")
-    one_line_error(*run(capsys, "sweep", "--axis", "gpu=B200", "--axis", f"mode={mode}", "--axis",
-                        f"{axis}=100000000000000000000"), "an integer from 1 to 1,000,000")
+    for value, verify in (("4097", "none"), ("4097", "all"), ("100000000000000000000", "none")):
+        one_line_error(*run(capsys, "sweep", "--axis", "gpu=B200", "--axis", f"mode={mode}", "--axis",
+                            f"{axis}={value}", "--verify", verify),
+                       f"axis {axis}: got '{value}'", "an integer from 1 to 4,096 or 'auto'")
 
 
-@pytest.mark.parametrize("axis", ["instances", "prefill_instances", "decode_instances"])
-def test_instance_axis_above_the_simulator_limit_is_refused_when_simulated(capsys, axis, no_work):
-    mode = "colocated" if axis == "instances" else "disaggregated"
-    line = one_line_error(*run(capsys, "sweep", "--axis", "gpu=B200", "--axis", f"mode={mode}", "--axis",
-                               f"{axis}=4097", "--verify", "top-k-per-scenario"),
-                          f"axis {axis}: got 4097", "at most 4,096 when points are simulated")
-    assert "verify none" in line
-
-
-def test_instance_axis_above_the_simulator_limit_is_fine_analytically():
-    r = SW.run_sweep(dict(ONE_AXES, instances=4097)).iloc[0]
-    assert r.feasible and r.instances == 4097 and r.gpus == 4097 and r.usd_per_hour == 4097 * 4.0
-
-
-def test_simulator_limit_is_the_capacity_commands():
+def test_the_limit_is_the_screens_and_the_capacity_commands():
+    from fastsim.analytic import MAX_INSTANCES
     from fastsim.cli import MAX_INSTANCE_COUNT
-    assert SW.MAX_SIMULATED_INSTANCES == SW.grid.MAX_SIMULATED_INSTANCES == MAX_INSTANCE_COUNT == 4096
+    assert SW.MAX_INSTANCES == SW.grid.MAX_INSTANCES == MAX_INSTANCES == MAX_INSTANCE_COUNT == 4096
 
 
-def test_an_auto_count_above_the_simulator_limit_is_refused_before_simulating(capsys, monkeypatch):
+def test_a_point_whose_rate_needs_more_than_the_limit_is_infeasible_and_not_simulated(monkeypatch):
     def refuse(task):
         raise AssertionError("simulated")
     monkeypatch.setattr(SW, "_run_task", refuse)
-    r = SW.analytic_table(dict(ONE_AXES, rate_req_per_s=200_000)).iloc[0]
-    assert r.feasible and r.instances == math.ceil(200_000 / r.instance_capacity_req_per_s) > 4096
-    line = one_line_error(*run(capsys, "sweep", *ONE, "--axis", "rate_req_per_s=200000", "--verify", "all"),
-                          "verify: got 'all'", "at most 4,096 instances", f"{r.instances:,} instances",
-                          "at 200000 req/s")
-    assert "point 0 (B200 FP8 colocated" in line
+    r = SW.run_sweep(dict(ONE_AXES, rate_req_per_s=200_000), verify="all").iloc[0]
+    assert not r.feasible and r.reason.startswith(TOO_MANY) and not r.verified and pd.isna(r.instances)
+    from fastsim.analytic import Demand, screen
+    from fastsim.catalog import default_catalog
+    cat = default_catalog()
+    sc = cat.scenario("chat")
+    ref = screen(sc.model, Demand.from_scenario(sc, rate_req_per_s=200_000), catalog=cat)
+    row = ref[(ref.gpu == r.gpu) & (ref.precision == r.precision) & (ref.tp == r.tp) & (ref["mode"] == "colocated")].iloc[0]
+    assert not row.feasible and "4,096" in row.reason
 
 
 # --- 6. CSV as every command writes it ------------------------------------------------------------

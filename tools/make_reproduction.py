@@ -57,7 +57,9 @@ class Config:
     bootstrap: int = 2000
 
 
-FAST = Config(seeds=1, horizon_s=60.0, top_k=2, cap_seeds=2, cap_horizon_s=60.0, cap_tol=0.1,
+# capacity searches keep the default 600-s horizon: a shorter one cannot measure offline-batch (its
+# mean request may take 110 s within its targets; fastsim.search refuses or notes such horizons)
+FAST = Config(seeds=1, horizon_s=60.0, top_k=2, cap_seeds=2, cap_horizon_s=600.0, cap_tol=0.1,
               whatif_seeds=1, whatif_top_k=1, bootstrap=50)
 
 

@@ -51,7 +51,7 @@ from .table import COLUMNS, QUESTION, analytic_table
 # looks up here when it runs, so that replacing them on this package (tests interrupt a sweep so)
 # takes effect.
 from .command import cli_sweep  # noqa: F401
-from .grid import MAX_INSTANCES, MAX_POINTS, MAX_SIMULATED_INSTANCES  # noqa: F401
+from .grid import MAX_INSTANCES, MAX_POINTS  # noqa: F401
 from .pareto import MAX_PLOTS  # noqa: F401
 from .storage import _write_chunk  # noqa: F401
 from .table import TABLE_VERSION  # noqa: F401

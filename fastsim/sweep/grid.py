@@ -25,6 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..analytic import MAX_INSTANCES as _SCREEN_MAX_INSTANCES
 from ..analytic import ScreenOptions
 from ..catalog import Catalog, default_catalog
 from ..errors import FastsimInputError, require_tp
@@ -52,16 +53,14 @@ _NOT_APPLICABLE = {"tp": _NO_TP, "prefill_tp": _NO_TP, "decode_tp": _NO_TP, "chu
 # not use comes after ``mode`` in the product (fastsim.sweep.table._codes relies on it)
 assert all(AXES.index(a) > AXES.index("mode") for a in _NOT_APPLICABLE)
 MAX_POINTS = 50_000_000
-#: Most instances a point is sized to, per side of a disaggregated point: an ``instances`` (or
-#: ``prefill_instances`` / ``decode_instances``) axis value above it is refused, and a point whose
-#: target rate needs more (on ``auto``) is infeasible, its reason saying so. A million instances is
-#: beyond any fleet; the bound keeps the GPU counts and costs exact (no int64 overflow).
-MAX_INSTANCES = 1_000_000
-#: Most instances a simulated point may have, per side: the simulator's limit, the one
-#: ``fastsim capacity --instance-counts`` takes (``fastsim.cli.MAX_INSTANCE_COUNT``; the sweep may not
-#: import the command line, and a test keeps the two equal). A sweep that would simulate a point with
-#: more is refused before any work starts (an axis value) or before any simulation (an auto count).
-MAX_SIMULATED_INSTANCES = 4096
+#: Most instances a point is sized to or simulated with, per side of a disaggregated point: the
+#: screen's :data:`fastsim.analytic.MAX_INSTANCES` (4,096), so that the sweep's rows are the screen's.
+#: An ``instances`` (or ``prefill_instances`` / ``decode_instances``) axis value above it is refused,
+#: and a point whose target rate needs more (on ``auto``) is infeasible, its reason saying so (no
+#: int64 overflow of GPU counts and costs). ``fastsim capacity --instance-counts`` takes the same
+#: bound (``fastsim.cli.MAX_INSTANCE_COUNT``; the sweep may not import the command line, and a test
+#: keeps the two equal).
+MAX_INSTANCES = _SCREEN_MAX_INSTANCES
 #: Largest ``chunk_tokens`` / ``max_batch`` axis value, and ``[sweep] chunk_tokens`` entry.
 MAX_TOKENS_OR_BATCH = 1_000_000_000
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..catalog import Catalog
 from ..errors import FastsimInputError
-from .grid import MAX_INSTANCES, MAX_SIMULATED_INSTANCES, SweepGrid, SweepSettings, _tuple, load_grid, make_grid
+from .grid import SweepGrid, SweepSettings, _tuple, load_grid, make_grid
 from .pareto import MAX_PLOTS, plot_sweep
 from .scheduling import _check_scheduler, _execute
 from .storage import _format, _has_content, _meta_path, _read_meta, _repair_tail, read_table
@@ -126,7 +126,6 @@ def _check_resume(out: str, meta: dict) -> None:
                                 "without --resume")
 
 
-_INSTANCE_AXES = ("instances", "prefill_instances", "decode_instances")
 
 
 def _check_out(out: str) -> str:
@@ -182,10 +181,8 @@ def _check_settings_used(grid: SweepGrid, s: SweepSettings, top_k=None, name=lam
     FastsimInputError
         ``top_k`` given with a ``verify`` other than ``top-k-per-scenario`` (it counts the points
         that mode simulates per question); ``capacity`` with a trace axis (the search synthesizes
-        a scenario's requests at each probed rate: scenario rows only); with ``verify`` other than
-        ``none``, an ``instances`` / ``prefill_instances`` / ``decode_instances`` axis value above
-        :data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES` (the simulator's limit). ``capacity``
-        with ``verify = "none"`` is refused by :class:`SweepSettings` itself.
+        a scenario's requests at each probed rate: scenario rows only). ``capacity`` with ``verify
+        = "none"`` is refused by :class:`SweepSettings` itself.
     """
     if top_k is not None and s.verify != "top-k-per-scenario":
         raise FastsimInputError(name("top_k"), top_k, "only with verify top-k-per-scenario (it is the number of "
@@ -196,42 +193,6 @@ def _check_settings_used(grid: SweepGrid, s: SweepSettings, top_k=None, name=lam
         raise FastsimInputError(name("capacity"), True, "false on a grid of traces: the capacity search is for "
                                 "scenario rows only (it synthesizes a scenario's requests at each probed rate; a "
                                 "trace has its own arrivals); drop it, or sweep a scenario axis")
-    if s.verify != "none":
-        for axis in _INSTANCE_AXES:
-            big = [v for v in grid.axes[axis] if isinstance(v, int) and v > MAX_SIMULATED_INSTANCES]
-            if big:
-                raise FastsimInputError(
-                    f"axis {axis}", big[0], f"at most {MAX_SIMULATED_INSTANCES:,} when points are simulated (verify "
-                    f"{s.verify}; the simulator's limit, as fastsim capacity --instance-counts), or 'auto'; "
-                    f"up to {MAX_INSTANCES:,} with verify none (the analytic table alone)")
-
-
-def _check_simulated_counts(table: pd.DataFrame, sel: np.ndarray, s: SweepSettings) -> None:
-    """Refuse to simulate a point sized (on ``auto``) to more instances than the simulator takes.
-
-    Raises
-    ------
-    FastsimInputError
-        A point selected for simulation has more than
-        :data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES` instances (colocated) or on a side
-        (disaggregated); the error names the first such point.
-    """
-    if not sel.any():
-        return
-    sub = table[sel]
-    counts = np.maximum.reduce([sub[c].fillna(0).to_numpy(np.int64) for c in _INSTANCE_AXES])
-    over = np.flatnonzero(counts > MAX_SIMULATED_INSTANCES)
-    if over.shape[0] == 0:
-        return
-    r = sub.iloc[over[0]]
-    plan = (f"TP{r.tp}, {r.instances:,} instances" if r["mode"] == "colocated" else
-            f"{r.prefill_instances:,} prefill instances of TP{r.prefill_tp} + {r.decode_instances:,} decode "
-            f"instances of TP{r.decode_tp}")
-    raise FastsimInputError(
-        "verify", s.verify, f"points of at most {MAX_SIMULATED_INSTANCES:,} instances (per side) to simulate, the "
-        f"simulator's limit (as fastsim capacity --instance-counts); {over.shape[0]:,} selected points have more, "
-        f"such as point {int(r.point)} ({r.gpu} {r.precision} {r['mode']} {plan}; {r.workload} at "
-        f"{r.rate_req_per_s:g} req/s): lower the rate_req_per_s axis, or verify none (the analytic table alone)")
 
 
 def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
@@ -289,10 +250,9 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         installed; a setting the sweep would ignore (``top_k`` given without ``verify =
         "top-k-per-scenario"``, ``capacity`` with ``verify = "none"`` or a trace axis, ``settings``
         beside keyword settings, ``workers`` beside ``scheduler``); a ``scheduler`` that is no
-        address or does not answer; an instance count above the simulator's limit
-        (:data:`~fastsim.sweep.grid.MAX_SIMULATED_INSTANCES`) on a point to simulate, given
-        (before any work) or sized on ``auto`` (after the analytic table, before anything is
-        simulated or written).
+        address or does not answer. (An instance count above
+        :data:`~fastsim.sweep.grid.MAX_INSTANCES` is refused by the grid; a point whose rate needs
+        more on ``auto`` is an infeasible row, never simulated.)
     """
     import sys
     # looked up on the package when called, so that replacing fastsim.sweep._run_task or
@@ -338,7 +298,6 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     # 1. analytic table of every point (cheap, deterministic), and the points to simulate
     table = analytic_table(grid, settings=s)
     sel = _select(table, s)
-    _check_simulated_counts(table, sel, s)
     if out:
         mp = _meta_path(out)
         if not resume:
