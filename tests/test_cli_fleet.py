@@ -206,6 +206,28 @@ def test_from_plan_uses_its_slos_price_and_refuses_or_notes_mismatches(profile_c
         assert rc == 2 and flag in err and "--from-plan" in err, err
 
 
+def test_from_plan_refuses_what_the_fleet_cannot_model(profile_csv, capsys, tmp_path):
+    """A record's layout, batch cap, speculative decoding and prefix hits are refused, never dropped."""
+    base = {"model": "llama-3.1-8b", "gpu": "H100", "precision": "FP8", "mode": "colocated", "tp": 1,
+            "instances": 2, "chunk_tokens": 512, "layout": "tp"}
+    moe = {"model": "qwen3-30b-a3b", "gpu": "H100", "precision": "FP8", "mode": "colocated", "tp": 2,
+           "instances": 1, "chunk_tokens": 512}
+    cases = ((moe, "its layout"), (dict(base, max_batch=8), "plan key max_batch = 8"),
+             (dict(base, spec_gamma=3), "plan key spec_gamma = 3"),
+             (dict(base, prefix_hit_fraction=0.5), "plan key prefix_hit_fraction = 0.5"))
+    for i, (plan, why) in enumerate(cases):
+        path = tmp_path / f"plan{i}.json"
+        path.write_text(json.dumps({"plans": [plan], "notes": []}))
+        rc, out, err = run(capsys, "fleet", "--profile", profile_csv, "--scenario", "chat", "--from-plan", str(path),
+                           "--capacity", "1=15", "--no-spares", "--horizon", "1800")
+        assert rc == 2 and "--from-plan" in err and why in err, err
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps({"plans": [dict(base, max_batch=0)], "notes": []}))
+    rc, out, err = run(capsys, "fleet", "--profile", profile_csv, "--scenario", "chat", "--from-plan", str(path),
+                       "--capacity", "1=15", "--capacity", "2=30", "--no-spares", "--horizon", "1800")
+    assert rc == 0, err
+
+
 def test_notes_on_prices_reservations_and_a_period_without_a_previous_day(profile_csv, capsys):
     doc = _json(capsys, "--profile", profile_csv, *BASE, "--no-spares", "--horizon", "1800", "--reserved", "9")
     notes = " | ".join(doc["notes"])

@@ -233,6 +233,19 @@ def _inputs(args):
         if pmodel and args.model and cat.model(args.model).name != cat.model(pmodel).name:
             raise FastsimInputError("--model", args.model, f"the plan's own model {pmodel!r} (or no --model)")
         model = cat.model(args.model or pmodel or scen.model)
+        # what the fleet simulator cannot take from a record is refused, never dropped
+        # (fastsim.planner.plan_from_record reads the same record rule for the other commands)
+        if "layout" not in pd and model.is_moe and tp > 1:
+            raise FastsimInputError("--from-plan", args.from_plan, "a plan record with its layout: an MoE plan at TP > 1 "
+                                    "differs by layout (tp, tp+ep, dp+ep), and this record, written before plans "
+                                    "recorded it, does not say which; write it again with fastsim plan --format json")
+        for key, what in (("max_batch", "a batch cap"), ("spec_gamma", "speculative decoding"),
+                          ("prefix_hit_fraction", "prefix-cache hits")):
+            v = pd.get(key)
+            if v not in (None, 0, 0.0):
+                raise FastsimInputError("--from-plan", args.from_plan, f"a plan without {what} (plan key {key} = {v!r}): "
+                                        "the fleet simulator runs the lecture scheduler without it, so its answers "
+                                        "would be another plan's")
         if args.chunk and chunk and args.chunk != chunk:
             notes.append(f"--chunk {args.chunk} replaces the plan's {chunk}-token chunks")
         chunk = args.chunk or chunk
