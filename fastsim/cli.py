@@ -1525,8 +1525,11 @@ class _ProbeProgress:
     def done(self, rate, attainment, overloaded, passed):
         self.close()
         if self.table:
-            print(f"{self.n:<7d}  {rate:<12.3f}  {attainment:<10.3f}  {'yes' if overloaded else 'no':<12}  "
-                  f"{'pass' if passed else 'FAIL'}", flush=True)
+            # a probe that measured no request has no attainment and no verdict (fastsim.search)
+            measured = attainment == attainment
+            att = f"{attainment:<10.3f}" if measured else f"{'n/a':<10}"
+            verdict = ("pass" if passed else "FAIL") if measured else "no verdict (no request measured)"
+            print(f"{self.n:<7d}  {rate:<12.3f}  {att}  {'yes' if overloaded else 'no':<12}  {verdict}", flush=True)
 
     def close(self):
         if self.bar is not None:

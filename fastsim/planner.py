@@ -578,6 +578,7 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
         notes.append(f"plan{'s' if len(over) > 1 else ''} {', '.join(over)}: fewer instances than the screen sized pass")
     if pruned:
         from collections import Counter
-        notes.append(f"{len(deployments)} configurations verified, {len(pruned)} pruned as hopeless: "
+        n = len(deployments)
+        notes.append(f"{n} configuration{'' if n == 1 else 's'} verified, {len(pruned)} pruned as hopeless: "
                      + "; ".join(f"{w} ({n})" for w, n in Counter(pruned).most_common()))
     return PlanReport(shown, grid, demand, notes)

@@ -168,3 +168,16 @@ def test_a_short_horizon_notes_that_it_understates(capsys):
     assert ("note: a horizon of 20 s understates the capacity: a mean request (1,000 + 250 tokens) may take 13.5 s "
             "within its targets") in out
     assert "a horizon of at least 67.3 s measures the plan" in out
+
+
+def test_a_probe_that_measured_nothing_prints_no_verdict(capsys):
+    """Its attainment is NaN: the row says so instead of 'nan ... FAIL'."""
+    from fastsim.cli import _ProbeProgress
+    live = _ProbeProgress(True)
+    live.start(3.0, 2)
+    live.done(3.0, float("nan"), False, False)
+    live.start(4.0, 2)
+    live.done(4.0, 0.95, False, True)
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].split() == ["1", "3.000", "n/a", "no", "no", "verdict", "(no", "request", "measured)"]
+    assert rows[1].split() == ["2", "4.000", "0.950", "no", "pass"]

@@ -124,5 +124,5 @@ def test_a_tp_the_model_refuses_is_pruned_not_an_error():
                              catalog=CAT)
     (d,) = report.deployments
     assert (d.plan.tp, d.plan.instances, d.repair.passed, d.screen_view) == (8, 1, True, "kept")
-    assert report.notes[0] == ("1 configurations verified, 1 pruned as hopeless: TP64 does not divide "
+    assert report.notes[0] == ("1 configuration verified, 1 pruned as hopeless: TP64 does not divide "
                                "qwen3-30b-a3b's 32 attention heads (1)")
