@@ -1367,6 +1367,78 @@ def _utilisation(result, plan, horizon_s):
     return [float(x) for x in u]
 
 
+def _variant_flags(args) -> list:
+    """The flags that make a synthetic workload's lengths differ from its scenario's (``simulate``)."""
+    out = []
+    if getattr(args, "lengths", "lognormal") != "lognormal":
+        out.append(f"--lengths {args.lengths}")
+    for flag, attr in (("--shared-prefix", "shared_prefix"), ("--session-turns", "session_turns")):
+        if getattr(args, attr, None):
+            out.append(f"{flag} {getattr(args, attr)}")
+    return out
+
+
+def _priced_for_workloads(args, cat, model, plan, demand, wls):
+    """(plan, notes): ``plan`` with its analytic capacities for the lengths of ``wls``.
+
+    The utilisation column compares each instance's traffic with its analytic capacity; that
+    capacity must be the one for the request lengths actually simulated. A ``--trace`` plan is
+    sized from the trace's lengths already, and so is a plain scenario run; with ``--lengths
+    fixed`` / ``trace:NAME``, ``--shared-prefix`` or ``--session-turns`` the simulated prompts and
+    outputs differ from the scenario's, so the plan is re-priced (same configuration and counts)
+    for a :class:`fastsim.analytic.Demand` of the simulated lengths.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``simulate``'s arguments.
+    cat : Catalog
+    model : Model
+    plan : Plan
+        The plan simulated (with any speculative decoding of the flags).
+    demand : Demand
+        The demand the plan was sized for (rate and targets are kept).
+    wls : list of Workload
+        The simulated workloads (one per seed).
+
+    Returns
+    -------
+    tuple
+        ``(plan, notes)``: the re-priced plan, or ``plan`` itself when no flag changes the lengths;
+        ``plan`` None when it cannot be priced (utilisation then n/a), with a note saying why.
+    """
+    import numpy as np
+    from .analytic import Demand
+    from .planner import plan_from_record
+    flags = _variant_flags(args)
+    if not flags:
+        return plan, []
+    p = np.concatenate([np.asarray(w.prompt_tokens, dtype=np.float64) for w in wls])
+    o = np.concatenate([np.asarray(w.output_tokens, dtype=np.float64) for w in wls])
+    if p.size == 0:
+        return None, [f"utilisation n/a: the simulated workload ({', '.join(flags)}) has no request to price"]
+    q = None if getattr(args, "mean_lengths", False) else 0.9
+    d2 = Demand.from_lengths(p, o, rate_req_per_s=demand.rate_req_per_s, ttft_s=demand.ttft_s,
+                             tpot_s=demand.tpot_s, latency_quantile=q)
+    rec = plan.to_dict()
+    planned = _read_plan_json(args)
+    if planned is not None and planned.get("screen"):
+        rec["screen"] = planned["screen"]
+    try:
+        priced = plan_from_record(rec, model, d2, catalog=cat, options=_options(args))
+    except FastsimInputError as exc:
+        return None, [f"utilisation n/a: the analytic screen cannot price this plan for the simulated lengths "
+                      f"({', '.join(flags)}): {exc}"]
+    note = (f"utilisation: against the analytic capacity for the lengths simulated ({', '.join(flags)}: mean "
+            f"prompt {d2.mean_prompt_tokens:,.0f}, output {d2.mean_output_tokens:,.0f} tokens), "
+            f"{priced.instance_capacity_req_per_s:,.3g} req/s per instance instead of the scenario's "
+            f"{plan.instance_capacity_req_per_s:,.3g}")
+    if getattr(args, "policy", "lecture") != "lecture" and not getattr(args, "no_prefix_caching", False) \
+            and (getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)):
+        note += "; it prices every prompt token (prefix-cache hits are not taken off)"
+    return priced, [note]
+
+
 def _sim_reason(rec):
     """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record."""
     from ._output import percentile_reason
@@ -1411,6 +1483,9 @@ def _cmd_simulate(args):
         horizon = args.horizon
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand)
     notes = list(notes) + enotes
+    priced, unotes = (plan, []) if isinstance(source, W.Workload) else \
+        _priced_for_workloads(args, cat, model, plan, demand, wls)
+    notes = list(notes) + unotes
     results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
                         ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
                         max_context_tokens=model.max_context_tokens,
@@ -1427,7 +1502,8 @@ def _cmd_simulate(args):
                "tpot_p99_s": m.tpot_p99_s, "throughput_tokens_per_s": m.throughput_tokens_per_s,
                "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
                "busy_fraction": [float(x) for x in m.utilisation],
-               "utilisation": _utilisation(r, plan, horizon), "mean_batch": [float(x) for x in m.mean_batch],
+               "utilisation": (_utilisation(r, priced, horizon) if priced is not None
+                               else [math.nan] * len(m.utilisation)), "mean_batch": [float(x) for x in m.mean_batch],
                "passed": bool(m.attainment >= 0.9 and not m.overloaded),
                "policy": m.policy, "preemptions": int(m.preemptions),
                "cached_prompt_tokens": int(m.cached_prompt_tokens),
