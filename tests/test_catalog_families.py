@@ -382,6 +382,12 @@ REFUSALS = [
     (_base(q_lora_rank=1536, qk_rope_head_dim=64), "kv_lora_rank"),                  # latent attention half-given
     (_base(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128), "v_head_dim"),
     (_base(model_type="gpt_neox"), "model_type"),                                    # ungated MLP
+    (_base(hidden_act="relu2"), "hidden_act"),                                       # a two-matrix activation, llama type
+    (_base(is_encoder_decoder=True), "is_encoder_decoder"),                          # T5 / Whisper
+    (_base(add_cross_attention=True), "add_cross_attention"),
+    (_base(encoder_layers=32), "encoder_layers"),
+    (_base(model_type="rwkv"), "model_type"),                                        # recurrent, not attention
+    ({"text_config": dict(LLAMA_31_70B), "is_encoder_decoder": True}, "is_encoder_decoder"),   # top level
     (_base(model_type="mixtral"), "num_local_experts"),                              # transformers would default 8
     ({k: v for k, v in QWEN15_MOE.items() if k != "shared_expert_intermediate_size"}, "shared_expert_intermediate_size"),
     (_base(sliding_window=-1), "sliding_window"),
@@ -481,3 +487,40 @@ def test_user_precision_joins_default_grid_unless_told(tmp_path):
     assert cat.default_precisions() == ["BF16", "FP8", "INT4"]
     assert cat.gpu("NVL").gpus_per_node == 36
     assert isinstance(cat.gpu("NVL"), GPU) and isinstance(cat.precision("W4"), Precision)
+
+
+# ---- two-matrix (ungated) MLPs ---------------------------------------------------------------------
+
+MINITRON_8B = {   # nvidia/Minitron-8B-Base config.json (Nemotron-4 architecture, squared-ReLU MLP, no gate)
+    "architectures": ["NemotronForCausalLM"], "model_type": "nemotron", "hidden_act": "relu2", "hidden_size": 4096,
+    "intermediate_size": 16384, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+    "num_hidden_layers": 32, "vocab_size": 256000, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+    "partial_rotary_factor": 0.5, "rope_theta": 10000, "norm_eps": 1e-05,
+}
+
+
+def test_nemotron_mlp_is_two_matrices(tmp_path):
+    """Minitron-8B: up and down projections only (transformers' NemotronMLP): 8.27e9 parameters, not 10.42e9."""
+    m = _read(tmp_path, MINITRON_8B)
+    assert m.gated_mlp is False and m.mlp_matrices == 2
+    assert m.total_params == pytest.approx(8.2714e9, rel=1e-4)
+    assert m.layer_params - m.attn_params == 2 * 4096 * 16384 + 2 * 4096
+    gated = dataclasses.replace(m, gated_mlp=True)
+    assert gated.total_params - m.total_params == 32 * 4096 * 16384
+
+
+def test_gelu_llama_stays_gated(tmp_path):
+    """hidden_act picks the activation of Llama's gated MLP; it does not remove the gate."""
+    assert _read(tmp_path, _base(hidden_act="gelu")).total_params == _read(tmp_path, _base()).total_params
+
+
+def test_ungated_moe_experts_and_bad_flag(tmp_path):
+    m = CAT.model("mixtral-8x7b") if "mixtral-8x7b" in CAT.models else None
+    if m is not None:
+        u = dataclasses.replace(m, gated_mlp=False)
+        assert u.expert_params == pytest.approx(m.expert_params * 2 / 3)
+    p = tmp_path / "c.toml"
+    p.write_text('[models.x]\nlayers = 2\nhidden = 64\nheads = 4\nkv_heads = 4\nhead_dim = 16\nffn = 128\n'
+                 'vocab = 100\ngated_mlp = "no"\n')
+    with pytest.raises(FastsimInputError, match="gated_mlp"):
+        load_catalog([str(p)])

@@ -40,9 +40,40 @@ _DEFAULT_PATTERN = {"gemma2": 2, "gpt_oss": 2, "gemma3": 6, "gemma3_text": 6, "c
 # Model types whose configuration class ties the LM head to the input embedding by default.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2"}
 
-# Model types whose MLP is not gated (two matrices, not three): the parameter count would be off.
+# Model types whose MLP is not gated (two matrices, not three) and whose other differences
+# (biases, parallel blocks, key spellings) are not modelled: refused.
 _UNGATED_MLP = {"gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox", "gptj", "codegen", "opt", "bloom", "falcon",
                 "mpt", "phi", "starcoder2", "bert", "roberta", "t5", "bart"}
+
+# Model types whose MLP is not gated and is modelled as such (Model.gated_mlp false: up and down
+# projections, 2 x hidden x intermediate_size per layer). Nemotron-4 / Minitron: transformers'
+# NemotronMLP (models/nemotron/modeling_nemotron.py) has up_proj and down_proj only, with
+# hidden_act "relu2" (squared ReLU) between them; the config.json of nvidia/Minitron-8B-Base
+# (architectures NemotronForCausalLM, hidden_act relu2) and the Nemotron-4 15B report
+# (arXiv:2402.16819 §2: "squared ReLU activations in the MLP layers ... no gating"). Minitron-8B:
+# 8.27e9 parameters (3 matrices would give 10.42e9).
+_UNGATED_MODELLED = {"nemotron"}
+
+# Activations used only by two-matrix MLPs: a config of another model type with one of them is
+# refused, naming hidden_act, rather than counted as a gated MLP.
+_UNGATED_ACTS = {"relu2", "relu_squared", "squared_relu"}
+
+# Model types that are not decoder-only attention transformers (recurrent, state-space,
+# encoder-decoder), refused whatever their keys.
+_REFUSED_TYPES = {
+    "rwkv": "RWKV recurrent layers, not attention",
+    "mamba": "state-space layers", "mamba2": "state-space layers", "falcon_mamba": "state-space layers",
+    "recurrent_gemma": "recurrent / attention hybrids", "xlstm": "recurrent layers",
+    "whisper": "an encoder-decoder model", "mt5": "an encoder-decoder model", "mbart": "an encoder-decoder model",
+    "pegasus": "an encoder-decoder model", "marian": "an encoder-decoder model",
+}
+
+# Keys that, when true, describe an encoder-decoder or cross-attending model (checked in the
+# text config and at the top level of the file).
+_ENCODER_DECODER_KEYS = {
+    "is_encoder_decoder": "an encoder-decoder model (an encoder stack and cross-attention)",
+    "add_cross_attention": "cross-attention layers",
+}
 
 # Keys that describe layers fastsim does not model (state-space, linear or sparse attention,
 # hybrid stacks, KV shared across layers, cross-attention, per-layer embeddings).
@@ -71,6 +102,11 @@ _REFUSED_KEYS = {
     "hidden_size_per_layer_input": "per-layer input embeddings",
     "altup_num_inputs": "alternating-updates layers",
     "cross_attention_layers": "cross-attention layers",
+    "encoder_layers": "an encoder stack (encoder-decoder model)",
+    "num_encoder_layers": "an encoder stack (encoder-decoder model)",
+    "decoder_layers": "an encoder-decoder model's decoder stack (num_hidden_layers is the decoder's)",
+    "num_decoder_layers": "an encoder-decoder model's decoder stack (num_hidden_layers is the decoder's)",
+    "cross_attention_hidden_size": "cross-attention layers",
     "num_global_key_value_heads": "KV heads that differ between layer types",
     "global_head_dim": "head dimensions that differ between layer types",
     "attention_window": "local attention windows",
@@ -89,7 +125,7 @@ _READ = {
     "experts_per_token", "moe_topk", "moe_intermediate_size", "n_shared_experts", "num_shared_experts",
     "shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
     "mlp_only_layers", "moe_layers", "interleave_moe_layer_step", "mlp_layer_types", "num_nextn_predict_layers",
-    "model_type", "_name_or_path", "mlp_bias",
+    "model_type", "_name_or_path", "mlp_bias", "hidden_act", "is_encoder_decoder", "add_cross_attention",
 }
 _HARMLESS = {"norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "routed_scaling_factor",
              "moe_router_enable_expert_bias", "moe_router_use_sigmoid", "moe_aux_loss_coeff", "moe_z_loss_coeff",
@@ -152,11 +188,29 @@ def _layer_list(cfg: dict, key: str, layers: int, where: str) -> set:
     return set(v)
 
 
-def _check_refused(cfg: dict, where: str) -> None:
+def _check_refused(cfg: dict, where: str, top: dict | None = None) -> None:
     mt = cfg.get("model_type")
+    for c in (cfg, top or {}):
+        for key, what in _ENCODER_DECODER_KEYS.items():
+            if key in c and c[key] is not False and c[key] is not None:
+                _refuse(where, key, c[key], f"absent or false ({what}: not modelled; fastsim models decoder-only "
+                                            "transformers)")
+    for c in (cfg, top or {}):
+        if c.get("model_type") in _REFUSED_TYPES:
+            _refuse(where, "model_type", c["model_type"],
+                    f"a decoder-only attention transformer ({_REFUSED_TYPES[c['model_type']]}: not modelled)")
     if mt in _UNGATED_MLP:
-        _refuse(where, "model_type", mt, "a decoder with a gated MLP (gate, up and down projections); "
-                                         "this family's two-matrix MLP is not modelled")
+        _refuse(where, "model_type", mt, "a decoder with a gated MLP (gate, up and down projections), or "
+                                         + ", ".join(sorted(_UNGATED_MODELLED))
+                                         + "; this family's two-matrix MLP and other layers are not modelled")
+    act = cfg.get("hidden_act")
+    if act is not None and not isinstance(act, str):
+        _refuse(where, "hidden_act", act, "an activation name (a string)")
+    if isinstance(act, str) and act.lower() in _UNGATED_ACTS and mt not in _UNGATED_MODELLED:
+        _refuse(where, "hidden_act", act, "an activation of a gated MLP (silu, gelu...), or model_type "
+                                          + " or ".join(repr(t) for t in sorted(_UNGATED_MODELLED))
+                                          + f" ({act} is the activation of two-matrix MLPs; model_type {mt!r} "
+                                            "is not known to have one)")
     for key in sorted(cfg):
         if not _given(cfg, key) or key in _READ or key in _HARMLESS:
             continue
@@ -352,6 +406,10 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       only for speculative decoding, and their weights are not counted. ``mlp_bias`` is
       accepted and not counted (under 0.01% of the parameters), like Qwen3's q/k norms and
       gpt-oss's attention sinks.
+    - MLP: gated (gate, up and down projections) for every model type but ``nemotron``
+      (Nemotron-4, Minitron), whose MLP has up and down projections only (transformers'
+      ``NemotronMLP``, ``hidden_act`` ``"relu2"``): :attr:`Model.gated_mlp` false, two
+      matrices. ``hidden_act`` is otherwise read only to refuse a two-matrix activation.
 
     **Refused** (the error names the key): ``layer_types`` entries other than
     ``"full_attention"``/``"sliding_attention"`` (``"chunked_attention"``,
@@ -368,8 +426,15 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     ``altup_num_inputs``; ``cross_attention_layers``; ``num_global_key_value_heads``,
     ``global_head_dim``; ``attention_window``, ``window_size``, ``sliding_window_size``; any
     other key naming experts, MoE, windows or chunks with a value; per-layer lists of different
-    top-k or expert widths; a ``model_type`` whose MLP is not gated (GPT-2, GPT-NeoX, Falcon,
-    StarCoder2, Phi-1/2, OPT, BLOOM...); and, for model types whose ``transformers`` default
+    top-k or expert widths; encoder-decoder and cross-attending models (``is_encoder_decoder``
+    or ``add_cross_attention`` true, in the text config or at the top of the file;
+    ``encoder_layers``, ``num_encoder_layers``, ``decoder_layers``, ``num_decoder_layers``,
+    ``cross_attention_hidden_size``); a ``model_type`` that is not a decoder-only attention
+    transformer (``rwkv``, ``mamba``, ``mamba2``, ``falcon_mamba``, ``recurrent_gemma``,
+    ``xlstm``, ``whisper``, ``mt5``, ``mbart``, ``pegasus``, ``marian``); a ``model_type``
+    whose MLP is not gated and is not modelled (GPT-2, GPT-NeoX, Falcon, StarCoder2,
+    Phi-1/2, OPT, BLOOM...); a ``hidden_act`` of two-matrix MLPs (``"relu2"``,
+    ``"relu_squared"``, ``"squared_relu"``) under any ``model_type`` but ``nemotron``; and, for model types whose ``transformers`` default
     is not "none" (deepseek_v2/v3, kimi_k2, mixtral, qwen2_moe, qwen3_moe, gpt_oss, llama4),
     a config that leaves out the expert count, ``kv_lora_rank``,
     ``shared_expert_intermediate_size`` or ``attention_chunk_size``.
@@ -406,7 +471,7 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
         raise FastsimInputError("model config", path, "a JSON object")
     cfg = _text_model(top)
     where = str(path)
-    _check_refused(cfg, where)
+    _check_refused(cfg, where, top)
     layers = _int(cfg, "num_hidden_layers", where)
     hidden = _int(cfg, "hidden_size", where)
     heads = _int(cfg, "num_attention_heads", where)
@@ -448,5 +513,6 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
         vocab=vocab, tied_embeddings=tied,
         max_context_tokens=_int(cfg, "max_position_embeddings", where, 131072),
         attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
+        gated_mlp=mt not in _UNGATED_MODELLED,
         source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
     )

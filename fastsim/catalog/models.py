@@ -19,7 +19,9 @@ class Model:
     q/o ``2 hidden heads head_dim``, k/v ``2 hidden kv_heads head_dim``; MLA: the low-rank
     projections of DeepSeek-V2, arXiv:2405.04434 §2.1), two RMSNorms and either a gated MLP
     ``3 hidden ffn`` (dense layers) or a router ``hidden x n_experts``, ``n_experts`` routed experts
-    of ``3 hidden moe_ffn`` and shared experts of total width ``shared_ffn`` (MoE layers); plus
+    of ``3 hidden moe_ffn`` and shared experts of total width ``shared_ffn`` (MoE layers); an
+    ungated MLP (``gated_mlp`` false: up and down projections only, Nemotron-4 / Minitron) has
+    ``2 hidden ffn`` (and ``2 hidden moe_ffn`` per expert); plus
     the input embedding, LM head (unless tied) and final norm. The built-in Llama-3.1 entries use
     the configs published with the weights (SPEC §2); SPEC §10 defines the other terms.
 
@@ -58,6 +60,10 @@ class Model:
         Layers whose MLP is a MoE layer; the other ``layers - moe_layers`` are dense (``ffn``).
     expert_bias : bool
         Experts' and router's projections carry biases (gpt-oss).
+    gated_mlp : bool
+        True (default) when every MLP is gated (gate, up and down projections: SwiGLU/GeGLU,
+        Llama, Qwen, DeepSeek...); false for a two-matrix MLP (up and down projections, e.g.
+        Nemotron-4 / Minitron's squared-ReLU MLP).
     source : str
         Where the figures come from (the config.json published with the weights).
 
@@ -96,6 +102,7 @@ class Model:
     shared_ffn: int = 0
     moe_layers: int = 0
     expert_bias: bool = False
+    gated_mlp: bool = True
     source: str = ""
 
     def __post_init__(self):
@@ -105,6 +112,8 @@ class Model:
                   "sliding_window", "sliding_layers", "n_experts", "experts_per_token", "moe_ffn", "shared_ffn",
                   "moe_layers"):
             _pos("model", self.name, f, getattr(self, f), integer=True, allow_zero=True)
+        if not isinstance(self.gated_mlp, bool):
+            raise FastsimInputError(f"model.{self.name}.gated_mlp", self.gated_mlp, "true or false")
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
             raise FastsimInputError(f"model.{self.name}.kv_heads", self.kv_heads,
                                     f"a divisor of the attention heads ({self.heads}) (grouped-query attention)")
@@ -214,9 +223,14 @@ class Model:
 
     @property
     def expert_params(self) -> float:
-        """Parameters of one routed expert (float, count): gated MLP ``3 hidden moe_ffn`` (+ biases)."""
-        b = (2 * self.moe_ffn + self.hidden) if self.expert_bias else 0
-        return float(3 * self.hidden * self.moe_ffn + b)
+        """Parameters of one routed expert (float, count): gated MLP ``3 hidden moe_ffn`` (``2`` ungated; + biases)."""
+        b = ((self.mlp_matrices - 1) * self.moe_ffn + self.hidden) if self.expert_bias else 0
+        return float(self.mlp_matrices * self.hidden * self.moe_ffn + b)
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP (int): 3 gated (gate, up, down), 2 ungated (up, down)."""
+        return 3 if self.gated_mlp else 2
 
     @property
     def routed_expert_params(self) -> float:
@@ -225,18 +239,19 @@ class Model:
 
     @property
     def layer_params(self) -> float:
-        """Parameters of one dense transformer layer (float, count): attention, gated MLP, two RMSNorms.
+        """Parameters of one dense transformer layer (float, count): attention, MLP, two RMSNorms.
 
-        For a MoE model this is a dense layer of the model (its first ``layers - moe_layers``).
+        The MLP has ``3 hidden ffn`` parameters when gated, ``2 hidden ffn`` when not. For a MoE
+        model this is a dense layer of the model (its first ``layers - moe_layers``).
         """
-        return self.attn_params + float(3 * self.hidden * self.ffn + 2 * self.hidden)
+        return self.attn_params + float(self.mlp_matrices * self.hidden * self.ffn + 2 * self.hidden)
 
     @property
     def moe_layer_params(self) -> float:
         """Parameters of one MoE layer (float, count): attention, router, routed and shared experts, norms."""
         router = self.hidden * self.n_experts + (self.n_experts if self.expert_bias else 0)
         return (self.attn_params + router + self.n_experts * self.expert_params
-                + 3.0 * self.hidden * self.shared_ffn + 2.0 * self.hidden)
+                + float(self.mlp_matrices) * self.hidden * self.shared_ffn + 2.0 * self.hidden)
 
     @property
     def total_params(self) -> float:
