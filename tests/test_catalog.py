@@ -94,3 +94,28 @@ def test_require_positive_refuses_non_numbers_and_non_positive(value):
     from fastsim.errors import require_positive
     with pytest.raises(FastsimInputError, match="rate"):
         require_positive("rate", value)
+
+
+def test_relative_model_path_is_resolved_against_the_catalog_file(tmp_path, monkeypatch):
+    """A scenario's model = "../cfg/config.json" reads the file next to the catalog, from any working directory."""
+    import json
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}))
+    (tmp_path / "cat").mkdir()
+    cat_file = tmp_path / "cat" / "s.toml"
+    cat_file.write_text('[scenarios.support]\nmodel = "../cfg/config.json"\n'
+                        'prompt = { kind = "fixed", mean = 100 }\noutput = { kind = "fixed", mean = 10 }\n'
+                        'ttft_s = 1.0\ntpot_s = 0.05\nrate_req_per_s = 1\n'
+                        '[scenarios.named]\nmodel = "llama-3.1-8b"\n'
+                        'prompt = { kind = "fixed", mean = 100 }\noutput = { kind = "fixed", mean = 10 }\n'
+                        'ttft_s = 1.0\ntpot_s = 0.05\nrate_req_per_s = 1\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cat = load_catalog(["../cat/s.toml"])           # relative to the working directory, as on a command line
+    s = cat.scenario("support")
+    assert s.model == str(tmp_path / "cfg" / "config.json")
+    assert cat.model(s.model).layers == 32
+    assert cat.scenario("named").model == "llama-3.1-8b"

@@ -4,6 +4,10 @@ Entries are frozen dataclasses loaded from TOML files shipped inside the package
 (``catalog/data``). A user file (TOML or JSON, same layout) adds entries or overrides fields of
 existing ones; a model can also be loaded from a Hugging Face ``config.json`` on disk.
 
+Paths inside a user catalog file (a scenario's ``model = "../cfg/config.json"``) are resolved
+against the directory of that catalog file, not the working directory; absolute paths and
+model names are used as given.
+
 Modules: :mod:`~fastsim.catalog.gpus` (:class:`GPU`), :mod:`~fastsim.catalog.precisions`
 (:class:`Precision`), :mod:`~fastsim.catalog.models` (:class:`Model`),
 :mod:`~fastsim.catalog.scenarios` (:class:`LengthDist`, :class:`Scenario`),
@@ -243,7 +247,8 @@ def load_catalog(user_files=()) -> Catalog:
     ----------
     user_files : sequence of str
         TOML or JSON files with any of the top-level tables ``gpus``, ``precisions``, ``models``,
-        ``scenarios``; each entry adds a new item or overrides fields of an existing one.
+        ``scenarios``; each entry adds a new item or overrides fields of an existing one. A
+        scenario's relative ``config.json`` path is resolved against the file's directory.
 
     Returns
     -------
@@ -273,8 +278,23 @@ def load_catalog(user_files=()) -> Catalog:
         if not isinstance(scen, dict):
             raise FastsimInputError(f"scenarios table in {path}", scen, "a table of named scenarios")
         for name, d in scen.items():
-            cat.scenarios[name] = _scenario(name, d)
+            cat.scenarios[name] = _relative_model(_scenario(name, d), path)
     return cat
+
+
+def _is_path(name_or_path) -> bool:
+    """True when :meth:`Catalog.model` reads ``name_or_path`` as a config.json path."""
+    s = str(name_or_path)
+    return os.path.sep in s or (os.path.altsep is not None and os.path.altsep in s) or s.endswith(".json")
+
+
+def _relative_model(scenario: Scenario, catalog_path) -> Scenario:
+    """``scenario`` with a relative config.json path resolved against the catalog file's directory."""
+    m = scenario.model
+    if not _is_path(m) or os.path.isabs(os.path.expanduser(m)):
+        return scenario
+    base = os.path.dirname(os.path.abspath(os.fspath(catalog_path)))
+    return dataclasses.replace(scenario, model=os.path.normpath(os.path.join(base, m)))
 
 
 _DEFAULT: Catalog | None = None
