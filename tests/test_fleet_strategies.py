@@ -422,3 +422,48 @@ def test_fleet_api_rough_edges_name_the_field(chat_plan):
     # a plan dict is an SLO too
     res = fleet(plan, sc, prof, {"ttft_slo_s": 0.5, "tpot_slo_s": 0.05}, strategies=("static",), **kw)
     assert res.settings["ttft_slo_s"] == 0.5
+
+
+# --- the oracle: the fewest GPU-hours of a fleet never short of each window's need -------------
+
+def test_short_of_need_counts_the_time_ready_is_below_the_windows_need():
+    from fastsim.fleet.api import _short_of_need_s
+    # need 1, 3, 1 over three 600-s windows; ready 1 until 1295, then 3
+    assert _short_of_need_s([0.0, 1295.0, 1800.0], [1, 3, 3], [0.0, 600.0, 1200.0], [1, 3, 1], 1800.0) == 600.0
+    # ready from 500: never short
+    assert _short_of_need_s([0.0, 500.0, 1800.0], [1, 3, 3], [0.0, 600.0, 1200.0], [1, 3, 1], 1800.0) == 0.0
+    # ready from 700: short for 100 s
+    assert _short_of_need_s([0.0, 700.0, 1800.0], [1, 3, 3], [0.0, 600.0, 1200.0], [1, 3, 1], 1800.0) == 100.0
+
+
+def test_reactive_can_bill_less_than_the_oracle_only_by_falling_short(chat_plan):
+    """The new user's three-window case: reactive 0.83 GPU-h < oracle 0.84, at attainment 0.26."""
+    from fastsim.fleet import fleet
+    from fastsim.fleet.api import _short_of_need_s
+    from fastsim.search import SLO
+    from fastsim.workload import RateProfile
+    cat, sc, plan = chat_plan
+    prof = RateProfile.from_arrays("three", [0.0, 600.0, 1200.0], [5.0, 25.0, 5.0], 600.0)
+    curve = S.CapacityCurve.from_points([1, 2], [15.0, 30.0])
+    res = fleet(plan, sc, prof, SLO(sc.ttft_s, sc.tpot_s), catalog=cat, capacity=curve, spares=False)
+    o = res.strategy("oracle")
+    need = o.target
+    assert need.tolist() == [1, 3, 1]
+    # the oracle has its need ready through every window
+    ts, cs = S.ready_steps(o.schedule, o.run.off_s, res.horizon_s)
+    assert _short_of_need_s(ts, cs, o.decision_s, need, res.horizon_s) == 0.0
+    cheaper = []
+    for s in res.strategies:
+        ts, cs = S.ready_steps(s.schedule, s.run.off_s, res.horizon_s)
+        short = _short_of_need_s(ts, cs, o.decision_s, need, res.horizon_s)
+        if short == 0.0:         # never short of the need: no cheaper than the oracle
+            assert s.cost.gpu_hours >= o.cost.gpu_hours - 1e-9, s.name
+        if s.cost.gpu_hours < o.cost.gpu_hours:
+            cheaper.append(s.name)
+            assert short > 0.0 and s.run.attainment < o.run.attainment
+            assert any(n.startswith(f"{s.name} bills ") and "less than the oracle's" in n for n in res.notes)
+    assert cheaper == ["reactive"]
+    r = res.strategy("reactive")
+    assert r.run.attainment < 0.5 and o.run.attainment > 0.99
+    # no such note for a strategy that does not bill less
+    assert not any(n.startswith(("static bills", "scheduled bills")) for n in res.notes)

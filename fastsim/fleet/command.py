@@ -24,9 +24,10 @@ FLEET_DESCRIPTION = """\
 Fleets of one instance type over a day-and-week rate profile: static provisioning for the peak
 (or a quantile of the windows), reactive autoscaling (a decision every control interval, cold
 start = weights / load bandwidth + fixed start, downscale stabilisation), scheduled scaling from
-the previous day, and the oracle (each window's own rate, no delay): the lower bound among
-strategies with the same headroom. Every strategy sizes at the same --target-utilisation (1 =
-exact capacity). Each is simulated on the same arrivals; the output gives GPU-hours (reserved /
+the previous day, and the oracle (each window's own rate, ready at its start with no cold
+start: the fewest GPU-hours of a fleet never short of what the windows' rates need; a strategy
+that falls short, e.g. reactive behind a rise, can cost less at lower attainment). Every
+strategy sizes at the same --target-utilisation (1 = exact capacity). Each is simulated on the same arrivals; the output gives GPU-hours (reserved /
 on-demand), $ per million output tokens and per million SLO-met output tokens, SLO attainment
 overall and per window, requests rejected (context / KV limit) and unserved (no instance), the
 worst windows, and the spares N + k that keep the attainment target through one failure at the
@@ -467,7 +468,9 @@ def _notes(res, measured: bool) -> list:
             f"{cs.load_bw_bytes_per_s / 1e9:g} GB/s ({cs.load_s:,.1f} s) + {cs.fixed_start_s:g} s start"
             if math.isfinite(cs.load_bw_bytes_per_s) else f"cold start {cs.total_s:g} s (--cold-start)"),
            f"every strategy sized at target utilisation {res.settings['target_utilisation']:g} (rate / capacity; "
-           "--target-utilisation 1 = exact capacity): the oracle is the lower bound among them",
+           "--target-utilisation 1 = exact capacity); the oracle has each window's count ready at its start "
+           "with no cold start: the fewest GPU-hours of a fleet never short of it, not a bound on a strategy "
+           "that falls short (at lower attainment)",
            f"static: {_plural(res.settings['static_instances'], 'instance')} (quantile "
            f"{res.settings['static_quantile']:g} of the window rates / {res.settings['target_utilisation']:g}); "
            "scheduled uses that count on the first day (no previous day)",

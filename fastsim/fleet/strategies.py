@@ -33,9 +33,14 @@ Strategies
       windows do not line up); windows of the first day (no previous day) get
       ``first_day_instances`` (the static count, by default). Instances are provisioned a cold
       start ahead so they are ready when their window starts: :func:`scheduled_targets`.
-    - ``oracle``: window k gets ``instances_for(rate_k / u)``, ready with no delay: the lower
-      bound on GPU-hours of any strategy sized from the capacity curve with the same headroom u
-      (at u = 1, of any strategy that meets the capacity curve): :func:`oracle_targets`.
+    - ``oracle``: window k gets ``instances_for(rate_k / u)``, ready at the window's start with
+      no cold start (perfect foresight, free start-up): :func:`oracle_targets`. It bills the
+      fewest GPU-hours of any fleet that has at least that count ready through every window
+      (up to drain tails): the lower bound among strategies that are never short of each
+      window's rate / u (at u = 1, that keep every window within the capacity curve). It is not
+      a lower bound on a strategy that falls short: reactive lags a rise by a control interval
+      plus a cold start and scheduled follows yesterday, so either can bill less than the
+      oracle, at lower attainment.
 
     Gaps (zero-rate windows, missing data) are not observations: reactive and scheduled carry
     the last rate seen before them; the oracle keeps ``min_instances`` through them.
