@@ -50,12 +50,13 @@ import numpy as np
 from .analytic import cost_usd_per_million_output_tokens as _analytic_cost
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
+from .specdec import MTP, default_draft, mtp_model, spec_decoding
 from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_LAYERS, P_WDENSE, StepConstants, decode_attn_flops,
                         resolve_constants,
                         expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
 
 __all__ = [
-    "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder",
+    "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder", "ladder_draft",
     "memory_per_gpu",
     "speculative_tokens_per_round", "joules_per_token", "cost_usd_per_million_output_tokens",
     "weight_read_lower_bound_s", "min_tp_for_tpot", "md1_mean_wait_s", "plot_ledger",
@@ -796,7 +797,11 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     Parameters
     ----------
     model, draft_model : str or Model
-        Target and draft models.
+        Target and draft models. ``draft_model`` ``"mtp"`` is a one-layer multi-token-prediction
+        / EAGLE-style head of the target (:func:`fastsim.specdec.mtp_model`): its step is one
+        decoder layer of the target plus the output head, and its memory is that layer and the
+        ``2 hidden x hidden`` projection (the embedding and output head are the target's own).
+        The projection's read is not added to the draft step (under 10% of it for DeepSeek-V3).
     gpu, precision : str or catalog entry
     tp : int
         Tensor parallelism shared by both models (power of two, 1..64).
@@ -826,7 +831,9 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     """
     tpr = speculative_tokens_per_round(acceptance, gamma)
     g_ = int(gamma)
-    m, d = _lookup("model", model), _lookup("model", draft_model)
+    m = _lookup("model", model)
+    mtp = _is_mtp(draft_model)
+    d = mtp_model(m) if mtp else _lookup("model", draft_model)
     gp, pr = _lookup("gpu", gpu), _lookup("precision", precision)
     tp = require_tp("tp", tp)
     b = _int_at_least("batch", batch, 1)
@@ -834,6 +841,12 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     kpl, ls = _check_launch(kernels_per_layer, launch_s)
     draft = ledger(d, gp, pr, tp, batch=b, context_tokens=ctx, kernels_per_layer=kpl, launch_s=ls,
                    constants=constants)
+    if mtp:
+        # the head shares the target's embedding and output head (no memory of its own) and adds
+        # the 2 hidden x hidden projection of DeepSeek-V3 §2.2 (fastsim.specdec.mtp_model)
+        shared = d.vocab * d.hidden * (1 if d.tied_embeddings else 2)
+        extra = (2.0 * d.hidden * d.hidden - shared) * pr.weight_bytes / tp
+        draft = draft._replace(memory_per_gpu_bytes=draft.memory_per_gpu_bytes + extra)
     p = step_params(m, gp, pr, tp, constants)
     n = float(b * (g_ + 1))
     held = float(b * m.kv_tokens_held(ctx))
@@ -861,10 +874,68 @@ _LADDER = (
 _CONTROL_ROW = len(_LADDER) - 1
 
 
+def _is_mtp(draft) -> bool:
+    return isinstance(draft, str) and draft.strip().lower() == MTP
+
+
+def ladder_draft(model, draft_model=None, catalog=None) -> str:
+    """The draft of the ladder's level 5, chosen and checked as ``fastsim plan`` / ``simulate`` do.
+
+    Parameters
+    ----------
+    model : str or Model
+        The target.
+    draft_model : str, Model or None
+        None picks :func:`fastsim.specdec.default_draft` (the smallest catalog model of the
+        target's family with its vocabulary and at most a quarter of its parameters, else
+        ``"mtp"``); ``"mtp"``; a catalog name, ``config.json`` path or :class:`Model`, which
+        must have the target's vocabulary size, not be the target and be smaller than it.
+    catalog : Catalog, optional
+        Where drafts are looked up; defaults to the built-in catalog.
+
+    Returns
+    -------
+    str or Model
+        ``"mtp"``, a catalog model name, or ``draft_model`` itself when it is a Model or a path.
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown draft, or one that :func:`fastsim.specdec.spec_decoding` refuses (another
+        vocabulary, the target itself, not smaller than the target), field ``draft_model``.
+    """
+    cat = catalog or default_catalog()
+    m = model if isinstance(model, Model) else cat.model(model)
+    if draft_model is None:
+        return default_draft(m, cat)
+    if _is_mtp(draft_model):
+        return MTP
+    if isinstance(draft_model, Model):
+        d = draft_model
+        if d.vocab != m.vocab:
+            why = (f"a model with {m.name}'s vocabulary of {m.vocab:,} tokens (the draft proposes token ids the target "
+                   f"scores; {d.name} has {d.vocab:,}), or 'mtp'")
+        elif d.name == m.name:
+            why = f"a model other than the target {m.name}, or 'mtp'"
+        elif d.total_params >= m.total_params:
+            why = (f"a model smaller than the target {m.name} ({m.total_params / 1e9:.1f}B parameters; {d.name} has "
+                   f"{d.total_params / 1e9:.1f}B), or 'mtp'")
+        else:
+            return d
+        raise FastsimInputError("draft_model", d.name, why)
+    try:
+        name = spec_decoding(1, 0.5, draft_model, m, catalog=cat).draft
+    except FastsimInputError as exc:
+        if exc.field == "draft":
+            raise FastsimInputError("draft_model", exc.value, exc.allowed) from None
+        raise
+    return name
+
+
 def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int = 4096,
            price_usd_per_gpu_hour: float | None = None, power_w: float | None = None,
-           draft_model="llama-3.1-8b", acceptance: float = 0.8, gamma: int = 4,
-           constants: StepConstants = StepConstants()):
+           draft_model=None, acceptance: float = 0.8, gamma: int = 4,
+           constants: StepConstants = StepConstants(), catalog=None):
     """The optimization ladder: levels 0-5 of SPEC §4 and a batch-1 control row of level 5.
 
     ====  ============================  =====  =========  =============
@@ -927,19 +998,29 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
         Defaults to the GPU's catalog price.
     power_w : float, optional
         Defaults to the GPU's catalog board power.
-    draft_model : str or Model, default 'llama-3.1-8b'
-        Draft model of level 5 (same precision, same TP group).
+    draft_model : str or Model, optional
+        Draft model of level 5 (same precision, same TP group), chosen and checked by
+        :func:`ladder_draft` as ``fastsim plan`` and ``simulate`` choose theirs: by default the
+        smallest catalog model of the target's family with its vocabulary (Llama-3.1-70B and
+        -405B: ``llama-3.1-8b``; Qwen3-235B-A22B: ``qwen3-30b-a3b``; gpt-oss-120b:
+        ``gpt-oss-20b``), else ``"mtp"``, a one-layer multi-token-prediction head of the target
+        (DeepSeek-V3); ``"mtp"`` may be named.
     acceptance : float, default 0.8
         Per-token acceptance probability of the draft, in [0, 1).
     gamma : int, default 4
         Draft tokens per round, >= 1.
     constants : StepConstants
+    catalog : Catalog, optional
+        Where the default draft is looked for (and draft names resolved); defaults to the
+        built-in catalog.
 
     Returns
     -------
     pandas.DataFrame
         Seven rows. Columns: ``level`` (int64), ``control`` (bool: True only on the last row, the
         batch-1 control of level 5, so ``(level, control)`` names a row), ``change`` (str),
+        ``draft`` (str: the draft model's name on the level-5 rows, ``"mtp"`` for the head, empty
+        on levels 0-4),
         ``batch`` (int64), ``precision`` (str), ``kernels_per_layer`` (int64), ``launch_us``
         (float64, per launch), ``step_s`` (float64, s; a whole round at level 5),
         ``tokens_per_step`` (float64), ``tokens_per_s_per_gpu``, ``usd_per_million_tokens``
@@ -955,7 +1036,8 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
     FastsimInputError
         Unknown names, TP not a power of two, ``context_tokens`` < 0 or past the model's context
         window, a GPU without an FP8 peak (levels 4 and 5 run in FP8), non-positive price or
-        power, ``acceptance`` outside [0, 1), ``gamma`` < 1.
+        power, ``acceptance`` outside [0, 1), ``gamma`` < 1, a draft :func:`ladder_draft` refuses
+        (another vocabulary: the draft proposes token ids the target scores).
 
     Notes
     -----
@@ -964,11 +1046,16 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
     """
     import pandas as pd
 
-    m, g = _lookup("model", model), _lookup("gpu", gpu)
-    d = _lookup("model", draft_model)
+    cat = catalog or default_catalog()
+    m = model if isinstance(model, Model) else cat.model(model)
+    g = gpu if isinstance(gpu, GPU) else cat.gpu(gpu)
+    choice = ladder_draft(m, draft_model, cat)
+    d = choice if isinstance(choice, Model) else (MTP if choice == MTP else cat.model(choice))
+    draft_name = MTP if choice == MTP else (choice if isinstance(choice, str) else d.name)
     tp = require_tp("tp", tp)
     ctx = _within_context("context_tokens", _int_at_least("context_tokens", context_tokens, 0), m)
-    _within_context("context_tokens", ctx, d)
+    if d != MTP:
+        _within_context("context_tokens", ctx, d)
     for prec in dict.fromkeys(row[3] for row in _LADDER):
         pr = _lookup("precision", prec)
         if pr.flops_key not in g.peak_flops_per_s:
@@ -995,7 +1082,8 @@ def ladder(model="llama-3.1-70b", gpu="H100", tp: int = 8, context_tokens: int =
                        constants=constants)
             step, per_step, tps = r.step_s, 1.0, r.tokens_per_s_per_gpu
         # the cost formula of SPEC §1 with the instance's tokens/s as the rate, one token each
-        rows.append(dict(level=level, control=i == _CONTROL_ROW, change=change, batch=b, precision=pr.name,
+        rows.append(dict(level=level, control=i == _CONTROL_ROW, change=change, draft=draft_name if spec else "",
+                         batch=b, precision=pr.name,
                          kernels_per_layer=kpl, launch_us=ls * 1e6, step_s=step, tokens_per_step=per_step,
                          tokens_per_s_per_gpu=tps,
                          usd_per_million_tokens=float(_analytic_cost(tp, price, tps * tp, 1.0)),

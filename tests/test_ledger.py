@@ -345,3 +345,45 @@ def test_plot_ledger_format_follows_extension(tmp_path):
     with pytest.raises(FastsimInputError) as exc:
         plot_ledger([dec(1)], tmp_path / "ledger.txt")
     assert exc.value.field == "path"
+
+
+# ---------------------------------------------------------------------------- the ladder's draft
+
+@pytest.mark.parametrize("model, draft", [
+    ("llama-3.1-70b", "llama-3.1-8b"), ("deepseek-v3", "mtp"), ("qwen3-235b-a22b", "qwen3-30b-a3b"),
+    ("gpt-oss-120b", "gpt-oss-20b"),
+])
+def test_ladder_drafts_as_plan_and_simulate_do(model, draft):
+    """Level 5 drafts with a model of the target's vocabulary (or its MTP head), named in the frame."""
+    from fastsim.catalog import default_catalog
+    from fastsim.specdec import default_draft
+    df = ladder(model, "H200", 8)
+    assert default_draft(model) == draft
+    assert list(df["draft"]) == [""] * 5 + [draft] * 2
+    assert df["tokens_per_s_per_gpu"].iloc[5] > df["tokens_per_s_per_gpu"].iloc[4]
+    if draft != "mtp":
+        assert default_catalog().model(draft).vocab == default_catalog().model(model).vocab
+
+
+def test_ladder_accepts_mtp_and_refuses_another_vocabulary():
+    mtp = ladder("deepseek-v3", "H200", 8, draft_model="MTP")
+    assert mtp["draft"].iloc[5] == "mtp"
+    with pytest.raises(FastsimInputError) as exc:
+        ladder("deepseek-v3", "H200", 8, draft_model="llama-3.1-8b")
+    assert exc.value.field == "draft_model" and "vocabulary" in exc.value.allowed
+    from fastsim.catalog import default_catalog
+    with pytest.raises(FastsimInputError, match="vocabulary"):
+        ladder("qwen3-235b-a22b", "H200", 8, draft_model=default_catalog().model("llama-3.1-8b"))
+    # the 70B default is unchanged: the lecture's draft
+    assert ladder()["draft"].iloc[5] == "llama-3.1-8b"
+
+
+def test_mtp_draft_holds_one_layer_not_a_second_embedding():
+    """An MTP head shares the target's embedding and output head: its memory is one layer and the projection."""
+    from fastsim.catalog import default_catalog
+    from fastsim.specdec import mtp_model
+    m = default_catalog().model("deepseek-v3")
+    r = speculative_step(m, "mtp", "H200", "FP8", 8, batch=1, context_tokens=0)
+    head = mtp_model(m)
+    layer_and_projection = (head.total_params - 2 * m.vocab * m.hidden + 2 * m.hidden ** 2) * 1.0 / 8
+    assert r.draft.memory_per_gpu_bytes == pytest.approx(layer_and_projection)
