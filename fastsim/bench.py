@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 __all__ = ["CHAT_RATE_REQ_PER_S", "GRID_RATES_REQ_PER_S", "GRID_SEEDS", "HORIZON_S", "REFERENCE_HORIZON_S",
-           "standard_plan", "chat_workload", "grid_workloads", "run_benchmarks"]
+           "standard_plan", "chat_workload", "grid_workloads", "run_benchmarks", "bench_notes", "render_benchmarks"]
 
 HORIZON_S = 600.0
 CHAT_RATE_REQ_PER_S = 20.0
@@ -194,3 +194,68 @@ def run_benchmarks(quick: bool = False) -> dict:
         "reference_ratio": ref_us / kern_us if kern_us > 0 else math.nan,
         "quick": bool(quick),
     }
+
+
+def bench_notes(res: dict) -> list:
+    """The notes of a benchmark result (what its figures need to be read right).
+
+    Parameters
+    ----------
+    res : dict
+        :func:`run_benchmarks`.
+
+    Returns
+    -------
+    list of str
+    """
+    return ["--quick: short horizons, not comparable with a full run"] if res.get("quick") else []
+
+
+def render_benchmarks(res: dict, fmt: str = "table") -> str:
+    """What ``fastsim bench --format FMT`` prints for a benchmark result.
+
+    Parameters
+    ----------
+    res : dict
+        :func:`run_benchmarks`.
+    fmt : {'table', 'json', 'csv'}
+        ``json``: one object, the result with ``null_reasons`` and ``notes``; ``csv``: the same
+        record as one row (the project's CSV convention, :func:`fastsim._output.csv_frame`: one
+        column per key, ``null_reasons`` flattened to ``null_reasons.FIELD`` columns, the notes as
+        a JSON array in a ``notes`` column, non-finite values empty); ``table``: the measures,
+        then the notes as ``note:`` lines.
+
+    Returns
+    -------
+    str
+        The text, ending with a newline.
+
+    Raises
+    ------
+    ValueError
+        An unknown format.
+    """
+    notes = bench_notes(res)
+    if fmt in ("json", "csv"):
+        from ._output import csv_frame, dumps, null_reasons
+        rec = dict(res, null_reasons=null_reasons(res))
+        if fmt == "json":
+            return dumps(dict(rec, notes=notes)) + "\n"
+        return csv_frame([rec], notes).to_csv(index=False)
+    if fmt != "table":
+        raise ValueError(f"format {fmt!r}: table, json or csv")
+    from tabulate import tabulate
+    rows = [
+        ["600-s chat run" if not res["quick"] else f"{res['horizon_s']:g}-s chat run",
+         f"{res['chat_run_ms']:.2f} ms", f"{res['chat_requests']:,} requests, one thread"],
+        ["simulated requests / s / core", f"{res['requests_per_s_per_core'] / 1e6:.2f} M",
+         f"grid: {res['grid_requests_per_s_per_core'] / 1e6:.2f} M on {res['threads']} threads"],
+        [f"grid of {res['grid_runs']} runs", f"{res['grid_s_all_threads']:.3f} s",
+         f"{res['threads']} threads; {res['grid_s_1_thread']:.3f} s on one"],
+        ["parallel speed-up", f"{res['parallel_speedup']:.2f}x", f"1 vs {res['threads']} threads"],
+        ["vs plain-Python reference", f"{res['reference_ratio']:,.0f}x",
+         f"{res['reference_us_per_request']:.1f} vs {res['kernel_us_per_request']:.3f} us per request"],
+    ]
+    out = [tabulate(rows, headers=["measure", "value", "detail"], disable_numparse=True)]
+    out += ["note: " + n for n in notes]
+    return "\n".join(out) + "\n"
