@@ -399,6 +399,7 @@ def _resolve_workload(args, cat):
         notes.append(f"--horizon {horizon:g} s is short: an overloaded system can look stable for minutes "
                      "(its backlog grows slowly at first, so a short run can miss it); 600 s is the default")
     if args.trace:
+        _refuse_synthetic_flags(args)
         if not args.model:
             raise FastsimInputError("--model", None, "a model name or config.json path (required with --trace)")
         for flag, v in (("--ttft", args.ttft), ("--tpot", args.tpot)):
@@ -420,9 +421,12 @@ def _resolve_workload(args, cat):
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,
                                      ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
         return model, demand, wl, notes
-    if (getattr(args, "time_unit", None) or getattr(args, "skip_invalid", False)) \
-            and not str(getattr(args, "lengths", "")).startswith("trace:"):
-        notes.append("--time-unit and --skip-invalid apply to trace files only: not used with a scenario")
+    if not str(getattr(args, "lengths", "")).startswith("trace:"):
+        for flag, v in (("--time-unit", getattr(args, "time_unit", None)),
+                        ("--skip-invalid", True if getattr(args, "skip_invalid", False) else None)):
+            if v is not None:
+                raise FastsimInputError(flag, v, "no value with --scenario: it sets how a trace file is read "
+                                        "(--trace, or --lengths trace:FILE of simulate)")
     scen = cat.scenario(args.scenario or "chat")
     model = cat.model(args.model or scen.model)
     demand = Demand.from_scenario(scen, rate_req_per_s=args.rate, ttft_s=args.ttft, tpot_s=args.tpot,
@@ -435,6 +439,19 @@ def _resolve_workload(args, cat):
             notes.append(f"--from-plan with --scenario {scen.name}: the plan's own " + ", ".join(differ)
                          + f" apply, with {scen.name}'s request lengths; was the plan made for another scenario?")
     return model, demand, scen, notes
+
+
+def _refuse_synthetic_flags(args):
+    """Refuse, with --trace, the flags that shape synthetic workloads only (--lengths, --arrival, --cv).
+
+    A trace replays its own arrivals and lengths; those flags would be silently ignored.
+    """
+    for flag, v, default in (("--lengths", getattr(args, "lengths", None), "lognormal"),
+                             ("--arrival", getattr(args, "arrival", None), "poisson"),
+                             ("--cv", getattr(args, "cv", None), None)):
+        if v is not None and v != default:
+            raise FastsimInputError(flag, v, "no value with --trace (a trace replays its own arrival times and "
+                                    "request lengths); synthetic workloads (--scenario) only")
 
 
 def _emit(args, records, table_rows, headers, notes=(), key="rows", row_notes=None):
@@ -1224,8 +1241,13 @@ def _engine_dict(args):
     return engine
 
 
-def _engine_setup(args, plan, model, cat, demand=None):
+def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
     """The plan (with the speculation flags), simulator plan, simulate keywords and notes of the engine flags.
+
+    ``prefixes`` says whether the workload carries prefix block ids (None: judged from the flags;
+    a trace is then assumed to). ``--routing prefix-aware`` is refused with
+    ``--no-prefix-caching`` (nothing cached to route on) and noted on a workload without prefix
+    blocks (every request then goes to the least-loaded instance).
 
     Returns ``(plan, sim plan, kwargs for simulate / simulate_batch, notes)``.
     """
@@ -1265,6 +1287,10 @@ def _engine_setup(args, plan, model, cat, demand=None):
                             layout=plan.layout, options=opts, spec_gamma=spec.gamma)
         else:
             plan = replace(plan, spec_gamma=spec.gamma, spec_alpha=spec.alpha, spec_draft=spec.draft)
+    if getattr(args, "routing", None) == "prefix-aware" and getattr(args, "no_prefix_caching", False):
+        raise FastsimInputError("--routing", "prefix-aware", "least-loaded or round-robin with --no-prefix-caching "
+                                "(prefix-aware routing sends a request where its prefix blocks are cached; with "
+                                "the cache off there is nothing to route on)")
     if engine is not None and plan.mode != "colocated":
         raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
                                 "policies model colocated instances)")
@@ -1286,10 +1312,13 @@ def _engine_setup(args, plan, model, cat, demand=None):
         notes.append(f"policy {pol.name}: max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
                      f"{pol.max_num_seqs}, KV blocks of {pol.block_tokens} token(s), prefix caching "
                      f"{cache} ({pol.source}); the plan's chunk does not apply")
-        if args.routing == "prefix-aware" and not (getattr(args, "shared_prefix", None) or
-                                                   getattr(args, "session_turns", None) or args.trace):
-            notes.append("--routing prefix-aware: this workload shares no prefix blocks, so every request goes to "
-                         "the least-loaded instance")
+        if prefixes is None:
+            prefixes = bool(getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)
+                            or args.trace)
+        if args.routing == "prefix-aware" and not prefixes:
+            notes.append("--routing prefix-aware: this workload shares no prefix blocks" +
+                         (" (the trace has no hash_ids)" if args.trace else "") +
+                         ", so every request goes to the least-loaded instance")
     return plan, sp, kw, notes
 
 
@@ -1481,7 +1510,8 @@ def _cmd_simulate(args):
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
         notes = list(notes) + getattr(args, "_lengths_notes", [])
         horizon = args.horizon
-    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand)
+    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
+                                          prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
     notes = list(notes) + enotes
     priced, unotes = (plan, []) if isinstance(source, W.Workload) else \
         _priced_for_workloads(args, cat, model, plan, demand, wls)
@@ -1714,9 +1744,12 @@ def _add_screen_verdict(rec: dict, screen_why: str) -> dict:
     return rec
 
 
-def _capacity_engine(args, plan, model, cat, notes, demand):
-    """``(plan, engine)`` of the capacity searches from the engine and speculation flags (engine None: lecture)."""
-    plan, _, _, enotes = _engine_setup(args, plan, model, cat, demand)   # checks the flags, states the policy
+def _capacity_engine(args, plan, model, cat, notes, demand, prefixes=None):
+    """``(plan, engine)`` of the capacity searches from the engine and speculation flags (engine None: lecture).
+
+    ``prefixes``: whether the workload carries prefix block ids (:func:`_engine_setup`).
+    """
+    plan, _, _, enotes = _engine_setup(args, plan, model, cat, demand, prefixes)   # checks the flags, states the policy
     notes.extend(enotes)
     return plan, _engine_dict(args)
 
@@ -2121,7 +2154,8 @@ def _cmd_capacity_trace(args):
     finally:
         args.rate = hint_rate
     plan, model = _plan_from_args(args, cat, model, demand)
-    plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
+    plan, engine = _capacity_engine(args, plan, model, cat, notes, demand,
+                                    prefixes=getattr(source, "prefix", None) is not None)
     if not args.tol < 1:
         raise FastsimInputError("--tol", args.tol, "a fraction in (0, 1)")
     floor = _capacity_horizon_check(args, plan, float(source.prompt_tokens.mean()),
@@ -2137,9 +2171,7 @@ def _cmd_capacity_trace(args):
         if scale_hint < source.duration_s / MAX_REPLAY_SPAN_S:
             raise FastsimInputError("--rate", hint_rate, f">= {source.n / MAX_REPLAY_SPAN_S:.3g} req/s (a replay of "
                                     f"{source.name} within {MAX_REPLAY_SPAN_S:g} s)")
-    unused = [flag for flag, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--cv", args.cv)) if v is not None]
-    if args.arrival != "poisson":
-        unused.insert(0, "--arrival")
+    unused = [flag for flag, v in (("--seeds", args.seeds), ("--seed", args.seed)) if v is not None]
     notes = list(notes)
     if unused:
         notes.append("a trace replays its own arrivals once per probe: " + ", ".join(unused)

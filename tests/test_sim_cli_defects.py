@@ -49,3 +49,48 @@ def test_utilisation_prices_prefixes_and_sessions(capsys, extra, kw):
     accepted = run0["requests"] - run0["rejected"]
     assert sum(run0["utilisation"]) == pytest.approx(accepted / 60.0 / cap, rel=1e-9)
     assert any(extra[0] in n and "lengths simulated" in n for n in doc["notes"])
+
+
+TRACE = ["--trace", "azure-conv", "--model", "llama-3.1-70b", "--ttft", "1", "--tpot", "0.05", *PLAN]
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "capacity"])
+@pytest.mark.parametrize("extra, flag, value", [
+    (["--lengths", "fixed"], "--lengths", "'fixed'"),
+    (["--lengths", "trace:azure-code"], "--lengths", "'trace:azure-code'"),
+    (["--arrival", "gamma", "--cv", "2"], "--arrival", "'gamma'"),
+    (["--cv", "2"], "--cv", "2.0"),
+])
+def test_trace_refuses_synthetic_flags(capsys, cmd, extra, flag, value):
+    if cmd == "capacity" and flag == "--lengths":
+        pytest.skip("capacity has no --lengths")
+    rc, out, err = run(capsys, cmd, *TRACE, *extra)
+    assert rc == 2
+    assert err.count("\n") == 1
+    assert f"error: {flag}: got {value}; allowed: no value with --trace" in err
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "capacity", "plan"])
+@pytest.mark.parametrize("extra, flag", [(["--time-unit", "ms"], "--time-unit"), (["--skip-invalid"], "--skip-invalid")])
+def test_scenario_refuses_trace_reading_flags(capsys, cmd, extra, flag):
+    plan = PLAN if cmd != "plan" else ["--gpu", "B200", "--precision", "FP8", "--no-verify"]
+    rc, out, err = run(capsys, cmd, "--scenario", "chat", *plan, *extra)
+    assert rc == 2
+    assert f"error: {flag}: got" in err and "no value with --scenario" in err
+
+
+def test_trace_reading_flags_allowed_with_trace_lengths(capsys):
+    doc = sim(capsys, "--scenario", "chat", *PLAN, "--horizon", "30", "--lengths", "trace:azure-code",
+              "--skip-invalid")
+    assert doc["runs"][0]["requests"] > 0
+
+
+def test_prefix_aware_routing_without_cache_refused(capsys):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", *PLAN, "--horizon", "30", "--policy", "vllm",
+                       "--routing", "prefix-aware", "--no-prefix-caching")
+    assert rc == 2 and "error: --routing: got 'prefix-aware'; allowed: least-loaded or round-robin" in err
+
+
+def test_prefix_aware_routing_on_trace_without_hash_ids_noted(capsys):
+    doc = sim(capsys, *TRACE, "--policy", "vllm", "--routing", "prefix-aware")
+    assert any("prefix-aware" in n and "no hash_ids" in n for n in doc["notes"])
