@@ -359,7 +359,8 @@ def read_step_measurements(path, catalog: Catalog | None = None) -> pd.DataFrame
         CSV with a header row holding at least :data:`STEP_COLUMNS` (any order; other columns
         are ignored): ``gpu`` and ``precision`` (catalog names), ``tp`` (GPUs of the instance,
         an integer >= 1 that divides the model's heads), ``model`` (catalog name or
-        ``config.json`` path), ``decode_tokens`` and ``prefill_tokens`` (integers >= 0, not both
+        ``config.json`` path; a relative path is read from the CSV file's directory),
+        ``decode_tokens`` and ``prefill_tokens`` (integers >= 0, not both
         0: the new tokens of the step), ``kv_tokens`` (cached tokens the step reads, >= 0) and
         ``step_s`` (measured seconds, > 0).
     catalog : Catalog, optional
@@ -369,7 +370,7 @@ def read_step_measurements(path, catalog: Catalog | None = None) -> pd.DataFrame
     -------
     pandas.DataFrame
         One row per measurement: the columns above (``gpu``, ``precision``, ``model`` as catalog
-        names; tokens as int64; ``step_s`` float64) plus ``line`` (the file's line number).
+        names, ``model`` as an absolute path for a ``config.json``; tokens as int64; ``step_s`` float64) plus ``line`` (the file's line number).
 
     Raises
     ------
@@ -440,17 +441,28 @@ def _step_row(where, line, rec, idx, cat) -> dict:
     if not (t > 0) or not math.isfinite(t):
         raise err("step_s", v, "a time in seconds > 0")
     out["step_s"] = t
+    models = {}
     for c, look in (("gpu", cat.gpu), ("precision", cat.precision), ("model", cat.model)):
         v = raw(c)
+        if c == "model" and _is_config_path(v):
+            # a config.json path: relative to the CSV's directory; the column keeps the path (the
+            # model loaded from it is named after its folder, which is no catalog name)
+            v = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(where)), os.path.expanduser(v)))
         try:
-            out[c] = look(v).name
+            models[c] = look(v)
         except FastsimInputError as exc:
             raise err(c, v, exc.allowed) from None
+        out[c] = v if c == "model" and _is_config_path(v) else models[c].name
     try:
-        step_params(cat.model(out["model"]), cat.gpu(out["gpu"]), cat.precision(out["precision"]), out["tp"])
+        step_params(models["model"], models["gpu"], models["precision"], out["tp"])
     except FastsimInputError as exc:
         raise err(exc.field if exc.field in ("tp", "precision") else "tp", exc.value, exc.allowed) from None
     return out
+
+
+def _is_config_path(v: str) -> bool:
+    """True when a ``model`` cell is a ``config.json`` path, as :meth:`Catalog.model` reads it."""
+    return os.path.sep in v or (os.path.altsep is not None and os.path.altsep in v) or v.endswith(".json")
 
 
 def _profile_files(spec) -> list:
@@ -920,8 +932,9 @@ def fit_allreduce(profile: pd.DataFrame, gpu: GPU, precision: Precision | None =
 def _step_inputs(d: pd.DataFrame, cat: Catalog):
     P = np.empty((len(d), N_PARAMS))
     attn = np.empty(len(d))
+    models = {}
     for i, r in enumerate(d.itertuples(index=False)):
-        m = cat.model(r.model)
+        m = models.get(r.model) or models.setdefault(r.model, cat.model(r.model))
         P[i] = step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(r.tp))
         attn[i] = (decode_attn_flops(m.layers, m.attn_dim_decode, float(r.kv_tokens))
                    + prefill_attn_flops(m.layers, m.attn_dim_prefill, float(r.prefill_tokens)))

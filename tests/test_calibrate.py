@@ -262,3 +262,25 @@ def test_intervals_stay_in_range_and_other_gpus_refuse_the_h100_profiles():
                 assert 0.0 < lo <= f.values[n] <= hi <= 1.0, (f.label, n, lo, hi)
     with pytest.raises(FastsimInputError, match="H100"):
         calibrate(profiles="vidur-h100", gpu="B200")
+
+
+def test_steps_with_a_config_json_model(tmp_path, monkeypatch):
+    """A config.json path in the model column is read (relative to the CSV's directory), not misread as tp."""
+    from fastsim.calibrate import read_step_measurements
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(cfg))
+    rows = ["gpu,precision,tp,model,decode_tokens,prefill_tokens,kv_tokens,step_s"]
+    rows += [f"H100,BF16,1,cfg/config.json,{b},0,{b * 1000},{0.008 + b * 1e-5}" for b in (1, 8, 32, 64, 128)]
+    (tmp_path / "steps.csv").write_text("\n".join(rows) + "\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    df = read_step_measurements("../steps.csv")
+    assert set(df.model) == {str(tmp_path / "cfg" / "config.json")}
+    assert len(fit_steps(df)) == 1
+    (tmp_path / "bad.csv").write_text(rows[0] + "\nH100,BF16,1,nope/config.json,1,0,10,0.01\n")
+    with pytest.raises(FastsimInputError) as exc:
+        read_step_measurements(str(tmp_path / "bad.csv"))
+    assert exc.value.field.endswith("line 2: model")
