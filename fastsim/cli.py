@@ -118,7 +118,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_plan_args(sp):
     g = sp.add_argument_group("plan (or --from-plan)")
-    g.add_argument("--from-plan", metavar="FILE.json", help="a plan from `fastsim plan --format json` ('-' for stdin)")
+    g.add_argument("--from-plan", metavar="FILE.json",
+                   help="a plan from `fastsim plan --format json` ('-' for stdin): its configuration, model, "
+                        "SLO targets and engine policy apply unless given; its rate applies to --scenario, while "
+                        "a --trace keeps its own rate unless --rate is given")
     g.add_argument("--plan-index", type=int, default=0, help="which plan of the JSON list (default 0, the best)")
     g.add_argument("--gpu", help="GPU name")
     g.add_argument("--precision", help="BF16 or FP8")
@@ -385,8 +388,17 @@ def _resolve_workload(args, cat):
     from .analytic import Demand
     from . import workload as W
     planned = _read_plan_json(args)
+    trace_rate_note = None
     if planned is not None:
+        if args.trace and getattr(args, "rate", None) is None and isinstance(planned.get("rate_req_per_s"),
+                                                                            (int, float)):
+            # a trace keeps its own arrivals (and rate) unless --rate rescales it
+            trace_rate_note = float(planned["rate_req_per_s"])
+        if args.trace and not args.model and isinstance(planned.get("model"), str):
+            args.model = planned["model"]      # the plan's model serves the trace
         for attr, key in (("rate", "rate_req_per_s"), ("ttft", "ttft_slo_s"), ("tpot", "tpot_slo_s")):
+            if attr == "rate" and args.trace:
+                continue
             if getattr(args, attr, None) is None and isinstance(planned.get(key), (int, float)) and planned[key] > 0:
                 setattr(args, attr, float(planned[key]))
     q = None if getattr(args, "mean_lengths", False) else 0.9
@@ -401,7 +413,8 @@ def _resolve_workload(args, cat):
     if args.trace:
         _refuse_synthetic_flags(args)
         if not args.model:
-            raise FastsimInputError("--model", None, "a model name or config.json path (required with --trace)")
+            raise FastsimInputError("--model", None, "a model name or config.json path (required with --trace "
+                                    "unless --from-plan names the plan's model)")
         for flag, v in (("--ttft", args.ttft), ("--tpot", args.tpot)):
             if v is None:
                 raise FastsimInputError(flag, None, "a P90 target in seconds (required with --trace)")
@@ -416,6 +429,10 @@ def _resolve_workload(args, cat):
         too_long = wl.exceeding_context(model.max_context_tokens)
         notes.append(f"trace {wl.name}: {wl.n:,} requests over {wl.duration_s:,.1f} s "
                      f"({wl.mean_rate_req_per_s:.2f} req/s)")
+        if trace_rate_note is not None and not math.isclose(trace_rate_note, wl.mean_rate_req_per_s):
+            notes.append(f"--from-plan with --trace: the trace replays at its own rate, "
+                         f"{wl.mean_rate_req_per_s:.4g} req/s; the plan was made for {trace_rate_note:g} req/s "
+                         "(--rate rescales the trace's time axis to another rate)")
         notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} tokens "
                      "(prompt + output)" + (": they are rejected and counted, not truncated" if too_long else ""))
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,

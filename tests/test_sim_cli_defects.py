@@ -94,3 +94,37 @@ def test_prefix_aware_routing_without_cache_refused(capsys):
 def test_prefix_aware_routing_on_trace_without_hash_ids_noted(capsys):
     doc = sim(capsys, *TRACE, "--policy", "vllm", "--routing", "prefix-aware")
     assert any("prefix-aware" in n and "no hash_ids" in n for n in doc["notes"])
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    import io
+    import contextlib
+    from fastsim.cli import main
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["plan", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1",
+                     "--no-verify", "--format", "json"]) == 0
+    f = tmp_path_factory.mktemp("plan") / "p.json"
+    f.write_text(buf.getvalue())
+    return f
+
+
+def test_from_plan_with_trace_keeps_the_traces_rate_and_model(capsys, plan_file):
+    doc = sim(capsys, "--trace", "azure-conv", "--from-plan", str(plan_file))
+    wl = read_trace("azure-conv")
+    run0 = doc["runs"][0]
+    assert run0["rate_req_per_s"] == pytest.approx(wl.mean_rate_req_per_s)
+    assert run0["requests"] == wl.n
+    assert any("--from-plan with --trace: the trace replays at its own rate" in n and "made for 20 req/s" in n
+               for n in doc["notes"])
+    # --rate still rescales
+    doc = sim(capsys, "--trace", "azure-conv", "--from-plan", str(plan_file), "--rate", "10")
+    assert doc["runs"][0]["rate_req_per_s"] == pytest.approx(10.0)
+    assert not any("replays at its own rate" in n for n in doc["notes"])
+
+
+def test_from_plan_with_trace_model_errors_agree(capsys, plan_file):
+    err = sim(capsys, "--trace", "azure-conv", "--from-plan", str(plan_file), "--model", "llama-3.1-8b",
+              rc_expected=2)
+    assert "--model: got 'llama-3.1-8b'; allowed: the plan's own model 'llama-3.1-70b' (or no --model)" in err
