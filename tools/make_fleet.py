@@ -149,8 +149,10 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
            "Kubernetes' HPA uses 300 s but decides every 15 s).",
            "- **scheduled**: each window gets the count for the rate of the same window the day before, "
            "provisioned a cold start ahead; the first day (no day before) runs the static count.",
-           "- **oracle**: each window gets the count for its own rate, with no delay: the fewest GPU-hours any "
-           "strategy sized from the capacity curve with the same headroom can use.",
+           "- **oracle**: each window gets the count for its own rate, ready at the window's start with no cold "
+           "start: the fewest GPU-hours of any fleet that is never short of the count each window's rate needs at "
+           "the same headroom. A strategy that falls short in some windows (reactive behind a rise, scheduled on a "
+           "day busier than the one before) can bill less, at lower attainment.",
            "- A failed instance is replaced by an autoscaler (reactive, scheduled, oracle) at its next decision, "
            "ready a cold start later; in the static fleet after `--repair` seconds.",
            "",
@@ -247,8 +249,10 @@ def render(sc, plan, res, split, slow, elapsed: float, figure: str) -> str:
             + _scheduled_example(res) + " An under-provisioned fleet builds a backlog that it cannot clear "
             "while it runs at capacity, so the shortfall lasts beyond the windows that cause it. A deployment "
             "would keep a reactive autoscaler on top of the schedule.",
-            "- **Oracle** is the lower bound on cost among strategies with the same headroom: each window's own "
-            "rate, no delay. It is not a strategy one can run.",
+            "- **Oracle** is the lower bound on cost among fleets that are never short of each window's need at the "
+            "same headroom: each window's own rate, ready at its start, no cold start. It is not a strategy one can "
+            "run, and not a bound on one that falls short: here the others pay more than it, but a reactive fleet "
+            "that lags a sharp rise can bill less than the oracle while missing the SLO in those windows.",
             "- The dollars per million output tokens divide each fleet's cost by the output tokens it served over "
             "the fortnight (the same requests for all; fewer finish when a fleet falls short); per million "
             "SLO-met output tokens (the goodput cost), by those of the requests that met both SLOs.",
