@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _analytic_nb as K
-from .catalog import Catalog, Model, Scenario, default_catalog
+from .catalog import Catalog, LengthDist, Model, Scenario, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp
 from .specdec import SpecDecoding, expected_tokens_per_round, spec_decoding, spec_refusal, spec_step_params
 from .stepmodel import (LAYOUTS, N_PARAMS, P_KV_BUDGET_TOKENS, StepConstants, layout_degrees, layout_refusal,
@@ -95,11 +95,22 @@ class Demand:
     work_prompt_tokens : float, optional
         The work-weighted prompt length ``E[P^2] / E[P]`` that stands for P in the throughput
         of prompt attention (SPEC §5, revised); default the mean (a fixed length).
+    prompt_dist, output_dist : LengthDist, optional
+        The distributions the lengths come from (:meth:`from_scenario` sets them): with them
+        :meth:`within_context` can truncate the throughput figures at a model's context.
+    served_fraction : float, default 1.0
+        Share of the offered requests that fit the context and are served (the simulator rejects
+        the rest at arrival: they count as misses and cost no work). The screen sizes instances
+        for ``rate_req_per_s x served_fraction``.
+    context_tokens : float, optional
+        The context the means and the work-weighted prompt are truncated at (None: not
+        truncated). Set by :meth:`within_context`.
 
     Raises
     ------
     FastsimInputError
-        Any field that is not a finite number > 0.
+        A rate, target, mean or quantile that is not a finite number > 0, or a
+        ``served_fraction`` outside [0, 1].
     """
 
     rate_req_per_s: float
@@ -110,6 +121,10 @@ class Demand:
     latency_prompt_tokens: float
     latency_output_tokens: float
     work_prompt_tokens: float | None = None
+    prompt_dist: LengthDist | None = None
+    output_dist: LengthDist | None = None
+    served_fraction: float = 1.0
+    context_tokens: float | None = None
 
     def __post_init__(self):
         if self.work_prompt_tokens is None:
@@ -117,11 +132,68 @@ class Demand:
         for name in ("rate_req_per_s", "ttft_s", "tpot_s", "mean_prompt_tokens", "mean_output_tokens",
                      "latency_prompt_tokens", "latency_output_tokens", "work_prompt_tokens"):
             require_positive(name, getattr(self, name))
+        f = self.served_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float, np.integer, np.floating)) or not 0.0 <= f <= 1.0:
+            raise FastsimInputError("served_fraction", f, "a number from 0 to 1 (share of requests within the context)")
+
+    @property
+    def served_rate_req_per_s(self) -> float:
+        """The rate the instances must carry (float, req/s): ``rate_req_per_s x served_fraction``."""
+        if self.served_fraction == 1.0:
+            return self.rate_req_per_s
+        return self.rate_req_per_s * self.served_fraction
+
+    def within_context(self, max_context_tokens) -> "Demand":
+        """This demand with its throughput figures those of the requests a context serves.
+
+        The simulator rejects a request whose prompt + output exceeds the model's context
+        (SPEC §7): it costs no work. The means and the work-weighted prompt become those of the
+        distributions truncated to ``P + O <= C`` (:func:`fastsim.workload.served_lengths`,
+        exact closed forms and a one-dimensional quadrature, no sampling) and
+        ``served_fraction`` the share that fits. The latency lengths stay the untruncated
+        quantiles: a rejected request is a miss, so a P90 SLO over all requests needs the
+        served requests up to the truncated distribution's ``0.9 / served_fraction``
+        quantile, which is the untruncated P90 (``F(x) / F(C) = 0.9 / F(C)``).
+
+        Parameters
+        ----------
+        max_context_tokens : float
+            The model's context (tokens, > 0).
+
+        Returns
+        -------
+        Demand
+            ``self`` when there are no distributions (:meth:`from_lengths`, or built by hand),
+            when it is already truncated, or when the truncation does not bind (figures
+            bit-for-bit unchanged); otherwise a copy with ``context_tokens`` set. When no
+            request fits, the figures stay untruncated with ``served_fraction`` 0 (the screen
+            calls every plan infeasible).
+
+        Raises
+        ------
+        FastsimInputError
+            ``max_context_tokens`` not a number > 0.
+        """
+        if self.prompt_dist is None or self.output_dist is None or self.context_tokens is not None:
+            return self
+        from .workload import served_lengths
+        s = served_lengths((self.prompt_dist, self.output_dist), max_context_tokens)
+        if not s.binds:
+            return self
+        if s.served_fraction <= 0.0:
+            return replace(self, served_fraction=0.0, context_tokens=float(max_context_tokens))
+        return replace(self, mean_prompt_tokens=s.mean_prompt_tokens, mean_output_tokens=s.mean_output_tokens,
+                       work_prompt_tokens=s.work_prompt_tokens, served_fraction=s.served_fraction,
+                       context_tokens=float(max_context_tokens))
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, *, rate_req_per_s=None, ttft_s=None, tpot_s=None,
                       latency_quantile: float | None = 0.9) -> "Demand":
         """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one).
+
+        The figures are the untruncated distributions'; the screen (:func:`screen`,
+        :func:`instance_table`, :func:`plan_for`) truncates them at the model's context
+        (:meth:`within_context`), since the simulator serves only requests that fit it.
 
         Parameters
         ----------
@@ -150,6 +222,7 @@ class Demand:
             latency_prompt_tokens=scenario.prompt.mean if q is None else scenario.prompt.quantile(q),
             latency_output_tokens=scenario.output.mean if q is None else scenario.output.quantile(q),
             work_prompt_tokens=scenario.prompt.work_mean,
+            prompt_dist=scenario.prompt, output_dist=scenario.output,
         )
 
     @classmethod
@@ -752,6 +825,7 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
         model = catalog.model(model)
     if isinstance(max_batch, (bool, np.bool_)) or not isinstance(max_batch, (int, np.integer)) or max_batch < 0:
         raise FastsimInputError("max_batch", max_batch, "an integer >= 0 (requests per instance; 0 = no cap)")
+    demand = demand.within_context(model.max_context_tokens)
     rows, params = _grid_arrays(model, catalog, options)
     ext = options.screens_extensions
     if ext:
@@ -866,7 +940,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     model : Model or str
         A model or a catalog name / ``config.json`` path.
     demand : Demand
-        Rate, SLOs and length statistics.
+        Rate, SLOs and length statistics; truncated at the model's context
+        (:meth:`Demand.within_context`: the simulator serves only requests whose prompt + output
+        fit it) and sized for :attr:`Demand.served_rate_req_per_s`.
     catalog : Catalog, optional
         Defaults to the built-in catalog.
     options : ScreenOptions
@@ -902,6 +978,7 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     catalog = catalog or default_catalog()
     if isinstance(model, str):
         model = catalog.model(model)
+    demand = demand.within_context(model.max_context_tokens)
     t = instance_table(model, demand, catalog=catalog, options=options)
     rows = [(catalog.gpu(g), catalog.precision(p), int(tp), lay)
             for g, p, tp, lay in zip(t.gpu, t.precision, t.tp, t.layout)]
@@ -911,7 +988,7 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     pre_cap = t.prefill_capacity_req_per_s.to_numpy()
     col_cap, col_b, col_c = (t.colocated_capacity_req_per_s.to_numpy(), t.colocated_batch.to_numpy(),
                              t.chunk_tokens.to_numpy())
-    rate, mean_o = demand.rate_req_per_s, demand.mean_output_tokens
+    rate, mean_o = demand.served_rate_req_per_s, demand.mean_output_tokens
     spec = options.spec_for(model, catalog)
     gam = t.spec_gamma.to_numpy() if spec is not None else np.zeros(len(t), dtype=np.int64)
     hit = float(options.prefix_hit_fraction)
@@ -1013,11 +1090,18 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     import pandas as pd
     df = pd.DataFrame(out) if out else _empty_screen(spec is not None, bool(hit), options.heterogeneous)
     longest = demand.latency_prompt_tokens + demand.latency_output_tokens
-    if len(df) and longest > model.max_context_tokens:
+    too_long = ""
+    if longest > model.max_context_tokens:
+        too_long = (f"the latency-quantile request ({longest:,.0f} tokens of prompt + output) is longer than "
+                    f"{model.name}'s context of {model.max_context_tokens:,} tokens")
+    elif demand.served_fraction < 0.9:
+        too_long = (f"only {demand.served_fraction:.1%} of the requests fit {model.name}'s context of "
+                    f"{model.max_context_tokens:,} tokens (prompt + output); the rest are rejected, so a P90 "
+                    "SLO cannot hold")
+    if len(df) and too_long:
         # more than a tenth of the requests cannot be served by any plan: a P90 SLO cannot hold
         df["feasible"] = False
-        df["reason"] = (f"the latency-quantile request ({longest:,.0f} tokens of prompt + output) is longer than "
-                        f"{model.name}'s context of {model.max_context_tokens:,} tokens")
+        df["reason"] = too_long
         df["plan"] = None
         for col in ("usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens"):
             df[col] = np.inf
@@ -1138,8 +1222,10 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
              prefill_gpu: str | None = None, prefill_precision: str | None = None) -> Plan:
     """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
 
-    Instance counts left as None are sized by the analytic screen for ``demand.rate_req_per_s``
-    (at least one). ``chunk_tokens`` None takes the screen's best chunk (512 when the colocated
+    Instance counts left as None are sized by the analytic screen for
+    ``demand.served_rate_req_per_s`` (at least one): the offered rate times the share of the
+    requests that fit the model's context; the length figures are those of the requests served
+    (:meth:`Demand.within_context`). ``chunk_tokens`` None takes the screen's best chunk (512 when the colocated
     configuration is analytically infeasible). The capacities come from
     :func:`instance_table` (SPEC §5): a given ``chunk_tokens`` is recorded in the plan but the
     colocated capacity is the one of the best chunk in ``options.chunk_tokens``.
@@ -1237,6 +1323,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     opts = replace(options, gpus=tuple(dict.fromkeys((g.name, gp.name))),
                    precisions=tuple(dict.fromkeys((pr.name, prp.name))), tps=tps, layouts=(layout,),
                    spec_gammas=(int(spec_gamma),) if spec_gamma else options.spec_gammas)
+    demand = demand.within_context(model.max_context_tokens)
     t = instance_table(model, demand, catalog=catalog, options=opts, max_batch=int(max_batch))
     extra = {}
     if options.spec_alpha is not None:
@@ -1252,14 +1339,14 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         extra["max_batch"] = int(max_batch)
     t_p = t[(t.gpu == gp.name) & (t.precision == prp.name)].set_index("tp")
     t = t[(t.gpu == g.name) & (t.precision == pr.name)].set_index("tp")
-    rate = demand.rate_req_per_s
+    rate = demand.served_rate_req_per_s
 
     def sized(name, n, cap, what):
         if n is not None:
             return int(n)
         n = max(int(instances_needed(rate, cap)), 1)
         if n > MAX_INSTANCES:
-            raise FastsimInputError("rate_req_per_s", rate, f"a rate that at most {MAX_INSTANCES:,} instances of "
+            raise FastsimInputError("rate_req_per_s", demand.rate_req_per_s, f"a rate that at most {MAX_INSTANCES:,} instances of "
                                     f"{what} carry ({cap:,.4g} req/s each), or name {name}")
         return n
 

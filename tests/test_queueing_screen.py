@@ -16,7 +16,9 @@ Q = ScreenOptions(queueing=True, gpus=("B200",), precisions=("FP8",), tps=(1,), 
 def test_queueing_cap_is_the_pollaczek_khinchine_bound():
     """Coding agent: the capacity is lambda with ceil(P90 / c) step + 2.3 W = TTFT, W the M/G/1 wait."""
     s = CAT.scenario("coding-agent")
-    d = Demand.from_scenario(s)
+    # the figures of the requests the model's context serves (Demand.within_context)
+    d = Demand.from_scenario(s).within_context(CAT.model(s.model).max_context_tokens)
+    assert d.served_fraction < 1.0
     r = instance_table(s.model, d, options=Q).iloc[0]
     c, step = float(r.chunk_tokens), float(r.colocated_step_s)
     es = d.mean_prompt_tokens / c * step
