@@ -162,9 +162,17 @@ def _add_arrival_args(sp, prefixes: bool = True):
     _add_engine_args(sp, prefixes=prefixes)
 
 
+class _Given(argparse.Action):
+    """Store the value and set ``<dest>_given`` (a flag given on the command line, not its default)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_given", True)
+
+
 def _add_engine_args(sp, prefixes: bool):
     g = sp.add_argument_group("engine policy (colocated plans)")
-    g.add_argument("--policy", choices=("lecture", "vllm", "sglang"), default="lecture",
+    g.add_argument("--policy", choices=("lecture", "vllm", "sglang"), default="lecture", action=_Given,
                    help="scheduler: lecture (reserve P + O at admission, chunk on top of decodes; default), vllm "
                         "(shared token budget, 16-token KV blocks on demand, preemption) or sglang (prefill first, "
                         "token KV, retraction); the engines' defaults for the plan's GPU")
@@ -1091,6 +1099,7 @@ def _plan_from_args_inner(args, cat, model, demand):
                 raise FastsimInputError(f"--{flag.replace('_', '-')}", v, "no value with --from-plan (the plan "
                                         "file fixes the plan; drop --from-plan to name a plan with flags)")
         d = _read_plan_json(args)
+        _apply_plan_policy(args, d)
         if d.get("model") is not None:
             plan_model = cat.model(d["model"])
             if args.model and cat.model(args.model).name != plan_model.name:
@@ -1138,6 +1147,35 @@ def _plan_from_args_inner(args, cat, model, demand):
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
                     chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args)), model
+
+
+def _apply_plan_policy(args, record):
+    """Run a --from-plan record under the engine policy it was verified under, unless --policy is given.
+
+    The record's ``verification.policy`` (vllm or sglang) replaces the default lecture policy,
+    with the engine's defaults (the record does not hold engine flags); a note says so, or says
+    that an explicit ``--policy`` differs from the record's. The notes go to
+    ``args._plan_notes`` (:func:`_engine_setup` reports them).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    record : dict
+        The plan object of --from-plan.
+    """
+    ver = record.get("verification")
+    pol = ver.get("policy") if isinstance(ver, dict) else None
+    if not hasattr(args, "policy") or pol not in ("lecture", "vllm", "sglang"):
+        return
+    notes = args.__dict__.setdefault("_plan_notes", [])
+    if not getattr(args, "policy_given", False):
+        if pol != "lecture":
+            args.policy = pol
+            notes.append(f"--from-plan: the plan was verified under the {pol} policy, which applies here (the "
+                         "engine's defaults; --policy lecture runs the lecture scheduler instead)")
+    elif args.policy != pol:
+        notes.append(f"--from-plan: the plan was verified under the {pol} policy; --policy {args.policy} "
+                     "runs instead")
 
 
 def _options(args):
@@ -1272,7 +1310,7 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
     from .search import _engine_kwargs, sim_plan
     from .stepmodel import P_KV_BUDGET_TOKENS
     engine = _engine_dict(args)
-    notes = []
+    notes = list(getattr(args, "_plan_notes", []))
     spec_alpha = getattr(args, "sim_spec_alpha", None)
     for flag, v in (("--spec-gamma", getattr(args, "sim_spec_gamma", None)),
                     ("--spec-draft", getattr(args, "sim_spec_draft", None))):

@@ -128,3 +128,23 @@ def test_from_plan_with_trace_model_errors_agree(capsys, plan_file):
     err = sim(capsys, "--trace", "azure-conv", "--from-plan", str(plan_file), "--model", "llama-3.1-8b",
               rc_expected=2)
     assert "--model: got 'llama-3.1-8b'; allowed: the plan's own model 'llama-3.1-70b' (or no --model)" in err
+
+
+def _with_policy(plan_file, tmp_path, policy):
+    doc = json.loads(plan_file.read_text())
+    doc["plans"][0]["verification"] = {"policy": policy, "passed": True}
+    f = tmp_path / f"p_{policy}.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def test_from_plan_runs_the_policy_the_plan_was_verified_under(capsys, plan_file, tmp_path):
+    f = _with_policy(plan_file, tmp_path, "vllm")
+    doc = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--horizon", "30")
+    assert doc["runs"][0]["policy"] == "vllm"
+    assert any("verified under the vllm policy, which applies" in n for n in doc["notes"])
+    doc = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--horizon", "30", "--policy", "lecture")
+    assert doc["runs"][0]["policy"] == "lecture"
+    assert any("verified under the vllm policy; --policy lecture runs instead" in n for n in doc["notes"])
+    plain = sim(capsys, "--scenario", "chat", "--from-plan", str(plan_file), "--horizon", "30")
+    assert plain["runs"][0]["policy"] == "lecture"
