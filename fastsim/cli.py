@@ -403,7 +403,8 @@ def _resolve_workload(args, cat):
             # a trace keeps its own arrivals (and rate) unless --rate rescales it
             trace_rate_note = float(planned["rate_req_per_s"])
         if args.trace and not args.model and isinstance(planned.get("model"), str):
-            args.model = planned["model"]      # the plan's model serves the trace
+            # the plan's model serves the trace (a config.json model from its recorded path)
+            args.model = planned.get("model_path") or planned["model"]
         for attr, key in (("rate", "rate_req_per_s"), ("ttft", "ttft_slo_s"), ("tpot", "tpot_slo_s")):
             if attr == "rate" and args.trace:
                 continue
@@ -604,6 +605,11 @@ def _cmd_plan(args):
         bar.close()
     report.notes.extend(notes)
     records = [d.to_dict() for d in report.deployments]
+    if model.source.startswith("config.json at "):
+        # a config.json model: its name is not a catalog name, so record where it came from
+        # (simulate / capacity --from-plan load it from there)
+        for r in records:
+            r["model_path"] = model.source[len("config.json at "):]
     rows = []
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
@@ -1101,10 +1107,7 @@ def _plan_from_args_inner(args, cat, model, demand):
         d = _read_plan_json(args)
         _apply_plan_policy(args, d)
         if d.get("model") is not None:
-            plan_model = cat.model(d["model"])
-            if args.model and cat.model(args.model).name != plan_model.name:
-                raise FastsimInputError("--model", args.model, f"the plan's own model {plan_model.name!r} (or no --model)")
-            model = plan_model
+            model = _record_model(args, cat, d)
         try:
             # everything that makes the plan comes with it: layout, counts, chunk, max_batch,
             # speculative decoding, prefix-hit sizing, a heterogeneous prefill side, the screen
@@ -1147,6 +1150,50 @@ def _plan_from_args_inner(args, cat, model, demand):
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
                     chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args)), model
+
+
+def _record_model(args, cat, record):
+    """The model of a --from-plan record: its ``model_path`` (a config.json model) or catalog name.
+
+    ``--model`` may name the same model (a catalog name, or a config.json path whose model has
+    the record's name); another model is refused.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    cat : Catalog
+    record : dict
+        The plan object (``model``, and ``model_path`` for a model read from a config.json).
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    FastsimInputError
+        ``--model`` names another model, or the record's model can be loaded neither from its
+        ``model_path`` nor from the catalog (then ``--model PATH`` is the way to give it).
+    """
+    name = record["model"]
+    if args.model:
+        given = cat.model(args.model)
+        if given.name != name:
+            raise FastsimInputError("--model", args.model, f"the plan's own model {name!r} (or no --model)")
+        return given
+    path = record.get("model_path")
+    if isinstance(path, str) and path:
+        try:
+            return cat.model(path)
+        except FastsimInputError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model_path {path!r} can be read "
+                                    f"({exc}); or give --model PATH to the config.json of {name!r}") from None
+    try:
+        return cat.model(name)
+    except FastsimInputError:
+        raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model {name!r} is a catalog name "
+                                "(a config.json model needs its model_path in the record, or --model PATH to "
+                                "that config.json)") from None
 
 
 def _apply_plan_policy(args, record):

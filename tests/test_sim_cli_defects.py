@@ -148,3 +148,30 @@ def test_from_plan_runs_the_policy_the_plan_was_verified_under(capsys, plan_file
     assert any("verified under the vllm policy; --policy lecture runs instead" in n for n in doc["notes"])
     plain = sim(capsys, "--scenario", "chat", "--from-plan", str(plan_file), "--horizon", "30")
     assert plain["runs"][0]["policy"] == "lecture"
+
+
+def test_config_json_model_round_trips_through_a_plan(capsys, tmp_path):
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "llama.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "head_dim": 128,
+        "tie_word_embeddings": False}))
+    rc, out, err = run(capsys, "plan", "--model", str(cfg / "llama.json"), "--scenario", "chat", "--gpu", "B200",
+                       "--precision", "FP8", "--tp", "1", "--no-verify", "--format", "json")
+    assert rc == 0, err
+    rec = json.loads(out)["plans"][0]
+    assert rec["model"] == "cfg" and rec["model_path"] == str(cfg / "llama.json")
+    f = tmp_path / "p.json"
+    f.write_text(out)
+    doc = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--horizon", "30")
+    assert doc["runs"][0]["requests"] > 0
+    # a record without model_path: --model PATH of the same model serves it
+    del rec["model_path"]
+    f.write_text(json.dumps([rec]))
+    err = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--horizon", "30", rc_expected=2)
+    assert "--from-plan: got" in err and "--model PATH" in err
+    doc = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--model", str(cfg / "llama.json"),
+              "--horizon", "30")
+    assert doc["runs"][0]["requests"] > 0
