@@ -1451,7 +1451,7 @@ def _cmd_bench(args):
 
 
 _SIM_LABELS = {"ttft_p50_s": "TTFT P50", "ttft_p90_s": "TTFT P90", "ttft_p99_s": "TTFT P99",
-               "tpot_p90_s": "TPOT P90", "attainment": "attainment"}
+               "tpot_p90_s": "TPOT P90", "attainment": "attainment", "utilisation": "utilisation"}
 _PLAN_LABELS = {"ttft_p90_s": "TTFT P90", "tpot_p90_s": "TPOT P90"}
 
 
@@ -1570,15 +1570,19 @@ def _priced_for_workloads(args, cat, model, plan, demand, wls):
     return priced, [note]
 
 
-def _sim_reason(rec):
-    """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record."""
+def _sim_reason(rec, utilisation_why: str = ""):
+    """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record.
+
+    ``utilisation_why``: why the utilisation is n/a (the screen's reason), when known.
+    """
     from ._output import percentile_reason
 
     def explain(k, v):
         if k.startswith(("ttft_p", "tpot_p")):
             return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
         if k == "utilisation":
-            return "not applicable: the analytic screen gives the instance no capacity to compare with"
+            return ("not applicable: the analytic screen gives the instance no capacity to compare with"
+                    + (f" ({utilisation_why})" if utilisation_why else ""))
         if k == "mean_batch":
             idle = [i for i, x in enumerate(v) if not math.isfinite(x)]
             return "not applicable for instance " + ", ".join(map(str, idle)) + ": it ran no step"
@@ -1625,6 +1629,7 @@ def _cmd_simulate(args):
     engine = "policy" in ekw
     from ._output import null_reasons, percentile_reason
     records = []
+    util_why = None
     for i, r in enumerate(results):
         m = r.metrics
         rec = {"seed_index": i, "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
@@ -1643,7 +1648,10 @@ def _cmd_simulate(args):
                "cache_hit_fraction_per_instance": (None if m.cache_hit_fraction_per_instance is None else
                                                    [float(x) for x in m.cache_hit_fraction_per_instance]),
                "spec_tokens_per_round": m.spec_tokens_per_round}
-        rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
+        if util_why is None and not all(math.isfinite(u) for u in rec["utilisation"]):
+            util_why = (unotes[0].split(": ", 1)[1] if priced is None and unotes else
+                        _screen_infeasible(priced, model, demand, cat, _constants(args)))
+        rec["null_reasons"] = null_reasons(rec, _sim_reason(rec, util_why or ""))
         records.append(rec)
     rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
              _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),

@@ -175,3 +175,16 @@ def test_config_json_model_round_trips_through_a_plan(capsys, tmp_path):
     doc = sim(capsys, "--scenario", "chat", "--from-plan", str(f), "--model", str(cfg / "llama.json"),
               "--horizon", "30")
     assert doc["runs"][0]["requests"] > 0
+
+
+def test_utilisation_na_has_a_note_under_the_table(capsys):
+    argv = ["simulate", "--model", "llama-3.1-405b", "--gpu", "H100", "--precision", "FP8", "--tp", "16",
+            "--instances", "1", "--horizon", "30"]
+    rc, out, err = run(capsys, *argv)
+    assert rc == 0, err
+    assert "n/a" in out.splitlines()[-2] or "n/a" in out
+    assert ("note: utilisation n/a (seed 0): not applicable: the analytic screen gives the instance no capacity "
+            "to compare with (no batch meets the TPOT target)") in out
+    doc = sim(capsys, *argv[1:])
+    assert doc["runs"][0]["utilisation"] == [None]
+    assert doc["runs"][0]["null_reasons"]["utilisation"].endswith("(no batch meets the TPOT target)")
