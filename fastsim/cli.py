@@ -1260,7 +1260,17 @@ def _synthetic_workloads(args, scenario, rate):
         if not getattr(args, "session_turns", None):
             raise FastsimInputError("--session-gap", args.session_gap, "with --session-turns only")
         pre["session_gap_s"] = args.session_gap
-    return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
+    try:
+        return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
+    except FastsimInputError as exc:
+        if exc.field != "prefix_block_tokens" or not pre:
+            raise
+        # the prefix blocks of the whole run exceed the simulator's table: name the flag that made them
+        flag, v = (("--shared-prefix", args.shared_prefix) if getattr(args, "shared_prefix", None)
+                   else ("--session-turns", args.session_turns))
+        raise FastsimInputError(flag, v, f"prompts whose prefix blocks total at most {W.MAX_PREFIX_BLOCKS:,} over "
+                                f"the run ({exc.allowed.split('(', 1)[-1].rstrip(')')}): a smaller {flag}, a "
+                                "shorter --horizon or a lower --rate") from None
 
 
 def _simulate_profile(args):

@@ -188,3 +188,11 @@ def test_utilisation_na_has_a_note_under_the_table(capsys):
     doc = sim(capsys, *argv[1:])
     assert doc["runs"][0]["utilisation"] == [None]
     assert doc["runs"][0]["null_reasons"]["utilisation"].endswith("(no batch meets the TPOT target)")
+
+
+def test_huge_shared_prefix_names_the_flag(capsys):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", *PLAN, "--policy", "vllm",
+                       "--shared-prefix", "100000000")
+    assert rc == 2 and err.count("\n") == 1
+    assert "error: --shared-prefix: got 100000000; allowed: prompts whose prefix blocks total at most 200,000,000" in err
+    assert "prefix_block_tokens" not in err
