@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_cmd_simulate)
 
     sp = sub.add_parser("bench", help="measure the simulator on the standard workloads")
-    sp.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     sp.add_argument("--quick", action="store_true", help="short horizons and few seeds (a smoke test, seconds)")
     sp.set_defaults(func=_cmd_bench)
 
@@ -736,7 +736,9 @@ def _add_ledger_commands(sub):
     sp = sub.add_parser("ladder", help="the optimization ladder (levels 0-5 and a control row)")
     _add_common(sp)
     sp.add_argument("--model", default="llama-3.1-70b", help="target model (default 70B)")
-    sp.add_argument("--draft-model", default="llama-3.1-8b", help="draft model of level 5 (default 8B)")
+    sp.add_argument("--draft-model", default=None,
+                    help="draft of level 5: a catalog model or config.json with the target's vocabulary, or mtp "
+                         "(default: as plan and simulate choose)")
     sp.add_argument("--gpu", default="H100", help="catalog GPU (default H100)")
     sp.add_argument("--tp", type=_tp, default=8, help="tensor parallelism (default 8)")
     sp.add_argument("--context", type=_nonneg_int("--context"), default=4096, help="cached tokens per sequence")
@@ -891,10 +893,10 @@ def _cmd_ladder(args):
     from .ledger import ladder
     cat = _catalog(args)
     gpu = cat.gpu(args.gpu)
-    model, draft = cat.model(args.model), cat.model(args.draft_model)
+    model = cat.model(args.model)
     _check_context("--context", [args.context], model)
-    _check_context("--context", [args.context], draft)
-    df = ladder(model, gpu, args.tp, args.context, draft_model=draft,
+    # ladder (fastsim.ledger.ladder_draft) picks, checks and names the draft
+    df = ladder(model, gpu, args.tp, args.context, draft_model=args.draft_model, catalog=cat,
                 acceptance=args.acceptance, gamma=args.gamma, power_w=args.power_w)
     rows, unfit = [], {}
     for _, r in df.iterrows():
@@ -911,8 +913,9 @@ def _cmd_ladder(args):
     headers = ["level", "change", "batch", "prec", "launch", "step ms", "tokens/step", "tokens/s/GPU",
                "$/M tokens", "J/token", "x level 0", "fits"]
     if args.format == "table":
+        drafts = [d for d in dict.fromkeys(df["draft"]) if isinstance(d, str) and d] if "draft" in df else []
         print(f"{model.name} on {args.tp} x {gpu.name} (${gpu.price_usd_per_hour:g}/GPU-hour), "
-              f"context {args.context}")
+              f"context {args.context}" + (f"; speculative draft {', '.join(drafts)}" if drafts else ""))
     _emit(args, _records(df), rows, headers, notes, key="levels")
     _notes_out(args, notes)
     return 0
@@ -1088,7 +1091,8 @@ def _plan_from_args(args, cat, model, demand):
             raise FastsimInputError("plan", plan.describe(),
                                     f"a configuration whose weights fit: {model.name} in {pr.name} needs "
                                     f"{need:,.1f} GB per GPU at TP{tp}, {g.name} offers "
-                                    f"{0.9 * g.hbm_bytes / 1e9:,.1f} GB usable; raise TP or use FP8")
+                                    f"{0.9 * g.hbm_bytes / 1e9:,.1f} GB usable; raise TP"
+                                    + (" or use FP8" if pr.weight_bytes > 1.0 else ""))
     return plan, model
 
 
@@ -1435,28 +1439,8 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
 
 
 def _cmd_bench(args):
-    from .bench import run_benchmarks
-    res = run_benchmarks(quick=args.quick)
-    notes = ["--quick: short horizons, not comparable with a full run"] if res["quick"] else []
-    if args.format == "json":
-        from ._output import dumps, null_reasons
-        sys.stdout.write(dumps(dict(res, null_reasons=null_reasons(res), notes=notes)) + "\n")
-        return 0
-    from tabulate import tabulate
-    rows = [
-        ["600-s chat run" if not res["quick"] else f"{res['horizon_s']:g}-s chat run",
-         f"{res['chat_run_ms']:.2f} ms", f"{res['chat_requests']:,} requests, one thread"],
-        ["simulated requests / s / core", f"{res['requests_per_s_per_core'] / 1e6:.2f} M",
-         f"grid: {res['grid_requests_per_s_per_core'] / 1e6:.2f} M on {res['threads']} threads"],
-        [f"grid of {res['grid_runs']} runs", f"{res['grid_s_all_threads']:.3f} s",
-         f"{res['threads']} threads; {res['grid_s_1_thread']:.3f} s on one"],
-        ["parallel speed-up", f"{res['parallel_speedup']:.2f}x", f"1 vs {res['threads']} threads"],
-        ["vs plain-Python reference", f"{res['reference_ratio']:,.0f}x",
-         f"{res['reference_us_per_request']:.1f} vs {res['kernel_us_per_request']:.3f} us per request"],
-    ]
-    print(tabulate(rows, headers=["measure", "value", "detail"], disable_numparse=True))
-    for n in notes:
-        print("note: " + n)
+    from .bench import render_benchmarks, run_benchmarks
+    sys.stdout.write(render_benchmarks(run_benchmarks(quick=args.quick), args.format))
     return 0
 
 

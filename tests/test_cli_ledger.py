@@ -153,3 +153,14 @@ def test_whatif_outputs(capsys, tmp_path):
     assert (tmp_path / "whatif_model-size.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rc, out, _ = run(capsys, "whatif", "--no-verify", "--study", "prices", "--format", "csv")
     assert rc == 0 and "study" in out.splitlines()[0]
+
+
+def test_ladder_drafts_as_plan_and_simulate_do_and_names_the_draft(capsys):
+    """Level 5 drafted with llama-3.1-8b whatever the target (another vocabulary for DeepSeek-V3)."""
+    rc, out, err = run(capsys, "ladder", "--model", "deepseek-v3", "--gpu", "H200")
+    assert rc == 0, err
+    assert out.splitlines()[0].endswith("; speculative draft mtp")
+    rc, out, err = run(capsys, "ladder")
+    assert rc == 0 and out.splitlines()[0].endswith("; speculative draft llama-3.1-8b"), err
+    rc, out, err = run(capsys, "ladder", "--model", "deepseek-v3", "--gpu", "H200", "--draft-model", "llama-3.1-8b")
+    assert rc == 2 and "draft_model" in err and "vocabulary" in err

@@ -625,7 +625,7 @@ def test_first_command_on_a_cold_cache_says_it_compiles(tmp_path):
 
 # ---- every command's CSV ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"bench"}))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_csv_carries_notes_and_strict_json_cells(capsys, name):
     import csv
     import io

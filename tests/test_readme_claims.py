@@ -18,8 +18,6 @@ def test_plan_json_field_list_documents_screen_and_screen_view():
         assert f'`"{v}"`' in para, v
 
 
-@pytest.mark.xfail(reason="bench's --format lacks csv until fastsim/cli.py offers it (fastsim.bench.render_benchmarks "
-                   "renders it)", strict=False)
 def test_every_command_takes_the_formats_the_readme_says():
     assert "`--format table|json|csv`" in README
     from fastsim.cli import build_parser

@@ -196,3 +196,12 @@ def test_huge_shared_prefix_names_the_flag(capsys):
     assert rc == 2 and err.count("\n") == 1
     assert "error: --shared-prefix: got 100000000; allowed: prompts whose prefix blocks total at most 200,000,000" in err
     assert "prefix_block_tokens" not in err
+
+
+def test_weights_that_do_not_fit_suggest_fp8_only_above_fp8(capsys):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--model", "gpt-oss-120b", "--gpu", "H100",
+                       "--precision", "FP8", "--tp", "1", "--instances", "1", "--seeds", "1", "--horizon", "30")
+    assert rc == 2 and "raise TP" in err and "use FP8" not in err, err
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--model", "gpt-oss-120b", "--gpu", "H100",
+                       "--precision", "BF16", "--tp", "1", "--instances", "1", "--seeds", "1", "--horizon", "30")
+    assert rc == 2 and "raise TP or use FP8" in err, err
