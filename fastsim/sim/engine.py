@@ -90,7 +90,20 @@ Samples. On the grid ``t_k = k x sample_dt_s`` (``k = 0 .. ceil(horizon / dt) - 
 after every event at times ``<= t_k``: waiting requests per instance (not admitted; for a
 prefill instance, not in a step), KV tokens reserved per instance (``reserved``; prefill: the
 ``hold(P)`` of the running step's prompts), and the number of accepted requests not yet
-finished (in system). The KV peak of an instance is its largest ``reserved``.
+finished (in system). The KV peak of an instance is its largest ``reserved`` (tracked at every
+event, not read off the samples).
+
+Sampling step. ``sample_dt_s=None`` (the default) takes :func:`auto_sample_dt`: 1 s for every
+horizon of at most 1e7 s (results bit for bit those of the former fixed 1-s default), else the
+smallest step of the 1-2-5 series (2, 5, 10, 20, 50 ... s) keeping at most ``MAX_SAMPLES`` (1e7)
+samples; ``SimResult.sample_t_s`` holds the grid, so its step is the run's. A coarser step keeps
+the meaning of what reads the samples: the overload slope ``b`` below is in requests per second
+whatever the step (a least-squares slope against ``t_k`` in seconds, over at least 2.5e6 samples
+of the second half when the step is automatic and above 1 s); ``queue_len``, ``kv_tokens`` and
+``in_system`` stay the exact state at each grid time (only fewer of them: a spike shorter than
+the step can fall between two samples, as it could between 1-s samples); the KV peak and every
+metric other than the slope do not use the samples. An explicit step giving more than 1e7
+samples is refused (``sample_dt_s`` named).
 
 Metrics. Measured requests arrive in ``[f0 x horizon, f1 x horizon)`` (``measure_window``).
 SLO attainment = fraction of measured requests that finished with TTFT <= ``ttft_slo_s`` and
@@ -127,12 +140,14 @@ from .window import kv_window
 
 __all__ = [
     "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
-    "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH",
+    "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "MAX_SAMPLES", "auto_sample_dt",
 ]
 
 OVERLOAD_SLOPE_FRACTION = 0.02
 MAX_TOKENS = 1 << 30          # token sums and the kernels' int32 working arrays stay in range
 OVERLOAD_MIN_GROWTH = 10.0
+#: Most samples a run keeps (``ceil(horizon / sample_dt_s)``); the automatic step respects it.
+MAX_SAMPLES = 10_000_000
 _UNLIMITED = 1 << 62
 _ROUTINGS = {"least-loaded": K.ROUTE_LEAST_LOADED, "round-robin": K.ROUTE_ROUND_ROBIN}
 
@@ -447,6 +462,40 @@ def _check(works, raw, horizon_s: float):
     return ro, n, info[:, 1].copy()
 
 
+def auto_sample_dt(horizon_s: float) -> float:
+    """The automatic sampling step of a run: the smallest step of the 1-2-5 series keeping <= 1e7 samples.
+
+    The series is 1, 2, 5, 10, 20, 50, ... s; the step chosen is the first ``dt`` of it with
+    ``horizon_s / dt <= MAX_SAMPLES`` (so ``ceil(horizon_s / dt) <= 1e7`` samples). Every horizon
+    of at most 1e7 s gets 1 s, the step all runs had before the step became automatic, so their
+    results are unchanged bit for bit; 2e7 s gets 2 s, 3e7 s 5 s, 1e8 s 10 s.
+
+    Parameters
+    ----------
+    horizon_s : float
+        Simulated seconds of the run, finite and > 0.
+
+    Returns
+    -------
+    float
+        The step (s), a whole number >= 1.
+
+    Raises
+    ------
+    FastsimInputError
+        ``horizon_s`` not a finite number > 0.
+    """
+    from ..errors import require_positive
+    horizon_s = require_positive("horizon_s", horizon_s)
+    decade = 1.0
+    while True:
+        for m in (1.0, 2.0, 5.0):
+            dt = m * decade
+            if horizon_s / dt <= MAX_SAMPLES:
+                return dt
+        decade *= 10.0
+
+
 def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
     from ..errors import require_positive
     horizon_s = require_positive("horizon_s", horizon_s)
@@ -461,9 +510,15 @@ def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, mea
         raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
     if not (0.0 <= f0 < f1 <= 1.0):
         raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
-    sample_dt_s = require_positive("sample_dt_s", sample_dt_s)
-    if horizon_s / sample_dt_s > 1e7:
-        raise FastsimInputError("sample_dt_s", sample_dt_s, "at most 1e7 samples per run (a larger step)")
+    if sample_dt_s is None:
+        sample_dt_s = auto_sample_dt(horizon_s)
+    else:
+        sample_dt_s = require_positive("sample_dt_s", sample_dt_s)
+        if horizon_s / sample_dt_s > MAX_SAMPLES:
+            raise FastsimInputError(
+                "sample_dt_s", sample_dt_s,
+                f"at most 1e7 samples per run: a step >= {horizon_s / MAX_SAMPLES:.6g} s for a horizon of "
+                f"{horizon_s:.6g} s (or None: the automatic step, {auto_sample_dt(horizon_s):g} s)")
     return horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, _ROUTINGS[routing], (f0, f1), sample_dt_s
 
 
@@ -697,7 +752,7 @@ def _result(k, m, works, run_i, fst, out, n_samp, dt) -> SimResult:
 
 def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float, ttft_slo_s: float,
              tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
-             measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, policy="lecture", prefix=None,
+             measure_window=(0.2, 0.8), sample_dt_s: float | None = None, policy="lecture", prefix=None,
              spec=None, p_draft=None, spec_seed: int = 0) -> SimResult:
     """Simulate one plan serving one workload (SPEC section 6; semantics in the module docstring).
 
@@ -721,8 +776,11 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     measure_window : (float, float)
         Fractions ``(f0, f1)`` of the horizon bounding the arrivals of measured requests,
         ``0 <= f0 < f1 <= 1`` (SPEC §1: the middle 60%).
-    sample_dt_s : float
-        Step of the sampling grid (s); at most 1e7 samples per run.
+    sample_dt_s : float or None
+        Step of the sampling grid (s); at most 1e7 samples per run (``horizon_s / sample_dt_s <=
+        1e7``). None (default): :func:`auto_sample_dt` of the horizon, 1 s up to a 1e7-s horizon,
+        else the smallest 1-2-5 step (2, 5, 10, 20 ... s) within 1e7 samples (module docstring,
+        "Sampling step").
     policy : {"lecture", "vllm", "sglang"} or EnginePolicy
         The scheduler (:mod:`fastsim.sim.policy`); a name takes the engine's defaults for an
         80 GB GPU (:func:`fastsim.sim.policy.engine_policy` builds others). Engine policies
@@ -748,7 +806,8 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     FastsimInputError
         Unsorted, negative, non-finite or past-the-horizon arrivals; token counts < 1, above
         2**30 or not whole; arrays not 1-d or of mismatched lengths; a non-positive horizon,
-        SLO or sample step, or more than 1e7 samples; ``max_context_tokens`` < 2; an unknown
+        SLO or sample step, or an explicit sample step giving more than 1e7 samples;
+        ``max_context_tokens`` < 2; an unknown
         routing; a bad window; a plan of another type.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
@@ -773,7 +832,7 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
 
 def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
                    tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
-                   measure_window=(0.2, 0.8), sample_dt_s: float = 1.0, product: bool = False,
+                   measure_window=(0.2, 0.8), sample_dt_s: float | None = None, product: bool = False,
                    full: bool = False, policy="lecture", spec=None, p_draft=None, spec_seed: int = 0) -> list:
     """Simulate many (plan, workload) runs in parallel, on numba's thread count (SPEC sections 6 and 7).
 
