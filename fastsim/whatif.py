@@ -16,7 +16,14 @@ Every study calls :func:`fastsim.planner.plan_deployment`: the analytic screen r
 grid, and, when ``verify`` is on, the ``top_k`` cheapest plans are simulated, repaired and
 re-ranked by their verified cost (lecture §2.4: "each result is checked and repaired in the
 simulator"). ``verify=None`` verifies exactly when the simulator (:mod:`fastsim.sim`) can be
-imported; the ``verified`` column of every row says which it was.
+imported; the ``verified`` column of every row says which it was. The horizon obeys the rule of
+``fastsim capacity`` (:func:`fastsim.search.horizon_floor`) for the plans a setting verifies: too
+short for any of them to pass is refused, too short for some of them, or short enough to
+understate their capacity, is noted.
+
+A row without a plan (``no feasible plan``, cost ``inf``) says why in ``no_plan_reason``: no
+configuration passed the analytic screen, or every plan verified failed (the first failure's
+reason). ``df.attrs['notes']`` holds these notes, which :func:`format_study` prints under the table.
 
 Each frame carries the lecture's printed figure beside fastsim's where the lecture gives one
 (``lecture_*`` columns, NaN or '' where it does not); ``df.attrs['study']`` names the study and
@@ -104,22 +111,153 @@ def _layout(p) -> str:
     return f"TP{p.tp} x {p.instances}"
 
 
-def _empty_row() -> dict:
+def _empty_row(reason: str) -> dict:
     return dict(plan="no feasible plan", gpu="", precision="", mode="", layout="", gpus=0,
                 usd_per_million_output_tokens=math.inf, analytic_usd_per_million_output_tokens=math.inf,
                 efficiency_usd_per_million_output_tokens=math.inf, capacity_req_per_s=0.0,
-                verified=False, attainment=math.nan, repaired=False)
+                verified=False, attainment=math.nan, repaired=False, no_plan_reason=reason)
+
+
+class _StudyLog:
+    """What a study's notes need, gathered setting by setting and written by :meth:`notes`.
+
+    Attributes
+    ----------
+    understated : list of (str, float)
+        Settings whose horizon is below :func:`fastsim.search.horizon_floor`'s ``full_horizon_s``
+        (label, that horizon in s).
+    other : list of str
+        Notes in the order they arose: verified plans the horizon cannot measure, and the reasons
+        of settings without a plan.
+    """
+
+    def __init__(self):
+        self.understated = []
+        self.other = []
+
+    def notes(self, horizon_s: float) -> list:
+        """The study's notes.
+
+        Parameters
+        ----------
+        horizon_s : float
+            The study's simulated horizon (s).
+
+        Returns
+        -------
+        list of str
+            One note for every setting whose horizon understates capacities (all such settings
+            together), then the others.
+        """
+        out = []
+        if self.understated:
+            need = max(h for _, h in self.understated)
+            which = ", ".join(f"{lab} (needs {h:.3g} s)" for lab, h in self.understated)
+            out.append(f"a horizon of {horizon_s:g} s understates the plans' capacity, so the verified costs may be "
+                       f"overstated (repair adds instances the plan does not need), for {which}: near capacity a "
+                       "mean request takes about TTFT target + (O - 1) x TPOT target, longer than the last 20% of "
+                       "the horizon after the measured window, and measured requests still running at the horizon "
+                       f"count as misses (fastsim.search.horizon_floor); a horizon of at least {need:.3g} s "
+                       "measures the plans")
+        return out + list(self.other)
+
+
+def _horizon_check(model, demand: Demand, source, catalog: Catalog, options: ScreenOptions, top_k: int,
+                   horizon_s: float, label: str, log: _StudyLog) -> None:
+    """Apply :func:`fastsim.search.horizon_floor` to the plans one setting verifies in simulation.
+
+    The plans are the analytic screen's ``top_k`` feasible ones that the simulator can run as
+    sized (what :func:`fastsim.planner.plan_deployment` with ``search="screen"`` verifies; repair
+    adds instances, which leaves a plan's floor unchanged). When the horizon is below every such
+    plan's ``min_horizon_s`` (no plan could pass) it is refused; plans below theirs, beside plans
+    above, are noted in ``log``, as is a horizon below the setting's ``full_horizon_s``.
+
+    Parameters
+    ----------
+    model, demand, source, catalog, options, top_k, horizon_s
+        As passed to :func:`fastsim.planner.plan_deployment` for the setting.
+    label : str
+        The setting, as the notes and the error name it (``TPOT 25 ms``).
+    log : _StudyLog
+        Collects the notes.
+
+    Raises
+    ------
+    FastsimInputError
+        Field ``horizon_s``: no plan of the setting can be measured at this horizon.
+    """
+    from .analytic import screen
+    from .planner import unsimulated_reason
+    from .search import SLO, horizon_floor
+    grid = screen(model, demand, catalog=catalog, options=options)
+    prefixes = getattr(source, "prefix", None) is not None
+    plans = [p for p in grid[grid.feasible].head(int(top_k)).plan if not unsimulated_reason(p, None, prefixes)]
+    if not plans:
+        return
+    sc = source
+    P = float(sc.prompt.mean) if hasattr(sc, "prompt") else float(demand.mean_prompt_tokens)
+    O = float(sc.output.mean) if hasattr(sc, "output") else float(demand.mean_output_tokens)
+    slo = SLO(demand.ttft_s, demand.tpot_s)
+    floors = [(p, horizon_floor(p, P, O, slo, catalog=catalog, constants=options.constants, model=model))
+              for p in plans]
+    short = [(p, f) for p, f in floors if horizon_s < f.min_horizon_s]
+    need = max(f.min_horizon_s for _, f in floors)
+    full = max(f.full_horizon_s for _, f in floors)
+    if len(short) == len(floors):
+        lone = min(floors, key=lambda pf: pf[1].min_horizon_s)
+        raise FastsimInputError("horizon_s", horizon_s, (
+            f"a horizon of at least {lone[1].min_horizon_s:.3g} s for {label}, and {need:.3g} s to measure every "
+            f"plan verified there ({len(floors)}): a mean request ({P:,.0f} + {O:,.0f} tokens) takes "
+            f"{lone[1].lone_s:.3g} s alone even on {lone[0].describe()}, and measured requests still running at the "
+            f"horizon count as misses (a run does not drain), so at {horizon_s:g} s no plan could pass and the "
+            f"verification would measure the horizon, not the plans (fastsim.search.horizon_floor); at least "
+            f"{full:.3g} s keeps their capacity from being understated"))
+    if short:
+        names = "; ".join(f"{p.describe()} (needs {f.min_horizon_s:.3g} s: {f.lone_s:.3g} s alone)" for p, f in short)
+        log.other.append(f"{label}: {len(short)} of the {len(floors)} plans verified cannot pass at a horizon of "
+                         f"{horizon_s:g} s whatever their size, so their failure measures the horizon, not the plan: "
+                         f"{names}; a horizon of at least {need:.3g} s measures every one")
+    if horizon_s < full:
+        log.understated.append((label, full))
+
+
+def _no_plan_reason(rep) -> str:
+    """Why a planner run has no passing plan: the screen found none, or every verified plan failed."""
+    g = rep.grid
+    if not bool(g.feasible.any()):
+        why = g.reason[~g.feasible].value_counts() if "reason" in g.columns else None
+        top = (f"; the most common reason: {why.index[0]} ({int(why.iloc[0])} of {len(g)})"
+               if why is not None and len(why) else "")
+        return f"no configuration of the grid passes the analytic screen{top}"
+    failed = [d for d in rep.deployments if d.repair is not None and not d.repair.passed]
+    if not failed:
+        return "no plan passed"
+    d = failed[0]
+    why, last = d.repair.reason, d.repair.verification.reason
+    r = "; ".join(x for x in (why, f"at {d.repair.plan.describe()}: {last}" if why and last else last) if x) \
+        or "it did not pass"
+    return (f"every plan verified in simulation ({len(failed)}) failed; the first, {d.analytic.describe()}: {r}")
 
 
 def _best(model, demand: Demand, source, catalog: Catalog, options: ScreenOptions, verify: bool,
-          seeds: int, horizon_s: float, top_k: int, seed: int):
-    """(row dict of the cheapest plan, PlanReport)."""
+          seeds: int, horizon_s: float, top_k: int, seed: int, label: str = "", log: _StudyLog | None = None):
+    """(row dict of the cheapest plan, PlanReport).
+
+    With ``verify``, the horizon is first checked against the plans to verify
+    (:func:`_horizon_check`); a row without a plan carries ``no_plan_reason``, also noted in
+    ``log`` under ``label``.
+    """
     from .planner import plan_deployment
+    log = log if log is not None else _StudyLog()
+    if verify:
+        _horizon_check(model, demand, source, catalog, options, top_k, horizon_s, label, log)
     rep = plan_deployment(model, demand, source, search="screen", top_k=top_k, seeds=seeds, horizon_s=horizon_s,
                           verify=verify, seed=seed, catalog=catalog, options=options)
     passed = [d for d in rep.deployments if d.repair is None or d.repair.passed]
     if not passed:
-        return _empty_row(), rep
+        why = _no_plan_reason(rep)
+        log.other.append(f"{label}: no feasible plan (inf): {why}")
+        return _empty_row(why), rep
     d = passed[0]
     p = d.plan
     row = dict(plan=p.describe(), gpu=p.gpu, precision=p.precision, mode=p.mode, layout=_layout(p),
@@ -128,14 +266,16 @@ def _best(model, demand: Demand, source, catalog: Catalog, options: ScreenOption
                efficiency_usd_per_million_output_tokens=d.efficiency_usd_per_million_output_tokens,
                capacity_req_per_s=float(p.capacity_req_per_s), verified=d.repair is not None,
                attainment=d.repair.verification.attainment if d.repair is not None else math.nan,
-               repaired=bool(d.repair is not None and d.repair.repaired_from_instances is not None))
+               repaired=bool(d.repair is not None and d.repair.repaired_from_instances is not None),
+               no_plan_reason="")
     return row, rep
 
 
-def _frame(rows, study: str, verified: bool) -> pd.DataFrame:
+def _frame(rows, study: str, verified: bool, log: _StudyLog | None = None, horizon_s: float = 0.0) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     df.attrs["study"] = study
     df.attrs["verified"] = verified
+    df.attrs["notes"] = log.notes(horizon_s) if log is not None else []
     return df
 
 
@@ -146,7 +286,11 @@ _PLANNER_DOC = """
     seeds : int, default 2
         Simulation seeds per verification (common random numbers), >= 1.
     horizon_s : float, default 600
-        Simulated arrival window per run (s), > 0.
+        Simulated arrival window per run (s), > 0. With ``verify``, a horizon below
+        :func:`fastsim.search.horizon_floor`'s ``min_horizon_s`` for every plan a setting
+        verifies is refused (no plan could pass); one below some plans' floor, or below the
+        ``full_horizon_s`` that keeps capacities from being understated, is noted in
+        ``df.attrs['notes']``.
     top_k : int, default 3
         Analytic plans verified per setting, >= 1.
     seed : int, default 0
@@ -161,7 +305,8 @@ _COMMON_COLS = """``plan`` (str), ``gpu``, ``precision``, ``mode``, ``layout`` (
         repaired when ``verified``), ``analytic_usd_per_million_output_tokens``,
         ``efficiency_usd_per_million_output_tokens`` (float, USD per million output tokens),
         ``capacity_req_per_s`` (float, analytic, of the whole plan), ``verified``, ``repaired``
-        (bool), ``attainment`` (float, NaN when not verified)"""
+        (bool), ``attainment`` (float, NaN when not verified), ``no_plan_reason`` (str: why a
+        'no feasible plan' row has none, '' otherwise)"""
 
 
 def _doc(f):
@@ -203,7 +348,8 @@ def tpot_study(tpot_ms: Sequence[float] = (100.0, 50.0, 25.0, 15.0, 10.0), *, sc
     ------
     FastsimInputError
         A non-positive target, an unknown scenario, ``verify=True`` without the simulator, bad
-        ``seeds`` / ``top_k`` / ``horizon_s``.
+        ``seeds`` / ``top_k`` / ``horizon_s`` (a horizon too short for any plan a setting
+        verifies to pass: :func:`fastsim.search.horizon_floor`).
 
     Notes
     -----
@@ -214,14 +360,16 @@ def tpot_study(tpot_ms: Sequence[float] = (100.0, 50.0, 25.0, 15.0, 10.0), *, sc
     verify = _check(verify, seeds, horizon_s, top_k)
     catalog = catalog or default_catalog()
     rows = []
+    log = _StudyLog()
     for t in tpot_ms:
         t = require_positive("tpot_ms", t)
         sc, d = _scenario_demand(catalog, scenario, tpot_s=t * 1e-3)
-        row, _ = _best(catalog.model(sc.model), d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed)
+        row, _ = _best(catalog.model(sc.model), d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed,
+                       f"TPOT {t:g} ms", log)
         lec = LECTURE["tpot"].get(t) if scenario == "chat" else None
         rows.append(dict(tpot_ms=t, **row, lecture_usd_per_million_output_tokens=lec[0] if lec else math.nan,
                          lecture_plan=lec[1] if lec else ""))
-    return _frame(rows, "tpot", verify)
+    return _frame(rows, "tpot", verify, log, horizon_s)
 
 
 @_doc
@@ -261,12 +409,14 @@ def fp8_study(scenarios: Sequence[str] = ("chat", "coding-agent"), *, verify: bo
     verify = _check(verify, seeds, horizon_s, top_k)
     catalog = catalog or default_catalog()
     rows = []
+    log = _StudyLog()
     for s in scenarios:
         sc, d = _scenario_demand(catalog, s)
         m = catalog.model(sc.model)
-        any_, _ = _best(m, d, sc, catalog, replace(options, precisions=None), verify, seeds, horizon_s, top_k, seed)
+        any_, _ = _best(m, d, sc, catalog, replace(options, precisions=None), verify, seeds, horizon_s, top_k, seed,
+                        f"{sc.name}, FP8 allowed", log)
         bf, _ = _best(m, d, sc, catalog, replace(options, precisions=("BF16",)), verify, seeds, horizon_s,
-                      top_k, seed)
+                      top_k, seed, f"{sc.name}, BF16 only", log)
         a, b = any_["usd_per_million_output_tokens"], bf["usd_per_million_output_tokens"]
         ea, eb = any_["efficiency_usd_per_million_output_tokens"], bf["efficiency_usd_per_million_output_tokens"]
         rows.append(dict(scenario=sc.name, fp8_plan=any_["plan"], fp8_usd_per_million_output_tokens=a,
@@ -277,7 +427,7 @@ def fp8_study(scenarios: Sequence[str] = ("chat", "coding-agent"), *, verify: bo
                          efficiency_ratio=eb / ea if math.isfinite(ea) else math.nan,
                          verified=bool(any_["verified"] and bf["verified"]),
                          lecture_cost_ratio=LECTURE["fp8"].get(sc.name, math.nan)))
-    return _frame(rows, "fp8", verify)
+    return _frame(rows, "fp8", verify, log, horizon_s)
 
 
 @_doc
@@ -316,19 +466,21 @@ def price_study(prices: Sequence[tuple] = (("B200", 4.0), ("B200", 5.0), ("B200"
     verify = _check(verify, seeds, horizon_s, top_k)
     catalog = catalog or default_catalog()
     rows = []
+    log = _StudyLog()
     for name, usd in prices:
         gname = catalog.gpu(name).name
         usd = require_positive(f"price of {gname}", usd)
         cat = catalog.with_prices({gname: usd})
         sc, d = _scenario_demand(cat, scenario)
-        row, rep = _best(cat.model(sc.model), d, sc, cat, options, verify, seeds, horizon_s, top_k, seed)
+        row, rep = _best(cat.model(sc.model), d, sc, cat, options, verify, seeds, horizon_s, top_k, seed,
+                         f"{gname} at ${usd:g}/h", log)
         g = rep.grid[rep.grid.feasible]
         per_gpu = g.groupby("gpu")["usd_per_million_output_tokens"].min() if len(g) else pd.Series(dtype=float)
         ties = [k for k, v in per_gpu.items() if k != row["gpu"] and abs(v - row["analytic_usd_per_million_output_tokens"]) <= 1e-9]
         extra = {f"best_{k}_usd_per_million_output_tokens": float(v) for k, v in per_gpu.items()}
         rows.append(dict(price_gpu=gname, price_usd_per_gpu_hour=usd, **row, tied_with=", ".join(ties), **extra,
                          lecture_winner=LECTURE["prices"].get((gname, usd), "") if scenario == "chat" else ""))
-    return _frame(rows, "prices", verify)
+    return _frame(rows, "prices", verify, log, horizon_s)
 
 
 @_doc
@@ -365,14 +517,15 @@ def model_size_study(models: Sequence[str] = ("llama-3.1-8b", "llama-3.1-70b", "
     catalog = catalog or default_catalog()
     sc, d = _scenario_demand(catalog, scenario)
     rows = []
+    log = _StudyLog()
     for name in models:
         m = catalog.model(name)
-        row, _ = _best(m, d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed)
+        row, _ = _best(m, d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed, m.name, log)
         lec = LECTURE["model-size"].get(m.name.lower()) if scenario == "chat" else None
         rows.append(dict(model=m.name, params=float(m.total_params), **row,
                          lecture_usd_per_million_output_tokens=lec[0] if lec else math.nan,
                          lecture_plan=lec[1] if lec else ""))
-    return _frame(rows, "model-size", verify)
+    return _frame(rows, "model-size", verify, log, horizon_s)
 
 
 @_doc
@@ -413,10 +566,12 @@ def traffic_study(rates_req_per_s: Sequence[float] = (5.0, 20.0, 50.0, 100.0, 50
     verify = _check(verify, seeds, horizon_s, top_k)
     catalog = catalog or default_catalog()
     rows = []
+    log = _StudyLog()
     for r in rates_req_per_s:
         r = require_positive("rate_req_per_s", r)
         sc, d = _scenario_demand(catalog, scenario, rate_req_per_s=r)
-        row, rep = _best(catalog.model(sc.model), d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed)
+        row, rep = _best(catalog.model(sc.model), d, sc, catalog, options, verify, seeds, horizon_s, top_k, seed,
+                         f"{r:g} req/s", log)
         g = rep.grid[rep.grid.feasible]
         lec = LECTURE["traffic"].get(r) if scenario == "chat" else None
         cap = row["capacity_req_per_s"]
@@ -425,7 +580,7 @@ def traffic_study(rates_req_per_s: Sequence[float] = (5.0, 20.0, 50.0, 100.0, 50
                              g.efficiency_usd_per_million_output_tokens.min()) if len(g) else math.inf,
                          lecture_usd_per_million_output_tokens=lec[0] if lec else math.nan,
                          lecture_efficiency_usd_per_million_output_tokens=lec[1] if lec else math.nan))
-    return _frame(rows, "traffic", verify)
+    return _frame(rows, "traffic", verify, log, horizon_s)
 
 
 _STUDY_FUNCS = {"tpot": tpot_study, "fp8": fp8_study, "prices": price_study, "model-size": model_size_study,
@@ -518,7 +673,8 @@ def format_study(df: pd.DataFrame) -> str:
     str
         A title line (saying whether the plans were verified in simulation) and a table; costs in
         US dollars per million output tokens, ``n/a`` where there is no figure and ``inf``
-        for an infinite one.
+        for an infinite one; then ``note:`` lines: the frame's ``attrs['notes']`` (a short
+        horizon, why a row has no plan) and what the lecture columns are.
 
     Raises
     ------
@@ -538,6 +694,8 @@ def format_study(df: pd.DataFrame) -> str:
     head = f"what-if: {_TITLES[study]}; " + ("plans verified and repaired in simulation" if verified
                                              else "analytic screen, not verified in simulation")
     text = head + "\n" + tabulate(rows, headers=[h for h, _, _ in spec], disable_numparse=True)
+    for n in df.attrs.get("notes", []):
+        text += "\nnote: " + n
     if any(c.startswith("lecture_") for _, c, _ in spec):
         text += "\nnote: " + LECTURE_NOTE
     return text

@@ -185,3 +185,55 @@ def test_directions_survive_verification():
     assert f.cost_ratio.iloc[0] > 1.0
     m = W.model_size_study(["llama-3.1-8b", "llama-3.1-70b"], **kw)
     assert m.usd_per_million_output_tokens.is_monotonic_increasing
+
+
+# ---------------------------------------------------------------------------- short horizons, rows without a plan
+
+def test_row_without_plan_carries_the_screen_reason():
+    df = W.tpot_study([1.0], verify=False)
+    r = df.iloc[0]
+    assert r.plan == "no feasible plan" and r.usd_per_million_output_tokens == float("inf")
+    assert "analytic screen" in r.no_plan_reason
+    assert df.attrs["notes"] == [f"TPOT 1 ms: no feasible plan (inf): {r.no_plan_reason}"]
+    assert "note: TPOT 1 ms: no feasible plan (inf): no configuration of the grid" in W.format_study(df)
+
+
+def test_default_studies_have_no_notes(studies):
+    assert all(df.attrs["notes"] == [] for df in studies.values())
+    assert all((df.no_plan_reason == "").all() for name, df in studies.items() if name != "fp8")
+
+
+@sim
+def test_horizon_below_every_plans_floor_is_refused():
+    # the new user's `fastsim whatif --study tpot --horizon 5`: at 100 ms no plan verified can pass
+    # in 5 s (a mean chat request takes >= 1.67 s alone; fastsim.search.horizon_floor)
+    with pytest.raises(FastsimInputError) as exc:
+        W.tpot_study(verify=True, seeds=1, horizon_s=5.0)
+    assert exc.value.field == "horizon_s" and "TPOT 100 ms" in exc.value.allowed
+    assert "6.41 s" in exc.value.allowed
+
+
+@sim
+def test_cli_refuses_short_horizon_naming_the_flag(capsys):
+    from fastsim.cli import main
+    assert main(["whatif", "--study", "tpot", "--horizon", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "--horizon: got 5.0" in err and "horizon_floor" in err
+
+
+@sim
+def test_short_horizon_is_noted_and_inf_rows_say_why():
+    # 15 and 10 ms: some plans clear the floor, so the study runs, with notes; what fails at 5 s is
+    # the horizon's doing, and every inf row names the first failure
+    df = W.tpot_study([15.0, 10.0], verify=True, seeds=1, horizon_s=5.0)
+    notes = df.attrs["notes"]
+    assert notes[0].startswith("a horizon of 5 s understates") and "TPOT 15 ms (needs 23.7 s)" in notes[0]
+    assert any(n.startswith("TPOT 15 ms: 2 of the 3 plans verified cannot pass") for n in notes)
+    text = W.format_study(df)
+    for _, r in df.iterrows():
+        if r.usd_per_million_output_tokens == float("inf"):
+            assert r.no_plan_reason.startswith("every plan verified in simulation")
+            line = f"TPOT {r.tpot_ms:g} ms: no feasible plan (inf): {r.no_plan_reason}"
+            assert line in notes and "note: " + line in text
+        else:
+            assert r.no_plan_reason == ""
