@@ -42,6 +42,7 @@ import itertools
 import json
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -968,8 +969,48 @@ def _bad_lengths(p: int, o: int, pcol: str, ocol: str) -> list:
     return out
 
 
+#: A plain decimal number (what a numeric timestamp looks like); in a date-time column such a
+#: value is refused as mixed (numpy would read ``1700000000`` as a year).
+_PLAIN_NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+
+def _mixed_allowed(kind: str, col: str, first_line: int, first: str) -> str:
+    """What a timestamp column mixing date-times and numbers allows, for the refusal."""
+    return (f"{kind} like the first row's (line {first_line}: {first!r}): a {col} column holds all "
+            "date-times or all numbers, not both")
+
+
 def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=None):
-    """(float64 seconds from the first, unit): date-times (ns; unit None) or numbers in ``time_unit`` (s)."""
+    """(float64 seconds from the first, unit): date-times (ns; unit None) or numbers in ``time_unit`` (s).
+
+    The first row decides the kind of the whole column: a row of the other kind (a plain number
+    among date-times, a date-time among numbers) is refused, naming its line and the column.
+
+    Parameters
+    ----------
+    ts : list of str
+        The timestamp fields, in file order.
+    lineno : list of int
+        Their line numbers (1-based).
+    where : str
+        The file, for messages.
+    col : str
+        The column's name as the header spells it.
+    time_unit : {"s", "ms"} or None
+        Unit of numeric timestamps (default ``"s"``); None for date-times.
+
+    Returns
+    -------
+    (ndarray(float64) of shape (n,), str or None)
+        Seconds from the earliest timestamp (date-times) or the numbers converted to seconds, and
+        the unit of numbers (None for date-times).
+
+    Raises
+    ------
+    FastsimInputError
+        A value of neither kind or of the other kind than the first row's (file, line and
+        column named; all date-times or all numbers allowed), or a ``time_unit`` for date-times.
+    """
     try:
         float(ts[0])
         numeric = True
@@ -987,11 +1028,16 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=No
                 v = float("nan")
             if not math.isfinite(v):
                 raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", s,
-                                        "a finite number (like the first row)")
+                                        _mixed_allowed("a finite number", col, lineno[0], ts[0])
+                                        if _is_datetime(s) else "a finite number (like the first row)")
             out[j] = v
         unit = time_unit or "s"
         return (out / 1e3 if unit == "ms" else out), unit
     allowed = "a date-time like 2023-11-16 18:15:46.6805900 (like the first row)"
+    for j, s in enumerate(ts):   # a date-time has a '-' after its year; a number only in an exponent
+        if (s.find("-", 1) < 0 or "e" in s or "E" in s) and _PLAIN_NUMBER.fullmatch(s):
+            raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", s,
+                                    _mixed_allowed("a date-time", col, lineno[0], ts[0]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numpy warns about (and converts) explicit UTC offsets
         try:
@@ -1009,6 +1055,16 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=No
         raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", ts[j], allowed)
     i64 = t.view(np.int64)
     return (i64 - i64.min()).astype(np.float64) / 1e9, None
+
+
+def _is_datetime(s: str) -> bool:
+    """Whether numpy reads ``s`` as a date-time (not NaT)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return not np.isnat(np.datetime64(s.strip(), "ns"))
+        except ValueError:
+            return False
 
 
 _HASH_ALLOWED = ("a list of integer block ids >= 0 (one per 512-token block of the prompt), at most "

@@ -455,3 +455,40 @@ def test_tiny_window_may_be_empty():
     assert math.isnan(w.mean_prompt_tokens)
     with pytest.raises(FastsimInputError):
         w.prompt_quantile(0.9)
+
+
+# ---------------------------------------------------------------------------------------------
+# A timestamp column mixing date-times and plain numbers is refused
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, line, value, kind", [
+    # the user's file: a date-time first, a plain number second (was read as a 7.2e9-s span)
+    ("2023-11-16 18:15:46.6805900,374,44\n1700000000,396,109\n", 3, "1700000000", "a date-time"),
+    (GOOD_ROWS + "\n12.5,10,1\n", 5, "12.5", "a date-time"),
+    (GOOD_ROWS + "2023,10,1\n", 4, "2023", "a date-time"),
+    (GOOD_ROWS + "1.7e9,10,1\n", 4, "1.7e9", "a date-time"),
+    ("12.5,374,44\n2023-11-16 18:15:46.6805900,396,109\n", 3, "2023-11-16 18:15:46.6805900", "a finite number"),
+    ("0,374,44\n1,1,1\n2023-11-16,396,109\n", 4, "2023-11-16", "a finite number"),
+])
+def test_csv_mixed_timestamp_column_is_refused(tmp_path, rows, line, value, kind):
+    p = write(tmp_path, "mixed.csv", HEADER + rows)
+    with pytest.raises(FastsimInputError) as info:
+        read_trace(p)
+    e = info.value
+    msg = str(e)
+    assert "\n" not in msg
+    assert e.field == f"{p}, line {line}, TIMESTAMP"
+    assert e.value == value
+    assert kind + " like the first row's" in msg and "all date-times or all numbers" in msg
+
+
+def test_csv_mixed_timestamp_line_counts_blank_lines(tmp_path):
+    p = write(tmp_path, "m.csv", HEADER + GOOD_ROWS + "\n\n42,1,1\n")
+    msg = _err(p)
+    assert "m.csv, line 6, TIMESTAMP" in msg and "'42'" in msg and "all date-times or all numbers" in msg
+
+
+def test_csv_all_date_times_or_all_numbers_still_read(tmp_path):
+    assert read_trace(write(tmp_path, "d.csv", HEADER + GOOD_ROWS)).n == 2
+    w = read_trace(write(tmp_path, "n.csv", HEADER + "1700000000,1,1\n1700000002.5,2,2\n1.7e9,3,3\n"))
+    assert w.arrival_s.tolist() == [0.0, 0.0, 2.5]
