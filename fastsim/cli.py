@@ -933,8 +933,16 @@ def _cmd_whatif(args):
     if verify is None and not W.simulator_available():
         verify = False
         notes.append("the simulator is not available: analytic screen only (plans not verified)")
-    frames = W.run_studies(studies, verify=verify, seeds=args.seeds, horizon_s=args.horizon,
-                           top_k=args.top_k, seed=args.seed, catalog=cat)
+    try:
+        frames = W.run_studies(studies, verify=verify, seeds=args.seeds, horizon_s=args.horizon,
+                               top_k=args.top_k, seed=args.seed, catalog=cat)
+    except FastsimInputError as exc:
+        if exc.field != "horizon_s":
+            raise
+        raise FastsimInputError("--horizon", exc.value, exc.allowed) from None
+    if args.format != "table":
+        # the table prints each study's notes under it (format_study); JSON and CSV carry them here
+        notes += [f"{k}: {n}" for k, v in frames.items() for n in v.attrs.get("notes", [])]
     if args.format == "json":
         from ._output import dumps
         sys.stdout.write(dumps({"studies": {k: _records(v, _whatif_reason) for k, v in frames.items()},
