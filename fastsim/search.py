@@ -1992,7 +1992,6 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
 #: ``duration_s / MAX_REPLAY_SPAN_S`` are not tried unless ``min_scale`` says otherwise.
 MAX_REPLAY_SPAN_S = 1e6
 _SCALE_STEP = 1.25          # bracketing factor, as the rate bisection's
-_SAMPLE_DT_S = 1.0          # the simulator's default sampling step (its overload test reads it)
 
 
 class ScaleProbe(NamedTuple):
@@ -2078,7 +2077,7 @@ class _RunFigures(NamedTuple):
     overloaded: bool
 
 
-def _figures_at(res, horizon_s: float, slo: SLO, measure_window, sample_dt_s: float = _SAMPLE_DT_S) -> _RunFigures:
+def _figures_at(res, horizon_s: float, slo: SLO, measure_window, sample_dt_s: float) -> _RunFigures:
     """The metrics the simulator reports for a run with horizon ``horizon_s``, read off a longer run.
 
     ``res`` is the :class:`~fastsim.sim.SimResult` (``full``) of the same plan and workload
@@ -2384,6 +2383,7 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
     from . import workload as W
     from .errors import require_positive
     from .sim import simulate_batch
+    from .sim.engine import auto_sample_dt
     catalog = catalog or default_catalog()
     model = model or catalog.model(plan.model)
     wl = trace if isinstance(trace, W.Workload) else W.read_trace(trace)
@@ -2455,15 +2455,22 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
             wls.append(_Replay(t[:k], P[:k], O[:k], pre))
             kept.append(k)
         H = max(hz)
+        # the longest replay's sampling step (1 s up to 1e7 s, coarser beyond: auto_sample_dt); a
+        # shorter probe read from its samples must be one its own run would sample on that step
+        dt = auto_sample_dt(H)
         full = any(h != H for h in hz)
         runs = simulate_batch([sp], wls, horizon_s=H, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
                               max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
-                              measure_window=measure_window, full=full)
-        for s, h, k, r in zip(scales, hz, kept, runs):
+                              measure_window=measure_window, sample_dt_s=dt, full=full)
+        for i, (s, h, k, r) in enumerate(zip(scales, hz, kept, runs)):
             if h == H:
                 fig = _figures_of(r.metrics if full else r)
-            else:
-                fig = _figures_at(r, h, slo, measure_window)
+            elif auto_sample_dt(h) == dt:
+                fig = _figures_at(r, h, slo, measure_window, sample_dt_s=dt)
+            else:       # its own run samples on a finer step: simulate it alone
+                fig = _figures_of(simulate_batch([sp], [wls[i]], horizon_s=h, ttft_slo_s=slo.ttft_s,
+                                                 tpot_slo_s=slo.tpot_s, max_context_tokens=model.max_context_tokens,
+                                                 routing=routing, **ekw, measure_window=measure_window)[0])
             met, mea, over, att, overloaded, passed = _probe_verdict([fig], slo, h)
             p = ScaleProbe(float(s), native * float(s), float(h), k, n - k, fig.measured, att, overloaded, passed,
                            float(fig.ttft_p90_s), float(fig.tpot_p90_s), fig.rejected, fig.unfinished, rnd)
