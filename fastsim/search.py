@@ -1185,14 +1185,9 @@ def _check_seed(field: str, seed) -> None:
 
 
 def _window(measure_window) -> tuple:
-    """The measure window as two floats ``0 <= f0 < f1 <= 1``, else FastsimInputError (as the simulator says it)."""
-    try:
-        f0, f1 = (float(x) for x in measure_window)
-    except (TypeError, ValueError):
-        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
-    if not (0.0 <= f0 < f1 <= 1.0):
-        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
-    return f0, f1
+    """The measure window as two floats ``0 <= f0 < f1 <= 1``, else FastsimInputError (the simulator's check)."""
+    from .sim.engine import measure_fractions
+    return measure_fractions(measure_window)
 
 
 def _floor_of(plan, dists, slo, horizon_s, window, catalog, constants, model, field="horizon_s") -> HorizonFloor:

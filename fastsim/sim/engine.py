@@ -496,6 +496,31 @@ def auto_sample_dt(horizon_s: float) -> float:
         decade *= 10.0
 
 
+def measure_fractions(measure_window) -> tuple:
+    """The measure window as two floats ``(f0, f1)`` with ``0 <= f0 < f1 <= 1`` (fractions of the horizon).
+
+    Parameters
+    ----------
+    measure_window : sequence of two numbers
+
+    Returns
+    -------
+    (float, float)
+
+    Raises
+    ------
+    FastsimInputError
+        Field ``measure_window``: not two numbers, or not ``0 <= f0 < f1 <= 1``.
+    """
+    try:
+        f0, f1 = (float(x) for x in measure_window)
+    except (TypeError, ValueError):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
+    if not (0.0 <= f0 < f1 <= 1.0):
+        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
+    return f0, f1
+
+
 def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s):
     from ..errors import require_positive
     horizon_s = require_positive("horizon_s", horizon_s)
@@ -504,12 +529,7 @@ def _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, mea
     max_context_tokens = _count("max_context_tokens", max_context_tokens, 2)
     if routing not in _ROUTINGS:
         raise FastsimInputError("routing", routing, " or ".join(_ROUTINGS))
-    try:
-        f0, f1 = (float(x) for x in measure_window)
-    except (TypeError, ValueError):
-        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1") from None
-    if not (0.0 <= f0 < f1 <= 1.0):
-        raise FastsimInputError("measure_window", measure_window, "two fractions (f0, f1), 0 <= f0 < f1 <= 1")
+    f0, f1 = measure_fractions(measure_window)
     if sample_dt_s is None:
         sample_dt_s = auto_sample_dt(horizon_s)
     else:
