@@ -92,6 +92,18 @@ def _catalog(args):
     from .catalog import default_catalog, load_catalog
     cat = load_catalog(args.catalog) if args.catalog else default_catalog()
     if args.price:
+        # one price per GPU (names compare as the catalog resolves them): a second one is refused
+        seen = {}
+        for gpu, usd in args.price:
+            try:
+                key = cat.gpu(gpu).name
+            except Exception:    # noqa: BLE001  (an unknown name: with_prices names it below)
+                key = str(gpu)
+            if key in seen:
+                from .errors import FastsimInputError
+                raise FastsimInputError("--price", f"{gpu}={usd:g}", f"one price per GPU ({key} already has "
+                                        f"--price {seen[key]})")
+            seen[key] = f"{gpu}={usd:g}"
         cat = cat.with_prices(dict(args.price))
     return cat
 
@@ -144,3 +156,48 @@ def _check_plot(args, kind="file", files=()):
     if getattr(args, "plot", None) is not None:
         from .plots import check_plot_path
         check_plot_path(args.plot, kind, files=files)
+
+
+def _record_model(args, cat, record):
+    """The model of a --from-plan record: its ``model_path`` (a config.json model) or catalog name.
+
+    ``--model`` may name the same model (a catalog name, or a config.json path whose model has
+    the record's name); another model is refused.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    cat : Catalog
+    record : dict
+        The plan object (``model``, and ``model_path`` for a model read from a config.json).
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    FastsimInputError
+        ``--model`` names another model, or the record's model can be loaded neither from its
+        ``model_path`` nor from the catalog (then ``--model PATH`` is the way to give it).
+    """
+    from .errors import FastsimInputError
+    name = record["model"]
+    if args.model:
+        given = cat.model(args.model)
+        if given.name != name:
+            raise FastsimInputError("--model", args.model, f"the plan's own model {name!r} (or no --model)")
+        return given
+    path = record.get("model_path")
+    if isinstance(path, str) and path:
+        try:
+            return cat.model(path)
+        except FastsimInputError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model_path {path!r} can be read "
+                                    f"({exc}); or give --model PATH to the config.json of {name!r}") from None
+    try:
+        return cat.model(name)
+    except FastsimInputError:
+        raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model {name!r} is a catalog name "
+                                "(a config.json model needs its model_path in the record, or --model PATH to "
+                                "that config.json)") from None

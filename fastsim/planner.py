@@ -35,9 +35,10 @@ class PlannedDeployment:
         Integer cost of the analytic plan at the target rate, and efficiency cost (capacity,
         fractional instances), in US dollars per million output tokens (SPEC §1).
     rate_req_per_s : float
-        Target rate (req/s).
+        Target rate (req/s), as offered (recorded by :meth:`to_dict`).
     mean_output_tokens : float
-        Mean output tokens per request (for the cost).
+        Mean output tokens of a served request (for the cost): the requests within the model's
+        context (:meth:`fastsim.analytic.Demand.within_context`), as the screen's cost.
     ttft_slo_s, tpot_slo_s : float or None
         P90 targets (s), reported in :meth:`to_dict`.
     screen_view : str or None
@@ -63,6 +64,9 @@ class PlannedDeployment:
     screen_view: str | None = None
     screen_reason: str = ""
     screen: str = "lecture"
+    #: Share of the offered requests within the model's context (the rest are rejected and serve no
+    #: output tokens): the cost divides by the served output, as the screen's does.
+    served_fraction: float = 1.0
 
     @property
     def plan(self) -> Plan:
@@ -74,11 +78,11 @@ class PlannedDeployment:
         """Integer cost of the final plan at the target rate (float, US dollars per million output
         tokens; SPEC §1 cost formula)."""
         p = self.plan
+        rate = self.rate_req_per_s if self.served_fraction == 1.0 else self.rate_req_per_s * self.served_fraction
         if p.heterogeneous:      # each side at its own price
-            return float(cost_usd_per_million_output_tokens(1, p.price_usd_per_hour, self.rate_req_per_s,
-                                                            self.mean_output_tokens))
-        return float(cost_usd_per_million_output_tokens(p.gpus, p.price_usd_per_gpu_hour,
-                                                        self.rate_req_per_s, self.mean_output_tokens))
+            return float(cost_usd_per_million_output_tokens(1, p.price_usd_per_hour, rate, self.mean_output_tokens))
+        return float(cost_usd_per_million_output_tokens(p.gpus, p.price_usd_per_gpu_hour, rate,
+                                                        self.mean_output_tokens))
 
     def to_dict(self) -> dict:
         """The JSON object of ``fastsim plan --format json`` (seconds, US dollars).
@@ -488,6 +492,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
                                      options, progress, engine, rejection_budget)
     grid = screen(model, demand, catalog=catalog, options=options)
+    served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
     feas = grid[grid.feasible].head(int(top_k))
     slo = SLO(demand.ttft_s, demand.tpot_s)
     deployments = []
@@ -507,8 +512,9 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
             progress()
         deployments.append(PlannedDeployment(row.plan, r, float(row.usd_per_million_output_tokens),
                                              float(row.efficiency_usd_per_million_output_tokens),
-                                             demand.rate_req_per_s, demand.mean_output_tokens,
-                                             demand.ttft_s, demand.tpot_s, screen=_screen_kind(options)))
+                                             demand.rate_req_per_s, served.mean_output_tokens,
+                                             demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
+                                             served_fraction=served.served_fraction))
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
@@ -534,18 +540,20 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
     deployments = []
     pruned = []
     unsimulated = []
+    served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
     for plan, rr, view, why, sp, cost, eff in out:
         if view == "not simulated":
-            unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
-                                                  demand.ttft_s, demand.tpot_s, screen=_screen_kind(options)), why))
+            unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, served.mean_output_tokens,
+                                                  demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
+                                                  served_fraction=served.served_fraction), why))
             continue
         if rr is None:
             pruned.append(why)
             continue
-        deployments.append(PlannedDeployment(sp, rr, cost, eff, demand.rate_req_per_s, demand.mean_output_tokens,
+        deployments.append(PlannedDeployment(sp, rr, cost, eff, demand.rate_req_per_s, served.mean_output_tokens,
                                              demand.ttft_s, demand.tpot_s, screen_view=view,
                                              screen_reason=why if view == "missed" else "",
-                                             screen=_screen_kind(options)))
+                                             screen=_screen_kind(options), served_fraction=served.served_fraction))
     grid = screen(model, demand, catalog=catalog, options=options)
     # passing plans first; the screen's figures for the plans the simulator cannot run as sized
     # come after them, then the failing ones

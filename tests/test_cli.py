@@ -182,3 +182,10 @@ def test_plan_no_verify_says_the_simulation_flags_do_not_apply(capsys):
     assert not any("is short" in n for n in notes)
     rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--top-k", "1", "--format", "json")
     assert not any("--no-verify" in n or "is short" in n for n in json.loads(out)["notes"])
+
+
+def test_a_second_price_for_one_gpu_is_refused(capsys):
+    """--price H100=3 --price h100=4 used the last one silently."""
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--no-verify", "--gpu", "H100", "--price", "H100=3",
+                       "--price", "h100=4")
+    assert rc == 2 and "--price: got 'h100=4'" in err and "H100 already has --price H100=3" in err

@@ -296,3 +296,23 @@ def test_no_doc_calls_the_oracle_a_plain_lower_bound():
         flat = " ".join(text.split())
         assert "lower bound among them" not in flat and "lower bound on cost among strategies with the same" \
             not in flat and "the lower bound on GPU-hours among strategies with the same headroom" not in flat
+
+
+def test_from_plan_loads_a_config_json_model_from_its_model_path(profile_csv, capsys, tmp_path):
+    """fleet --from-plan refused a plan of a config.json model ('model: got <folder name>')."""
+    cfg_dir = tmp_path / "mymodel"
+    cfg_dir.mkdir()
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+           "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+    (cfg_dir / "config.json").write_text(json.dumps(cfg))
+    plan = {"model": "mymodel", "model_path": str(cfg_dir / "config.json"), "gpu": "H100", "precision": "FP8",
+            "mode": "colocated", "tp": 1, "instances": 2, "chunk_tokens": 512, "layout": "tp"}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"plans": [plan], "notes": []}))
+    common = ["fleet", "--profile", profile_csv, "--scenario", "chat", "--from-plan", str(path), "--capacity", "1=15",
+              "--capacity", "2=30", "--no-spares", "--horizon", "1800"]
+    rc, out, err = run(capsys, *common)
+    assert rc == 0, err
+    rc, out, err = run(capsys, *common, "--model", "llama-3.1-8b")
+    assert rc == 2 and "the plan's own model 'mymodel'" in err

@@ -253,3 +253,20 @@ def test_disaggregated_plan_round_trips_through_simulate_from_plan(capsys, tmp_p
             assert described == (f"{p['gpu']} {p['precision']} disaggregated, prefill "
                                  f"{inst(p['prefill_instances'], p['prefill_tp'])} + decode "
                                  f"{inst(p['decode_instances'], p['decode_tp'])} ({p['gpus']} GPUs)")
+
+
+def test_verified_cost_divides_by_the_served_output_as_the_screen_does():
+    """'$/M out' counted the output tokens of requests the context rejects ('$/M analytic' did not)."""
+    from fastsim.analytic import Demand
+    from fastsim.catalog import default_catalog
+    from fastsim.planner import plan_deployment
+    cat = default_catalog()
+    sc = cat.scenario("coding-agent")
+    d = Demand.from_scenario(sc)
+    served = d.within_context(cat.model(sc.model).max_context_tokens)
+    assert 0.9999 < served.served_fraction < 1.0
+    rep = plan_deployment(sc.model, d, sc, verify=False, top_k=3, search="screen")
+    assert rep.deployments
+    for p in rep.deployments:
+        assert p.served_fraction == served.served_fraction
+        assert p.usd_per_million_output_tokens == p.analytic_usd_per_million_output_tokens

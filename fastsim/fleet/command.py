@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from .._command_helpers import _catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive, _tp
+from .._command_helpers import (_catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive,
+                               _record_model, _tp)
 from ..errors import FastsimInputError
 from . import strategies as S
 
@@ -231,9 +232,8 @@ def _inputs(args):
                               ("--tp", args.tp, "TP"), ("--layout", args.layout, "layout")):
             if v is not None:
                 raise FastsimInputError(flag, v, f"no value with --from-plan (the plan names its {what})")
-        if pmodel and args.model and cat.model(args.model).name != cat.model(pmodel).name:
-            raise FastsimInputError("--model", args.model, f"the plan's own model {pmodel!r} (or no --model)")
-        model = cat.model(args.model or pmodel or scen.model)
+        # the record's model: its model_path (a config.json model) or catalog name, --model the same one
+        model = _record_model(args, cat, pd) if pmodel else cat.model(args.model or scen.model)
         # what the fleet simulator cannot take from a record is refused, never dropped
         # (fastsim.planner.plan_from_record reads the same record rule for the other commands)
         if "layout" not in pd and model.is_moe and tp > 1:
