@@ -494,3 +494,92 @@ def test_capacity_search_applies_the_points_batch_cap():
     for mode in ("colocated", "disaggregated"):
         rows = df[df["mode"] == mode].set_index("max_batch")
         assert rows.loc[8, "sim_capacity_req_per_s"] < 0.25 * rows.loc[0, "sim_capacity_req_per_s"], mode
+
+
+# --- the analytic table prices the requests the simulator serves (within the model's context) ----
+
+_HEAVY = '''
+[scenarios.sig3]
+model = "llama-3.1-70b"
+prompt = { kind = "lognormal", mean = 2000, sigma = 3.0 }
+output = { kind = "lognormal", mean = 250, sigma = 0.8 }
+ttft_s = 2.0
+tpot_s = 0.05
+rate_req_per_s = 10
+
+[scenarios.long]
+model = "llama-3.1-8b"
+prompt = { kind = "lognormal", mean = 150000, sigma = 1.0 }
+output = { kind = "lognormal", mean = 400, sigma = 1.0 }
+ttft_s = 2.0
+tpot_s = 0.05
+rate_req_per_s = 10
+'''
+_NEMO = ('{"architectures":["NemotronForCausalLM"],"model_type":"nemotron","hidden_size":4096,'
+         '"intermediate_size":16384,"num_attention_heads":32,"num_key_value_heads":8,"num_hidden_layers":32,'
+         '"vocab_size":256000,"max_position_embeddings":4096,"tie_word_embeddings":false,"hidden_act":"relu2",'
+         '"head_dim":128,"torch_dtype":"bfloat16"}')
+
+
+def _colocated_equal(df, ref):
+    key = ["gpu", "precision", "tp", "layout"]
+    col = df[df["mode"] == "colocated"].set_index(key).sort_index()
+    rc = ref[(ref["mode"] == "colocated") & ref.layout.isin(set(df.layout))].set_index(key).sort_index()
+    assert len(col) == len(rc) > 0
+    for c in ("instance_capacity_req_per_s", "usd_per_million_output_tokens",
+              "efficiency_usd_per_million_output_tokens", "feasible", "batch", "reason"):
+        np.testing.assert_array_equal(col[c].to_numpy(), rc[c].to_numpy(), err_msg=c)
+    ok = rc.feasible.to_numpy()
+    for c in ("gpus", "instances", "capacity_req_per_s", "chunk_tokens"):
+        np.testing.assert_array_equal(col[c].to_numpy()[ok].astype(rc[c].dtype), rc[c].to_numpy()[ok], err_msg=c)
+
+
+@pytest.mark.parametrize("case", ["heavy", "short_context", "moe"])
+def test_colocated_rows_equal_the_screen_within_the_models_context(case, tmp_path):
+    """The sweep truncates a scenario's lengths at the model's context (Demand.within_context) and
+    sizes for the served rate, as the screen does: a heavy-tailed prompt was sized at 143 instances
+    where the screen sized 1; a 4,096-token model and qwen3-30b-a3b differed in their capacities."""
+    from fastsim.catalog import load_catalog
+    cat_file = tmp_path / "heavy.toml"
+    cat_file.write_text(_HEAVY)
+    cat = load_catalog([str(cat_file)])
+    axes = {"gpu": ["B200", "H100"], "precision": "FP8", "tp": [1, 2], "mode": "colocated"}
+    if case == "heavy":
+        axes["scenario"], model, sc = "sig3", "llama-3.1-70b", cat.scenario("sig3")
+    elif case == "short_context":
+        cfg = tmp_path / "nemo" / "config.json"
+        cfg.parent.mkdir()
+        cfg.write_text(_NEMO)
+        axes.update(scenario="chat", model=str(cfg))
+        model, sc = str(cfg), cat.scenario("chat")
+    else:
+        axes.update(scenario="chat", model="qwen3-30b-a3b")
+        model, sc = "qwen3-30b-a3b", cat.scenario("chat")
+    d = Demand.from_scenario(sc)
+    m = cat.model(model)
+    assert d.within_context(m.max_context_tokens).served_fraction < 1.0      # the truncation binds
+    df = SW.analytic_table(axes, catalog=cat)
+    from fastsim.analytic import ScreenOptions
+    ref = screen(m, d, catalog=cat, options=ScreenOptions(gpus=("B200", "H100"), precisions=("FP8",), tps=(1, 2),
+                                                          modes=("colocated",)))
+    _colocated_equal(df, ref)
+    served = d.within_context(m.max_context_tokens)
+    assert (df.mean_output_tokens == served.mean_output_tokens).all()
+    if case == "heavy":
+        assert df[df.feasible].instances.min() == 1
+
+
+def test_a_workload_mostly_beyond_the_context_is_infeasible_with_the_screens_reason(tmp_path):
+    from fastsim.catalog import load_catalog
+    from fastsim.analytic import ScreenOptions
+    cat_file = tmp_path / "heavy.toml"
+    cat_file.write_text(_HEAVY)
+    cat = load_catalog([str(cat_file)])
+    df = SW.analytic_table({"scenario": "long", "gpu": "B200", "precision": "FP8", "tp": [1, 2],
+                            "mode": "colocated"}, catalog=cat)
+    ref = screen("llama-3.1-8b", Demand.from_scenario(cat.scenario("long")), catalog=cat,
+                 options=ScreenOptions(gpus=("B200",), precisions=("FP8",), tps=(1, 2), modes=("colocated",)))
+    assert not df.feasible.any() and not ref.feasible.any()
+    assert set(df.reason) == set(ref.reason) and len(set(df.reason)) == 1
+    assert "context" in df.reason.iloc[0]
+    assert (df.gpus == 0).all() and np.isinf(df.usd_per_million_output_tokens).all()

@@ -78,7 +78,10 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: the same id whether they come from ``tp`` / ``instances`` or from the side axes (equal sides hash
 #: as the stand-in alone, differing ones as both side axes; those ids, and every colocated one, are
 #: unchanged; the others changed).
-TABLE_VERSION = 7
+#: 8: a scenario's figures are those of the requests within the model's context, as the screen's
+#: (``Demand.within_context``): served means, sizing for the served rate, infeasible when fewer than
+#: 90% fit (version 7 priced the untruncated lengths: heavy tails sized far too many instances).
+TABLE_VERSION = 8
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -93,14 +96,17 @@ class _Tables:
     ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout) -> params row, -1 (no peak), -2 (refused)
     tps: list
     model_code_of_point_axis: np.ndarray   # (n_model_axis, n_source) -> index into models
-    demand: np.ndarray          # (n_source, n_ttft, n_tpot, 10)
+    demand: np.ndarray          # (n_model_eff, n_source, n_ttft, n_tpot, 10): lengths within the model's context
     rate: np.ndarray            # (n_source, n_rate)
     ttft: np.ndarray            # (n_source, n_ttft)
     tpot: np.ndarray            # (n_source, n_tpot)
     price: np.ndarray           # (n_price, n_gpu)
-    mean_o: np.ndarray          # (n_source,)
-    mean_p: np.ndarray
-    lat_p: np.ndarray
+    mean_o: np.ndarray          # (n_model_eff, n_source): served means (Demand.within_context)
+    mean_p: np.ndarray          # (n_model_eff, n_source)
+    lat_p: np.ndarray           # (n_source,): latency-quantile prompt (never truncated)
+    served: np.ndarray          # (n_model_eff, n_source): share of the requests within the model's context
+    ctx_reason: np.ndarray      # (n_model_eff, n_source): index into ``reasons``, -1 when the context allows a P90
+    reasons: np.ndarray         # _REASONS, then the context reasons of this grid (object)
 
 
 def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
@@ -139,24 +145,40 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                         rows.append(step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep))
     params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
     ns = len(srcs)
+    nm = len(models)
     ttfts = A["ttft_s"]
     tpots = A["tpot_s"]
     rates = A["rate_req_per_s"]
-    demand = np.zeros((ns, len(ttfts), len(tpots), 10))
+    demand = np.zeros((nm, ns, len(ttfts), len(tpots), 10))
     ttft = np.zeros((ns, len(ttfts)))
     tpot = np.zeros((ns, len(tpots)))
     rate = np.zeros((ns, len(rates)))
+    mean_p, mean_o = np.zeros((nm, ns)), np.zeros((nm, ns))
+    served = np.ones((nm, ns))
+    ctx_reason = np.full((nm, ns), -1, dtype=np.int64)
+    reasons = list(_REASONS)
+    used = np.zeros((nm, ns), dtype=bool)          # only the (model, source) pairs some point has
+    used[mcode, np.arange(ns)[None, :]] = True
     for i, src in enumerate(srcs):
-        mp, mo, lp, lo, wp = src.lengths
         for a, v in enumerate(ttfts):
             ttft[i, a] = v if v is not None else src.ttft_s
         for b, v in enumerate(tpots):
             tpot[i, b] = v if v is not None else src.tpot_s
         for r, v in enumerate(rates):
             rate[i, r] = v if v is not None else src.rate_req_per_s
-        for a in range(len(ttfts)):
-            for b in range(len(tpots)):
-                demand[i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail, wp, 0.0)
+        for k, m in enumerate(models):
+            if not used[k, i]:
+                continue
+            mp, mo, lp, lo, wp, f = _served_lengths(src, m)
+            mean_p[k, i], mean_o[k, i], served[k, i] = mp, mo, f
+            why = _context_reason(m, lp, lo, f)
+            if why:
+                if why not in reasons:
+                    reasons.append(why)
+                ctx_reason[k, i] = reasons.index(why)
+            for a in range(len(ttfts)):
+                for b in range(len(tpots)):
+                    demand[k, i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail, wp, 0.0)
     price = np.zeros((len(A["price"]), len(gpus)))
     for i, pv in enumerate(A["price"]):
         for j, g in enumerate(gpus):
@@ -168,7 +190,39 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 price[i, j] = pv
     lens = np.array([src.lengths for src in srcs], dtype=np.float64)
     return _Tables(models, params, ptab, tps, mcode, demand, rate, ttft, tpot, price,
-                   lens[:, 1].copy(), lens[:, 0].copy(), lens[:, 2].copy())
+                   mean_o, mean_p, lens[:, 2].copy(), served, ctx_reason, np.array(reasons, dtype=object))
+
+
+def _served_lengths(src, model) -> tuple:
+    """A source's length figures on a model, as the screen prices them: ``(mean P, mean O, latency P,
+    latency O, E[P^2] / E[P], served fraction)``.
+
+    A scenario's are those of :meth:`fastsim.analytic.Demand.from_scenario` truncated at the
+    model's context by :meth:`~fastsim.analytic.Demand.within_context` (the simulator rejects a
+    request whose prompt + output exceeds it); a trace's are its own (the screen does not truncate
+    empirical lengths either), with served fraction 1.
+    """
+    if src.kind != "scenario":
+        mp, mo, lp, lo, wp = src.lengths
+        return mp, mo, lp, lo, wp, 1.0
+    from ..analytic import Demand
+    d = Demand.from_scenario(src.obj).within_context(model.max_context_tokens)
+    return (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens,
+            d.work_prompt_tokens, d.served_fraction)
+
+
+def _context_reason(model, lat_p: float, lat_o: float, served: float) -> str:
+    """The screen's reason why no plan of ``model`` can meet a P90 SLO on a workload (:func:`fastsim.analytic.screen`):
+    the latency-quantile request is longer than the context, or fewer than 90% of the requests fit it; "" otherwise."""
+    longest = lat_p + lat_o
+    if longest > model.max_context_tokens:
+        return (f"the latency-quantile request ({longest:,.0f} tokens of prompt + output) is longer than "
+                f"{model.name}'s context of {model.max_context_tokens:,} tokens")
+    if served < 0.9:
+        return (f"only {served:.1%} of the requests fit {model.name}'s context of "
+                f"{model.max_context_tokens:,} tokens (prompt + output); the rest are rejected, so a P90 "
+                "SLO cannot hold")
+    return ""
 
 
 def _codes(grid: SweepGrid, ix: np.ndarray) -> dict:
@@ -248,12 +302,13 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"]]
     row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"]]
     nT, nP = len(A["ttft_s"]), len(A["tpot_s"])
-    drow = (src * nT + c["ttft_s"]) * nP + c["tpot_s"]
+    ns = T.demand.shape[1]
+    drow = ((mi * ns + src) * nT + c["ttft_s"]) * nP + c["tpot_s"]
     chunk_vals = np.array([0 if v == _AUTO else v for v in A["chunk_tokens"]], dtype=np.int64)
     chunk = np.where(disagg, 0, chunk_vals[c["chunk_tokens"]])
     mb = np.array(A["max_batch"], dtype=np.int64)[c["max_batch"]]
     # unique instance rows: (params row, demand row, chunk, max_batch)
-    nd = T.demand.shape[0] * nT * nP
+    nd = T.demand.shape[0] * ns * nT * nP
     cu, cinv = np.unique(chunk, return_inverse=True)
     mu, minv = np.unique(mb, return_inverse=True)
     ok_peak = (row_a >= 0) & ((row_b >= 0) | ~disagg)
@@ -288,7 +343,10 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
                     np.asarray(s.chunk_tokens, dtype=np.float64),
                     st, dcap, db, dstep, pcap, prho, ps, cst, ccap, cb, cc, cstep)
     rate = T.rate[src, c["rate_req_per_s"]]
-    mean_o = T.mean_o[src]
+    # the instances carry the requests within the model's context (Demand.served_rate_req_per_s)
+    served = rate * T.served[mi, src]
+    mean_o = T.mean_o[mi, src]
+    ctx_bad = T.ctx_reason[mi, src]
     price = T.price[c["price"], c["gpu"]]
     inst_vals = np.array([0 if v == _AUTO else v for v in A["instances"]], dtype=np.int64)[c["instances"]]
     def side_inst(name):
@@ -299,14 +357,14 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     # colocated
     col_ok = ok_peak & (cst[inv_a] == AK.OK)
     cap_c = np.where(col_ok, ccap[inv_a], 0.0)
-    n_c, big_c = _sized(inst_vals, rate, cap_c)
+    n_c, big_c = _sized(inst_vals, served, cap_c)
     # disaggregated
     cap_p = np.where(ok_peak, pcap[inv_b], 0.0)
     cap_d = np.where(ok_peak, dcap[inv_a], 0.0)
     dis_ok = ok_peak & (cap_p > 0) & (cap_d > 0)
     pi, di = side_inst("prefill_instances"), side_inst("decode_instances")
-    n_p, big_p = _sized(pi, rate, cap_p)
-    n_d, big_d = _sized(di, rate, cap_d)
+    n_p, big_p = _sized(pi, served, cap_p)
+    n_d, big_d = _sized(di, served, cap_d)
     # a point whose rate needs more than MAX_INSTANCES (on auto) is not sized: infeasible, said so
     too_many = np.where(disagg, dis_ok & (big_p | big_d), col_ok & big_c)
     ok_plan = np.where(disagg, dis_ok, col_ok)     # the instance itself works (per-instance columns)
@@ -324,15 +382,19 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     reason = np.where(dec_bad, np.where(st[inv_a] == AK.NO_FIT, _R_DEC_NOFIT, _R_DEC_TPOT), reason)
     reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, _R_NOPEAK), reason)
     reason = np.where(too_many, _R_TOO_MANY, reason)
-    below = ok & (capacity < rate * (1.0 - 1e-9))
+    below = ok & (capacity < served * (1.0 - 1e-9))
     reason = np.where(below, _R_BELOW, reason)
+    # more than a tenth of the requests cannot be served by any plan of the model (the screen's rule)
+    too_long = ctx_bad >= 0
+    reason = np.where(too_long, ctx_bad, reason)
+    ok = ok & ~too_long
     feasible = ok & ~below
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cost = np.where(feasible, gpus * price / (rate * mean_o * 3600.0) * 1e6, np.inf)
+        cost = np.where(feasible, gpus * price / (served * mean_o * 3600.0) * 1e6, np.inf)
         eff_c = tp_vals * price / (cap_c * mean_o * 3600.0) * 1e6
         eff_d = (pt / cap_p + dt / cap_d) * price / (mean_o * 3600.0) * 1e6
-        eff = np.where(ok_plan, np.where(disagg, eff_d, eff_c), np.inf)
-        tok_gpu = np.where(feasible, rate * mean_o / gpus, np.nan)
+        eff = np.where(ok_plan & ~too_long, np.where(disagg, eff_d, eff_c), np.inf)
+        tok_gpu = np.where(feasible, served * mean_o / gpus, np.nan)
     lat_p = T.lat_p[src]
     chunk_eff = np.where(disagg, 0, cc[inv_a])
     step_c = cstep[inv_a]
@@ -365,7 +427,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         "decode_instances": _nullable(di_row, disagg & (di_row > 0)),
         "workload": src_labels[src], "rate_req_per_s": rate, "ttft_s": T.ttft[src, c["ttft_s"]],
         "tpot_s": T.tpot[src, c["tpot_s"]], "price": price_labels[c["price"]], "price_usd_per_gpu_hour": price,
-        "mean_prompt_tokens": T.mean_p[src], "mean_output_tokens": mean_o,
+        "mean_prompt_tokens": T.mean_p[mi, src], "mean_output_tokens": mean_o,
         "instance_capacity_req_per_s": np.where(disagg, cap_d, cap_c),
         "prefill_capacity_req_per_s": np.where(disagg, cap_p, np.nan),
         "decode_capacity_req_per_s": np.where(disagg, cap_d, np.nan),
@@ -374,7 +436,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         "analytic_ttft_s": a_ttft, "analytic_tpot_s": a_tpot,
         "gpus": np.where(ok, gpus, 0).astype(np.int64), "usd_per_hour": np.where(ok, gpus * price, 0.0),
         "usd_per_million_output_tokens": cost, "efficiency_usd_per_million_output_tokens": eff,
-        "output_tokens_per_s_per_gpu": tok_gpu, "feasible": feasible, "reason": _REASONS[reason],
+        "output_tokens_per_s_per_gpu": tok_gpu, "feasible": feasible, "reason": T.reasons[reason],
     }
 
 
