@@ -583,3 +583,32 @@ def test_a_workload_mostly_beyond_the_context_is_infeasible_with_the_screens_rea
     assert set(df.reason) == set(ref.reason) and len(set(df.reason)) == 1
     assert "context" in df.reason.iloc[0]
     assert (df.gpus == 0).all() and np.isinf(df.usd_per_million_output_tokens).all()
+
+
+def test_a_grid_files_relative_model_and_trace_paths_are_the_files(tmp_path, monkeypatch):
+    """``model = ["../nemo/config.json"]`` in grids/g.toml names tmp/nemo/config.json wherever the
+    sweep runs from (it was resolved against the working directory); so does a relative trace."""
+    (tmp_path / "nemo").mkdir()
+    (tmp_path / "nemo" / "config.json").write_text(_NEMO)
+    (tmp_path / "grids").mkdir()
+    g = tmp_path / "grids" / "g.toml"
+    g.write_text('[axes]\nmodel = ["../nemo/config.json", "llama-3.1-8b"]\ngpu = "B200"\nprecision = "FP8"\n'
+                 'tp = 1\nmode = "colocated"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    axes, _ = SW.load_grid(str(g))
+    assert axes["model"] == [str(tmp_path / "nemo" / "config.json"), "llama-3.1-8b"]
+    df = SW.analytic_table(axes)
+    assert len(df) == 2
+    g.write_text('[axes]\ntrace = "../traces/t.csv"\nttft_s = 1\ntpot_s = 0.05\n')
+    assert SW.load_grid(str(g))[0]["trace"] == str(tmp_path / "traces" / "t.csv")
+    g.write_text('[axes]\ntrace = ["azure-conv", "/abs/t.csv"]\nmodel = "llama-3.1-8b"\n')
+    assert SW.load_grid(str(g))[0] == {"trace": ["azure-conv", "/abs/t.csv"], "model": "llama-3.1-8b"}
+    # on the command line a relative path stays the working directory's
+    monkeypatch.chdir(tmp_path / "grids")
+    assert main(["sweep", "--axis", "model=nemo/config.json", "--axis", "gpu=B200", "--axis", "precision=FP8",
+                 "--axis", "tp=1", "--axis", "mode=colocated", "--format", "csv"]) == 2
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--axis", "model=nemo/config.json", "--axis", "gpu=B200", "--axis", "precision=FP8",
+                 "--axis", "tp=1", "--axis", "mode=colocated", "--format", "csv"]) == 0

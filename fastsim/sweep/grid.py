@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -841,6 +842,13 @@ def load_grid(path: str) -> tuple:
     ------
     FastsimInputError
         A missing or malformed file, no ``[axes]`` table, an unknown top-level table or setting.
+
+    Notes
+    -----
+    A relative ``config.json`` path on the ``model`` axis and a relative trace path on the
+    ``trace`` axis are resolved against the grid file's directory, not the working directory (as a
+    catalog file's scenario model is, :func:`fastsim.catalog.load_catalog`); model names, built-in
+    trace names and absolute paths are kept as given.
     """
     try:
         with open(path, "rb") as fh:
@@ -861,7 +869,29 @@ def load_grid(path: str) -> tuple:
     bad = set(settings) - keys
     if bad:
         raise FastsimInputError(f"[sweep] in {path}", sorted(bad), "keys among " + ", ".join(sorted(keys)))
-    return dict(t["axes"]), dict(settings)
+    axes = dict(t["axes"])
+    for name in ("model", "trace"):
+        if name in axes:
+            v = axes[name]
+            axes[name] = ([_relative_to(x, name, path) for x in v] if isinstance(v, list)
+                          else _relative_to(v, name, path))
+    return axes, dict(settings)
+
+
+def _relative_to(value, axis: str, grid_path) -> object:
+    """A grid file's ``model`` / ``trace`` value with a relative path resolved against the file's directory."""
+    from ..catalog import _is_path
+    from ..workload import BUILTIN_TRACES
+    if not isinstance(value, str) or not value.strip():
+        return value                                   # make_grid names the bad value
+    if axis == "model" and not _is_path(value):
+        return value                                   # a catalog name
+    if axis == "trace" and value.strip().lower() in BUILTIN_TRACES:
+        return value
+    if os.path.isabs(os.path.expanduser(value)):
+        return value
+    base = os.path.dirname(os.path.abspath(os.fspath(grid_path)))
+    return os.path.normpath(os.path.join(base, value))
 
 
 # ---------------------------------------------------------------------------------------------
