@@ -644,6 +644,8 @@ class Plan:
                       f"draft {self.spec_draft})")
         if self.prefix_hit_fraction:
             extra += f", {self.prefix_hit_fraction:.0%} prefix-cache hits"
+        if self.max_batch:
+            extra += f", at most {self.max_batch} requests per {'decode ' if self.mode == 'disaggregated' else ''}instance"
         if self.mode == "disaggregated" and self.heterogeneous:
             return (f"disaggregated, prefill {self.prefill_gpu_name} {self.prefill_precision_name} "
                     f"{inst(self.prefill_instances, self.prefill_tp)} + decode {self.gpu} {self.precision} "

@@ -761,7 +761,7 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
         own = _builtin_time_unit(key)
         if time_unit is not None and time_unit != own:
             if own is None:
-                raise FastsimInputError("time_unit", time_unit, f"None for the built-in trace {name_or_path.strip()} "
+                raise FastsimInputError("time_unit", time_unit, f"no time unit (None) for the built-in trace {name_or_path.strip()} "
                                         "(its timestamps are date-times)")
             raise FastsimInputError("time_unit", time_unit, f"None or {own!r} for the built-in trace "
                                     f"{name_or_path.strip()} (its timestamps are in {own})")
@@ -1017,7 +1017,7 @@ def _parse_timestamps(ts: list, lineno: list, where: str, col: str, time_unit=No
     except ValueError:
         numeric = False
     if not numeric and time_unit is not None:
-        raise FastsimInputError("time_unit", time_unit, f"None for {where}: its {col} values are date-times, "
+        raise FastsimInputError("time_unit", time_unit, f"no time unit (None) for {where}: its {col} values are date-times, "
                                 "which carry their own unit")
     if numeric:
         out = np.empty(len(ts), dtype=np.float64)

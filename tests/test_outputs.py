@@ -431,7 +431,7 @@ def test_csv_in_milliseconds_with_time_unit(capsys, tmp_path):
 def test_time_unit_refused_for_date_times():
     from fastsim.errors import FastsimInputError
     from fastsim.workload import read_trace
-    with pytest.raises(FastsimInputError, match=r"time_unit: got 's'; allowed: None for the built-in trace azure-conv"):
+    with pytest.raises(FastsimInputError, match=r"time_unit: got 's'; allowed: no time unit \(None\) for the built-in trace azure-conv"):
         read_trace("azure-conv", time_unit="s")
 
 
