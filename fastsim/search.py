@@ -696,6 +696,19 @@ class CapacityResult:
         What the figures need said: a horizon that understates the capacity
         (:func:`horizon_floor`), a search that stopped at a probe that measured nothing, an
         undetermined result, a search that reached the largest rate it probes.
+    search_bracket : (float, float)
+        The search's own bracket before the probes added for the interval: its largest passing
+        and smallest failing rate (0 when none passed, inf when none failed); empty when not
+        recorded. It differs from ``bracket`` only when the result is :attr:`unstable`.
+
+    Notes
+    -----
+    When the probes contradict each other (a failing probe below a passing one:
+    :attr:`contradicting_probes`), the result is :attr:`unstable`: the search has no single answer
+    at these seeds and horizon. ``rate_req_per_s``, ``bracket`` and ``ci95`` still hold the
+    estimator's (conservative) figures, bounded by the smallest failing probe, but
+    :meth:`to_dict` reports no estimate, interval or ratio (null, with the reason), and
+    :attr:`analytic_ratio` and :attr:`simulated_ratio` are NaN.
     """
 
     rate_req_per_s: float
@@ -709,6 +722,7 @@ class CapacityResult:
     probe_seeds: tuple = ()
     probe_measured: tuple = ()
     notes: tuple = ()
+    search_bracket: tuple = ()
 
     @property
     def undetermined(self) -> bool:
@@ -716,17 +730,97 @@ class CapacityResult:
         return not math.isfinite(self.rate_req_per_s)
 
     @property
-    def estimate_in_ci(self) -> bool:
-        """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; True without an interval or an estimate)."""
+    def unstable(self) -> bool:
+        """Whether the probes contradict each other, so the search has no single answer (bool).
+
+        True when a probe failed below a passing one (:attr:`contradicting_probes` is not empty):
+        the attainment or the backlog slope fluctuates around its threshold at these seeds and
+        horizon, and another order of probes would give another answer. A longer horizon or more
+        seeds steady it. The estimator's figures bound the capacity conservatively (the smallest
+        failing probe); :attr:`conflict` and :attr:`unstable_reason` say where the probes disagree.
+        """
+        return bool(self.contradicting_probes)
+
+    @property
+    def conflict(self):
+        """Where the probes disagree: ``((fail_lo, fail_hi), (pass_lo, pass_hi))`` or None when stable.
+
+        Returns
+        -------
+        tuple of two (float, float) or None
+            The lowest and highest rate of the probes that failed at or below the largest passing
+            rate, and of those that passed at or above the smallest failing rate (probes without a
+            verdict left out); None when no probe contradicts another (:attr:`unstable` False).
+        """
+        if not self.unstable:
+            return None
+        judged = [p for p in self.probes if not (p[1] != p[1] and not p[2])]
+        top_pass = max(p[0] for p in judged if p[3])
+        low_fail = min(p[0] for p in judged if not p[3])
+        fails = [p[0] for p in judged if not p[3] and p[0] <= top_pass]
+        passes = [p[0] for p in judged if p[3] and p[0] >= low_fail]
+        return (min(fails), max(fails)), (min(passes), max(passes))
+
+    @property
+    def unstable_detail(self) -> str:
+        """Where and why an :attr:`unstable` result's probes disagree (str; empty when stable).
+
+        Names the rates that fail and pass, why the failing ones failed (flagged overloaded,
+        perhaps with the attainment as high as the passing probes', or the attainment or slope at
+        its threshold), the conservative end (the estimator's bound: ``bracket``) and the search's
+        own bracket (:attr:`search_bracket`).
+        """
+        c = self.conflict
+        if c is None:
+            return ""
+        (f0, f1), (p0, p1) = c
+        judged = [p for p in self.probes if not (p[1] != p[1] and not p[2])]
+        failing = [p for p in judged if not p[3] and p[0] <= p1]
+        if all(p[2] for p in failing):
+            pass_att = [p[1] for p in judged if p[3] and p[1] == p[1]]
+            high = bool(pass_att) and all(p[1] == p[1] and p[1] >= min(pass_att) for p in failing)
+            why = ("the failing ones flagged overloaded by the backlog-slope test, which is noisy at this horizon "
+                   "and these seeds" + (", their attainment as high as the passing ones'" if high else ""))
+        else:
+            why = "the attainment or the backlog slope hovers at its threshold"
+
+        def span(a, b):
+            return f"{a:.3f}" if a == b else f"{a:.3f}-{b:.3f}"
+        lo, hi = self.bracket
+        cons = (f"below {hi:.3f} req/s" if lo == 0 else
+                f"{self.rate_req_per_s:.3f} req/s (between {lo:.3f} and {hi:.3f})")
+        sb = ""
+        if len(self.search_bracket) == 2:
+            a, b = self.search_bracket
+            sb = f", the search's bracket is [{a:.3f}, {b:.3f}]" if math.isfinite(b) else \
+                f", the search's bracket is [{a:.3f}, inf)"
+        return f"probes at {span(f0, f1)} req/s fail while {span(p0, p1)} pass ({why}); the conservative end is {cons}{sb}"
+
+    @property
+    def unstable_reason(self) -> str:
+        """Why an :attr:`unstable` result has no single answer (str; empty when stable): :attr:`unstable_detail`
+        prefixed with the seeds and horizon, followed by what steadies it."""
+        if not self.unstable:
+            return ""
+        return (f"no stable answer at a {self.horizon_s:g}-s horizon and {self.seeds} seed"
+                f"{'s' if self.seeds != 1 else ''}: {self.unstable_detail}; a longer horizon (or more seeds) "
+                "steadies it")
+
+    @property
+    def estimate_in_ci(self):
+        """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; None without an interval or an estimate)."""
         lo, hi = self.ci95
         if not (math.isfinite(lo) and math.isfinite(hi)) or self.undetermined:
-            return True
+            return None
         return bool(lo <= self.rate_req_per_s <= hi)
 
     @property
     def analytic_ratio(self) -> float:
-        """Analytic capacity / simulated capacity (float; > 1: the analytic screen is optimistic); inf at 0."""
-        if self.undetermined:
+        """Analytic capacity / simulated capacity (float; > 1: the analytic screen is optimistic); inf at 0.
+
+        NaN when the result is undetermined or :attr:`unstable` (no single simulated capacity).
+        """
+        if self.undetermined or self.unstable:
             return float("nan")
         return self.analytic_req_per_s / self.rate_req_per_s if self.rate_req_per_s > 0 else float("inf")
 
@@ -754,8 +848,10 @@ class CapacityResult:
         The lecture (§2.3, §6) measured 0.91 chat, 1.11 offline batch, 0.69 coding agent, and says
         the analytic capacity of the coding agent is 1/0.69 times the simulated one, so its figures
         are simulated / analytic (see docs/REPRODUCTION.md). Returns a float, nan when the
-        analytic capacity is 0 or the result is undetermined.
+        analytic capacity is 0 or the result is undetermined or :attr:`unstable`.
         """
+        if self.unstable:
+            return float("nan")
         return self.rate_req_per_s / self.analytic_req_per_s if self.analytic_req_per_s > 0 else float("nan")
 
     def to_dict(self) -> dict:
@@ -768,10 +864,14 @@ class CapacityResult:
             dicts, each with ``seeds_run``, ``measured`` and, where its attainment is null,
             ``null_reasons``), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``,
             ``seeds``, ``horizon_s``, ``estimate_method``, ``ci_method``, ``estimate_in_ci``,
-            ``contradicting_probes``, ``undetermined`` and ``notes``; non-finite values (an
+            ``contradicting_probes``, ``undetermined``, ``unstable``, ``unstable_reason``,
+            ``search_bracket_req_per_s`` (when recorded) and ``notes``; non-finite values (an
             unbounded bracket, a missing interval, a ratio to 0) become None, each explained in
             ``null_reasons`` (field -> reason starting with ``infinite`` or ``not applicable``);
-            ``per_seed_attainment`` is left out.
+            ``per_seed_attainment`` is left out. An :attr:`unstable` result reports no
+            ``rate_req_per_s``, ``ci95_req_per_s``, ratios or ``estimate_in_ci`` (null, the
+            reason pointing to ``unstable_reason``); its ``bracket_req_per_s`` is the conservative
+            bound. ``estimate_in_ci`` is null without an interval or an estimate.
         """
         from ._output import null_reasons, strict
         probes = []
@@ -797,13 +897,31 @@ class CapacityResult:
              "estimate_in_ci": self.estimate_in_ci,
              "contradicting_probes": len(self.contradicting_probes),
              "undetermined": self.undetermined,
+             "unstable": self.unstable,
+             "unstable_reason": self.unstable_reason or None,
              "notes": list(self.notes)}
+        if len(self.search_bracket) == 2:
+            d["search_bracket_req_per_s"] = list(self.search_bracket)
+        unstable = ("not applicable: unstable, the probes contradict each other, so there is no single answer at "
+                    "these seeds and horizon (see unstable_reason)")
+        if self.unstable:
+            d.update(rate_req_per_s=math.nan, ci95_req_per_s=[math.nan, math.nan], estimate_in_ci=None)
         undetermined = "not applicable: undetermined, no probe measured a request (see notes)"
 
         def explain(k, v):
             if self.undetermined and k in ("rate_req_per_s", "bracket_req_per_s", "ci95_req_per_s",
-                                           "analytic_ratio", "simulated_ratio"):
+                                           "analytic_ratio", "simulated_ratio", "estimate_in_ci"):
                 return undetermined
+            if self.unstable and k in ("rate_req_per_s", "ci95_req_per_s", "analytic_ratio", "simulated_ratio",
+                                       "estimate_in_ci"):
+                return unstable
+            if k == "unstable_reason":
+                return "not applicable: the probes' verdicts are monotone in rate (no probe contradicts another)"
+            if k == "estimate_in_ci":
+                return ("not applicable: one seed gives no interval (use 2 seeds or more)" if self.seeds < 2 else
+                        "not applicable: no interval was resampled (no probe passed, or bootstrap=0)")
+            if k == "search_bracket_req_per_s":
+                return "infinite: no probe of the search failed, so its bracket has no upper end"
             if k == "bracket_req_per_s":
                 return "infinite: no probe failed, so the bracket has no upper end"
             if k == "ci95_req_per_s":
@@ -1672,8 +1790,10 @@ class _Bisection:
                 notes.append(f"the search passed at {self.max_rate:.6g} req/s, the largest rate it probes at a "
                              f"{self.horizon_s:g}-s horizon (a seed's draw is at most fastsim.workload.MAX_REQUESTS "
                              "requests; fastsim.search.MAX_RATE_REQ_PER_S): the capacity lies above it")
+        search_bracket = (float(self.lo) if self.lo is not None else 0.0,
+                          float(self.hi) if self.hi is not None else math.inf)
         return CapacityResult(estimate, bracket, ci, self.probes, per_seed_att, self.analytic, self.S,
-                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes))
+                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes), search_bracket)
 
 
 #: Requests one batch of simulations of :func:`max_sustainable_rates` may hold (its runs'

@@ -200,6 +200,20 @@ def test_estimate_bracket_and_interval_are_one_estimator_on_the_same_probes():
     # every passing probe lies above that bound: each contradicts the bracket, and is listed
     passed = [p for p in res.probes if p[3]]
     assert len(passed) >= 3 and res.contradicting_probes == passed
+    # the probes contradict each other: no single answer, said rather than presented as 0
+    assert res.unstable and not res.undetermined
+    (f0, f1), (p0, p1) = res.conflict
+    assert (f0, f1) == (min(p[0] for p in boot), max(p[0] for p in boot))
+    assert (p0, p1) == (min(p[0] for p in passed), max(p[0] for p in passed))
+    assert res.search_bracket[0] == max(p[0] for p in passed) and res.search_bracket[1] > res.search_bracket[0]
+    assert math.isnan(res.simulated_ratio) and math.isnan(res.analytic_ratio)
+    assert "flagged overloaded by the backlog-slope test" in res.unstable_detail
+    assert f"the conservative end is below {res.bracket[1]:.3f} req/s" in res.unstable_detail
+    d = res.to_dict()
+    assert d["unstable"] is True and d["rate_req_per_s"] is None and d["estimate_in_ci"] is None
+    assert d["ci95_req_per_s"] == [None, None] and d["bracket_req_per_s"] == [0.0, res.bracket[1]]
+    assert d["unstable_reason"] == res.unstable_reason and res.unstable_reason.startswith("no stable answer at a 600-s")
+    assert d["null_reasons"]["ci95_req_per_s"].startswith("not applicable: unstable")
 
 
 def test_with_two_seeds_the_estimate_always_lies_in_its_interval():
@@ -228,7 +242,8 @@ def test_a_probe_that_measured_nothing_has_no_verdict_and_ends_the_search():
     assert rates == pytest.approx([10.0 / 1.25 ** k for k in range(9)])      # was: 40 probes down to 1.6e-3
     assert math.isnan(res.probes[-1][1]) and res.probe_measured[-1] == 0 and res.probe_measured[0] == 100
     assert res.rate_req_per_s == 0.0 and res.bracket == (0.0, rates[-2])
-    assert res.contradicting_probes == []
+    assert res.contradicting_probes == [] and not res.unstable and res.conflict is None
+    assert res.unstable_reason == "" and res.to_dict()["unstable"] is False
     (note,) = [n for n in res.notes if "stopped" in n]
     assert f"stopped at {rates[-1]:.4g} req/s" in note and f"below the smallest failing probe, {rates[-2]:.4g}" in note
     d = res.to_dict()

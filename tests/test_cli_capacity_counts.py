@@ -109,11 +109,16 @@ def test_csv_row_carries_the_notes_about_every_count_and_its_own(capsys):
     assert rc == 0
     rows = pd.read_csv(io.StringIO(out))
     assert rows["instances"].tolist() == [1, 2]
-    own = [[n for n in json.loads(x) if n.startswith("instances ")] for x in rows["notes"]]
-    shared = [[n for n in json.loads(x) if not n.startswith("instances ")] for x in rows["notes"]]
-    assert own[0] and all(n.startswith("instances 1: ") for n in own[0])
+    # a note about one count starts with it; the legend of a row's n/a cells names its count
+    own = [[n for n in json.loads(x) if n.startswith("instances ") or "(count " in n] for x in rows["notes"]]
+    shared = [[n for n in json.loads(x) if not (n.startswith("instances ") or "(count " in n)] for x in rows["notes"]]
+    assert own[0] and all(n.startswith("instances 1: ") or "(count 1)" in n for n in own[0])
     assert all(n.startswith("instances 2: ") for n in own[1])
     assert shared[0] == shared[1] and any("searched together" in n for n in shared[0])
+    # count 1's probes contradict each other: its row says it is unstable, with no estimate or interval
+    assert rows["unstable"].tolist() == [True, False]
+    assert pd.isna(rows["rate_req_per_s"][0]) and rows["rate_req_per_s"][1] > 0
+    assert any(n.startswith("instances 1: unstable: no stable answer at --horizon 60 s and --seeds 2") for n in own[0])
     # every note is printed once on stderr, in the order of the JSON's notes
     printed = [ln[len("note: "):] for ln in err.splitlines() if ln.startswith("note: ")]
     assert set(own[0]) | set(own[1]) | set(shared[0]) == set(printed) and len(printed) == len(set(printed))
@@ -144,12 +149,17 @@ def test_csv_row_legend_explains_only_its_own_empty_cells(capsys, monkeypatch):
 
 
 def test_repro_count_estimate_lies_in_its_interval_and_the_horizon_note_is_said_once(capsys):
-    """`--instance-counts 1 --seeds 2 --horizon 60` printed an estimate outside its own 95% interval."""
+    """`--instance-counts 1 --seeds 2 --horizon 60` printed an estimate outside its own 95% interval; then
+    0.000 for count 1, whose probes contradict each other: that count is now unstable, with no estimate."""
     rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1,2", "--seeds", "2", "--horizon", "60",
                        "--format", "json")
     assert rc == 0, err
     d = json.loads(out)
-    for r in d["capacities"]:
+    one, two = d["capacities"]
+    assert one["unstable"] is True and one["rate_req_per_s"] is None and one["ci95_req_per_s"] == [None, None]
+    assert one["estimate_in_ci"] is None and one["null_reasons"]["rate_req_per_s"].startswith("not applicable: unstable")
+    assert one["unstable_reason"].startswith("no stable answer at a 60-s horizon and 2 seeds: probes at ")
+    for r in [two]:
         c0, c1 = r["ci95_req_per_s"]
         assert r["estimate_in_ci"] is True and c0 <= r["rate_req_per_s"] <= c1
         assert r["bracket_req_per_s"][0] <= r["rate_req_per_s"] <= r["bracket_req_per_s"][1]
@@ -171,3 +181,16 @@ def test_one_instance_limit_for_counts_flags_and_the_api():
     assert MAX_INSTANCE_COUNT == MAX_INSTANCES == S.MAX_INSTANCES == 4096
     with pytest.raises(FastsimInputError, match="goes past 4096 instances"):
         _instance_counts("100000")
+
+
+def test_table_row_of_an_unstable_count_says_so(capsys):
+    """`--instance-counts 1,2 --seeds 2 --horizon 60 --tol 0.02` printed 0.000 for count 1 (its probes
+    contradict each other); the row now says unstable, its interval and ratio n/a, and a note says why."""
+    rc, out, err = run(capsys, *CHAT_B200, "--instance-counts", "1,2", "--seeds", "2", "--horizon", "60",
+                       "--tol", "0.02")
+    assert rc == 0, err
+    row = next(ln.split() for ln in out.splitlines() if ln.startswith("1 "))
+    assert row[3] == "unstable" and row[7] == "n/a" and row[8] == "n/a"
+    assert "0.000 - 0.000" not in out
+    assert any(ln.startswith("note: instances 1: unstable: no stable answer at --horizon 60 s and --seeds 2: probes "
+                             "at ") for ln in (out + err).splitlines())
