@@ -194,3 +194,28 @@ def test_table_row_of_an_unstable_count_says_so(capsys):
     assert "0.000 - 0.000" not in out
     assert any(ln.startswith("note: instances 1: unstable: no stable answer at --horizon 60 s and --seeds 2: probes "
                              "at ") for ln in (out + err).splitlines())
+
+
+def test_counts_refuse_a_plan_verified_under_an_engine_policy(capsys, tmp_path):
+    """`--from-plan vllm_plans.json --instance-counts 1,2` silently ran the lecture scheduler (the counts'
+    searches simulate it only) and said each answer equals the one-plan search's, which runs vllm."""
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--no-verify",
+                     "--format", "json", "--top-k", "1")
+    assert rc == 0
+    d = json.loads(out)
+    d["plans"][0]["verification"] = {"passed": True, "policy": "vllm"}
+    f = tmp_path / "vllm_plans.json"
+    f.write_text(json.dumps(d))
+    rc, out, err = run(capsys, "capacity", "--scenario", "chat", "--from-plan", str(f), "--instance-counts", "1,2",
+                       *SMALL)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"fastsim capacity: error: --from-plan: got {str(f)!r}; allowed: a plan verified under "
+                          "the lecture policy with --instance-counts (this one was verified under the vllm policy")
+    assert "give --policy lecture" in err
+    # an explicit --policy lecture searches the counts under the lecture scheduler, and says so
+    rc, out, err = run(capsys, "capacity", "--scenario", "chat", "--from-plan", str(f), "--instance-counts", "1",
+                       "--policy", "lecture", *SMALL, "--tol", "0.1", "--format", "json")
+    assert rc == 0, err
+    notes = json.loads(out)["notes"]
+    assert "--from-plan: the plan was verified under the vllm policy; --policy lecture runs instead" in notes
+    assert any("(--instances N without --instance-counts, with --policy lecture)" in n for n in notes)
