@@ -368,3 +368,49 @@ def test_rows_shows_verified_then_the_cheapest_others(capsys):
 def test_no_rows_note_when_every_point_is_shown(capsys):
     rc, out, err = run(capsys, "sweep", *ONE)
     assert rc == 0 and len(_table_rows(out)) == 1 and "rows shown" not in out
+
+
+# --- flags the sweep would ignore: simulation settings without simulation, output flags ------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--seeds", "2"], "--seeds: got 2"), (["--horizon", "30"], "--horizon: got 30.0"), (["--seed", "1"], "--seed: got 1"),
+    (["--verify", "none", "--seeds", "2"], "verify none, from --verify"),
+])
+def test_simulation_flags_without_verification_are_refused(capsys, no_work, flags, needle):
+    one_line_error(*run(capsys, "sweep", *ONE, *flags), needle, "only with --verify top-k-per-scenario or --verify all")
+
+
+def test_simulation_settings_of_a_grid_file_without_verification_are_refused(capsys, tmp_path, no_work):
+    g = grid_file(tmp_path, '[axes]\ngpu = "B200"\nprecision = "FP8"\ntp = 1\nmode = "colocated"\n'
+                            '[sweep]\nseeds = 2\n')
+    one_line_error(*run(capsys, "sweep", g), f"[sweep] seeds in {g}: got 2", "only with --verify")
+
+
+def test_verify_none_on_the_command_line_leaves_a_grid_files_simulation_settings(capsys, tmp_path):
+    # --verify none on the command line overrides a file's verification: its settings are left, not refused
+    g = grid_file(tmp_path, '[axes]\ngpu = "B200"\nprecision = "FP8"\ntp = 1\nmode = "colocated"\n'
+                            '[sweep]\nverify = "all"\nseeds = 2\n', name="g2.toml")
+    rc, out, err = run(capsys, "sweep", g, "--verify", "none", "--format", "csv")
+    assert rc == 0 and err == ""
+
+
+@pytest.mark.parametrize("flags,needle,allowed", [
+    (["--format", "json", "--rows", "5"], "--rows: got 5", "only with the table output"),
+    (["--format", "csv", "--rows", "50"], "--rows: got 50", "only with the table output"),
+    (["--plot-max", "3"], "--plot-max: got 3", "only with --plot DIR"),
+    (["--time-unit", "ms"], "--time-unit: got 'ms'", "only with a trace axis"),
+    (["--skip-invalid"], "--skip-invalid: got True", "only with a trace axis"),
+])
+def test_output_and_trace_flags_the_sweep_would_not_use_are_refused(capsys, no_work, flags, needle, allowed):
+    one_line_error(*run(capsys, "sweep", *ONE, *flags), needle, allowed)
+
+
+def test_trace_reading_flags_are_taken_on_a_trace_grid(capsys):
+    rc, out, err = run(capsys, "sweep", *TRACE, "--axis", "gpu=B200", "--axis", "precision=FP8", "--axis", "tp=1",
+                       "--axis", "mode=colocated", "--skip-invalid")
+    assert rc == 0, err
+
+
+def test_a_capacity_horizon_too_short_names_the_flag(capsys):
+    rc, out, err = run(capsys, "sweep", *ONE, "--verify", "all", "--seeds", "1", "--capacity", "--horizon", "5")
+    assert rc == 2 and err.startswith("fastsim sweep: error: --horizon: got 5.0")

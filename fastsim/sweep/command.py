@@ -35,6 +35,7 @@ def cli_sweep(args) -> int:
     # looked up on the package when called, so that a replaced fastsim.sweep.run_sweep is the one run
     from . import run_sweep
     from ..workload import read_trace
+    _check_output_flags(args)           # before anything is read or computed
     if args.out:
         _check_out(args.out)            # before a trace is read or anything computed
     cat = _catalog(args)
@@ -52,6 +53,12 @@ def cli_sweep(args) -> int:
         if name in ("scenario", "trace"):
             axes.pop("trace" if name == "scenario" else "scenario", None)
     grid = make_grid(axes, cat, read_trace=reader)
+    if not any(src.kind == "trace" for src in grid.sources):
+        for flag, dest, value in (("--time-unit", "time_unit", getattr(args, "time_unit", None)),
+                                  ("--skip-invalid", "skip_invalid", getattr(args, "skip_invalid", False) or None)):
+            if value is not None:
+                raise FastsimInputError(flag, value, "only with a trace axis (it says how a trace file is read; "
+                                        "this grid has no trace): drop it, or sweep a trace axis")
     kw = dict(file_settings)
     flagged = set()
     for flag, key in (("verify", "verify"), ("top_k", "top_k"), ("seeds", "seeds"), ("horizon", "horizon_s"),
@@ -74,6 +81,13 @@ def cli_sweep(args) -> int:
                  "horizon_s": "--horizon", "seed": "--seed"}
         return flags[key] if key in flagged else f"[sweep] {key} in {args.grid}" if key in file_settings else key
 
+    if kw.get("verify", "none") == "none":
+        # the simulation settings with nothing simulated: refused, never ignored
+        for key in ("seeds", "horizon_s", "seed"):
+            if key in flagged or (key in file_settings and "verify" not in flagged):
+                source = f"verify none, from {field('verify')}," if "verify" in kw else "the default --verify none"
+                raise FastsimInputError(field(key), kw[key], "only with --verify top-k-per-scenario or --verify all "
+                                        f"(it sets the simulation; {source} simulates nothing): drop it, or verify")
     if args.capacity and kw.get("verify", "none") == "none":
         source = f"verify none, from {field('verify')}," if "verify" in kw else "the default --verify none"
         raise FastsimInputError("--capacity", True, "--verify top-k-per-scenario or --verify all beside it (the "
@@ -163,6 +177,37 @@ def cli_sweep(args) -> int:
     if plot_note:
         print("note: " + plot_note)
     return 0
+
+
+#: argparse defaults of the flags that only some outputs use (fastsim.cli's ``sweep`` parser)
+_DEFAULT_ROWS, _DEFAULT_PLOT_MAX = 20, 12
+
+
+def _given(args, dest: str, default) -> bool:
+    """Whether a flag with a default was given: ``<dest>_given`` where the parser records it
+    (``fastsim.cli._Given``), else a value other than the default."""
+    flag = getattr(args, dest + "_given", None)
+    if flag is not None:
+        return bool(flag)
+    value = getattr(args, dest, None)
+    return value is not None and value != default
+
+
+def _check_output_flags(args) -> None:
+    """Refuse an output flag the sweep would ignore: ``--rows`` where no table is printed (``--format
+    json`` / ``csv`` without ``--out`` print every row), ``--plot-max`` without ``--plot``.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the flag.
+    """
+    if getattr(args, "format", "table") != "table" and not args.out and _given(args, "rows", _DEFAULT_ROWS):
+        raise FastsimInputError("--rows", args.rows, f"only with the table output (--format {args.format} prints "
+                                "every row): drop it, or --format table")
+    if not args.plot and _given(args, "plot_max", _DEFAULT_PLOT_MAX):
+        raise FastsimInputError("--plot-max", args.plot_max, "only with --plot DIR (it limits the questions "
+                                "plotted): drop it, or add --plot DIR")
 
 
 def _rows_note(shown: int, n: int, nf: int, nv: int, limit: int, wrote: bool) -> str:
