@@ -231,8 +231,7 @@ def test_a_model_named_twice_is_refused_as_a_gpu_named_twice_is(capsys):
 
 @pytest.mark.parametrize("ext", ["csv", "jsonl", "json", "parquet"])
 def test_read_table_of_a_missing_path_names_it(tmp_path, ext):
-    if ext == "parquet":
-        pytest.importorskip("pyarrow")
+    # with or without pyarrow: a missing .parquet said "--out: ... needs pyarrow" where pyarrow is missing
     p = str(tmp_path / f"missing_typo.{ext}")
     with pytest.raises(FastsimInputError) as e:
         SW.read_table(p)
@@ -414,3 +413,11 @@ def test_trace_reading_flags_are_taken_on_a_trace_grid(capsys):
 def test_a_capacity_horizon_too_short_names_the_flag(capsys):
     rc, out, err = run(capsys, "sweep", *ONE, "--verify", "all", "--seeds", "1", "--capacity", "--horizon", "5")
     assert rc == 2 and err.startswith("fastsim sweep: error: --horizon: got 5.0")
+
+
+def test_read_table_of_an_existing_file_of_another_kind_names_the_table_not_out(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_text("x\n")
+    with pytest.raises(FastsimInputError) as e:
+        SW.read_table(str(p))
+    assert e.value.field == "sweep table" and "a file ending in .parquet, .csv, .json or .jsonl" in e.value.allowed

@@ -19,7 +19,8 @@ import pandas as pd
 from ..errors import FastsimInputError
 from .table import COLUMNS, _typed
 
-def _format(path: str) -> str:
+def _format(path: str, field: str = "--out") -> str:
+    """The table format of ``path`` by its extension; errors name ``field`` (``--out``, or ``sweep table``)."""
     ext = os.path.splitext(str(path))[1].lower()
     if ext == ".csv":
         return "csv"
@@ -29,10 +30,10 @@ def _format(path: str) -> str:
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise FastsimInputError("--out", path, "a .csv or .json file (.parquet needs pyarrow: "
+            raise FastsimInputError(field, path, "a .csv or .json file (.parquet needs pyarrow: "
                                     "pip install pyarrow)") from None
         return "parquet"
-    raise FastsimInputError("--out", path, "a file ending in .parquet, .csv, .json or .jsonl")
+    raise FastsimInputError(field, path, "a file ending in .parquet, .csv, .json or .jsonl")
 
 
 def _whole_lines(path: str) -> bytes:
@@ -72,10 +73,12 @@ def read_table(path: str) -> pd.DataFrame:
         sweep); a file that is not a sweep table (a missing column, or a row that does not parse,
         named with the parser's message).
     """
-    fmt = _format(path)
+    # a missing path first: a typo is "file not found" whatever its extension (a .parquet one said
+    # it needs pyarrow where pyarrow is missing)
     if not os.path.exists(path):
         raise FastsimInputError("sweep table", path, "an existing sweep output, a file (a directory for .parquet) "
                                 "written by fastsim sweep --out or run_sweep(out=...) (file not found)")
+    fmt = _format(path, "sweep table")
     empty = _typed(pd.DataFrame({c: pd.Series(dtype=object if d == "str" else d) for c, d in COLUMNS}))
     try:
         return _parse_table(path, fmt, empty)
