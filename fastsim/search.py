@@ -807,6 +807,20 @@ class CapacityResult:
                 "steadies it")
 
     @property
+    def ci_censored(self) -> bool:
+        """Whether the interval's lower end is censored at the lowest probe (bool).
+
+        True when the result is stable with an estimate above 0 but more than 2.5% of the
+        bootstrap resamples pass at no probe below their smallest failing one (their capacity,
+        estimated as 0, lies below the lowest probe): ``ci95[0]`` is then 0, which is no rate the
+        plan sustains but "below the lowest probe". :meth:`to_dict` reports that end as null with
+        the reason.
+        """
+        lo, hi = self.ci95
+        return bool(math.isfinite(lo) and math.isfinite(hi) and lo <= 0.0 and not self.undetermined
+                    and not self.unstable and self.rate_req_per_s > 0 and self.probes)
+
+    @property
     def estimate_in_ci(self):
         """Whether ``rate_req_per_s`` lies inside ``ci95`` (bool; None without an interval or an estimate)."""
         lo, hi = self.ci95
@@ -871,7 +885,8 @@ class CapacityResult:
             ``per_seed_attainment`` is left out. An :attr:`unstable` result reports no
             ``rate_req_per_s``, ``ci95_req_per_s``, ratios or ``estimate_in_ci`` (null, the
             reason pointing to ``unstable_reason``); its ``bracket_req_per_s`` is the conservative
-            bound. ``estimate_in_ci`` is null without an interval or an estimate.
+            bound. ``estimate_in_ci`` is null without an interval or an estimate. A
+            :attr:`ci_censored` interval's lower end is null (below the lowest probe).
         """
         from ._output import null_reasons, strict
         probes = []
@@ -906,6 +921,9 @@ class CapacityResult:
                     "these seeds and horizon (see unstable_reason)")
         if self.unstable:
             d.update(rate_req_per_s=math.nan, ci95_req_per_s=[math.nan, math.nan], estimate_in_ci=None)
+        low_probe = min((p[0] for p in self.probes), default=math.nan)
+        if self.ci_censored:
+            d["ci95_req_per_s"] = [math.nan, self.ci95[1]]
         undetermined = "not applicable: undetermined, no probe measured a request (see notes)"
 
         def explain(k, v):
@@ -924,6 +942,10 @@ class CapacityResult:
                 return "infinite: no probe of the search failed, so its bracket has no upper end"
             if k == "bracket_req_per_s":
                 return "infinite: no probe failed, so the bracket has no upper end"
+            if k == "ci95_req_per_s" and self.ci_censored:
+                return (f"not applicable: the lower end is censored: more than 2.5% of the resamples of the seeds "
+                        f"pass at no probe below their smallest failing one, so their capacity lies below the "
+                        f"lowest probe, {low_probe:.4g} req/s (a longer horizon or more seeds steady the verdicts)")
             if k == "ci95_req_per_s":
                 return ("not applicable: one seed gives no interval (use 2 seeds or more)" if self.seeds < 2 else
                         "not applicable: no interval was resampled (no probe passed, or bootstrap=0)")

@@ -434,3 +434,23 @@ def test_the_search_stops_at_the_largest_rate_it_may_draw():
     assert [p[0] for p in res.probes] == [0.9 * cap, cap]
     assert res.bracket == (cap, math.inf) and res.rate_req_per_s == cap
     assert any("the capacity lies above it" in n for n in res.notes)
+
+
+def test_an_interval_whose_lower_end_is_censored_is_not_reported_as_0():
+    """`capacity --seeds 16 --horizon 60` (and 4 x 70 s) printed '95% CI across seeds 0.000 - 14.918' for a
+    stable estimate of 14.56: over 2.5% of the resamples passed at no probe below their smallest failing one,
+    so their capacity lies below the lowest probe, not at 0."""
+    from fastsim.cli import _capacity_summary
+    from fastsim.search import CapacityResult
+    probes = [(9.862, 0.99, False, True), (14.5, 0.95, False, True), (14.8, 0.8, False, False)]
+    res = CapacityResult(14.6, (14.5, 14.8), (0.0, 14.9), probes, np.zeros((3, 16)), 16.4, 16, 60.0,
+                         search_bracket=(14.5, 14.8))
+    assert res.ci_censored and not res.unstable and res.estimate_in_ci is True
+    d = res.to_dict()
+    assert d["ci95_req_per_s"] == [None, 14.9] and d["rate_req_per_s"] == 14.6
+    assert d["null_reasons"]["ci95_req_per_s"].startswith("not applicable: the lower end is censored")
+    assert "9.862 req/s" in d["null_reasons"]["ci95_req_per_s"]
+    line = _capacity_summary(res)
+    assert "95% CI across seeds below 9.862 - 14.900 (the lower end is censored" in line and "0.000" not in line
+    stable = CapacityResult(14.6, (14.5, 14.8), (14.4, 14.9), probes, np.zeros((3, 16)), 16.4, 16, 60.0)
+    assert not stable.ci_censored and stable.to_dict()["ci95_req_per_s"] == [14.4, 14.9]
