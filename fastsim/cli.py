@@ -11,8 +11,8 @@ import json
 import math
 import sys
 
-from ._command_helpers import (_catalog, _check_plot, _constants, _distinct, _fmt, _int_at_least, _positive, _tp,
-                               _trace_notes)
+from ._command_helpers import (_catalog, _check_plot, _constants, _distinct, _fmt, _int_at_least, _positive,
+                               _record_model, _tp, _trace_notes)
 from .errors import FastsimInputError, require_positive
 from .layouts import LAYOUTS
 
@@ -584,6 +584,12 @@ def _cmd_plan(args):
                  + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
     if opts.prefix_hit_fraction:
         head += f"; prefix-cache hits {opts.prefix_hit_fraction:.0%} of prompt tokens"
+    served = d.within_context(model.max_context_tokens)
+    if served is not d:
+        # the screen prices the requests within the context (fastsim.analytic.Demand.within_context)
+        head += (f"; {served.served_fraction:.4%} of the requests fit the {model.max_context_tokens:,}-token "
+                 f"context (the rest are rejected): served means prompt {served.mean_prompt_tokens:,.0f}, "
+                 f"output {served.mean_output_tokens:,.0f} tokens")
     if args.format == "table":
         # the table's first line now, before the screen and the simulations (and, on a first
         # run, the compilation of their kernels)
@@ -895,9 +901,16 @@ def _cmd_ladder(args):
     gpu = cat.gpu(args.gpu)
     model = cat.model(args.model)
     _check_context("--context", [args.context], model)
-    # ladder (fastsim.ledger.ladder_draft) picks, checks and names the draft
-    df = ladder(model, gpu, args.tp, args.context, draft_model=args.draft_model, catalog=cat,
-                acceptance=args.acceptance, gamma=args.gamma, power_w=args.power_w)
+    # ladder (fastsim.ledger.ladder_draft) picks, checks and names the draft; its errors name the flags
+    flags = {"model": "--draft-model", "draft_model": "--draft-model", "acceptance": "--acceptance",
+             "gamma": "--gamma", "power_w": "--power-w"}
+    try:
+        df = ladder(model, gpu, args.tp, args.context, draft_model=args.draft_model, catalog=cat,
+                    acceptance=args.acceptance, gamma=args.gamma, power_w=args.power_w)
+    except FastsimInputError as exc:
+        if exc.field not in flags or (exc.field == "model" and args.draft_model is None):
+            raise
+        raise FastsimInputError(flags[exc.field], exc.value, exc.allowed) from None
     rows, unfit = [], {}
     for _, r in df.iterrows():
         level = f"{r.level} control" if r.control else str(r.level)
@@ -1047,6 +1060,23 @@ def _cmd_sweep(args):
     return cli_sweep(args)
 
 
+#: Library parameters whose errors a command names by its flag (when the command has that flag).
+_PARAM_FLAGS = {"time_unit": "--time-unit", "routing": "--routing", "horizon_s": "--horizon",
+                "skip_invalid": "--skip-invalid", "max_context_tokens": "--max-context"}
+
+
+def _as_flag(exc: FastsimInputError, parser, command: str) -> FastsimInputError:
+    """``exc`` naming the command's flag instead of the library parameter it sets (:data:`_PARAM_FLAGS`)."""
+    flag = _PARAM_FLAGS.get(exc.field)
+    if flag is None:
+        return exc
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    sp = sub.choices.get(command) if sub is not None else None
+    if sp is None or not any(flag in a.option_strings for a in sp._actions):
+        return exc
+    return FastsimInputError(flag, exc.value, exc.allowed)
+
+
 def main(argv=None) -> int:
     """Entry point of the ``fastsim`` console script (also ``python -m fastsim``).
 
@@ -1073,7 +1103,7 @@ def main(argv=None) -> int:
         with compile_notice():
             return int(args.func(args) or 0)
     except FastsimInputError as exc:
-        print(f"fastsim {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fastsim {args.command}: error: {_as_flag(exc, parser, args.command)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -1162,50 +1192,6 @@ def _plan_from_args_inner(args, cat, model, demand):
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
                     chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args)), model
-
-
-def _record_model(args, cat, record):
-    """The model of a --from-plan record: its ``model_path`` (a config.json model) or catalog name.
-
-    ``--model`` may name the same model (a catalog name, or a config.json path whose model has
-    the record's name); another model is refused.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-    cat : Catalog
-    record : dict
-        The plan object (``model``, and ``model_path`` for a model read from a config.json).
-
-    Returns
-    -------
-    Model
-
-    Raises
-    ------
-    FastsimInputError
-        ``--model`` names another model, or the record's model can be loaded neither from its
-        ``model_path`` nor from the catalog (then ``--model PATH`` is the way to give it).
-    """
-    name = record["model"]
-    if args.model:
-        given = cat.model(args.model)
-        if given.name != name:
-            raise FastsimInputError("--model", args.model, f"the plan's own model {name!r} (or no --model)")
-        return given
-    path = record.get("model_path")
-    if isinstance(path, str) and path:
-        try:
-            return cat.model(path)
-        except FastsimInputError as exc:
-            raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model_path {path!r} can be read "
-                                    f"({exc}); or give --model PATH to the config.json of {name!r}") from None
-    try:
-        return cat.model(name)
-    except FastsimInputError:
-        raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model {name!r} is a catalog name "
-                                "(a config.json model needs its model_path in the record, or --model PATH to "
-                                "that config.json)") from None
 
 
 def _apply_plan_policy(args, record):
@@ -1401,7 +1387,13 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
             raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm or sglang (the lecture policy "
                                     "does not simulate speculative decoding)")
         from .specdec import spec_decoding
-        spec = spec_decoding(args.sim_spec_gamma or 4, spec_alpha, args.sim_spec_draft, model, catalog=cat)
+        try:
+            spec = spec_decoding(args.sim_spec_gamma or 4, spec_alpha, args.sim_spec_draft, model, catalog=cat)
+        except FastsimInputError as exc:
+            if exc.field not in ("model", "draft", "spec_draft", "draft_model"):
+                raise
+            raise FastsimInputError("--spec-draft", args.sim_spec_draft if args.sim_spec_draft is not None
+                                    else exc.value, exc.allowed) from None
         if demand is not None and plan.mode == "colocated":
             # the plan re-sized with its draft (analytic capacity, KV budget), as `plan --spec-alpha` sizes it
             from .analytic import plan_for
@@ -1784,6 +1776,9 @@ def _capacity_summary(res, screen_why: str = "") -> str:
         est = (f"max sustainable rate: undetermined (no probe measured a request in {res.seeds} "
                f"seed{'s' if res.seeds > 1 else ''} x {res.horizon_s:g} s; a longer --horizon or a higher --rate "
                "measures some)")
+    elif res.unstable:
+        est = (f"max sustainable rate: no stable answer at --horizon {res.horizon_s:g} s and --seeds {res.seeds}: "
+               f"{res.unstable_detail}; a longer --horizon (or more --seeds) steadies it")
     elif not res.probes or not any(p[3] for p in res.probes):
         est = f"max sustainable rate: below {hi:.3f} req/s (every probe failed)"
     elif lo == 0:
@@ -1795,7 +1790,13 @@ def _capacity_summary(res, screen_why: str = "") -> str:
     else:
         est = (f"max sustainable rate: {res.rate_req_per_s:.3f} req/s (interpolated between the largest passing "
                f"probe, {lo:.3f}, and the smallest failing one, {hi:.3f})")
-    ci = (f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if math.isfinite(res.ci95[0])
+    ci = ("95% CI across seeds n/a (the probes contradict each other, so the resamples bound no single answer)"
+          if res.unstable else
+          (f"95% CI across seeds below {min(p[0] for p in res.probes):.3f} - {res.ci95[1]:.3f} (the lower end is "
+           "censored: more than 2.5% of the resamples pass at no probe below their smallest failing one, so their "
+           "capacity lies below the lowest probe; "
+           "a longer --horizon or more --seeds steady it)") if res.ci_censored else
+          f"95% CI across seeds {res.ci95[0]:.3f} - {res.ci95[1]:.3f}" if math.isfinite(res.ci95[0])
           else "no interval with one seed (use --seeds >= 2)" if res.seeds < 2 else "no interval")
     if screen_why:
         return f"{est}; {ci}; the analytic screen finds this plan infeasible ({screen_why}), so there is no ratio"
@@ -1819,11 +1820,11 @@ def _capacity_notes(res) -> list:
             said += f", and {len(bad) - shown} more not listed"
         out.append(f"{len(bad)} probe{'s' if len(bad) > 1 else ''} contradict{'' if len(bad) > 1 else 's'} the "
                    f"bracket {lo:.3f} - {hi:.3f} ({said}): the verdict is not monotone in rate at these seeds and "
-                   "horizon (the attainment or the backlog slope hovers at its threshold); the estimate and its "
-                   "interval take the smallest failing probe as the bound, so they depend on which rates were "
-                   "probed and another search may differ by more than --tol; more --seeds or a longer --horizon "
-                   "steady it")
-    if not res.estimate_in_ci:
+                   "horizon (the attainment or the backlog slope hovers at its threshold), so no estimate, interval "
+                   "or ratio is reported: the estimator's bound, the smallest failing probe, depends on which rates "
+                   "were probed and another search may differ by more than --tol; more --seeds or a longer "
+                   "--horizon steady it")
+    if res.estimate_in_ci is False and not res.unstable:
         out.append(f"the estimate {res.rate_req_per_s:.3f} req/s lies outside the 95% interval "
                    f"{res.ci95[0]:.3f} - {res.ci95[1]:.3f}: both come from the same estimator on the same probes, "
                    f"the interval over 2,000 resamples of the {res.seeds} seeds; the estimator jumps where a resample "
@@ -2121,14 +2122,28 @@ def _cmd_capacity_counts(args):
     ------
     FastsimInputError
         A bad ``--instance-counts`` list, a flag the batched search does not take
-        (:func:`_refuse_with_counts`), a plan with speculative decoding from ``--from-plan``, or
-        anything the one-plan path refuses.
+        (:func:`_refuse_with_counts`), a plan with speculative decoding from ``--from-plan``, a
+        ``--from-plan`` plan verified under an engine policy (vllm, sglang) without an explicit
+        ``--policy lecture`` (the counts' searches simulate the lecture policy, its one-plan search
+        that engine), or anything the one-plan path refuses.
     """
     from dataclasses import replace
     from .search import EARLY_STOP_ALPHA, FIRST_SEEDS, SLO, max_sustainable_rates
     counts = _instance_counts(args.instance_counts)
     _refuse_with_counts(args)
     cat, model, demand, source, notes, base = _capacity_setup(args)
+    if args.policy != "lecture":
+        # --from-plan of a plan verified under an engine policy set it (without --policy): the counts'
+        # searches would run the lecture scheduler, and the one-plan search runs that engine
+        raise FastsimInputError("--from-plan", args.from_plan,
+                                f"a plan verified under the lecture policy with --instance-counts (this one was "
+                                f"verified under the {args.policy} policy, which its one-plan search, "
+                                f"--instances N without --instance-counts, runs; the searches of --instance-counts "
+                                f"simulate the lecture policy only): give --policy lecture to search the counts "
+                                f"under the lecture scheduler, or search one count at a time")
+    # an explicit --policy lecture over a record verified under another policy: said in the notes
+    plan_notes = list(getattr(args, "_plan_notes", []))
+    notes = list(notes) + plan_notes
     if base.spec_gamma:
         raise FastsimInputError("--from-plan", args.from_plan, "a plan without speculative decoding with "
                                 "--instance-counts (its searches simulate the lecture policy)")
@@ -2171,12 +2186,18 @@ def _cmd_capacity_counts(args):
         records.append(_add_screen_verdict(rec, screen_why))
         lo, hi = res.bracket
         c0, c1 = res.ci95
-        rows.append([n, plan.gpus, _fmt(res.analytic_req_per_s, ".3f"), _fmt(res.rate_req_per_s, ".3f"),
+        rows.append([n, plan.gpus, _fmt(res.analytic_req_per_s, ".3f"),
+                     "unstable" if res.unstable else _fmt(res.rate_req_per_s, ".3f"),
                      f"{_fmt(lo, '.3f')} - {_fmt(hi, '.3f')}",
-                     f"{c0:.3f} - {c1:.3f}" if math.isfinite(c0) and math.isfinite(c1) else _fmt(math.nan, ""),
+                     f"below {min(p[0] for p in res.probes):.3f} - {c1:.3f}" if res.ci_censored else
+                     f"{c0:.3f} - {c1:.3f}" if math.isfinite(c0) and math.isfinite(c1) and not res.unstable
+                     else _fmt(math.nan, ""),
                      _fmt(res.simulated_ratio, ".2f"), len(res.probes), seed_runs])
         if res.undetermined:
             tagged.append((i, f"{label} {n}: undetermined: no probe measured a request"))
+        elif res.unstable:
+            tagged.append((i, f"{label} {n}: unstable: no stable answer at --horizon {res.horizon_s:g} s and --seeds "
+                              f"{res.seeds}: {res.unstable_detail}; a longer --horizon (or more --seeds) steadies it"))
         elif not res.probes or not any(p[3] for p in res.probes):
             tagged.append((i, f"{label} {n}: every probe failed: the capacity is below {hi:.3f} req/s"))
         elif lo == 0:
@@ -2203,7 +2224,7 @@ def _cmd_capacity_counts(args):
                 "capacity")
     notes.append(f"{together}, galloping then bisecting to --tol {args.tol:g}; {test}; where no probe contradicts "
                  f"its bracket, each answer equals the one-plan search's (--{key.replace('_', '-')} N without "
-                 "--instance-counts) to within --tol")
+                 f"--instance-counts{', with --policy lecture' if plan_notes else ''}) to within --tol")
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
                "sim / analytic", "probes", "seed-runs"]
     # a CSV row: the notes about every count, its own, and the legend of its own cells

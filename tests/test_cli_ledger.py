@@ -163,4 +163,12 @@ def test_ladder_drafts_as_plan_and_simulate_do_and_names_the_draft(capsys):
     rc, out, err = run(capsys, "ladder")
     assert rc == 0 and out.splitlines()[0].endswith("; speculative draft llama-3.1-8b"), err
     rc, out, err = run(capsys, "ladder", "--model", "deepseek-v3", "--gpu", "H200", "--draft-model", "llama-3.1-8b")
-    assert rc == 2 and "draft_model" in err and "vocabulary" in err
+    assert rc == 2 and "--draft-model" in err and "vocabulary" in err
+
+
+def test_ladder_errors_name_the_flags(capsys):
+    for argv, start in ((["--draft-model", "nosuch"], "--draft-model: got 'nosuch'"),
+                        (["--draft-model", "llama-3.1-70b"], "--draft-model: got 'llama-3.1-70b'"),
+                        (["--acceptance", "1"], "--acceptance: got 1.0")):
+        rc, out, err = run(capsys, "ladder", *argv)
+        assert rc == 2 and err.startswith(f"fastsim ladder: error: {start}"), err

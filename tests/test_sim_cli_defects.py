@@ -205,3 +205,23 @@ def test_weights_that_do_not_fit_suggest_fp8_only_above_fp8(capsys):
     rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--model", "gpt-oss-120b", "--gpu", "H100",
                        "--precision", "BF16", "--tp", "1", "--instances", "1", "--seeds", "1", "--horizon", "30")
     assert rc == 2 and "raise TP or use FP8" in err, err
+
+
+def test_library_parameter_errors_name_the_commands_flags(capsys):
+    """time_unit / routing / a spec draft were named by their library parameter ('model: got ...')."""
+    base = ["simulate", "--gpu", "B200", "--precision", "FP8", "--seeds", "1", "--horizon", "30"]
+    rc, out, err = run(capsys, *base, "--trace", "azure-conv", "--model", "llama-3.1-70b", "--ttft", "1",
+                       "--tpot", "0.05", "--instances", "2", "--time-unit", "ms")
+    assert rc == 2 and "error: --time-unit: got 'ms'; allowed: no time unit (None)" in err, err
+    rc, out, err = run(capsys, *base, "--scenario", "chat", "--routing", "prefix-aware")
+    assert rc == 2 and "error: --routing: got 'prefix-aware'" in err, err
+    rc, out, err = run(capsys, *base, "--scenario", "chat", "--policy", "vllm", "--spec-alpha", "0.7",
+                       "--spec-draft", "nosuch")
+    assert rc == 2 and "error: --spec-draft: got 'nosuch'" in err, err
+
+
+def test_a_batch_cap_shows_in_the_plans_label():
+    from fastsim.analytic import Plan
+    p = Plan(model="m", gpu="B200", precision="FP8", mode="colocated", tp=2, instances=2, chunk_tokens=512,
+             max_batch=8)
+    assert p.describe() == "B200 FP8 colocated, 2 instances of TP2 (4 GPUs), at most 8 requests per instance"
