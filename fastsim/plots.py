@@ -238,9 +238,17 @@ def plot_capacity(result, path: str, *, title: str = "") -> str:
     ax.scatter(rates[ok], att[ok], color="tab:green", label="probe passed", zorder=3)
     ax.scatter(rates[~ok], att[~ok], color="tab:red", marker="x", label="probe failed", zorder=3)
     ax.axhline(0.9, color="k", ls="--", lw=1, label="attainment target")
-    ax.axvline(result.rate_req_per_s, color="tab:blue", lw=1.5, label=f"capacity {result.rate_req_per_s:.2f} req/s")
-    if np.isfinite(result.ci95[0]) and np.isfinite(result.ci95[1]):
-        ax.axvspan(result.ci95[0], result.ci95[1], color="tab:blue", alpha=0.15, label="95% CI across seeds")
+    # an unstable result (contradicting probes) or an undetermined one has no capacity to draw
+    # (fastsim.search.CapacityResult.unstable): the probes alone are shown, and the title says why
+    stable = not getattr(result, "unstable", False) and np.isfinite(result.rate_req_per_s)
+    if stable:
+        ax.axvline(result.rate_req_per_s, color="tab:blue", lw=1.5,
+                   label=f"capacity {result.rate_req_per_s:.2f} req/s")
+        if np.isfinite(result.ci95[0]) and np.isfinite(result.ci95[1]) and result.ci95[1] > result.ci95[0]:
+            ax.axvspan(result.ci95[0], result.ci95[1], color="tab:blue", alpha=0.15, label="95% CI across seeds")
+    else:
+        title = (title + "\n" if title else "") + ("no stable answer: the probes contradict each other"
+                                                   if getattr(result, "unstable", False) else "no probe measured a request")
     if result.analytic_req_per_s > 0:
         ax.axvline(result.analytic_req_per_s, color="tab:orange", ls=":", label="analytic capacity")
     ax.set(xlabel="rate (req/s)", ylabel="SLO attainment (pooled)", title=title)

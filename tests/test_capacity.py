@@ -454,3 +454,25 @@ def test_an_interval_whose_lower_end_is_censored_is_not_reported_as_0():
     assert "95% CI across seeds below 9.862 - 14.900 (the lower end is censored" in line and "0.000" not in line
     stable = CapacityResult(14.6, (14.5, 14.8), (14.4, 14.9), probes, np.zeros((3, 16)), 16.4, 16, 60.0)
     assert not stable.ci_censored and stable.to_dict()["ci95_req_per_s"] == [14.4, 14.9]
+
+
+def test_plot_of_an_unstable_result_draws_no_capacity(monkeypatch, tmp_path):
+    """The plot drew 'capacity 0.00 req/s' and a 0 - 0 interval for contradicting probes."""
+    from fastsim import plots
+    from fastsim.search import _Bisection
+    res = _drive(_Bisection(16.0, 2, 0.01, 40, 2000, 0, SLO(1.0, 0.05), 600.0, 16.0), _contradicted)
+    assert res.unstable
+    made = []
+    real = plots._figure
+
+    def spy(*a, **k):
+        fig, ax = real(*a, **k)
+        made.append(ax)
+        return fig, ax
+    monkeypatch.setattr(plots, "_figure", spy)
+    plots.plot_capacity(res, str(tmp_path / "c.png"), title="t")
+    ax = made[0]
+    labels = [h.get_label() for h in ax.get_legend().legend_handles] if hasattr(ax.get_legend(), "legend_handles") \
+        else [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not any(str(x).startswith("capacity") or "95% CI" in str(x) for x in labels), labels
+    assert ax.get_title().endswith("no stable answer: the probes contradict each other")
