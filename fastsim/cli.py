@@ -1062,7 +1062,7 @@ def _cmd_sweep(args):
 
 #: Library parameters whose errors a command names by its flag (when the command has that flag).
 _PARAM_FLAGS = {"time_unit": "--time-unit", "routing": "--routing", "horizon_s": "--horizon",
-                "skip_invalid": "--skip-invalid", "max_context_tokens": "--max-context"}
+                "skip_invalid": "--skip-invalid"}
 
 
 def _as_flag(exc: FastsimInputError, parser, command: str) -> FastsimInputError:

@@ -1281,7 +1281,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s)
     _check_seed("seed", seed)
     _check_budget(max_probes, bootstrap)
-    window = _window(measure_window)
+    from .sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     floor = _floor_of(plan, dists, slo, float(horizon_s), window, catalog, constants, model)
     sp = sim_plan(plan, catalog, constants, model)
     ekw = _engine_kwargs(engine, plan, catalog, model, constants)
@@ -1322,12 +1323,6 @@ def _check_seed(field: str, seed) -> None:
     """A root seed: an integer >= 0, else FastsimInputError naming ``field`` (the caller's parameter)."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise FastsimInputError(field, seed, "an integer >= 0 (the root seed of the workloads and the bootstrap)")
-
-
-def _window(measure_window) -> tuple:
-    """The measure window as two floats ``0 <= f0 < f1 <= 1``, else FastsimInputError (the simulator's check)."""
-    from .sim.engine import measure_fractions
-    return measure_fractions(measure_window)
 
 
 def _floor_of(plan, dists, slo, horizon_s, window, catalog, constants, model, field="horizon_s") -> HorizonFloor:
@@ -1990,7 +1985,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     if not isinstance(warm_start, (bool, np.bool_)):
         raise FastsimInputError("warm_start", warm_start, "True or False")
     _check_budget(max_probes, bootstrap)
-    window = _window(measure_window)
+    from .sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     checked, floors = [], []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)
@@ -2545,7 +2541,8 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
                                     "the simulator's sample limit at 1-s samples)")
     check_plan_instances(plan)
     _check_slo("slo", slo)
-    window = _window(measure_window)
+    from .sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     analytic = float(plan.capacity_req_per_s)
     floor = horizon_floor(plan, float(np.mean(wl.prompt_tokens)), float(np.mean(wl.output_tokens)), slo,
                           measure_window=window, catalog=catalog, constants=constants, model=model)

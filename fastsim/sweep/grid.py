@@ -655,6 +655,11 @@ def _moe_pairs(grid: SweepGrid) -> np.ndarray:
     return np.repeat(moe[:, None], len(grid.sources), axis=1)
 
 
+def _disaggregated(axes: dict, codes: dict) -> np.ndarray:
+    """Which points are disaggregated (numpy.ndarray of bool, shape (n,)), from their ``mode`` codes."""
+    return np.array([m == "disaggregated" for m in axes["mode"]], dtype=bool)[codes["mode"]]
+
+
 def _all_tps_one(disaggregated: np.ndarray, tp: np.ndarray, prefill_tp: np.ndarray,
                  decode_tp: np.ndarray) -> np.ndarray:
     """Whether every instance of a point has TP 1 (numpy, elementwise).
@@ -704,7 +709,7 @@ def _layout_repeats(grid: SweepGrid, codes: dict) -> np.ndarray:
     if len(A["layout"]) < 2:
         return np.zeros(n, dtype=bool)
     moe = _moe_pairs(grid)[codes["model"], codes["scenario"]]
-    disagg = np.array([m == "disaggregated" for m in A["mode"]], dtype=bool)[codes["mode"]]
+    disagg = _disaggregated(A, codes)
     vals = {a: np.array(A[a], dtype=np.int64)[codes[a]] for a in ("tp", "prefill_tp", "decode_tp")}
     one = _all_tps_one(disagg, vals["tp"], vals["prefill_tp"], vals["decode_tp"])
     return moe & one & (codes["layout"] != _listed_layout(A["layout"]))
@@ -932,7 +937,7 @@ def _side_hashes(grid: SweepGrid, codes: dict) -> dict:
         form (:func:`_point_ids`, Notes), whatever axes the grid spelled it with.
     """
     A = grid.axes
-    disagg = np.array([m == "disaggregated" for m in A["mode"]], dtype=bool)[codes["mode"]]
+    disagg = _disaggregated(A, codes)
     out = {}
     for name, sides in _STAND_IN_AXES.items():
         trio = (name,) + sides

@@ -17,8 +17,8 @@ import pandas as pd
 from .. import _analytic_nb as AK
 from ..catalog import Catalog
 from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, step_params
-from .grid import (AXES, _AUTO, MAX_INSTANCES, SweepGrid, SweepSettings, _hex, _layout_repeats, _mode_counts,
-                   _n_enumerated, _point_ids, _price_label, make_grid)
+from .grid import (AXES, _AUTO, MAX_INSTANCES, SweepGrid, SweepSettings, _disaggregated, _hex, _layout_repeats,
+                   _mode_counts, _n_enumerated, _point_ids, _price_label, make_grid)
 
 # reason codes of a point
 (_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
@@ -297,7 +297,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     dt = np.array(A["decode_tp"], dtype=np.int64)[c["decode_tp"]]
     pt = np.where(pt > 0, pt, tp_vals)
     dt = np.where(dt > 0, dt, tp_vals)
-    disagg = np.array([m == "disaggregated" for m in A["mode"]])[c["mode"]]
+    disagg = _disaggregated(A, c)
     tp_a = np.where(disagg, dt, tp_vals)          # colocated instance or decode side
     row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"]]
     row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"]]
