@@ -138,8 +138,9 @@ class Demand:
                       latency_quantile: float | None = 0.9) -> "Demand":
         """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one).
 
-        The figures are the untruncated distributions'; the screen (:func:`fastsim.analytic.screen`,
-        :func:`~fastsim.analytic.instance_table`, :func:`~fastsim.analytic.plan_for`) truncates them at the model's context
+        The figures are the untruncated distributions'; the screen
+        (:func:`fastsim.analytic.screen`, :func:`~fastsim.analytic.instance_table`,
+        :func:`~fastsim.analytic.plan_for`) truncates them at the model's context
         (:meth:`within_context`), since the simulator serves only requests that fit it.
 
         Parameters
@@ -399,8 +400,8 @@ class Plan:
     For a colocated plan ``tp``/``instances`` describe the instances; for a disaggregated plan
     ``prefill_tp``/``prefill_instances`` and ``decode_tp``/``decode_instances`` do (``tp`` and
     ``instances`` then repeat the decode side). Capacities in req/s, costs in US dollars per
-    million output tokens. Fields are not validated (the screen and :func:`fastsim.analytic.plan_for` build
-    valid plans; the simulator checks what it runs).
+    million output tokens. Fields are not validated (the screen and
+    :func:`fastsim.analytic.plan_for` build valid plans; the simulator checks what it runs).
 
     Attributes
     ----------
