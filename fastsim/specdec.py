@@ -42,6 +42,7 @@ import numpy as np
 
 from .catalog import GPU, Catalog, Model, Precision, default_catalog
 from .errors import FastsimInputError
+from .formulas import speculative_tokens_per_round
 from .stepmodel import (N_PARAMS, P_DP, P_GPUS, P_KV_BUDGET_TOKENS, P_LAYERS, P_MATMUL, P_QDIM_DEC, P_SLIDE_FRAC,
                         P_WDENSE, P_WINDOW, StepConstants, decode_attn_flops, expert_share, resolve_constants,
                         instance_layout_refusal, step_params, step_time)
@@ -414,7 +415,7 @@ def spec_step_params(model: Model | str, gpu: GPU | str, precision: Precision | 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     """Expected tokens per sequence per round, ``(1 - alpha^(gamma+1)) / (1 - alpha)`` (SPEC §4).
 
-    :func:`fastsim.ledger.speculative_tokens_per_round` (Leviathan et al. 2023, eq. 1).
+    :func:`fastsim.formulas.speculative_tokens_per_round` (Leviathan et al. 2023, eq. 1).
 
     Parameters
     ----------
@@ -433,7 +434,6 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     FastsimInputError
         ``alpha`` outside [0, 1) or ``gamma`` not an integer >= 1.
     """
-    from .ledger import speculative_tokens_per_round     # here: fastsim.ledger imports fastsim.analytic
     return speculative_tokens_per_round(alpha, gamma)
 
 

@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .analytic import Demand, ScreenOptions
+from .plans import Demand, ScreenOptions
 from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError, require_positive
 

@@ -1,0 +1,225 @@
+"""Closed forms every stage shares: cost, instance counts, the M/D/1 wait, speculative tokens, energy.
+
+Small formulas with no model of a step behind them, each from one source, kept here so that the
+step model, the analytic screen and the ledger all read them from below:
+
+* :func:`cost_usd_per_million_output_tokens`: ``GPUs x price / (rate x mean O x 3600) x 1e6``
+  (SPEC section 1, "cost per million output tokens"; lecture 16 exercise 2);
+* :func:`instances_needed`: whole instances to carry a rate, ``ceil(rate / capacity)`` (SPEC
+  section 5, "instances are whole"; lecture 16 exercise 6);
+* :func:`md1_mean_wait_s`: the mean wait of an M/D/1 server, ``rho S / (2 (1 - rho))``
+  (Pollaczek-Khinchine with deterministic service; SPEC section 5, prefill instance);
+* :func:`speculative_tokens_per_round`: ``(1 - a^(gamma + 1)) / (1 - a)`` tokens per
+  speculative-decoding round (Leviathan, Kalman, Matias, ICML 2023, eq. 1; SPEC section 4);
+* :func:`joules_per_token`: board power over token throughput (SPEC section 4; lecture 16
+  exercise 10).
+
+The array forms (cost, instances, wait) broadcast and do not validate; the scalar forms
+(tokens per round, joules per token) check their arguments and raise
+:class:`fastsim.errors.FastsimInputError`.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+from .errors import FastsimInputError, require_positive
+
+__all__ = ["cost_usd_per_million_output_tokens", "instances_needed", "md1_mean_wait_s",
+           "speculative_tokens_per_round", "joules_per_token"]
+
+#: Largest count :func:`instances_needed` returns: every count up to it is exact in float64, and
+#: it times any GPU count of an instance stays far inside int64 (no overflow, however large the rate).
+_INSTANCES_CEILING = 2.0 ** 53
+
+
+# ----------------------------------------------------------------------------------------------
+# checks of the scalar forms (the ledger uses them too)
+
+
+def _int_at_least(field: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (Integral, Real)):
+        raise FastsimInputError(field, value, f"an integer >= {low}")
+    if not math.isfinite(float(value)) or float(value) != int(value) or int(value) < low:
+        raise FastsimInputError(field, value, f"an integer >= {low}")
+    return int(value)
+
+
+def _acceptance(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not (0.0 <= float(value) < 1.0):
+        raise FastsimInputError("acceptance", value, "a probability in [0, 1)")
+    return float(value)
+
+
+def _positive(field: str, value) -> float:
+    if not isinstance(value, Real):
+        raise FastsimInputError(field, value, "a finite number > 0")
+    return require_positive(field, value)
+
+
+# ----------------------------------------------------------------------------------------------
+# the closed forms
+
+
+def cost_usd_per_million_output_tokens(gpus, price_usd_per_gpu_hour, rate_req_per_s, mean_output_tokens):
+    """Cost per million output tokens (SPEC §1; lecture exercise 2).
+
+    ``gpus x price / (rate x mean O x 3600) x 1e6``; broadcasts over arrays. Inputs are not
+    validated (a zero rate gives inf).
+
+    Parameters
+    ----------
+    gpus : int or array_like
+        GPUs of the plan.
+    price_usd_per_gpu_hour : float or array_like
+        Price of one GPU (US dollars per hour).
+    rate_req_per_s : float or array_like
+        Request rate served (req/s): the target rate for the integer cost, the capacity for the
+        efficiency cost.
+    mean_output_tokens : float or array_like
+        Mean output tokens per request.
+
+    Returns
+    -------
+    ndarray(float64)
+        US dollars per million output tokens, shape of the broadcast inputs (0-d for scalars).
+
+    Examples
+    --------
+    >>> round(cost_usd_per_million_output_tokens(2, 4.0, 20, 250), 3)
+    0.444
+    """
+    return np.asarray(gpus, dtype=np.float64) * price_usd_per_gpu_hour / (
+        np.asarray(rate_req_per_s, dtype=np.float64) * mean_output_tokens * 3600.0) * 1e6
+
+
+def instances_needed(rate_req_per_s, capacity_req_per_s):
+    """Whole instances to carry a rate: ``ceil(rate / capacity)`` (lecture exercise 6: 20 / 16.2 -> 2).
+
+    A relative tolerance of 1e-9 keeps 20 / 10 from rounding up to 3; capacity <= 0 gives 0
+    (infeasible). Counts saturate at 2**53 (a rate of 1e21 req/s gives 2**53, never an int64
+    overflow); the screen calls a count above :data:`fastsim.analytic.MAX_INSTANCES` infeasible.
+
+    Parameters
+    ----------
+    rate_req_per_s : float or array_like
+        Rate to carry (req/s).
+    capacity_req_per_s : float or array_like
+        Capacity of one instance (req/s).
+
+    Returns
+    -------
+    ndarray(int64)
+        Instances (from 1 to 2**53 where capacity > 0, else 0), shape of the broadcast inputs
+        (0-d for scalars).
+
+    Notes
+    -----
+    Source: SPEC §5 ("instances are whole"); lecture 16 exercise 6.
+    """
+    cap = np.asarray(capacity_req_per_s, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        n = np.ceil(np.asarray(rate_req_per_s, dtype=np.float64) / cap * (1.0 - 1e-9))
+    n = np.where((cap > 0) & ~np.isnan(n), np.clip(n, 1.0, _INSTANCES_CEILING), 0.0)
+    return n.astype(np.int64)
+
+
+def md1_mean_wait_s(arrival_rate_req_per_s, service_s):
+    """Mean wait in queue of an M/D/1 server (Pollaczek-Khinchine with deterministic service).
+
+    ``rho = lambda x S``; ``W = rho x S / (2 (1 - rho))`` for ``rho < 1``, ``inf`` otherwise.
+
+    Parameters
+    ----------
+    arrival_rate_req_per_s : float or ndarray(float64)
+        Poisson arrival rate lambda (1/s).
+    service_s : float or ndarray(float64)
+        Deterministic service time S (s); broadcast against the rate.
+
+    Returns
+    -------
+    ndarray(float64) or float
+        Mean time spent waiting before service starts (s), shape of the broadcast inputs (a numpy
+        float64 scalar for scalar inputs); NaN where ``rho`` is NaN.
+
+    Notes
+    -----
+    Inputs are not validated: nothing is raised (a negative input gives a meaningless wait).
+    Source: SPEC §5 (prefill instance), lecture 16 §2.2 and its lecture 5 §4.
+    """
+    lam = np.asarray(arrival_rate_req_per_s, dtype=np.float64)
+    s = np.asarray(service_s, dtype=np.float64)
+    rho = lam * s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(rho < 1.0, rho * s / (2.0 * (1.0 - rho)), np.inf)
+    w = np.where(np.isnan(rho), np.nan, w)
+    return w[()] if w.ndim == 0 else w
+
+
+def speculative_tokens_per_round(acceptance: float, gamma: int) -> float:
+    """Expected tokens produced per sequence per speculative-decoding round.
+
+    ``(1 - a^(gamma + 1)) / (1 - a)``: the accepted prefix of ``gamma`` drafted tokens plus the one
+    token the verify step always yields, with each draft token accepted independently with
+    probability ``a``.
+
+    Parameters
+    ----------
+    acceptance : float
+        Per-token acceptance probability ``a``, in [0, 1).
+    gamma : int
+        Draft tokens per round, >= 1.
+
+    Returns
+    -------
+    float
+        Tokens per round, in [1, gamma + 1). Exercise 9: ``a = 0.8, gamma = 4`` gives 3.36.
+
+    Raises
+    ------
+    FastsimInputError
+        ``acceptance`` outside [0, 1) or ``gamma`` not an integer >= 1.
+
+    References
+    ----------
+    Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
+    ICML 2023, eq. (1); lecture 16 exercise 9; SPEC §4.
+    """
+    a = _acceptance(acceptance)
+    g = _int_at_least("gamma", gamma, 1)
+    return (1.0 - a ** (g + 1)) / (1.0 - a)
+
+
+def joules_per_token(power_w: float, gpus: int, tokens_per_s_per_gpu: float) -> float:
+    """Energy per output token (J): ``power x GPUs / (tokens/s per GPU x GPUs)``.
+
+    Parameters
+    ----------
+    power_w : float
+        Board power of one GPU (W), > 0.
+    gpus : int
+        GPUs drawing that power, >= 1.
+    tokens_per_s_per_gpu : float
+        Output tokens/s per GPU, > 0.
+
+    Returns
+    -------
+    float
+        Joules per token. Exercise 10: ``700 W x 8 / (1261 x 8)`` = 0.555 J.
+
+    Raises
+    ------
+    FastsimInputError
+        A non-positive or non-finite argument.
+
+    Notes
+    -----
+    Board power at full load is assumed for every GPU; idle power and the host are not counted.
+    Source: lecture 16 exercise 10; SPEC §4.
+    """
+    p = _positive("power_w", power_w)
+    n = _int_at_least("gpus", gpus, 1)
+    t = _positive("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
+    return p * n / (t * n)
