@@ -114,7 +114,7 @@ def _constants(args):
     if not getattr(args, "calibration", None):
         return StepConstants()
     if getattr(args, "_calibration", None) is None:
-        from .calibrate import load_calibration
+        from .constants import load_calibration
         args._calibration = load_calibration(args.calibration, catalog=_catalog(args))
     return args._calibration
 
