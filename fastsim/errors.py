@@ -87,3 +87,32 @@ def require_tp(field: str, value: int) -> int:
     if v != value or v < 1 or v > 64 or (v & (v - 1)) != 0:
         raise FastsimInputError(field, value, "a power of two from 1 to 64")
     return v
+
+
+def require_count(field: str, value, lo: int) -> int:
+    """Check that a count is an integer of at least ``lo``.
+
+    Parameters
+    ----------
+    field : str
+        Name of the field, used in the error message.
+    value : object
+        A Python or numpy integer (bools, floats and strings are refused, even ``2.0``).
+    lo : int
+        The smallest count allowed (0 or 1, typically).
+
+    Returns
+    -------
+    int
+        ``int(value)``.
+
+    Raises
+    ------
+    FastsimInputError
+        ``value`` is a bool, not an integer, or below ``lo``.
+    """
+    import numpy as np   # not at the top: ``import fastsim`` loads no numerical stack
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise FastsimInputError(field, value, f"an integer >= {lo}")
+    return int(value)
