@@ -123,7 +123,7 @@ class Demand:
         """
         if self.prompt_dist is None or self.output_dist is None or self.context_tokens is not None:
             return self
-        from .workload import served_lengths
+        from .catalog.lengths import served_lengths
         s = served_lengths((self.prompt_dist, self.output_dist), max_context_tokens)
         if not s.binds:
             return self
