@@ -49,7 +49,7 @@ from ._bisect import (EARLY_ATTAINMENT_SD_FLOOR, EARLY_SLOPE_SD_FLOOR, _Bisectio
                       _capacities_from, _capacity_from, _CRN, _early_verdict, _pooled_figures, _probe_verdict)
 from .adapter import _engine_kwargs, _plan_model, _simulated  # noqa: F401
 from .checks import (_check_budget, _check_seed, _check_slo, _checked_floor, _floor_of,  # noqa: F401
-                     _max_probe_rate, _mean_lengths, _measure_window, _search_inputs)
+                     _max_probe_rate, _mean_lengths, _search_inputs)
 from .rate import (_BATCH_REQUESTS, _STEP_COLD, _STEP_ONE_SIBLING, _STEP_TREND, EARLY_STOP_ALPHA,  # noqa: F401
                    FIRST_SEEDS, _family_count, _family_key, _predicted_ratio)
 from .records import _Replay, _RunFigures  # noqa: F401

@@ -3,8 +3,8 @@
 A search's root seed, SLO, probe budget and bootstrap; its first rate (:func:`check_rate_hint`,
 bounded by :data:`MAX_RATE_REQ_PER_S` and the workload limit of :mod:`fastsim.workload`); the
 plan's instance counts (:func:`check_plan_instances`, :data:`fastsim.analytic.MAX_INSTANCES`);
-its horizon against :func:`~fastsim.search.horizon_floor` (``_floor_of``) and the measure window
-(``_measure_window``). ``_search_inputs`` is the opening of a rate search (SPEC §7).
+its horizon against :func:`~fastsim.search.horizon_floor` (``_floor_of``, ``_checked_floor``).
+``_search_inputs`` is the opening of a rate search (SPEC §7).
 """
 from __future__ import annotations
 
@@ -44,12 +44,6 @@ def _checked_floor(plan, prompt_tokens, output_tokens, slo, horizon_s, window, c
     if horizon_s < floor.min_horizon_s:
         raise floor.refusal(field, horizon_s, window)
     return floor
-
-
-def _measure_window(measure_window) -> tuple:
-    """A search's measure window, checked: :func:`fastsim.sim.engine.measure_fractions`."""
-    from ..sim.engine import measure_fractions
-    return measure_fractions(measure_window)
 
 
 def _check_budget(max_probes, bootstrap) -> None:

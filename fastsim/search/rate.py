@@ -23,7 +23,7 @@ from ..errors import FastsimInputError
 from ..stepmodel import StepConstants
 from ._bisect import _CRN, _Bisection
 from .adapter import _plan_model, _simulated, sim_plan
-from .checks import _check_budget, _check_seed, _check_slo, _floor_of, _max_probe_rate, _measure_window, _search_inputs
+from .checks import _check_budget, _check_seed, _check_slo, _floor_of, _max_probe_rate, _search_inputs
 from .records import SLO, CapacityResult
 
 
@@ -140,7 +140,8 @@ def max_sustainable_rate(plan: Plan, dists, slo: SLO, *, seeds: int = 16, horizo
     S, r, analytic = _search_inputs(plan, seeds, rel_tol, horizon_s, rate_hint_req_per_s)
     _check_seed("seed", seed)
     _check_budget(max_probes, bootstrap)
-    window = _measure_window(measure_window)
+    from ..sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     floor = _floor_of(plan, dists, slo, float(horizon_s), window, catalog, constants, model)
     sp, ekw = _simulated(plan, engine, catalog, constants, model)
     crn = _CRN(dists, S, float(horizon_s), seed, arrival, cv, first_rate=2.0 * r)
@@ -343,7 +344,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
     if not isinstance(warm_start, (bool, np.bool_)):
         raise FastsimInputError("warm_start", warm_start, "True or False")
     _check_budget(max_probes, bootstrap)
-    window = _measure_window(measure_window)
+    from ..sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     checked, floors = [], []
     for i, plan in enumerate(plans):
         model = ml[i] or catalog.model(plan.model)

@@ -18,7 +18,7 @@ from ..errors import FastsimInputError
 from ..stepmodel import StepConstants
 from ._bisect import _capacity_from, _probe_verdict
 from .adapter import _plan_model, _simulated
-from .checks import MAX_RATE_REQ_PER_S, _check_slo, _checked_floor, _measure_window, check_plan_instances
+from .checks import MAX_RATE_REQ_PER_S, _check_slo, _checked_floor, check_plan_instances
 from .records import SLO, ScaleProbe, TraceCapacityResult, _Replay, _RunFigures
 from .verify import _p90
 
@@ -218,7 +218,8 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
                                     "the simulator's sample limit at 1-s samples)")
     check_plan_instances(plan)
     _check_slo("slo", slo)
-    window = _measure_window(measure_window)
+    from ..sim.engine import measure_fractions
+    window = measure_fractions(measure_window)
     analytic = float(plan.capacity_req_per_s)
     floor = _checked_floor(plan, float(np.mean(wl.prompt_tokens)), float(np.mean(wl.output_tokens)), slo, limit,
                            window, catalog, constants, model)
