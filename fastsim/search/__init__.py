@@ -39,7 +39,7 @@ from .scale import MAX_REPLAY_SPAN_S, max_sustainable_scale
 from .verify import horizon_floor, lone_request_check, pooled_overload, repair, unsimulated_reason, verify
 
 # Besides __all__: the names that the command line, the planner, the sweep and the tests import
-# from here (this package was one module, fastsim/search.py, and every name it held still
+# from here (this package was one module, fastsim/search.py, and every name it defined still
 # resolves here). max_sustainable_rates reads _BATCH_REQUESTS here when it runs, so that
 # replacing it on this package takes effect (tests bound the batches so); the command line reads
 # max_sustainable_rate(s) here when it runs, and every search reads fastsim.sim.simulate_batch
