@@ -16,7 +16,7 @@ import pandas as pd
 from .analytic import Demand, Plan, ScreenOptions, cost_usd_per_million_output_tokens, plan_for, screen
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_positive
-from .search import SLO, RepairResult, repair
+from .search import SLO, RepairResult, repair, unsimulated_reason
 
 __all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "plan_from_record", "unsimulated_reason"]
 
@@ -307,38 +307,6 @@ def _grid_refusal(model: Model, catalog: Catalog, options: ScreenOptions) -> Fas
     if "tp" in lays:
         return FastsimInputError("tp", tps[0] if len(tps) == 1 else ", ".join(map(str, tps)), first["tp"])
     return FastsimInputError("layout", lays[0] if len(lays) == 1 else ", ".join(lays), first[lays[0]])
-
-
-def unsimulated_reason(plan: Plan, engine: dict | None = None, prefixes: bool = False) -> str:
-    """Why the planner's verification cannot simulate a plan as the screen sized it ("" when it can).
-
-    The lecture policy of the simulator has neither speculative decoding nor a prefix cache; the
-    engine policies (:mod:`fastsim.sim.policy`) have both, the cache only for a workload that
-    carries prefix block ids (a trace with ``hash_ids``, such as ``mooncake-conv``).
-
-    Parameters
-    ----------
-    plan : Plan
-    engine : dict, optional
-        The verification's engine policy (``engine`` of :func:`fastsim.search.verify`).
-    prefixes : bool
-        Whether the verification workload carries prefix block ids.
-
-    Returns
-    -------
-    str
-        A reason, or "" when the plan can be verified.
-    """
-    if engine is not None and plan.mode == "disaggregated":
-        return "a disaggregated plan, which the engine policies do not simulate (they model colocated instances)"
-    if plan.spec_gamma and engine is None:
-        return ("speculative decoding, which the lecture policy of the verification does not simulate "
-                "(--policy vllm or sglang does)")
-    if plan.prefix_hit_fraction and (engine is None or not prefixes):
-        return (f"sized for {plan.prefix_hit_fraction:.0%} prefix-cache hits, which the verification simulates "
-                "only under an engine policy (--policy vllm or sglang) on a workload with prefix blocks (a trace "
-                "with hash_ids, such as mooncake-conv)")
-    return ""
 
 
 def _finite(x):

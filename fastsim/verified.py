@@ -38,7 +38,7 @@ import math
 from .analytic import MAX_INSTANCES, Demand, ScreenOptions, plan_for, screen
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
-from .search import SLO, RepairResult, lone_request_check, repair, verify
+from .search import SLO, RepairResult, lone_request_check, repair, unsimulated_reason, verify
 from .stepmodel import layout_refusal
 
 __all__ = ["plan_verified", "SCREEN_VIEWS"]
@@ -117,7 +117,7 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     max_instances : int
         Largest count tried for one configuration (>= 1).
     prefixes : bool
-        The workloads carry prefix blocks (:func:`fastsim.planner.unsimulated_reason`): plans
+        The workloads carry prefix blocks (:func:`fastsim.search.unsimulated_reason`): plans
         sized for prefix hits can then be simulated under an engine policy.
     progress : callable(), optional
         Called after each configuration.
@@ -165,7 +165,6 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
 def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, max_instances,
              prefixes) -> None:
     """Verify one configuration of the grid at its cheapest passing count; append its entry to ``out``."""
-    from .planner import unsimulated_reason
     reason = str(row.reason or "")
     if row.feasible:
         why = unsimulated_reason(row.plan, engine, prefixes)

@@ -1,0 +1,439 @@
+"""The machinery of the rate searches: common random numbers, verdicts, the estimator, the bisection.
+
+- ``_CRN``: each seed's requests drawn once at a high rate and rescaled to every probe (SPEC §6);
+- ``_probe_verdict``: how a probe is judged from its runs (SPEC §7: pooled attainment, and
+  :func:`~fastsim.search.pooled_overload`);
+- ``_pooled_figures``, ``_bracket_capacities``, ``_capacity_from``, ``_capacities_from``: the
+  capacity estimator over the probes, for all seeds and for each bootstrap resample of them;
+- ``_early_verdict``: the sequential test that decides a probe from its first seeds;
+- ``_Bisection``: the search of one plan as an ask/tell machine (``next_rate`` / ``next_probe``,
+  ``feed``, ``result``), driven by a plain loop for one plan or many in lockstep
+  (:mod:`fastsim.search.rate`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .checks import _max_probe_rate
+from .records import SLO, CapacityResult
+from .verify import pooled_overload
+
+
+class _CRN:
+    """Per-seed requests drawn once at a high rate and rescaled to each probe (common random numbers).
+
+    Request i of seed s arrives at ``t_i(max_rate) x max_rate / rate``, with the same lengths at
+    every rate; the lower rate sees a prefix of the requests (SPEC §6: :func:`synthesize` draws
+    the same requests at any rate, only more of them at a higher one). So one draw serves every
+    rate up to ``max_rate``, and every plan of the same workload and root seed: each gets the
+    requests a draw of its own would give, the arrival times equal to rounding (rescaled from
+    another drawn rate). The draw is made on first use at the largest rate noted by
+    :meth:`want` or ``growth`` x the rate asked for, and again (higher) when a probe goes past it.
+    """
+
+    def __init__(self, dists, seeds, horizon_s, seed=0, arrival="poisson", cv=1.0, first_rate=0.0, growth=2.0):
+        from .. import workload as W
+        self._W, self.dists, self.horizon_s = W, dists, horizon_s
+        self.children = W.seeds_for(seed, seeds)
+        self.arrival, self.cv, self.growth = arrival, cv, growth
+        self.max_rate, self.base, self.wanted = 0.0, None, float(first_rate)
+
+    def want(self, rate) -> None:
+        """Note a rate some search will probe: the next draw covers it."""
+        self.wanted = max(self.wanted, float(rate))
+
+    def at(self, rate, s0=0, s1=None):
+        """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: list of (arrival_s, prompt_tokens, output_tokens)."""
+        if rate > self.max_rate:
+            # at most the workload limit's rate (the searches never probe above it: _max_probe_rate)
+            self.max_rate = min(max(self.wanted, rate * self.growth), max(_max_probe_rate(self.horizon_s), rate))
+            self.base = [self._W.synthesize(self.dists, self.max_rate, self.horizon_s, s, arrival=self.arrival,
+                                            cv=self.cv) for s in self.children]
+        out = []
+        scale = self.max_rate / rate
+        h = self.horizon_s
+        for w in self.base[s0:s1]:
+            a = w.arrival_s
+            # the requests with a x scale < h, found on the unscaled times (only they are scaled)
+            k = int(np.searchsorted(a, h / scale, side="left"))
+            while k > 0 and a[k - 1] * scale >= h:
+                k -= 1
+            while k < a.shape[0] and a[k] * scale < h:
+                k += 1
+            out.append((a[:k] * scale, w.prompt_tokens[:k], w.output_tokens[:k]))
+        return out
+
+
+def _pooled_figures(met, mea, over, horizon_s):
+    """Pooled attainment, backlog-slope ratio and overload flag over the last (seed) axis.
+
+    ``met`` / ``mea`` (..., S) counts, ``over`` (..., S, 3) = backlog slope, accepted rate, run
+    flag; each probe judged as the search judges it (pooled attainment, :func:`pooled_overload`:
+    the mean slope against ``OVERLOAD_SLOPE_FRACTION`` x the mean accepted rate, a single run by
+    its own flag). Returns three arrays of shape (...,): attainment (NaN where the seeds measured
+    no request), slope / threshold (2 or 0 for one run), flagged.
+    """
+    from ..sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    m = mea.sum(axis=-1)
+    att = np.where(m > 0, met.sum(axis=-1) / np.maximum(m, 1.0), np.nan)
+    if over.shape[-2] == 1:
+        flagged = over[..., 0, 2] > 0
+        return att, np.where(flagged, 2.0, 0.0), flagged
+    b = over[..., 0].mean(axis=-1)
+    lam = over[..., 1].mean(axis=-1)
+    ratio = b / np.maximum(OVERLOAD_SLOPE_FRACTION * lam, 1e-300)
+    return att, ratio, (ratio > 1.0) & (b * horizon_s / 2.0 >= OVERLOAD_MIN_GROWTH)
+
+
+def _bracket_capacities(rates, att, ratio, flagged, target, bracket: bool = False):
+    """The capacity of each row of pooled probe figures (shape (B, k) each; rates (k,)): float64 (B,).
+
+    A probe passes when its attainment is >= ``target`` and it is not flagged; it fails when it
+    is flagged or its attainment is below the target; a probe that measured nothing (attainment
+    NaN) and is not flagged has no verdict and is passed over. A row's answer lies between the
+    largest passing rate below the smallest failing one (lo) and that failing rate (hi),
+    interpolated linearly on whichever criterion fails at hi: the attainment's crossing of the
+    target, or the backlog slope's crossing of its threshold. 0 when no probe passes below the
+    smallest failing one (the capacity lies below it); the largest passing rate when none fails.
+    Ties in rate go to the first probe. With ``bracket``, returns ``(capacities, lo, hi)``: lo 0
+    when nothing passed below hi, hi inf when nothing failed.
+    """
+    with np.errstate(invalid="ignore"):
+        ok = (att >= target) & ~flagged
+        fail = flagged | (att < target)
+    rows = np.arange(ok.shape[0])
+    any_fail = fail.any(axis=1)
+    j = np.where(fail, rates, np.inf).argmin(axis=1)              # the smallest failing rate
+    below = ok & ((rates < rates[j][:, None]) | ~any_fail[:, None])
+    i = np.where(below, rates, -np.inf).argmax(axis=1)           # the largest passing rate below it
+    ai, aj, qi, qj = att[rows, i], att[rows, j], ratio[rows, i], ratio[rows, j]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_att = np.where((aj < target) & (ai > aj), (ai - target) / (ai - aj), 1.0)
+        t_over = np.where(flagged[rows, j] & (qj > qi), (1.0 - qi) / (qj - qi), 1.0)
+    t = np.clip(np.minimum(np.minimum(1.0, t_att), t_over), 0.0, 1.0)
+    passed = below.any(axis=1)
+    caps = np.where(passed, np.where(any_fail, rates[i] + t * (rates[j] - rates[i]), rates[i]), 0.0)
+    if not bracket:
+        return caps
+    return caps, np.where(passed, rates[i], 0.0), np.where(any_fail, rates[j], np.inf)
+
+
+def _capacity_from(rates, met, measured, over, target, horizon_s):
+    """Capacity of one (re)sample of seeds from the probes already simulated (float).
+
+    rates (k,); met / measured (k, S) counts; over (k, S, 3) = backlog slope, accepted rate, run
+    flag: :func:`_pooled_figures` per probe, then :func:`_bracket_capacities`.
+    """
+    att, ratio, flagged = _pooled_figures(met, measured, over, horizon_s)
+    return float(_bracket_capacities(rates, att[None], ratio[None], flagged[None], target)[0])
+
+
+def _capacities_from(rates, met, mea, over, idx, target, horizon_s, bracket: bool = False):
+    """:func:`_capacity_from` of many resamples of the seeds at once: float64 (B,).
+
+    ``idx`` (B, S) holds each resample's seed indices; each capacity is the value
+    :func:`_capacity_from` gives for ``met[:, idx[b]]``, ``mea[:, idx[b]]``, ``over[:, idx[b]]``
+    (a mean slope may differ in its last bit, as numpy sums the seeds of another array shape in
+    another order). The point estimate is this function at ``idx = arange(S)[None]``, so it is
+    computed exactly as each resample is. With ``bracket``, ``(capacities, lo, hi)`` as
+    :func:`_bracket_capacities` gives them.
+    """
+    figures = [_pooled_figures(met[j][idx], mea[j][idx], over[j][idx], horizon_s) for j in range(rates.shape[0])]
+    att, ratio, flagged = (np.stack(f, axis=1) for f in zip(*figures))
+    return _bracket_capacities(rates, att, ratio, flagged, target, bracket)
+
+
+def _probe_verdict(ms, slo: SLO, horizon_s: float):
+    """How a capacity search judges one probe from its runs (one per seed, or one trace replay).
+
+    ``ms`` are the runs' :class:`~fastsim.sim.SimMetrics` (or objects with the same
+    ``attainment``, ``measured``, ``queue_slope_req_per_s``, ``arrival_rate_req_per_s`` and
+    ``overloaded``). Returns ``(met, measured, over, attainment, overloaded, passed)``: per run
+    the measured requests that met the SLO (float, ``attainment x measured``, 0 when nothing was
+    measured), the measured count, and (slope, accepted rate, own flag); then the attainment over
+    all runs' measured requests (0 when none), :func:`pooled_overload`, and the verdict
+    ``attainment >= slo.attainment and not overloaded``.
+    """
+    met = np.array([m.attainment * m.measured if m.measured else 0.0 for m in ms])
+    mea = np.array([float(m.measured) for m in ms])
+    over = np.array([[m.queue_slope_req_per_s, m.arrival_rate_req_per_s, float(m.overloaded)] for m in ms])
+    pooled = float(met.sum() / max(mea.sum(), 1.0))
+    pooled_over = pooled_overload(ms, horizon_s)
+    passed = bool(pooled >= slo.attainment and not pooled_over)
+    return met, mea, over, pooled, pooled_over, passed
+
+
+#: Floors of the per-seed spreads in :func:`_early_verdict`'s test: of the attainment, and of the
+#: backlog slope as a fraction of the arrival rate (a few seeds that happen to agree exactly must
+#: not make a probe look certain).
+EARLY_ATTAINMENT_SD_FLOOR = 0.01
+EARLY_SLOPE_SD_FLOOR = 0.002
+
+
+def _early_verdict(met, mea, over, S: int, target: float, horizon_s: float, alpha: float):
+    """The verdict ``S`` seeds would give a probe, from its first ``k`` seeds, when a test is sure of it.
+
+    The pooled attainment of all ``S`` seeds is ``(k A_k + m A_m) / S`` (``m = S - k`` seeds not
+    run, equal measured counts), which differs from the ``k`` seeds' ``A_k`` by
+    ``(m / S)(A_m - A_k)``; with per-seed attainments independent with spread ``s``, that
+    difference has standard deviation ``(m / S) s sqrt(1/m + 1/k)``. The verdict is taken when
+    ``A_k`` is farther from the target than ``t_{k-1}(1 - alpha)`` of those deviations (Student's
+    t with the seeds' sample spread, floored at :data:`EARLY_ATTAINMENT_SD_FLOOR`), and the same
+    test on the mean backlog slope against the overload threshold of :func:`pooled_overload`
+    (spread floored at :data:`EARLY_SLOPE_SD_FLOOR` x the arrival rate) agrees: a fail when
+    either criterion surely fails, a pass when both surely pass. Under that normal model a
+    probe decided early has the ``S``-seed verdict but with probability at most about
+    ``2 alpha``.
+
+    Parameters
+    ----------
+    met, mea : ndarray(float64) of shape (k,)
+        Per seed, measured requests that met the SLO and measured requests.
+    over : ndarray(float64) of shape (k, 3)
+        Per seed, backlog slope (req/s), accepted rate (req/s) and the run's own overload flag.
+    S : int
+        Seeds of the full probe (> k).
+    target : float
+        SLO attainment target.
+    horizon_s : float
+        Simulated seconds per run.
+    alpha : float
+        One-sided error level of each criterion, in (0, 0.5).
+
+    Returns
+    -------
+    bool or None
+        The verdict (True: passes), or None when the other seeds are needed (also when fewer
+        than two seeds were run or a seed measured nothing).
+    """
+    from scipy.special import stdtrit       # Student's t quantile (lighter to import than scipy.stats)
+    from ..sim import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
+    k = int(met.shape[0])
+    m = S - k
+    if k < 2 or m < 1 or not (mea > 0).all():
+        return None
+    q = float(stdtrit(k - 1, 1.0 - alpha)) * (m / S) * math.sqrt(1.0 / m + 1.0 / k)
+    a = met / mea
+    pooled = float(met.sum() / mea.sum())
+    att_margin = q * max(float(a.std(ddof=1)), EARLY_ATTAINMENT_SD_FLOOR)
+    lam = float(over[:, 1].mean())
+    b = over[:, 0]
+    threshold = max(OVERLOAD_SLOPE_FRACTION * lam, 2.0 * OVERLOAD_MIN_GROWTH / horizon_s)
+    b_margin = q * max(float(b.std(ddof=1)), EARLY_SLOPE_SD_FLOOR * lam)
+    if pooled < target - att_margin or float(b.mean()) > threshold + b_margin:
+        return False
+    if pooled >= target + att_margin and float(b.mean()) < threshold - b_margin:
+        return True
+    return None
+
+
+class _Bisection:
+    """The capacity search of one plan as a state machine: which rate to probe next, given the probes so far.
+
+    :func:`max_sustainable_rate` drives one; :func:`max_sustainable_rates` drives many in
+    lockstep, all their probes of a round in one batch of simulations. The sequence of probes
+    depends only on the probes' verdicts, so both give the same answer for a plan.
+
+    Search: the bracket grows or shrinks by 1.25x from the first rate until it straddles the
+    answer (or, given ``step0``, by steps of ``step0`` that double each time: galloping), then
+    bisects to ``rel_tol`` (at most ``max_probes`` probes), never above ``max_rate``. Interval:
+    the bootstrap over seeds of the probes' results; a resample that fails at every probed rate
+    has its capacity below the lowest probe, so up to three more probes go lower (each 1 / 1.1 of
+    the lowest) until the interval's lower end is not censored; a galloping search likewise goes
+    higher (each ``4 x rel_tol`` above the highest probe) while its upper end is censored at the
+    highest probe. With ``first_seeds`` and ``alpha``, a probe runs its first seeds and the others
+    only when :func:`_early_verdict` cannot decide it.
+
+    A probe whose runs measured no request (and are not overloaded) has no verdict: its
+    attainment is NaN, it counts as neither passing nor failing, and the search stops there
+    (lower rates measure fewer requests still); see :meth:`result`.
+    """
+
+    def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic, step0=None,
+                 first_seeds=0, alpha=0.0, max_rate=math.inf, floor=None, measure_window=(0.2, 0.8)):
+        self.r, self.S, self.rel_tol, self.max_probes = r0, S, rel_tol, max_probes
+        self.bootstrap, self.seed, self.slo, self.horizon_s, self.analytic = bootstrap, seed, slo, horizon_s, analytic
+        self.step = step0
+        self.first_seeds = first_seeds if 0 < first_seeds < S and alpha > 0 else 0
+        self.alpha = alpha
+        self.max_rate = max_rate
+        self.floor, self.window = floor, measure_window
+        self._partial = None
+        self._boot_up = False
+        self.lo = self.hi = None
+        self.probes, self.mets, self.meas, self.overs, self.seeds_run = [], [], [], [], []
+        self.phase = "search"
+        self.boot_rounds = 0
+        self.caps = None
+        self.unmeasured_at = None       # the rate of the probe that measured nothing, where the search stopped
+        self.capped = False             # the search passed at max_rate and could go no higher
+
+    def next_probe(self):
+        """``(rate, first seed, end seed)`` of the runs to simulate next, or None when done.
+
+        With a sequential test (``first_seeds``), a probe first runs seeds ``[0, first_seeds)``
+        and, when :func:`_early_verdict` cannot decide it, then ``[first_seeds, S)``.
+        """
+        rate = self.next_rate()
+        if rate is None:
+            return None
+        if self._partial is not None:
+            return rate, len(self._partial), self.S
+        return rate, 0, (self.first_seeds or self.S)
+
+    def next_rate(self):
+        """The next rate to probe (req/s), or None when the search and its interval are done."""
+        if self.phase == "search":
+            return self.r
+        if self.phase == "boot":
+            if self._boot_up:
+                return min(max(p[0] for p in self.probes) * (1.0 + 4.0 * self.rel_tol), self.max_rate)
+            return min(p[0] for p in self.probes) / 1.1
+        return None
+
+    def feed(self, rate, ms) -> None:
+        """Record the probe at ``rate`` from the runs of :meth:`next_probe`'s seeds and move on."""
+        ms = list(ms)
+        if self._partial is not None:
+            ms, self._partial = self._partial + ms, None
+        met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, self.slo, self.horizon_s)
+        k = len(ms)
+        if k < self.S:
+            early = _early_verdict(met, mea, over, self.S, self.slo.attainment, self.horizon_s, self.alpha)
+            if early is None:
+                self._partial = ms      # undecided: the probe goes on with the other seeds
+                return
+            passed = early
+            # the seeds not run are stood in for by the ones run, in turn, so that the pooled
+            # figures (and the bootstrap's resamples) are those of the k seeds run
+            fill = np.arange(self.S) % k
+            met, mea, over = met[fill], mea[fill], over[fill]
+        unmeasured = not mea.sum() > 0
+        if unmeasured:
+            pooled = math.nan           # no attainment without a measured request
+        self.probes.append((float(rate), pooled, pooled_over, passed))
+        self.mets.append(met), self.meas.append(mea), self.overs.append(over)
+        self.seeds_run.append(k)
+        if unmeasured and not pooled_over:
+            # no verdict, and lower rates measure fewer requests still: the search ends here
+            self.unmeasured_at = float(rate)
+            if self.phase == "search":
+                self._after_search()
+            else:
+                self.caps = self._bootstrap()     # the interval over every probe, as the estimate
+                self.phase = "done"
+            return
+        if self.phase == "search":
+            if passed:
+                self.lo = rate if self.lo is None else max(self.lo, rate)
+            else:
+                self.hi = rate if self.hi is None else min(self.hi, rate)
+            lo, hi = self.lo, self.hi
+            if (lo is not None and hi is not None and hi - lo <= self.rel_tol * lo) \
+                    or len(self.probes) >= self.max_probes:
+                self._after_search()
+                return
+            if lo is not None and hi is not None:
+                self.r = 0.5 * (lo + hi)
+            elif self.step is None:
+                self.r = hi / 1.25 if lo is None else lo * 1.25
+            else:       # galloping from a warm start: the step doubles until the verdict turns
+                self.r = hi / (1.0 + self.step) if lo is None else lo * (1.0 + self.step)
+                self.step *= 2.0
+            if self.r > self.max_rate:
+                if lo is not None and lo >= self.max_rate:      # passed at the largest rate there is
+                    self.capped = True
+                    self._after_search()
+                    return
+                self.r = self.max_rate
+        else:
+            self._boot_step()
+
+    def _after_search(self) -> None:
+        if self.S >= 2 and self.bootstrap > 0 and self.lo is not None:
+            self.phase = "boot"
+            self._boot_step(first=True)
+        else:
+            self.phase = "done"
+
+    def _boot_step(self, first: bool = False) -> None:
+        # up to four resamplings, each but a good one and the fourth followed by a probe lower (or
+        # higher); the interval is the last resampling's, over every probe (the estimate's probes)
+        self.caps = self._bootstrap()
+        self.boot_rounds += 1
+        if self.boot_rounds >= 4:
+            self.phase = "done"
+            return
+        low_ok = bool(np.quantile(self.caps, 0.025) > 0)
+        high_ok = True
+        if self.step is not None and self.hi is not None:
+            # a galloping search may end with its bracket as its only probes near the answer: a
+            # resample that passes at the highest probe is censored there (its capacity lies
+            # above), so up to three more probes go higher (each 4 x rel_tol above the highest)
+            high_ok = bool(np.quantile(self.caps, 0.975) < max(p[0] for p in self.probes))
+        self._boot_up = low_ok and not high_ok
+        if self._boot_up and max(p[0] for p in self.probes) >= self.max_rate:
+            self._boot_up, high_ok = False, True        # no higher rate to probe
+        if (low_ok and high_ok) or len(self.probes) >= self.max_probes + 3:
+            self.phase = "done"
+
+    def _arrays(self):
+        rates = np.array([p[0] for p in self.probes])
+        return rates, np.array(self.mets), np.array(self.meas), np.array(self.overs)
+
+    def _bootstrap(self):
+        rates, met_a, mea_a, over_a = self._arrays()
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0])
+        S = self.S
+        idx = np.stack([rng.integers(0, S, S) for _ in range(self.bootstrap)])
+        return _capacities_from(rates, met_a, mea_a, over_a, idx, self.slo.attainment, self.horizon_s)
+
+    def result(self) -> "CapacityResult":
+        """The :class:`CapacityResult` once :meth:`next_rate` is None.
+
+        The estimate and the bracket are the bootstrap's estimator (:func:`_capacities_from`)
+        applied to all seeds over every probe, the interval's probes included: the same
+        estimator on the same probes as each resample of the interval. ``rate_req_per_s`` is NaN
+        (undetermined) when no probe has a verdict (every probe measured nothing).
+        """
+        ci = (float("nan"), float("nan"))
+        if self.caps is not None:
+            ci = (float(np.quantile(self.caps, 0.025)), float(np.quantile(self.caps, 0.975)))
+        rates, met_a, mea_a, over_a = self._arrays()
+        per_seed_att = np.where(mea_a > 0, met_a / np.maximum(mea_a, 1.0), 0.0)
+        for i, k_run in enumerate(self.seeds_run):
+            per_seed_att[i, k_run:] = np.nan       # seeds a sequential test did not need
+        measured = tuple(int(m[:k_run].sum()) for m, k_run in zip(mea_a, self.seeds_run))
+        decided = [not (math.isnan(p[1]) and not p[2]) for p in self.probes]
+        notes = []
+        if self.floor is not None:
+            n = self.floor.note(self.horizon_s, self.window)
+            if n:
+                notes.append(n)
+        if not any(decided):
+            estimate, bracket = math.nan, (math.nan, math.nan)
+            notes.append(f"undetermined: no probe measured a request (the first, at {self.probes[0][0]:.4g} req/s, "
+                         f"measured none in {self.S} seed{'s' if self.S > 1 else ''} x the measure window of a "
+                         f"{self.horizon_s:g}-s horizon), so there is no capacity to report: a capacity needs measured "
+                         "requests, from a longer horizon (horizon_s, --horizon) or a higher first rate "
+                         "(rate_hint_req_per_s, --rate)")
+        else:
+            est, lo, hi = _capacities_from(rates, met_a, mea_a, over_a, np.arange(self.S)[None], self.slo.attainment,
+                                           self.horizon_s, bracket=True)
+            estimate, bracket = float(est[0]), (float(lo[0]), float(hi[0]))
+            if self.unmeasured_at is not None:
+                notes.append(f"the search stopped at {self.unmeasured_at:.4g} req/s, whose runs measured no request "
+                             f"({self.S} seed{'s' if self.S > 1 else ''} x the measure window of a "
+                             f"{self.horizon_s:g}-s horizon): no verdict there, and lower rates measure fewer still"
+                             + (f"; the capacity lies below the smallest failing probe, {bracket[1]:.4g} req/s"
+                                if bracket[0] == 0 and math.isfinite(bracket[1]) else ""))
+            if self.capped:
+                notes.append(f"the search passed at {self.max_rate:.6g} req/s, the largest rate it probes at a "
+                             f"{self.horizon_s:g}-s horizon (a seed's draw is at most fastsim.workload.MAX_REQUESTS "
+                             "requests; fastsim.search.MAX_RATE_REQ_PER_S): the capacity lies above it")
+        search_bracket = (float(self.lo) if self.lo is not None else 0.0,
+                          float(self.hi) if self.hi is not None else math.inf)
+        return CapacityResult(estimate, bracket, ci, self.probes, per_seed_att, self.analytic, self.S,
+                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes), search_bracket)
