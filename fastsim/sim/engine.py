@@ -3,14 +3,15 @@
 The public functions normalise their input to C-ordered, read-only arrays of fixed dtypes
 (float64 times, int64 token counts: every kernel has one type signature, so it compiles once),
 check the values with a kernel call per workload (numpy names the fault only when there is
-one; the plans, these checks and the run's options are in :mod:`fastsim.sim.inputs`), build the run and instance tables vectorized over the runs, and call
-``_kernels.simulate_one`` once per run: for one run on the calling thread; for many from
-worker threads that take the runs one by one (longest first; the kernel releases the GIL, and a
-plain kernel compiles in a fraction of a ``prange`` kernel's time). It reads each workload's
-arrays in place, with no concatenation, and also computes the run's metrics (percentiles by
-selection). Metrics-only batches keep per-request
-results in per-worker buffers, so a batch of many long runs touches little memory. Randomness is the caller's: arrivals and lengths come in as arrays (draw them
-from generators spawned from one ``SeedSequence``).
+one; the plans, these checks and the run's options are in :mod:`fastsim.sim.inputs`), build the
+run and instance tables vectorized over the runs, and call ``_kernels.simulate_one`` once per
+run: for one run on the calling thread; for many from worker threads that take the runs one by
+one (longest first; the kernel releases the GIL, and a plain kernel compiles in a fraction of a
+``prange`` kernel's time). It reads each workload's arrays in place, with no concatenation, and
+also computes the run's metrics (percentiles by selection). Metrics-only batches keep
+per-request results in per-worker buffers, so a batch of many long runs touches little memory.
+Randomness is the caller's: arrivals and lengths come in as arrays (draw them from generators
+spawned from one ``SeedSequence``).
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
 ---------------------------------------------------------------------------

@@ -409,7 +409,8 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
 
     ``plans`` and ``works`` are aligned lists (one run each; ``works`` are checked array triples),
     ``prefixes`` the matching :class:`fastsim.workload.PrefixBlocks` or None, ``opts`` the options
-    normalised by :func:`fastsim.sim.inputs._options`. Returns a list of ``(metrics, per-request dict, per-instance dict, samples)``.
+    normalised by :func:`fastsim.sim.inputs._options`. Returns a list of ``(metrics, per-request
+    dict, per-instance dict, samples)``.
     """
     horizon_s, _, _, max_context, _, _, dt = opts
     if routing not in ROUTINGS:
