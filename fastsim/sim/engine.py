@@ -343,7 +343,8 @@ def _run(plans, pk, wk, work, opts, full: bool):
         run_i[:, K.R_MAX_PROMPT] = t_const[pk, 2]
         run_i[:, K.R_OUT_OFF] = 0
         np.cumsum(n_req[:-1], out=run_i[1:, K.R_OUT_OFF])
-    run_f = np.repeat(_option_row(opts)[None, :], R, axis=0)     # the same option row for every run
+    row = _option_row(opts)[None, :]
+    run_f = row if R == 1 else np.repeat(row, R, axis=0)      # the same option row for every run
     fst = np.zeros((ist.shape[0], K.N_FCOLS), dtype=np.float64)
     cap = max(1, int(n_req.max()))
     wheel_cap = max(1, int(wheel_len.max()))

@@ -389,7 +389,7 @@ def _option_row(opts) -> np.ndarray:
         A new, writable row.
     """
     horizon_s, ttft_slo_s, tpot_slo_s, _, _, window, dt = opts
-    rf = np.zeros(K.N_RFCOLS, np.float64)
+    rf = [0.0] * K.N_RFCOLS             # a list, then one array: the quickest for a single run
     rf[K.RF_HORIZON] = horizon_s
     rf[K.RF_DT] = dt
     rf[K.RF_MEAS_LO] = window[0]
@@ -398,4 +398,4 @@ def _option_row(opts) -> np.ndarray:
     rf[K.RF_TPOT_SLO] = tpot_slo_s
     rf[K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
     rf[K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
-    return rf
+    return np.array(rf, dtype=np.float64)
