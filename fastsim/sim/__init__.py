@@ -1,13 +1,30 @@
 """Discrete-event simulator of an LLM serving plan (SPEC section 6).
 
-``simulate`` runs one plan on one workload; ``simulate_batch`` runs many in one parallel kernel
-call. The semantics are documented in :mod:`fastsim.sim.engine` (the lecture's scheduler) and
-:mod:`fastsim.sim.policy` (vLLM's and SGLang's, with prefix caching and speculative decoding).
+``simulate`` runs one plan on one workload; ``simulate_batch`` runs many in one call, the runs
+spread over worker threads. The semantics are documented in :mod:`fastsim.sim.engine` (the
+lecture's scheduler) and :mod:`fastsim.sim.policy` (vLLM's and SGLang's, with prefix caching and
+speculative decoding).
+
+The package, in the order a simulation runs through it:
+
+- :mod:`fastsim.sim.inputs`: the plans (:class:`ColocatedPlan`, :class:`DisaggregatedPlan`), the
+  checked input arrays, the run's options and the kernels' option row;
+- :mod:`fastsim.sim.window`: the sliding-window KV accounting of a plan's step parameters;
+- :mod:`fastsim.sim.engine`: :func:`simulate` and :func:`simulate_batch`, the lecture's scheduler
+  (run and instance tables, worker threads), and the hand-off to the engine policies;
+- :mod:`fastsim.sim.policy`: the engine policies (:class:`EnginePolicy`), their configuration
+  rows and runs;
+- :mod:`fastsim.sim._kernels` and :mod:`fastsim.sim._policy_nb`: the numba kernels, which loop
+  over the events and compute each run's metrics;
+- :mod:`fastsim.sim.records`: the status codes and the results, :class:`SimResult` and
+  :class:`SimMetrics`;
+- :mod:`fastsim.sim.reference` and :mod:`fastsim.sim.reference_policy`: plain-Python references
+  that the kernels match bit for bit (tests and ``fastsim bench``).
 """
 from __future__ import annotations
 
-from .engine import (OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan,
-                     simulate, simulate_batch, warmup)
+from .inputs import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan
+from .engine import simulate, simulate_batch, warmup
 from .policy import POLICIES, EnginePolicy, engine_policy, policy_defaults
 from .records import RequestStatus, RunStatus, SimMetrics, SimResult
 

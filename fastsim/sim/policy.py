@@ -104,6 +104,8 @@ from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
 from . import _policy_nb as PK
+from .inputs import ColocatedPlan, _option_row, _readonly
+from .records import SimMetrics
 from .window import NO_WINDOW, kv_window
 
 __all__ = ["POLICIES", "ROUTINGS", "EnginePolicy", "engine_policy", "policy_defaults"]
@@ -406,11 +408,11 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
     """Run colocated plans under an engine policy (called by :func:`fastsim.sim.simulate` and ``simulate_batch``).
 
     ``plans`` and ``works`` are aligned lists (one run each; ``works`` are checked array triples),
-    ``prefixes`` the matching :class:`fastsim.workload.PrefixBlocks` or None, ``opts`` the engine's
-    normalised options. Returns a list of ``(metrics, per-request dict, per-instance dict, samples)``.
+    ``prefixes`` the matching :class:`fastsim.workload.PrefixBlocks` or None, ``opts`` the options
+    normalised by :func:`fastsim.sim.inputs._options`. Returns a list of ``(metrics, per-request
+    dict, per-instance dict, samples)``.
     """
-    from .engine import ColocatedPlan, _kv_floor  # noqa: F401  (import cycle: engine imports this module)
-    horizon_s, ttft_slo_s, tpot_slo_s, max_context, _, window, dt = opts
+    horizon_s, _, _, max_context, _, _, dt = opts
     if routing not in ROUTINGS:
         raise FastsimInputError("routing", routing, " or ".join(ROUTINGS))
     pol = _check_policy(policy)
@@ -420,18 +422,7 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
                                 f">= gamma + 1 = {spec.gamma + 1} (a decode verifies gamma + 1 tokens per step)")
     R = len(plans)
     n_samp = max(1, int(math.ceil(horizon_s / dt)))
-    rf = np.zeros(K.N_RFCOLS, np.float64)
-    rf[K.RF_HORIZON] = horizon_s
-    rf[K.RF_DT] = dt
-    rf[K.RF_MEAS_LO] = window[0]
-    rf[K.RF_MEAS_HI] = window[1]
-    rf[K.RF_TTFT_SLO] = ttft_slo_s
-    rf[K.RF_TPOT_SLO] = tpot_slo_s
-    rf[K.RF_OVER_FRAC] = 0.02
-    rf[K.RF_OVER_MIN] = 10.0
-    from .engine import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION
-    rf[K.RF_OVER_FRAC] = OVERLOAD_SLOPE_FRACTION
-    rf[K.RF_OVER_MIN] = OVERLOAD_MIN_GROWTH
+    rf = _option_row(opts)
     rows = []
     for pl, w, pre in zip(plans, works, prefixes):
         if not isinstance(pl, ColocatedPlan):
@@ -468,7 +459,7 @@ def _policy_run(pl, w, off, ids, c, cf, pd, rf, n_samp: int, full: bool):
     The inputs go to the kernel as read-only views and the outputs are new arrays, so every run,
     single or one of many, calls it with the same types: it compiles once.
     """
-    from .engine import _readonly as ro   # import cycle: engine imports this module
+    ro = _readonly      # the kernel's inputs as read-only views
     n = w[0].shape[0]
     ni = pl.n_instances
     first = np.empty(n, np.float64)
@@ -497,7 +488,6 @@ def _policy_run(pl, w, off, ids, c, cf, pd, rf, n_samp: int, full: bool):
 
 def policy_metrics(pol, spec, res, n: int, horizon_s: float):
     """The :class:`SimMetrics` of one engine-policy run from the kernel's rows."""
-    from .records import SimMetrics
     f, mi, busy, iout, _, _, caching = res
     steps = iout[:, PK.O_STEPS]
     mean_batch = iout[:, PK.O_BATCH_SUM] / np.maximum(steps, 1)

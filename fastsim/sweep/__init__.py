@@ -29,8 +29,8 @@ identical to a local run.
 
 The package, in the order a sweep runs:
 
-- :mod:`fastsim.sweep.grid`: the axes, :class:`SweepGrid` / :class:`SweepSettings`, grid files,
-  point ids;
+- :mod:`fastsim.sweep.axes`: the axes, their values, what each mode uses, :func:`parse_axis`;
+- :mod:`fastsim.sweep.grid`: :class:`SweepGrid` / :class:`SweepSettings`, grid files, point ids;
 - :mod:`fastsim.sweep.table`: the table's :data:`COLUMNS` and :func:`analytic_table`;
 - :mod:`fastsim.sweep.tasks`: which points are simulated, and the simulation of a chunk of them;
 - :mod:`fastsim.sweep.scheduling`: chunks run here or on Dask;
