@@ -11,7 +11,7 @@ from .storage import _json_records
 from .table import COLUMNS
 
 def cli_sweep(args) -> int:
-    """Run ``fastsim sweep`` from parsed arguments (see :func:`fastsim.cli.build_parser`).
+    """Run ``fastsim sweep`` from parsed arguments (see :mod:`fastsim.commands.sweep`).
 
     Prints a summary table (or the whole table as JSON / CSV with ``--format`` and no ``--out``).
 
@@ -179,13 +179,13 @@ def cli_sweep(args) -> int:
     return 0
 
 
-#: argparse defaults of the flags that only some outputs use (fastsim.cli's ``sweep`` parser)
+#: argparse defaults of the flags that only some outputs use (the ``sweep`` parser of fastsim.commands.sweep)
 _DEFAULT_ROWS, _DEFAULT_PLOT_MAX = 20, 12
 
 
 def _given(args, dest: str, default) -> bool:
     """Whether a flag with a default was given: ``<dest>_given`` where the parser records it
-    (``fastsim.cli._Given``), else a value other than the default."""
+    (``fastsim._command_helpers._Given``), else a value other than the default."""
     flag = getattr(args, dest + "_given", None)
     if flag is not None:
         return bool(flag)
