@@ -13,6 +13,7 @@ def add_parser(sub):
 
 
 def run(args):
+    """Run ``fastsim bench`` and print its measurements; the exit status."""
     from ..bench import render_benchmarks, run_benchmarks
     sys.stdout.write(render_benchmarks(run_benchmarks(quick=args.quick), args.format))
     return 0

@@ -66,6 +66,7 @@ def add_parser(sub):
 
 
 def run(args):
+    """Run ``fastsim capacity``: the one-plan rate search, or ``--instance-counts`` or ``--trace``; the exit status."""
     from ._resolve import _screen_infeasible
     from ..search import SLO, check_rate_hint, max_sustainable_rate
     if args.instance_counts is not None:

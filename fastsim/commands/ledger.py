@@ -68,6 +68,7 @@ def run(args):
 
 
 def _ledger(args):
+    """``fastsim ledger``: the token ledger of the steps named, with ``--rate`` their load."""
     from ..ledger import ledger_table, plot_ledger
     _check_plot(args)
     cat = _command_catalog(args)
@@ -138,6 +139,7 @@ def _ledger(args):
 
 
 def _ladder(args):
+    """``fastsim ladder``: the optimization ladder of one model on one GPU type."""
     from ..ledger import ladder
     cat = _command_catalog(args)
     gpu = cat.gpu(args.gpu)

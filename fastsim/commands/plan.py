@@ -74,6 +74,7 @@ def add_parser(sub):
 
 
 def run(args):
+    """Run ``fastsim plan``: screen, verify and rank the deployments, print them; the exit status."""
     from ._resolve import _engine_dict, _resolve_workload
     from ..analytic import ScreenOptions
     cat = _command_catalog(args)

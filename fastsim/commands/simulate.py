@@ -55,6 +55,7 @@ def add_parser(sub):
 
 
 def run(args):
+    """Run ``fastsim simulate``: one plan at one rate, a row per seed and the pooled verdict; the exit status."""
     from ._resolve import _engine_setup, _plan_from_args, _resolve_workload, _screen_infeasible, _synthetic_workloads
     import numpy as np
     from ..sim import simulate

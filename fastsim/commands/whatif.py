@@ -25,6 +25,7 @@ def add_parser(sub):
 
 
 def run(args):
+    """Run ``fastsim whatif``: the studies named by ``--study``, their tables or records; the exit status."""
     import os
     from .. import whatif as W
     studies = args.study or ["all"]
