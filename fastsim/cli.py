@@ -14,18 +14,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _Parser, _trace_notes
+from ._command_helpers import _Parser
 from .commands import COMMANDS
-from .commands.capacity import (MAX_INSTANCE_COUNT, MAX_INSTANCE_COUNTS, _capacity_notes, _capacity_summary,
-                                _instance_counts, _ProbeProgress)
 from .errors import FastsimInputError
 
 __all__ = ["main", "build_parser"]
 
-# Besides __all__: names that code and tests reach for here, where the command line kept them
+# Besides __all__: names that code and tests reach for here, where the command line held them
 # before the commands moved to fastsim.commands (the same objects as there).
-_REEXPORTED = (_catalog, _check_plot, _constants, _fmt, _trace_notes, MAX_INSTANCE_COUNT, MAX_INSTANCE_COUNTS,
-               _capacity_notes, _capacity_summary, _instance_counts, _ProbeProgress)
+from ._command_helpers import _catalog, _check_plot, _constants, _fmt, _trace_notes  # noqa: E402,F401
+from .commands.capacity import (CAPACITY_DESCRIPTION, MAX_INSTANCE_COUNT, MAX_INSTANCE_COUNTS,  # noqa: E402,F401
+                                _capacity_notes, _capacity_summary, _instance_counts, _ProbeProgress)
+from .commands.simulate import SIMULATE_DESCRIPTION  # noqa: E402,F401
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +69,6 @@ def _as_flag(exc: FastsimInputError, parser, command: str) -> FastsimInputError:
     return FastsimInputError(flag, exc.value, exc.allowed)
 
 
-
 def main(argv=None) -> int:
     """Entry point of the ``fastsim`` console script (also ``python -m fastsim``).
 
@@ -107,7 +106,6 @@ def main(argv=None) -> int:
         print(f"fastsim {args.command}: interrupted" + ("; rerun with --resume to continue"
                                                         if args.command == "sweep" else ""), file=sys.stderr)
         return 130
-
 
 
 if __name__ == "__main__":
