@@ -1,6 +1,7 @@
-"""What a command's parsed arguments resolve to: catalog, model, Demand, Plan, engine settings, workloads.
+"""What a command's parsed arguments resolve to: model, Demand, Plan, engine settings, workloads.
 
-``simulate`` and ``capacity`` (and ``plan`` for its workload) start here:
+``simulate`` and ``capacity`` (and ``plan`` for its workload) start here, after the catalog
+(:func:`fastsim._command_helpers._command_catalog`, with ``--catalog`` and ``--price``):
 
 - :func:`_resolve_workload`: ``--scenario`` / ``--trace`` (and a ``--from-plan`` record's rate and
   targets) to the model, the :class:`fastsim.analytic.Demand` (SPEC §5) and the workload source;
