@@ -31,14 +31,14 @@ def cli_sweep(args) -> int:
         Bad grid, axis, settings or output (the CLI prints it on one line and exits with 2).
     """
     import sys
-    from .._command_helpers import _catalog, _fmt, _trace_notes
+    from .._command_helpers import _command_catalog, _fmt, _trace_notes
     # looked up on the package when called, so that a replaced fastsim.sweep.run_sweep is the one run
     from . import run_sweep
     from ..workload import read_trace
     _check_output_flags(args)           # before anything is read or computed
     if args.out:
         _check_out(args.out)            # before a trace is read or anything computed
-    cat = _catalog(args)
+    cat = _command_catalog(args)
     read_notes = []
 
     def reader(name):
