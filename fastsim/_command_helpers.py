@@ -1,15 +1,22 @@
-"""Helpers of the commands, shared by :mod:`fastsim.cli` and the modules that implement commands.
+"""Helpers of the commands, shared by :mod:`fastsim.cli`, :mod:`fastsim.commands` and the modules that implement commands.
 
-What a command's parsed arguments resolve to (the catalog with ``--catalog`` / ``--price``, the
-step constants of ``--calibration``, the distinct values of a repeatable flag), the notes on how a
-trace was read, table cells, the ``--plot`` check. :mod:`fastsim.sweep` and :mod:`fastsim.calibrate`
-use them without importing the command line (which imports them), and this module imports neither.
+The argparse types and flag groups several commands share (``--format`` / ``--catalog`` /
+``--price``, ``--calibration``, the workload, plan, speculation and engine flags, the parser class
+with one-line errors), what a command's parsed arguments resolve to (the catalog with
+``--catalog`` / ``--price``, the step constants of ``--calibration``, the distinct values of a
+repeatable flag, the one ``--from-plan`` reader), the notes on how a trace was read, table cells,
+how a command prints its records and notes, the ``--plot`` check. :mod:`fastsim.sweep`,
+:mod:`fastsim.fleet` and :mod:`fastsim.calibrate` use them without importing the command line
+(which imports them), and this module imports none of them.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+
+from .errors import FastsimInputError, require_positive
+from .layouts import LAYOUTS
 
 
 def _tp(text):
@@ -52,6 +59,61 @@ def _int_at_least(lo):
     return conv
 
 
+def _pos_int(field):
+    """An argparse type: an integer >= 1."""
+    return _int_at_least(1)
+
+def _nonneg_int(field):
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            v = -1
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer >= 0")
+        return v
+    return conv
+
+def _gpus(text):
+    """GPUs of one instance for the ledger: any integer from 1 to 4096 (EP144 is 18 nodes of 8)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= 4096:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer from 1 to 4096 (GPUs of the instance)")
+    return v
+
+def _fraction(flag, what):
+    """A number in [0, 1) (an acceptance probability, a hit fraction)."""
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not 0.0 <= v < 1.0:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {what} in [0, 1)")
+        return v
+    return conv
+
+def _int_list(text):
+    """Comma-separated integers >= 1 (``--spec-gamma 2,4``)."""
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        vals = ()
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: integers >= 1 separated by commas, e.g. 2,4")
+    return vals
+
+def _price(text):
+    name, _, usd = text.partition("=")
+    try:
+        return name, require_positive(f"--price {name}", float(usd))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: GPU=USD_PER_HOUR, e.g. B200=6") from None
+
+
 def _distinct(flag, values, canon=None):
     """The values of a repeatable flag, each once; a value named twice is refused, as ``sweep`` refuses it.
 
@@ -87,6 +149,117 @@ def _distinct(flag, values, canon=None):
     return tuple(seen)
 
 
+# ---------------------------------------------------------------------------- the parser and shared flag groups
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+class _Given(argparse.Action):
+    """Store the value and set ``<dest>_given`` (a flag given on the command line, not its default)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_given", True)
+
+def _add_common(sp):
+    sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    sp.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                    help="TOML/JSON file adding or overriding GPUs, precisions, models, scenarios (repeatable)")
+    sp.add_argument("--price", action="append", default=[], type=_price, metavar="GPU=USD",
+                    help="override a GPU's price in $/hour (repeatable)")
+
+def _add_calibration(sp):
+    sp.add_argument("--calibration", metavar="FILE.toml",
+                    help="step-model constants per GPU and precision from `fastsim calibrate` (default: SPEC §3's)")
+
+def _add_workload(sp, require_slo=False):
+    src = sp.add_mutually_exclusive_group()
+    src.add_argument("--scenario", help="built-in or catalog scenario (chat, coding-agent, offline-batch, low-latency-8b)")
+    src.add_argument("--trace", help="azure-conv, azure-code, or a path to an Azure CSV / Mooncake JSONL trace")
+    _add_trace_reading(sp)
+    sp.add_argument("--model", help="catalog model name or path to a Hugging Face config.json")
+    sp.add_argument("--rate", type=_positive("--rate"), help="target rate in req/s (rescales a trace's time axis)")
+    sp.add_argument("--ttft", type=_positive("--ttft"), help="P90 TTFT target in seconds")
+    sp.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
+
+def _add_trace_reading(sp):
+    """--time-unit and --skip-invalid: how a trace file is read."""
+    sp.add_argument("--time-unit", choices=("s", "ms"),
+                    help="unit of a trace file's numeric timestamps (default: ms for Mooncake JSONL, s for CSV; "
+                         "date-time CSV timestamps need none); a warning names an implausible implied rate")
+    sp.add_argument("--skip-invalid", action="store_true",
+                    help="drop trace rows with prompt or output tokens below 1 (failed requests) and say how many "
+                         "and why, instead of refusing the file at the first such row")
+
+def _add_plan_args(sp):
+    g = sp.add_argument_group("plan (or --from-plan)")
+    g.add_argument("--from-plan", metavar="FILE.json",
+                   help="a plan from `fastsim plan --format json` ('-' for stdin): its configuration, model, "
+                        "SLO targets and engine policy apply unless given; its rate applies to --scenario, while "
+                        "a --trace keeps its own rate unless --rate is given")
+    g.add_argument("--plan-index", type=int, default=0, help="which plan of the JSON list (default 0, the best)")
+    g.add_argument("--gpu", help="GPU name")
+    g.add_argument("--precision", help="BF16 or FP8")
+    g.add_argument("--mode", choices=("colocated", "disaggregated"), default=None, help="default colocated")
+    g.add_argument("--tp", type=_tp, default=None,
+                   help="TP per instance (default 1; disaggregated: the TP of a side without --prefill-tp / "
+                        "--decode-tp)")
+    g.add_argument("--instances", type=_pos_int("--instances"),
+                   help="instances, 1 to 4096 (colocated; default: analytic sizing)")
+    g.add_argument("--prefill-tp", type=_tp, help="TP of prefill instances (disaggregated)")
+    g.add_argument("--decode-tp", type=_tp, help="TP of decode instances (disaggregated)")
+    g.add_argument("--prefill-instances", type=_pos_int("--prefill-instances"), help="1 to 4096 (disaggregated)")
+    g.add_argument("--decode-instances", type=_pos_int("--decode-instances"), help="1 to 4096 (disaggregated)")
+    g.add_argument("--chunk", type=_pos_int("--chunk"), help="chunked-prefill tokens per step (colocated)")
+    g.add_argument("--layout", choices=LAYOUTS, default=None,
+                   help="instance layout: tp (default), tp+ep (experts expert-parallel over the instance's GPUs) "
+                        "or dp+ep (data-parallel attention + expert parallelism); MoE models only for the EP layouts")
+
+def _add_spec_args(sp):
+    g = sp.add_argument_group("speculative decoding (with --policy vllm or sglang)")
+    g.add_argument("--spec-alpha", dest="sim_spec_alpha", type=float, metavar="A",
+                   help="per-token acceptance probability in [0, 1): turns speculative decoding on")
+    g.add_argument("--spec-gamma", dest="sim_spec_gamma", type=_pos_int("--spec-gamma"), default=None, metavar="G",
+                   help="draft tokens per round (default 4)")
+    g.add_argument("--spec-draft", dest="sim_spec_draft", metavar="NAME",
+                   help="draft model (catalog name, config.json, or mtp); default: a smaller model of the "
+                        "target's family, else mtp")
+
+def _add_arrival_args(sp, prefixes: bool = True):
+    sp.add_argument("--routing", choices=("least-loaded", "round-robin", "prefix-aware"), default="least-loaded",
+                    help="request routing across instances (default: fewest outstanding tokens; prefix-aware: "
+                         "most cached prefix blocks, SGLang router rules, with --policy vllm or sglang)")
+    sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
+                    help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
+    sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
+    _add_engine_args(sp, prefixes=prefixes)
+
+def _add_engine_args(sp, prefixes: bool):
+    g = sp.add_argument_group("engine policy (colocated plans)")
+    g.add_argument("--policy", choices=("lecture", "vllm", "sglang"), default="lecture", action=_Given,
+                   help="scheduler: lecture (reserve P + O at admission, chunk on top of decodes; default), vllm "
+                        "(shared token budget, 16-token KV blocks on demand, preemption) or sglang (prefill first, "
+                        "token KV, retraction); the engines' defaults for the plan's GPU")
+    g.add_argument("--max-num-batched-tokens", type=_pos_int("--max-num-batched-tokens"), metavar="N",
+                   help="vllm: token budget per step; sglang: chunked_prefill_size (default: the engine's)")
+    g.add_argument("--max-num-seqs", type=_pos_int("--max-num-seqs"), metavar="N",
+                   help="most running requests per instance (default: the engine's)")
+    g.add_argument("--no-prefix-caching", action="store_true",
+                   help="turn the engine's prefix cache off (on by default in vLLM V1 and SGLang)")
+    if not prefixes:
+        return
+    g.add_argument("--shared-prefix", type=_pos_int("--shared-prefix"), metavar="TOKENS",
+                   help="synthetic workloads: a system prompt of TOKENS shared by every request")
+    g.add_argument("--session-turns", type=_pos_int("--session-turns"), metavar="K",
+                   help="synthetic workloads: multi-turn sessions of K turns, each prompt extending the last")
+    g.add_argument("--session-gap", type=_positive("--session-gap"), metavar="S",
+                   help="with --session-turns: seconds between a session's turns (default 120, the median gap "
+                        "of the Mooncake conversation trace)")
+
+
 def _catalog(args):
     """The catalog of a command: ``--catalog`` files (default: the built-in one) with ``--price`` overrides."""
     from .catalog import default_catalog, load_catalog
@@ -106,6 +279,25 @@ def _catalog(args):
             seen[key] = f"{gpu}={usd:g}"
         cat = cat.with_prices(dict(args.price))
     return cat
+
+
+def _command_catalog(args):
+    """The catalog of a command being run: ``args._read_catalog(args)`` where :func:`fastsim.cli.main`
+    set it, else :func:`_catalog`.
+
+    ``main`` sets ``args._read_catalog`` to the ``_catalog`` of :mod:`fastsim.cli`, looked up when the
+    command starts, so that a replaced ``fastsim.cli._catalog`` is the one every command reads (a
+    test replaces it to see that each command checks its flags before any work).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    Catalog
+    """
+    return getattr(args, "_read_catalog", _catalog)(args)
 
 
 def _constants(args):
@@ -145,10 +337,77 @@ def _trace_notes(wl):
     return notes
 
 
+def _read_trace(args, name):
+    """(workload, notes): a trace read with --time-unit / --skip-invalid, its drops and rate warning noted."""
+    from . import workload as W
+    wl = W.read_trace(name, time_unit=getattr(args, "time_unit", None),
+                      skip_invalid=getattr(args, "skip_invalid", False))
+    return wl, _trace_notes(wl)
+
+
 def _fmt(x, spec):
     """A table cell: ``inf`` for +inf, ``n/a`` for a missing or undefined value (see :mod:`fastsim._output`)."""
     from ._output import cell
     return cell(x, spec)
+
+
+# ---------------------------------------------------------------------------- printing records and notes
+
+def _emit(args, records, table_rows, headers, notes=(), key="rows", row_notes=None):
+    """Print the records with the notes, or the table rows and the notes after them.
+
+    JSON: one object ``{key: records, "notes": [...]}`` (strict; see :mod:`fastsim._output`); a
+    dict ``records`` is the object itself, with ``notes`` added. CSV: one row per record, the
+    notes as a JSON array in a ``notes`` column of every row (``row_notes``: each row's own list).
+    """
+    from ._output import csv_frame, dumps
+    notes = list(notes)
+    if args.format == "json":
+        doc = dict(records, notes=notes) if isinstance(records, dict) else {key: records, "notes": notes}
+        sys.stdout.write(dumps(doc) + "\n")
+    elif args.format == "csv":
+        csv_frame([records] if isinstance(records, dict) else records, notes,
+                  row_notes).to_csv(sys.stdout, index=False)
+    else:
+        from tabulate import tabulate
+        print(tabulate(table_rows, headers=headers, disable_numparse=True))
+        for n in notes:
+            print("note: " + n)
+
+def _notes_out(args, notes):
+    """Notes after the table on stdout, or on stderr when stdout carries JSON / CSV."""
+    if args.format != "table":
+        for n in notes:
+            print("note: " + n, file=sys.stderr)
+
+def _records(df, explain=None):
+    """DataFrame -> list of dicts, each with ``null_reasons`` for the fields JSON writes as null.
+
+    ``explain(field, value)`` gives a field's reason (None: ``infinite`` / ``not applicable``).
+    """
+    from ._output import null_reasons
+    out = []
+    for rec in df.to_dict(orient="records"):
+        rec["null_reasons"] = null_reasons(rec, explain)
+        out.append(rec)
+    return out
+
+def _legend(kind, rows, labels):
+    """Notes that say what each ``inf`` and ``n/a`` cell of a table means, one per distinct reason.
+
+    ``rows`` is a list of (row label, the row's ``null_reasons``); ``labels`` maps the fields the
+    table shows to their column names (other fields are not in the table and need no legend).
+    """
+    groups = {}
+    for who, reasons in rows:
+        for k, why in reasons.items():
+            if k in labels:
+                groups.setdefault((labels[k], why), []).append(str(who))
+    out = []
+    for (label, why), whos in groups.items():
+        sign = "inf" if why.startswith("infinite") else "n/a"
+        out.append(f"{label} {sign} ({kind}{'s' if len(whos) > 1 else ''} {', '.join(whos)}): {why}")
+    return out
 
 
 def _check_plot(args, kind="file", files=()):
@@ -201,3 +460,54 @@ def _record_model(args, cat, record):
         raise FastsimInputError("--from-plan", args.from_plan, f"a plan whose model {name!r} is a catalog name "
                                 "(a config.json model needs its model_path in the record, or --model PATH to "
                                 "that config.json)") from None
+
+
+def _read_plan_json(args, empty: str = "a non-empty list of plans (the output of `fastsim plan --format json`, or a "
+                    "JSON list of plan objects)"):
+    """The plan object chosen by --from-plan / --plan-index (read once), or None.
+
+    The one reader of ``--from-plan`` (``simulate``, ``capacity`` and ``fleet``): a file, or ``-``
+    for stdin, holding the output of ``fastsim plan --format json`` (``{"plans": [...]}``), one
+    plan object, or a JSON list of plan objects. The object is kept in ``args._plan_json``, so
+    stdin is read once.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        With ``from_plan`` and ``plan_index``.
+    empty : str, optional
+        What is allowed, in the error for an empty list (each command words it its own way).
+
+    Returns
+    -------
+    dict or None
+        The plan object; None without ``--from-plan``.
+
+    Raises
+    ------
+    FastsimInputError
+        An unreadable file, text that is not JSON, an empty list, a ``--plan-index`` past the
+        list, or an entry that is not an object.
+    """
+    if not getattr(args, "from_plan", None):
+        return None
+    if getattr(args, "_plan_json", None) is None:
+        import json
+        try:
+            text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
+        except OSError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
+        if isinstance(data, dict):
+            data = data["plans"] if isinstance(data.get("plans"), list) else [data]
+        if not isinstance(data, list) or not data:
+            raise FastsimInputError("--from-plan", args.from_plan, empty)
+        if not (0 <= args.plan_index < len(data)):
+            raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
+        if not isinstance(data[args.plan_index], dict):
+            raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+        args._plan_json = data[args.plan_index]
+    return args._plan_json

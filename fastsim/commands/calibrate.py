@@ -8,30 +8,10 @@ prints the parameters and the residuals (a table, JSON or CSV), and writes ``--o
 """
 from __future__ import annotations
 
-import argparse
-
-from .._command_helpers import _catalog, _check_plot, _fmt, _int_at_least, _tp
-from ..errors import FastsimInputError, require_positive
+from .._command_helpers import _add_common, _check_plot, _command_catalog, _fmt, _int_at_least, _tp
+from ..errors import FastsimInputError
 
 __all__ = ["add_parser", "run"]
-
-
-def _price(text):
-    """``--price GPU=USD``: a GPU's price in $/hour (argparse type; the error shows the expected form)."""
-    name, _, usd = text.partition("=")
-    try:
-        return name, require_positive(f"--price {name}", float(usd))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: GPU=USD_PER_HOUR, e.g. B200=6") from None
-
-
-def _add_common(sp):
-    """--format, --catalog and --price: the flags every command has."""
-    sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
-    sp.add_argument("--catalog", action="append", default=[], metavar="FILE",
-                    help="TOML/JSON file adding or overriding GPUs, precisions, models, scenarios (repeatable)")
-    sp.add_argument("--price", action="append", default=[], type=_price, metavar="GPU=USD",
-                    help="override a GPU's price in $/hour (repeatable)")
 
 
 def add_parser(sub):
@@ -108,7 +88,7 @@ def run(args) -> int:
     from .._output import csv_frame, dumps
     from ..calibrate import calibrate, plot_calibration
     _check_plot(args)
-    cat = _catalog(args)
+    cat = _command_catalog(args)
     if getattr(args, "serving", None):
         return _run_serving(args, cat)
     for flag in ("model", "input_tokens", "output_tokens", "max_num_batched_tokens", "max_num_seqs"):

@@ -8,14 +8,13 @@ line passes its parser class and shared flags in.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
 import numpy as np
 
 from .._command_helpers import (_catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive,
-                               _record_model, _tp)
+                               _read_plan_json, _record_model, _tp)
 from ..errors import FastsimInputError
 from . import strategies as S
 
@@ -188,23 +187,7 @@ def add_fleet_args(sp, add_common, add_calibration):
 
 def _read_plan(args, cat):
     """(gpu, precision, tp, chunk, layout, model name or None, the plan object) of --from-plan."""
-    try:
-        text = sys.stdin.read() if args.from_plan == "-" else open(args.from_plan, encoding="utf-8").read()
-    except OSError as exc:
-        raise FastsimInputError("--from-plan", args.from_plan, f"a readable JSON file ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise FastsimInputError("--from-plan", args.from_plan, f"JSON from `fastsim plan --format json` ({exc})") from None
-    if isinstance(data, dict):
-        data = data["plans"] if isinstance(data.get("plans"), list) else [data]
-    if not isinstance(data, list) or not data:
-        raise FastsimInputError("--from-plan", args.from_plan, "a non-empty list of plans")
-    if args.plan_index >= len(data):
-        raise FastsimInputError("--plan-index", args.plan_index, f"0 to {len(data) - 1}")
-    d = data[args.plan_index]
-    if not isinstance(d, dict):
-        raise FastsimInputError("--from-plan", args.from_plan, "a JSON list of plan objects")
+    d = _read_plan_json(args, empty="a non-empty list of plans")
     if d.get("mode", "colocated") != "colocated":
         raise FastsimInputError("--from-plan", args.from_plan, "a colocated plan (the fleet simulator serves "
                                 "colocated instances)")

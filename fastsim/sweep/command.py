@@ -11,7 +11,7 @@ from .storage import _json_records
 from .table import COLUMNS
 
 def cli_sweep(args) -> int:
-    """Run ``fastsim sweep`` from parsed arguments (see :func:`fastsim.cli.build_parser`).
+    """Run ``fastsim sweep`` from parsed arguments (see :mod:`fastsim.commands.sweep`).
 
     Prints a summary table (or the whole table as JSON / CSV with ``--format`` and no ``--out``).
 
@@ -31,14 +31,14 @@ def cli_sweep(args) -> int:
         Bad grid, axis, settings or output (the CLI prints it on one line and exits with 2).
     """
     import sys
-    from .._command_helpers import _catalog, _fmt, _trace_notes
+    from .._command_helpers import _command_catalog, _fmt, _trace_notes
     # looked up on the package when called, so that a replaced fastsim.sweep.run_sweep is the one run
     from . import run_sweep
     from ..workload import read_trace
     _check_output_flags(args)           # before anything is read or computed
     if args.out:
         _check_out(args.out)            # before a trace is read or anything computed
-    cat = _catalog(args)
+    cat = _command_catalog(args)
     read_notes = []
 
     def reader(name):
@@ -179,13 +179,13 @@ def cli_sweep(args) -> int:
     return 0
 
 
-#: argparse defaults of the flags that only some outputs use (fastsim.cli's ``sweep`` parser)
+#: argparse defaults of the flags that only some outputs use (the ``sweep`` parser of fastsim.commands.sweep)
 _DEFAULT_ROWS, _DEFAULT_PLOT_MAX = 20, 12
 
 
 def _given(args, dest: str, default) -> bool:
     """Whether a flag with a default was given: ``<dest>_given`` where the parser records it
-    (``fastsim.cli._Given``), else a value other than the default."""
+    (``fastsim._command_helpers._Given``), else a value other than the default."""
     flag = getattr(args, dest + "_given", None)
     if flag is not None:
         return bool(flag)

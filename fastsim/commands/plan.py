@@ -1,0 +1,269 @@
+"""``fastsim plan``: the cheapest verified deployment (:func:`fastsim.planner.plan_deployment`).
+
+The analytic screen (SPEC §5) ranks the grid of GPU x precision x mode x TP x layout, the
+simulator (SPEC §6-7) verifies and repairs the candidates; the table, JSON or CSV lists the plans
+with their cost, capacity and verification, and ``--emit`` adds each plan's launch commands.
+"""
+from __future__ import annotations
+
+import sys
+
+from .._command_helpers import (_add_calibration, _add_common, _add_engine_args, _add_workload, _command_catalog,
+                                _constants, _distinct, _emit, _fmt, _fraction, _int_list, _legend, _notes_out,
+                                _pos_int, _positive, _tp)
+from ..errors import FastsimInputError
+from ..layouts import LAYOUTS
+
+_PLAN_LABELS = {"ttft_p90_s": "TTFT P90", "tpot_p90_s": "TPOT P90"}
+
+
+def add_parser(sub):
+    """Add the ``plan`` sub-command to ``sub`` (the sub-parsers of :func:`fastsim.cli.build_parser`)."""
+    sp = sub.add_parser("plan", help="find the cheapest verified deployment")
+    _add_workload(sp)
+    _add_common(sp)
+    sp.add_argument("--gpu", action="append", help="restrict to these GPUs (repeatable; 'all' = every catalog GPU; "
+                    "default H100, H200, B200)")
+    sp.add_argument("--precision", action="append", choices=None, help="restrict to these precisions (repeatable)")
+    sp.add_argument("--tp", action="append", type=_tp, help="GPUs per instance to consider (repeatable; default "
+                    "1 2 4 8, and up to 64 for MoE models)")
+    sp.add_argument("--layout", action="append", choices=LAYOUTS,
+                    help="instance layouts to consider (repeatable; default tp, and all three for MoE models)")
+    sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
+    sp.add_argument("--top-k", type=_pos_int("--top-k"), default=10, help="plans to verify (default 10)")
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None, help="simulation seeds per plan (default 8)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=None, help="simulated seconds (default 600)")
+    sp.add_argument("--seed", type=int, default=None, help="root seed (default 0)")
+    sp.add_argument("--no-verify", action="store_true",
+                    help="analytic ranking only (nothing is simulated: --seeds, --horizon and --seed do not apply)")
+    sp.add_argument("--mean-lengths", action="store_true",
+                    help="screen latency with mean lengths instead of P90 (to show why one should not)")
+    sp.add_argument("--spec-alpha", type=_fraction("--spec-alpha", "a per-token acceptance probability"),
+                    metavar="A", help="also screen speculative decoding with this per-token acceptance (each plan "
+                                      "without it and with each --spec-gamma)")
+    sp.add_argument("--spec-gamma", type=_int_list, metavar="G1,G2",
+                    help="draft tokens per round to screen with --spec-alpha (default 2,4)")
+    sp.add_argument("--spec-draft", metavar="NAME",
+                    help="draft model for --spec-alpha: a catalog name, a config.json path or 'mtp' (a one-layer "
+                         "head on the target); default: a smaller model of the target's family, else mtp")
+    sp.add_argument("--prefix-hit", type=_fraction("--prefix-hit", "a fraction of the prompt tokens"), metavar="F",
+                    help="fraction of prompt tokens served from the prefix cache: their prefill compute is "
+                         "skipped (default 0)")
+    sp.add_argument("--emit", choices=("vllm", "sglang"),
+                    help="also print each plan's launch commands for this engine (JSON/CSV: a 'launch' field "
+                         "per plan; fastsim.emit)")
+    sp.add_argument("--search", choices=("verified", "screen"), default="verified",
+                    help="verified (default): every configuration of the grid that is not provably hopeless at its "
+                         "cheapest passing instance count found in simulation, ranked by verified cost, with how the "
+                         "screen saw each (kept, over-sized, under-sized, missed); screen: the lecture's pipeline, "
+                         "the analytic screen's top-k plans verified and repaired")
+    sp.add_argument("--heterogeneous", action="store_true",
+                    help="also screen disaggregated plans whose prefill and decode run on different GPU types or "
+                         "precisions (e.g. H100 prefill + H200 decode), each side at its own price")
+    sp.add_argument("--screen", choices=("lecture", "queueing"), default="lecture",
+                    help="analytic screen: lecture (default; throughput, and the P90 prompt's chunks within TTFT / 2) "
+                         "or queueing (also the M/G/1 wait of a colocated instance's chunk slot against the TTFT "
+                         "target: within 10%% of the simulated capacity on the four scenarios)")
+    sp.add_argument("--rejection-budget", type=_fraction("--rejection-budget", "a fraction of the requests"),
+                    default=0.0, metavar="F",
+                    help="fraction of the requests a plan may reject although they fit the model's context (its "
+                         "instances cannot hold their KV) and still pass (default 0: such a plan fails)")
+    _add_engine_args(sp, prefixes=False)
+    _add_calibration(sp)
+    sp.set_defaults(func=run)
+
+
+def run(args):
+    """Run ``fastsim plan``: screen, verify and rank the deployments, print them; the exit status."""
+    from ._resolve import _engine_dict, _resolve_workload
+    from ..analytic import ScreenOptions
+    cat = _command_catalog(args)
+    unused = []
+    if args.no_verify:
+        # nothing is simulated: the simulation's flags do not apply (nor the note on a short horizon)
+        unused = [f for f, v in (("--seeds", args.seeds), ("--horizon", args.horizon), ("--seed", args.seed))
+                  if v is not None]
+        args.horizon = None
+    model, demand, source, notes = _resolve_workload(args, cat)
+    if unused:
+        notes = list(notes) + [f"--no-verify ranks the plans analytically and simulates nothing: "
+                               f"{', '.join(unused)} {'do' if len(unused) > 1 else 'does'} not apply"]
+    args.seeds = 8 if args.seeds is None else args.seeds
+    args.horizon = 600.0 if args.horizon is None else args.horizon
+    args.seed = 0 if args.seed is None else args.seed
+    # 'all' names every catalog GPU (so a GPU named beside it is named twice)
+    gpus = _distinct("--gpu", args.gpu, lambda g: list(cat.gpus) if g.strip().lower() == "all"
+                     else [cat.gpu(g).name]) if args.gpu else None
+    args.precision = (list(_distinct("--precision", args.precision, lambda v: [cat.precision(v).name]))
+                      if args.precision else None)
+    args.tp = list(_distinct("--tp", args.tp)) if args.tp else None
+    args.layout = list(_distinct("--layout", args.layout)) if args.layout else None
+    args.mode = list(_distinct("--mode", args.mode)) if args.mode else None
+    if args.spec_gamma:
+        _distinct("--spec-gamma", args.spec_gamma)
+    for flag, v in (("--spec-gamma", args.spec_gamma), ("--spec-draft", args.spec_draft)):
+        if v is not None and args.spec_alpha is None:
+            raise FastsimInputError(flag, v if isinstance(v, str) else ",".join(map(str, v)),
+                                    "only with --spec-alpha (the per-token acceptance of speculative decoding)")
+    spec_kw = {}
+    if args.spec_alpha is not None:
+        spec_kw.update(spec_alpha=args.spec_alpha, spec_draft=args.spec_draft)
+        if args.spec_gamma:
+            spec_kw["spec_gammas"] = tuple(args.spec_gamma)
+    if args.prefix_hit:
+        spec_kw["prefix_hit_fraction"] = args.prefix_hit
+        if getattr(source, "prefix", None) is not None:
+            from ..workload import prefix_reuse_bound
+            bound = prefix_reuse_bound(source)
+            if args.prefix_hit > bound:
+                notes = list(notes) + [f"--prefix-hit {args.prefix_hit:g} is above what even an unbounded cache could "
+                                       f"serve on {source.name} ({bound:.3f} of its prompt tokens): the screen "
+                                       "sizes plans for hits the trace cannot give"]
+    opts = ScreenOptions(gpus=gpus,
+                         precisions=tuple(args.precision) if args.precision else None,
+                         tps=tuple(args.tp) if args.tp else None,
+                         layouts=tuple(args.layout) if args.layout else None,
+                         modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
+                         constants=_constants(args), queueing=args.screen == "queueing",
+                         heterogeneous=args.heterogeneous, **spec_kw)
+    for g in opts.gpus or ():
+        cat.gpu(g)
+    for p in opts.precisions or ():
+        cat.precision(p)
+    try:
+        spec = opts.spec_for(model, cat)      # resolves and checks the draft before any work
+    except FastsimInputError as exc:
+        raise FastsimInputError("--spec-draft", args.spec_draft if args.spec_draft is not None else exc.value,
+                                exc.allowed) from None
+    engine = _engine_dict(args)
+    if engine is not None:
+        pinned = getattr(args, "emit", None) == args.policy
+        if pinned:
+            engine["plan_settings"] = True
+        notes = list(notes) + [f"verification under the {args.policy} policy ("
+                               + ("the settings --emit writes for each plan: its batch and chunk" if pinned else
+                                  "its defaults for each plan's GPU" + (", overridden" if len(engine) > 2 else ""))
+                               + "; fastsim.sim.policy); disaggregated plans are not simulated under it"]
+    d = demand
+    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
+            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
+               f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
+               if not args.mean_lengths else
+               f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
+               f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
+               "selects plans whose longer requests miss it, whatever their size"))
+    if spec is not None:
+        head += (f"; speculative decoding screened: alpha {spec.alpha:g}, draft {spec.draft}, gamma "
+                 + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
+    if opts.prefix_hit_fraction:
+        head += f"; prefix-cache hits {opts.prefix_hit_fraction:.0%} of prompt tokens"
+    served = d.within_context(model.max_context_tokens)
+    if served is not d:
+        # the screen prices the requests within the context (fastsim.analytic.Demand.within_context)
+        head += (f"; {served.served_fraction:.4%} of the requests fit the {model.max_context_tokens:,}-token "
+                 f"context (the rest are rejected): served means prompt {served.mean_prompt_tokens:,.0f}, "
+                 f"output {served.mean_output_tokens:,.0f} tokens")
+    if args.format == "table":
+        # the table's first line now, before the screen and the simulations (and, on a first
+        # run, the compilation of their kernels)
+        print(head, flush=True)
+    from ..planner import plan_deployment
+    if not args.no_verify and engine is None:
+        # an empty numba cache: the screen's and the simulations' kernels compile on two cores
+        from .._precompile import plan_kernels
+        plan_kernels(screen=not opts.screens_extensions)
+    bar = None
+    if not args.no_verify and args.format == "table" and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
+    report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
+                             verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
+                             progress=bar.update if bar else None, engine=engine,
+                             rejection_budget=args.rejection_budget, search=args.search)
+    if bar:
+        bar.close()
+    report.notes.extend(notes)
+    records = [d.to_dict() for d in report.deployments]
+    if model.source.startswith("config.json at "):
+        # a config.json model: its name is not a catalog name, so record where it came from
+        # (simulate / capacity --from-plan load it from there)
+        for r in records:
+            r["model_path"] = model.source[len("config.json at "):]
+    rows = []
+    for i, (d, r) in enumerate(zip(report.deployments, records), 1):
+        v = r["verification"] or {}
+        p = d.plan
+        tp = p.label(p.tp) if p.mode == "colocated" else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}"
+        inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
+        rep = v.get("repaired_from_instances")
+        raw = d.repair.verification if d.repair is not None else None   # inf stays inf in the table
+        gpu_s, prec_s = p.gpu, p.precision
+        if p.heterogeneous:
+            gpu_s = f"P:{p.prefill_gpu_name} D:{p.gpu}" if p.prefill_gpu_name != p.gpu else p.gpu
+            prec_s = (f"P:{p.prefill_precision_name} D:{p.precision}" if p.prefill_precision_name != p.precision
+                      else p.precision)
+        rows.append([i, gpu_s, prec_s, p.mode, tp, inst, p.gpus,
+                     _fmt(r["usd_per_million_output_tokens"], ".3f"),
+                     _fmt(r["analytic_usd_per_million_output_tokens"], ".3f"),
+                     _fmt(r["efficiency_usd_per_million_output_tokens"], ".3f"),
+                     _fmt(r["capacity_req_per_s"], ".1f"),
+                     _fmt(v.get("attainment"), ".3f"), _fmt(raw.ttft_p90_s if raw else None, ".3f"),
+                     _fmt(raw.tpot_p90_s * 1e3 if raw else None, ".1f"),
+                     "not run" if not v else ("pass" if v["passed"] else "FAIL"),
+                     "no" if rep is None else f"{rep} -> {v['instances_after_repair']}",
+                     "not run" if not v else f"{v['rejected_requests']:,}"])
+
+    report.notes.extend(_legend("plan", [(i, (r["verification"] or {}).get("null_reasons", {}))
+                                         for i, r in enumerate(records, 1)], _PLAN_LABELS))
+    launches = _emit_launch(args, report, records, cat, model) if args.emit else []
+    if not records:
+        reasons = report.grid["reason"].value_counts() if len(report.grid) else {}
+        report.notes.append("no configuration of the grid meets these SLOs analytically"
+                            + ("; most common reasons: " + "; ".join(f"{r} ({n} configurations)"
+                                                                     for r, n in list(reasons.items())[:3])
+                               if len(reasons) else ""))
+    for i, d in enumerate(report.deployments, 1):
+        r = d.repair
+        if r is not None and not r.passed:
+            report.notes.append(f"plan {i} fails verification: " + (r.reason or "attainment below 0.90"))
+        elif r is not None and r.verification.rejected:
+            report.notes.append(f"plan {i} passes but rejects {r.verification.rejected:,} requests "
+                                "(longer than the model's context or an instance's KV cache)")
+    headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
+               "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
+    if args.no_verify:  # analytic ranking only: drop the simulation columns
+        headers = headers[:11]
+        rows = [r[:11] for r in rows]
+    if args.search == "verified" and not args.no_verify:   # how the screen saw each verified plan
+        headers.append("screen")
+        for row, d in zip(rows, report.deployments):
+            row.append(d.screen_view or "")
+    if spec is not None:   # speculative decoding screened: say which plans use it
+        headers.insert(6, "spec dec")
+        for row, d in zip(rows, report.deployments):
+            row.insert(6, f"gamma {d.plan.spec_gamma}" if d.plan.spec_gamma else "off")
+    _emit(args, records, rows, headers, report.notes, key="plans")
+    if args.format == "table" and launches:
+        print("\n" + "\n\n".join(launches))
+    _notes_out(args, report.notes)
+    return 0
+
+
+def _emit_launch(args, report, records, cat, model):
+    """Add each plan's ``launch`` commands (:func:`fastsim.emit.launch_commands`) to its record; the
+    table's text blocks. A plan the engine cannot run gets ``launch`` None and a note saying why."""
+    from ..emit import format_launch, launch_commands
+    blocks = []
+    for i, (d, r) in enumerate(zip(report.deployments, records), 1):
+        try:
+            r["launch"] = launch_commands(d.plan, args.emit, cat, model)
+            blocks.append(format_launch(r["launch"], i))
+        except FastsimInputError as exc:
+            r["launch"] = None
+            r.setdefault("null_reasons", {})["launch"] = "not applicable: " + exc.allowed
+            report.notes.append(f"plan {i}: no {args.emit} command ({exc})")
+    if getattr(args, "policy", "lecture") != args.emit and not getattr(args, "no_verify", False):
+        report.notes.append(f"--emit pins each plan's analytic batch and chunk; the verification ran under the "
+                            f"{getattr(args, 'policy', 'lecture')} policy (--policy {args.emit} verifies these "
+                            "settings)")
+    return blocks

@@ -1,0 +1,358 @@
+"""``fastsim simulate``: one plan at one rate, per seed and pooled (:func:`fastsim.sim.simulate`, SPEC §6-7).
+
+The plan comes from the plan flags or ``--from-plan``, the workload from ``--scenario`` (synthetic
+arrivals per seed, or a rate ``--profile``) or ``--trace`` (one replay); each instance's
+utilisation is its routed traffic against its analytic capacity (SPEC §5) for the lengths
+simulated.
+"""
+from __future__ import annotations
+
+import math
+
+from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
+                                _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
+                                _notes_out, _pos_int, _positive, _read_plan_json)
+from ..errors import FastsimInputError
+
+#: ``fastsim simulate --help``: what its columns mean.
+SIMULATE_DESCRIPTION = (
+    "Simulate one plan at one rate. Measured requests: those arriving in the middle 60% of the arrival "
+    "time span (from 20% to 80% of the horizon, or of a trace's duration). Per instance: busy fraction = "
+    "share of the horizon in which the instance runs a step (it runs one whenever it holds any request, so "
+    "1.00 at moderate load); utilisation = accepted requests routed to the instance per second / its "
+    "analytic capacity (0.60 at 60% load; above 1, more than the screen says it can serve within the SLOs). "
+    "inf: a percentile past the requests that never got that token; n/a: no such value.")
+
+_SIM_LABELS = {"ttft_p50_s": "TTFT P50", "ttft_p90_s": "TTFT P90", "ttft_p99_s": "TTFT P99",
+               "tpot_p90_s": "TPOT P90", "attainment": "attainment", "utilisation": "utilisation"}
+
+
+def add_parser(sub):
+    """Add the ``simulate`` sub-command to ``sub`` (the sub-parsers of :func:`fastsim.cli.build_parser`)."""
+    sp = sub.add_parser("simulate", help="simulate one plan at one rate", description=SIMULATE_DESCRIPTION)
+    _add_workload(sp)
+    _add_common(sp)
+    _add_plan_args(sp)
+    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None,
+                    help="replications (default 1; a trace replays once)")
+    sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
+                    help="simulated seconds (default 600; a trace replays over its own duration)")
+    sp.add_argument("--seed", type=int, default=0, help="root seed")
+    _add_arrival_args(sp)
+    sp.add_argument("--lengths", default="lognormal", metavar="lognormal|fixed|trace:NAME",
+                    help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
+                         "resampled from a trace (azure-conv, azure-code or a file)")
+    sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
+    sp.add_argument("--profile", metavar="NAME|FILE.csv",
+                    help="time-varying arrivals with the scenario's lengths: a rate profile (m-large, m-mid, m-small, "
+                         "deepseek-r1, or a CSV window_start_s,rate_req_per_s); runs over its span unless --horizon "
+                         "cuts it; zero-rate windows are gaps (no arrivals)")
+    sp.add_argument("--rate-scale", type=_positive("--rate-scale"), default=None, metavar="F",
+                    help="with --profile: multiply every rate by F (fit a profile to a fleet size)")
+    _add_spec_args(sp)
+    _add_calibration(sp)
+    sp.set_defaults(func=run)
+
+
+def run(args):
+    """Run ``fastsim simulate``: one plan at one rate, a row per seed and the pooled verdict; the exit status."""
+    from ._resolve import _engine_setup, _plan_from_args, _resolve_workload, _screen_infeasible, _synthetic_workloads
+    import numpy as np
+    from ..sim import simulate
+    from .. import workload as W
+    _check_plot(args)
+    cat = _command_catalog(args)
+    profile = _simulate_profile(args)
+    model, demand, source, notes = _resolve_workload(args, cat)
+    plan, model = _plan_from_args(args, cat, model, demand)
+    if profile is not None:
+        wls, horizon, pnotes = _profile_workloads(args, source, profile, demand)
+        notes = list(notes) + pnotes
+    elif isinstance(source, W.Workload):
+        if args.seeds is not None or args.horizon is not None:
+            notes = list(notes) + ["a trace replays once over its own duration: --seeds and --horizon do not apply"]
+        wls = [source]
+        horizon = float(np.nextafter(source.duration_s, np.inf))
+    else:
+        args.seeds = 1 if args.seeds is None else args.seeds
+        args.horizon = 600.0 if args.horizon is None else args.horizon
+        wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
+        notes = list(notes) + getattr(args, "_lengths_notes", [])
+        horizon = args.horizon
+    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
+                                          prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
+    notes = list(notes) + enotes
+    priced, unotes = (plan, []) if isinstance(source, W.Workload) else \
+        _priced_for_workloads(args, cat, model, plan, demand, wls)
+    notes = list(notes) + unotes
+    results = [simulate(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, horizon_s=horizon,
+                        ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
+                        max_context_tokens=model.max_context_tokens,
+                        prefix=getattr(w, "prefix", None) if "policy" in ekw else None, **ekw) for w in wls]
+    engine = "policy" in ekw
+    from .._output import null_reasons
+    records = []
+    util_why = None
+    for i, r in enumerate(results):
+        m = r.metrics
+        rec = {"seed_index": i, "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
+               "horizon_s": horizon, "requests": int(m.n_requests), "measured": int(m.measured),
+               "attainment": m.attainment, "ttft_p50_s": m.ttft_p50_s, "ttft_p90_s": m.ttft_p90_s,
+               "ttft_p99_s": m.ttft_p99_s, "tpot_p50_s": m.tpot_p50_s, "tpot_p90_s": m.tpot_p90_s,
+               "tpot_p99_s": m.tpot_p99_s, "throughput_tokens_per_s": m.throughput_tokens_per_s,
+               "rejected": int(m.rejected), "unfinished": int(m.unfinished), "overloaded": bool(m.overloaded),
+               "busy_fraction": [float(x) for x in m.utilisation],
+               "utilisation": (_utilisation(r, priced, horizon) if priced is not None
+                               else [math.nan] * len(m.utilisation)), "mean_batch": [float(x) for x in m.mean_batch],
+               "passed": bool(m.attainment >= 0.9 and not m.overloaded),
+               "policy": m.policy, "preemptions": int(m.preemptions),
+               "cached_prompt_tokens": int(m.cached_prompt_tokens),
+               "cache_hit_fraction": m.cache_hit_fraction,
+               "cache_hit_fraction_per_instance": (None if m.cache_hit_fraction_per_instance is None else
+                                                   [float(x) for x in m.cache_hit_fraction_per_instance]),
+               "spec_tokens_per_round": m.spec_tokens_per_round}
+        if util_why is None and not all(math.isfinite(u) for u in rec["utilisation"]):
+            util_why = (unotes[0].split(": ", 1)[1] if priced is None and unotes else
+                        _screen_infeasible(priced, model, demand, cat, _constants(args)))
+        rec["null_reasons"] = null_reasons(rec, _sim_reason(rec, util_why or ""))
+        records.append(rec)
+    rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
+             _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),
+             _fmt(r["tpot_p90_s"] * 1e3, ".1f"),
+             _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
+             "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["busy_fraction"]),
+             " ".join(_fmt(u, ".2f") for u in r["utilisation"]),
+             "pass" if r["passed"] else "FAIL"] + ([r["preemptions"], _fmt(r["cache_hit_fraction"], ".3f"),
+                                                    _fmt(r["spec_tokens_per_round"], ".2f")] if engine else [])
+            for r in records]
+    if len(results) > 1:
+        # the verdict over all seeds together, as `plan` and `capacity` judge a plan
+        from ..search import SLO, _pooled
+        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon, model.max_context_tokens)
+        pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
+                  "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
+                  "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
+                  "rejected": v.rejected, "unfinished": sum(r["unfinished"] for r in records),
+                  "overloaded": v.overloaded, "passed": v.passed}
+        if engine:
+            rounds = [m.spec_tokens_per_round for m in (r.metrics for r in results)]
+            pooled.update(policy=v.policy, preemptions=v.preemptions, cache_hit_fraction=v.cache_hit_fraction,
+                          spec_tokens_per_round=(float(np.nanmean(rounds)) if not all(map(math.isnan, rounds))
+                                                 else math.nan))
+        pooled["null_reasons"] = null_reasons(pooled, _sim_reason(pooled))
+        records.append(pooled)
+        rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
+                     "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
+                     sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
+                     "pass" if v.passed else "FAIL"] + ([v.preemptions, _fmt(v.cache_hit_fraction, ".3f"),
+                                                         _fmt(pooled["spec_tokens_per_round"], ".2f")]
+                                                        if engine else []))
+        notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
+                               "judged on the mean backlog slope (as plan and capacity judge a plan)"]
+    headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
+               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
+               "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else [])
+    if engine:
+        notes = list(notes) + [
+            "preemptions: requests preempted (vllm) or retracted (sglang) and recomputed later; cache hit: prompt "
+            "tokens served from the prefix cache at the requests' first admission / prompt tokens admitted (n/a: "
+            "no prefix cache; 0 when no two requests share a prefix block); tokens/round: output tokens a "
+            "request gains per verify step (n/a: no speculative decoding)"]
+    rej = sum(r["rejected"] for r in records if r["seed_index"] != "all")
+    if rej and not isinstance(source, W.Workload):
+        notes = list(notes) + [f"{rej:,} requests rejected: prompt + output above {model.name}'s context of "
+                               f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache"]
+    if args.format == "table":
+        rate_text = (f"profile {profile.name} (mean {profile.mean_rate_req_per_s:,.4g} req/s)" if profile is not None
+                     else f"{demand.rate_req_per_s:g} req/s")
+        print(f"{plan.describe()} on {model.name}: {rate_text}, {horizon:g} s; "
+              f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
+    notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
+    _emit(args, records, rows, headers, notes, key="runs")
+    _notes_out(args, notes)
+    if args.plot:
+        from ..plots import plot_simulation
+        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
+                        title=f"{plan.describe()}, {demand.rate_req_per_s:g} req/s")
+    return 0
+
+
+def _simulate_profile(args):
+    """``simulate --profile``: the rate profile (scaled by --rate-scale), or None; sizes the plan at its peak."""
+    from .. import workload as W
+    name = getattr(args, "profile", None)
+    if name is None:
+        if getattr(args, "rate_scale", None) is not None:
+            raise FastsimInputError("--rate-scale", args.rate_scale, "with --profile only")
+        return None
+    if args.trace:
+        raise FastsimInputError("--profile", name, "with --scenario (its request lengths), not --trace")
+    prof = W.read_rate_profile(name).scaled(1.0 if args.rate_scale is None else args.rate_scale)
+    if args.rate is None and not args.from_plan:
+        args.rate = prof.peak_rate_req_per_s
+        args._profile_rate_note = (f"the plan's rate is the profile's peak, {prof.peak_rate_req_per_s:,.4g} req/s"
+                                   + ("" if getattr(args, "instances", None) else
+                                      " (give --instances or --rate to size it otherwise)"))
+    return prof
+
+
+def _profile_workloads(args, scenario, prof, demand):
+    """(workloads, horizon, notes) of ``simulate --profile``: one per seed, the scenario's lengths."""
+    from dataclasses import replace
+    from .. import workload as W
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    for flag, v in (("--shared-prefix", getattr(args, "shared_prefix", None)),
+                    ("--session-turns", getattr(args, "session_turns", None)),
+                    ("--session-gap", getattr(args, "session_gap", None))):
+        if v is not None:
+            raise FastsimInputError(flag, v, "no value with --profile (sessions are drawn at a constant rate)")
+    kind = args.lengths
+    if kind == "fixed":
+        scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
+                           output=replace(scenario.output, kind="fixed", sigma=0.0))
+    elif kind != "lognormal":
+        raise FastsimInputError("--lengths", kind, "lognormal or fixed with --profile")
+    cv = 1.0 if args.cv is None else args.cv
+    args.seeds = 1 if args.seeds is None else args.seeds
+    notes = [prof.describe() + (f" ({prof.source.rsplit('; ', 1)[-1]})" if args.rate_scale not in (None, 1.0)
+                                else "")]
+    horizon = prof.span_s
+    if args.horizon is not None and args.horizon < prof.span_s:
+        horizon = args.horizon
+        notes.append(f"--horizon {horizon:g} s cuts the profile's span of {prof.span_s:g} s: only its first "
+                     f"{horizon:g} s are simulated")
+    elif args.horizon is not None:
+        notes.append(f"--horizon {args.horizon:g} s is past the profile's span: the run stops at its end, "
+                     f"{prof.span_s:g} s")
+    if getattr(args, "_profile_rate_note", None):
+        notes.append(args._profile_rate_note)
+    elif not math.isclose(demand.rate_req_per_s, prof.peak_rate_req_per_s):
+        notes.append(f"the plan is sized for {demand.rate_req_per_s:g} req/s; the profile's peak is "
+                     f"{prof.peak_rate_req_per_s:,.4g} req/s")
+    args.horizon = horizon
+    wls = [W.synthesize_profile(scenario, prof, s, arrival=args.arrival, cv=cv, horizon_s=horizon)
+           for s in W.seeds_for(args.seed, args.seeds)]
+    return wls, horizon, notes
+
+
+def _utilisation(result, plan, horizon_s):
+    """Per instance: accepted requests routed to it per second / its analytic capacity (NaN at capacity 0).
+
+    Prefill instances first for a disaggregated plan, each against the screen's prefill capacity,
+    then decode instances against the decode capacity. 0.6 at 60% of the analytic capacity; above 1
+    the instance gets more traffic than the screen says it can serve within the SLOs.
+    """
+    import numpy as np
+    from ..sim.records import REQ_REJECTED
+    ok = result.status != REQ_REJECTED
+    if plan.mode == "colocated":
+        counts = np.bincount(result.instance[ok], minlength=plan.instances)[:plan.instances]
+        caps = np.full(plan.instances, plan.instance_capacity_req_per_s)
+    else:
+        npf, nd = plan.prefill_instances, plan.decode_instances
+        dec = result.decode_instance[ok]
+        counts = np.concatenate([np.bincount(result.instance[ok], minlength=npf)[:npf],
+                                 np.bincount(dec[dec >= 0] - npf, minlength=nd)[:nd]])
+        caps = np.concatenate([np.full(npf, plan.prefill_capacity_req_per_s),
+                               np.full(nd, plan.decode_capacity_req_per_s)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(caps > 0, counts / horizon_s / np.where(caps > 0, caps, 1.0), np.nan)
+    return [float(x) for x in u]
+
+
+def _variant_flags(args) -> list:
+    """The flags that make a synthetic workload's lengths differ from its scenario's (``simulate``)."""
+    out = []
+    if getattr(args, "lengths", "lognormal") != "lognormal":
+        out.append(f"--lengths {args.lengths}")
+    for flag, attr in (("--shared-prefix", "shared_prefix"), ("--session-turns", "session_turns")):
+        if getattr(args, attr, None):
+            out.append(f"{flag} {getattr(args, attr)}")
+    return out
+
+
+def _priced_for_workloads(args, cat, model, plan, demand, wls):
+    """(plan, notes): ``plan`` with its analytic capacities for the lengths of ``wls``.
+
+    The utilisation column compares each instance's traffic with its analytic capacity; that
+    capacity must be the one for the request lengths actually simulated. A ``--trace`` plan is
+    sized from the trace's lengths already, and so is a plain scenario run; with ``--lengths
+    fixed`` / ``trace:NAME``, ``--shared-prefix`` or ``--session-turns`` the simulated prompts and
+    outputs differ from the scenario's, so the plan is re-priced (same configuration and counts)
+    for a :class:`fastsim.analytic.Demand` of the simulated lengths.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``simulate``'s arguments.
+    cat : Catalog
+    model : Model
+    plan : Plan
+        The plan simulated (with any speculative decoding of the flags).
+    demand : Demand
+        The demand the plan was sized for (rate and targets are kept).
+    wls : list of Workload
+        The simulated workloads (one per seed).
+
+    Returns
+    -------
+    tuple
+        ``(plan, notes)``: the re-priced plan, or ``plan`` itself when no flag changes the lengths;
+        ``plan`` None when it cannot be priced (utilisation then n/a), with a note saying why.
+    """
+    from ._resolve import _options
+    import numpy as np
+    from ..analytic import Demand
+    from ..planner import plan_from_record
+    flags = _variant_flags(args)
+    if not flags:
+        return plan, []
+    p = np.concatenate([np.asarray(w.prompt_tokens, dtype=np.float64) for w in wls])
+    o = np.concatenate([np.asarray(w.output_tokens, dtype=np.float64) for w in wls])
+    if p.size == 0:
+        return None, [f"utilisation n/a: the simulated workload ({', '.join(flags)}) has no request to price"]
+    q = None if getattr(args, "mean_lengths", False) else 0.9
+    d2 = Demand.from_lengths(p, o, rate_req_per_s=demand.rate_req_per_s, ttft_s=demand.ttft_s,
+                             tpot_s=demand.tpot_s, latency_quantile=q)
+    rec = plan.to_dict()
+    planned = _read_plan_json(args)
+    if planned is not None and planned.get("screen"):
+        rec["screen"] = planned["screen"]
+    try:
+        priced = plan_from_record(rec, model, d2, catalog=cat, options=_options(args))
+    except FastsimInputError as exc:
+        return None, [f"utilisation n/a: the analytic screen cannot price this plan for the simulated lengths "
+                      f"({', '.join(flags)}): {exc}"]
+    note = (f"utilisation: against the analytic capacity for the lengths simulated ({', '.join(flags)}: mean "
+            f"prompt {d2.mean_prompt_tokens:,.0f}, output {d2.mean_output_tokens:,.0f} tokens), "
+            f"{priced.instance_capacity_req_per_s:,.3g} req/s per instance instead of the scenario's "
+            f"{plan.instance_capacity_req_per_s:,.3g}")
+    if getattr(args, "policy", "lecture") != "lecture" and not getattr(args, "no_prefix_caching", False) \
+            and (getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)):
+        note += "; it prices every prompt token (prefix-cache hits are not taken off)"
+    return priced, [note]
+
+
+def _sim_reason(rec, utilisation_why: str = ""):
+    """``explain`` for :func:`fastsim._output.null_reasons` of one simulate record.
+
+    ``utilisation_why``: why the utilisation is n/a (the screen's reason), when known.
+    """
+    from .._output import percentile_reason
+
+    def explain(k, v):
+        if k.startswith(("ttft_p", "tpot_p")):
+            return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
+        if k == "utilisation":
+            return ("not applicable: the analytic screen gives the instance no capacity to compare with"
+                    + (f" ({utilisation_why})" if utilisation_why else ""))
+        if k == "mean_batch":
+            idle = [i for i, x in enumerate(v) if not math.isfinite(x)]
+            return "not applicable for instance " + ", ".join(map(str, idle)) + ": it ran no step"
+        if k == "attainment":
+            return "not applicable: no request arrived in the measured window"
+        return None
+    return explain
