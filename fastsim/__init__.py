@@ -6,6 +6,41 @@ discrete-event simulation, repairs the ones that fail, and finds the traffic a d
 truly sustain.
 
 Heavy submodules load lazily: ``import fastsim`` is cheap.
+
+Code map
+--------
+Where each stage lives, in the order data flows through ``fastsim plan`` (each package's
+``__init__`` opens with a reading guide of its own):
+
+1. :mod:`fastsim.cli` builds the parser from :data:`fastsim.commands.COMMANDS` and runs one
+   command; :mod:`fastsim.commands.plan` is ``plan``, and :mod:`fastsim.commands._resolve` turns
+   flags into a model, a :class:`~fastsim.plans.Demand`, a plan and engine settings, with the
+   argparse types, flag groups and readers of :mod:`fastsim._command_helpers`.
+2. :mod:`fastsim.catalog`: GPUs, precisions, models (TOML files, Hugging Face ``config.json``:
+   ``catalog/hfconfig.py``) and scenarios; ``catalog/lengths.py``, a length distribution's
+   moments within a model's context.
+3. The step model: :mod:`fastsim.stepmodel` (the roofline step time and its parameter vector,
+   SPEC §3), :mod:`fastsim.constants` (calibration files), :mod:`fastsim.specdec` (speculative
+   decoding, SPEC §4); :mod:`fastsim.formulas` holds the closed forms every stage shares (cost per
+   million output tokens, instances needed, the M/D/1 wait, tokens per speculative round).
+4. :mod:`fastsim.plans`: :class:`~fastsim.plans.Demand`, :class:`~fastsim.plans.ScreenOptions` and
+   :class:`~fastsim.plans.Plan`, the records every stage passes on.
+5. :mod:`fastsim.analytic` (kernels in ``_analytic_nb.py``): the analytic screen over the whole
+   grid, and the instance count each plan needs (SPEC §1, §5).
+6. :mod:`fastsim.workload`: synthetic workloads with common random numbers, real traces, rate
+   profiles (SPEC §6).
+7. :mod:`fastsim.sim`: the discrete-event simulator: inputs, the lecture's scheduler, the vLLM
+   and SGLang policies, numba kernels, plain-Python references (SPEC §6).
+8. :mod:`fastsim.search`: verification, repair, horizon floors and the maximum sustainable rate
+   (SPEC §7).
+9. :mod:`fastsim.verified` and :mod:`fastsim.planner`: every configuration verified at its
+   cheapest passing count, ranked by verified cost; :mod:`fastsim.emit` writes launch commands.
+10. :mod:`fastsim._output` and :mod:`fastsim.plots`: tables, JSON, CSV and figures.
+
+Beside the plan, on the same stages: :mod:`fastsim.ledger` (one step's token ledger and the
+ladder), :mod:`fastsim.whatif` (SPEC §8), :mod:`fastsim.sweep` (grids of configurations),
+:mod:`fastsim.fleet` (fleets over time), :mod:`fastsim.calibrate` (fitting the step model) and
+:mod:`fastsim.bench`. Imports point down this list (``tests/test_import_cycles.py`` checks it).
 """
 from __future__ import annotations
 

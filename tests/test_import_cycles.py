@@ -8,8 +8,12 @@ of its modules, so that dependency holds for every submodule whatever its code s
 that re-exports its modules is read back by them only at call time (the precedent is
 ``fastsim/sweep/run.py``).
 
-A circle is reported as its strongly connected component (Tarjan, 1972), with one edge of each
-member that keeps it closed and the line that makes it.
+A circle is reported as its strongly connected component (Tarjan, 1972), with the edges among
+its members and the lines that make them.
+
+Beyond circles, imports point one way, down :data:`LAYERS` (the table of README's code map and
+LAYOUT's "who may import whom"): a module imports only modules of a lower row, modules of its own
+package (or group), and the few same-row arrows :data:`SAME_ROW` names.
 """
 from __future__ import annotations
 
@@ -24,6 +28,29 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fastsim"
 # its cache on the file, so they keep their paths and their size)
 KERNEL_FILES = {"sim/_kernels.py", "sim/_policy_nb.py", "_analytic_nb.py", "fleet/_fleet_nb.py"}
 MAX_LINES = 1000
+
+#: Rows of the package, top to bottom; each member is a module or package (with everything under it).
+LAYERS = {
+    10: ["fastsim", "fastsim.__main__"],               # the lazy face, ``python -m fastsim``
+    9: ["fastsim.cli"],                                # the parser, built from the command modules
+    8: ["fastsim.commands"],                           # one module per command
+    7: ["fastsim.whatif", "fastsim.sweep", "fastsim.fleet", "fastsim.calibrate", "fastsim.ledger",
+        "fastsim.bench", "fastsim._precompile"],
+    6: ["fastsim.planner", "fastsim.verified", "fastsim.emit", "fastsim._command_helpers"],
+    5: ["fastsim.search"],
+    4: ["fastsim.analytic", "fastsim.sim"],            # sim takes vectors and arrays
+    3: ["fastsim.plans", "fastsim.workload"],
+    2: ["fastsim.constants", "fastsim.specdec", "fastsim.stepmodel"],
+    1: ["fastsim.catalog"],
+    0: ["fastsim.errors", "fastsim._output", "fastsim._threads", "fastsim.layouts", "fastsim.formulas",
+        "fastsim.plots", "fastsim._compile_notice"],
+}
+#: Groups of flat modules that are one unit (a face and the files it re-exports).
+GROUPS = {"fastsim.ledger": ("fastsim.ledger_",), "fastsim.analytic": ("fastsim._analytic_nb",)}
+#: The arrows allowed within a row: (importer, imported).
+SAME_ROW = {("fastsim.planner", "fastsim.verified"), ("fastsim.constants", "fastsim.stepmodel"),
+            ("fastsim.specdec", "fastsim.stepmodel")} | {
+    (m, "fastsim.errors") for m in LAYERS[0] if m != "fastsim.errors"}
 MAX_CLI_LINES = 300
 
 
@@ -110,6 +137,49 @@ def _describe(graph: dict, comp: list) -> str:
     members = set(comp)
     links = [f"{m} -> {t} (line {line})" for m in comp for t, line in sorted(graph[m].items()) if t in members]
     return "; ".join(links)
+
+
+def layer_of(module: str):
+    """``(row, member)`` of the most specific member of :data:`LAYERS` that holds ``module``, or None."""
+    best = None
+    for row, members in LAYERS.items():
+        for member in members:
+            held = (module == member or module.startswith(member + ".")
+                    or any(module.startswith(p) for p in GROUPS.get(member, ())))
+            if held and (best is None or len(member) > len(best[1])):
+                best = (row, member)
+    return best
+
+
+def upward_imports(graph: dict) -> list:
+    """``"importer -> imported (line N)"`` for every edge that does not point down :data:`LAYERS`."""
+    bad = []
+    for mod, edges in sorted(graph.items()):
+        src = layer_of(mod)
+        for target, line in sorted(edges.items()):
+            dst = layer_of(target)
+            if dst[0] < src[0] or dst[1] == src[1] or (src[1], dst[1]) in SAME_ROW:
+                continue
+            bad.append(f"{mod} (row {src[0]}) -> {target} (row {dst[0]}), line {line}")
+    return bad
+
+
+def test_every_module_has_a_row():
+    missing = sorted(m for m in import_graph() if layer_of(m) is None)
+    assert not missing, f"modules missing from LAYERS (place each in its row): {missing}"
+
+
+def test_imports_point_down():
+    bad = upward_imports(import_graph())
+    assert not bad, "imports that point up or sideways: " + "; ".join(bad)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    graph = {"fastsim.search.rate": {"fastsim.planner": 12}, "fastsim.planner": {"fastsim.search": 3}}
+    assert upward_imports(graph) == ["fastsim.search.rate (row 5) -> fastsim.planner (row 6), line 12"]
+    graph = {"fastsim.workload.draws": {"fastsim.plans": 7}}          # a sideways import within a row
+    assert upward_imports(graph) == ["fastsim.workload.draws (row 3) -> fastsim.plans (row 3), line 7"]
+    assert upward_imports({"fastsim.ledger_step": {"fastsim.ledger_spec": 1}}) == []   # one group
 
 
 def test_no_import_circle():
