@@ -18,6 +18,8 @@ The package, in the order a simulation runs through it:
   over the events and compute each run's metrics;
 - :mod:`fastsim.sim.records`: the status codes and the results, :class:`SimResult` and
   :class:`SimMetrics`;
+- :mod:`fastsim.sim.drain`: runs that drain (offline batches, finite online runs:
+  :func:`simulate_drained`) and the figures benchmark clients report (:func:`benchmark_figures`);
 - :mod:`fastsim.sim.reference` and :mod:`fastsim.sim.reference_policy`: plain-Python references
   that the kernels match bit for bit (tests and ``fastsim bench``).
 """
@@ -27,10 +29,11 @@ from .inputs import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan,
 from .engine import simulate, simulate_batch, warmup
 from .policy import POLICIES, EnginePolicy, engine_policy, policy_defaults
 from .records import RequestStatus, RunStatus, SimMetrics, SimResult
+from .drain import BenchmarkFigures, benchmark_figures, simulate_drained
 
 __all__ = [
     "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
     "SimResult", "SimMetrics", "RequestStatus", "RunStatus",
     "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "POLICIES", "EnginePolicy", "engine_policy",
-    "policy_defaults",
+    "policy_defaults", "simulate_drained", "benchmark_figures", "BenchmarkFigures",
 ]
