@@ -73,8 +73,19 @@ class BenchmarkFigures(NamedTuple):
     itl_mean_s: float
 
     def value(self, metric: str, stat: str) -> float:
-        """One figure by its benchmark name: ``metric`` in ``output_tokens_per_s``, ``ttft_s``,
-        ``tpot_s``, ``itl_s``, ``e2e_s``; ``stat`` in ``total`` (throughput) or :data:`STATS`.
+        """One figure by its benchmark name (the measurement schema's ``metric`` and ``stat``).
+
+        Parameters
+        ----------
+        metric : str
+            ``output_tokens_per_s``, ``ttft_s``, ``tpot_s``, ``itl_s`` or ``e2e_s``.
+        stat : str
+            ``total`` (throughput) or one of :data:`STATS`.
+
+        Returns
+        -------
+        float
+            Seconds, or output tokens per second; NaN where no request counts.
 
         Raises
         ------
@@ -99,7 +110,13 @@ class BenchmarkFigures(NamedTuple):
         return figures[stat]
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (NaN as None)."""
+        """The figures as a JSON-ready dict.
+
+        Returns
+        -------
+        dict
+            The fields, NaN written as None.
+        """
         def clean(x):
             return None if isinstance(x, float) and not math.isfinite(x) else x
         out = {k: clean(v) for k, v in self._asdict().items() if not isinstance(v, dict)}
