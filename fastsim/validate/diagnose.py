@@ -61,8 +61,11 @@ class Diagnosis(NamedTuple):
         """
         if self.best is None:
             return "no single change moves the ratio toward 1"
-        return (f"{self.best}: ratio {self.ratio:.3g} -> {self.best_ratio:.3g} (|error| "
-                f"{abs(self.ratio - 1) * 100:.1f}% -> {abs(self.best_ratio - 1) * 100:.1f}%)")
+        e0, e1 = abs(self.ratio - 1) * 100, abs(self.best_ratio - 1) * 100
+        out = f"{self.best}: ratio {self.ratio:.3g} -> {self.best_ratio:.3g} (abs. error {e0:.1f}% -> {e1:.1f}%)"
+        if abs(math.log(self.best_ratio)) > 0.75 * abs(math.log(self.ratio)):
+            out += "; no single term explains most of the error"
+        return out
 
 
 def diagnose(result, catalog, constants=None) -> Diagnosis:
