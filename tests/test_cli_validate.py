@@ -67,6 +67,8 @@ def test_csv_and_table(capsys, small):
     recs = list(csv.DictReader(io.StringIO(out)))
     assert [r["id"] for r in recs] == ["A1", "A2", "PP1", "ON1", "SG1"]
     assert recs[2]["predicted"] == "" and "pipeline" in recs[2]["reason"]
+    assert "Poisson arrivals, seed 0" in json.loads(recs[3]["notes"])[0]
+    assert any("not expressed" in n for n in json.loads(recs[0]["notes"]))
     rc, out, _ = run(capsys, "validate", small)
     assert rc == 0
     assert "not expressed: pipeline parallelism (pp 2) is not modelled" in out
@@ -96,3 +98,21 @@ def test_the_shipped_set_by_default(capsys):
     doc = json.loads(out)
     assert [r["predicted"] is not None for r in doc["rows"]] == [True, True, True]
     assert any("shipped measurement set" in n for n in doc["notes"])
+
+
+def test_calibration_changes_the_step_constants(capsys, tmp_path):
+    path = str(write_csv(tmp_path / "m.csv", row(id="A1", num_requests="8")))
+    cal = tmp_path / "cal.toml"
+    cal.write_text('format_version = 1\n[[constants]]\ngpu = "H100"\nprecision = "BF16"\neta_bw = 0.4\n',
+                   encoding="utf-8")
+    rc, out, _ = run(capsys, "validate", path, "--format", "json")
+    base = json.loads(out)["rows"][0]["predicted"]
+    rc, out, _ = run(capsys, "validate", path, "--format", "json", "--calibration", str(cal))
+    doc = json.loads(out)
+    slow = doc["rows"][0]["predicted"]
+    assert rc == 0 and slow < 0.7 * base                 # a batch of 8 decodes is bandwidth-bound
+    from fastsim.constants import load_calibration
+    from fastsim.validate import read_measurements, run_measurements
+    r = run_measurements(read_measurements(path), constants=load_calibration(str(cal)))[0]
+    assert r.predicted == slow
+    assert any("cal.toml" in n for n in doc["notes"])

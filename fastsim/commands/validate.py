@@ -125,8 +125,9 @@ def run(args) -> int:
     if args.format == "json":
         sys.stdout.write(dumps(doc) + "\n")
     elif args.format == "csv":
-        recs = [dict(r, notes="; ".join(r["notes"])) for r in doc["rows"]]
-        csv_frame(recs, notes, [[] for _ in recs]).drop(columns=[], errors="ignore").to_csv(sys.stdout, index=False)
+        # each row's notes column: its own notes, then those of the whole run
+        recs = [{k: v for k, v in r.items() if k != "notes"} for r in doc["rows"]]
+        csv_frame(recs, notes, [list(r["notes"]) + notes for r in doc["rows"]]).to_csv(sys.stdout, index=False)
     else:
         from tabulate import tabulate
         print(tabulate(_rows_table(doc["rows"]), headers=["id", "engine", "benchmark", "metric", "stat", "real",
