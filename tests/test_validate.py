@@ -228,3 +228,21 @@ def test_done_when_every_starter_row_is_expressed_with_the_trtllm_policy():
     assert left == []
     assert all(r.predicted is not None or "pipeline parallelism" in r.reason or "model feature" in r.reason
                or "itl_s p" in r.reason for r in rep.results)
+
+
+def test_diagnosis_finds_the_constant_that_made_the_measurement(tmp_path):
+    """A step row measured with eta_bw 0.6: the one-change rerun eta_bw x 0.75 gives it exactly."""
+    from fastsim.validate import diagnose
+    cat = default_catalog()
+    p = step_params(cat.model("llama-3.1-8b"), cat.gpu("H100"), cat.precision("BF16"), 1, StepConstants(eta_bw=0.6))
+    kv = 8 * 1000.0
+    t = float(step_time(p, 8.0, kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv)))
+    ms = read_measurements(write_csv(tmp_path / "m.csv", row(benchmark="step", metric="step_s", stat="mean",
+                                                             value=repr(t), input_tokens=None, output_tokens=None,
+                                                             num_requests=None, batch="8", context_tokens="1000")))
+    r = run_measurements(ms)[0]
+    assert r.ratio < 0.9
+    d = diagnose(r, cat)
+    assert d.best == "eta_bw x 0.75" and d.best_ratio == pytest.approx(1.0, rel=1e-12)
+    assert dict(d.reruns)["max_num_seqs x 2"] is None          # no engine setting in a step
+    assert "abs. error" in d.text() and "no single term" not in d.text()

@@ -91,9 +91,9 @@ def diagnose(result, catalog, constants=None) -> Diagnosis:
         A row without a prediction, or constants that are not a StepConstants.
     """
     from ..errors import FastsimInputError
-    from ..sim.policy import engine_policy
+    from ..layouts import layout_degrees
     from ..stepmodel import StepConstants
-    from .run import ENGINE_POLICY, run_group
+    from .run import _setup, run_group
     base = constants if constants is not None else StepConstants()
     if not isinstance(base, StepConstants):
         raise FastsimInputError("constants", type(base).__name__, "a StepConstants (one set of constants to vary)")
@@ -109,8 +109,10 @@ def diagnose(result, catalog, constants=None) -> Diagnosis:
                 continue
             cur = getattr(m, field)
             if cur is None:
-                g = catalog.gpu(m.gpu)
-                cur = getattr(engine_policy(ENGINE_POLICY[m.engine], g.hbm_bytes), field)
+                # the engine's default for this deployment, per engine (before the data-parallel scaling)
+                pol = _setup(m, catalog, base, models).policy
+                dp = layout_degrees(m.layout, m.tp)[0] if pol.name == "vllm" else 1
+                cur = getattr(pol, field) // dp
             r = run_group([m], catalog, base, models=models, overrides={field: max(1, int(round(cur * f)))})[0]
         else:
             v = getattr(base, field) * f
