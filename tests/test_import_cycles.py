@@ -35,7 +35,7 @@ LAYERS = {
     9: ["fastsim.cli"],                                # the parser, built from the command modules
     8: ["fastsim.commands"],                           # one module per command
     7: ["fastsim.whatif", "fastsim.sweep", "fastsim.fleet", "fastsim.calibrate", "fastsim.ledger",
-        "fastsim.bench", "fastsim._precompile"],
+        "fastsim.bench", "fastsim._precompile", "fastsim.validate"],
     6: ["fastsim.planner", "fastsim.verified", "fastsim.emit", "fastsim._command_helpers"],
     5: ["fastsim.search"],
     4: ["fastsim.analytic", "fastsim.sim"],            # sim takes vectors and arrays

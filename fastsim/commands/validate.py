@@ -1,0 +1,147 @@
+"""The ``fastsim validate`` command: fastsim beside real engines, row by row (:mod:`fastsim.validate`).
+
+:func:`add_parser` adds the sub-command and its flags (with light imports only); :func:`run` reads
+the measurement file, runs every row the way its benchmark ran on its engine's policy, and prints
+per row the real figure, fastsim's and their ratio, then the median absolute percentage error and
+the geometric-mean ratio per metric, engine and source family (a table, JSON or CSV), and draws
+``--plot``.
+"""
+from __future__ import annotations
+
+from .._command_helpers import _add_calibration, _check_plot, _command_catalog, _fmt
+from ..errors import FastsimInputError
+
+__all__ = ["add_parser", "run"]
+
+_ENGINES = ("trtllm", "vllm", "sglang")
+
+
+def add_parser(sub):
+    """Add the ``validate`` sub-command to ``sub`` (an argparse sub-parsers action); its handler is :func:`run`.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The sub-commands of ``fastsim``'s parser.
+    """
+    sp = sub.add_parser("validate", help="run published measurements of real engines (TensorRT-LLM, vLLM, SGLang) "
+                        "the way their benchmarks ran and print fastsim's figure beside each, with the median "
+                        "error per metric, engine and source")
+    sp.add_argument("measurements", nargs="?", metavar="MEASUREMENTS.csv",
+                    help="measurement file (schema: fastsim/data/measurements/README.md; relative model and trace "
+                    "paths resolve against it); default: the shipped set, fastsim/data/measurements/measurements.csv, "
+                    "read with its user GPU entries (gpus_custom.toml beside it; another file needs --catalog for "
+                    "GPUs fastsim does not ship)")
+    sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
+    sp.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                    help="TOML/JSON file adding or overriding GPUs, precisions, models (repeatable)")
+    _add_calibration(sp)
+    sp.add_argument("--plot", metavar="FILE.png", help="predicted against real, log-log, coloured by engine")
+    sp.add_argument("--engine", action="append", choices=_ENGINES, metavar="ENGINE",
+                    help="only the rows of this engine: trtllm, vllm or sglang (repeatable)")
+    sp.add_argument("--only", nargs="+", metavar="ID", help="only the rows with these ids")
+    sp.set_defaults(func=run, price=[])
+
+
+def _rows_table(recs):
+    def val(r, k):
+        v = r[k]
+        if v is None:
+            return "n/a"
+        return _fmt(v, ",.1f") if r["metric"] == "output_tokens_per_s" else _fmt(v * 1e3, ",.2f")
+    return [[r["id"], r["engine"], r["benchmark"], r["metric"] + (" (tok/s)" if r["metric"] == "output_tokens_per_s"
+                                                                    else " (ms)"), r["stat"], val(r, "real"),
+             val(r, "predicted"), _fmt(r["ratio"], ".3f"), _fmt(r["abs_pct_error"], ".1f"),
+             "" if r["reason"] is None else "not expressed: " + r["reason"]] for r in recs]
+
+
+def _summary_rows(summary):
+    out = []
+    for kind, key in (("overall", None), ("metric", "per_metric"), ("engine", "per_engine"),
+                      ("source family", "per_family"), ("metric / engine", "per_metric_engine")):
+        groups = {"all": summary["overall"]} if key is None else summary[key]
+        for name, g in groups.items():
+            out.append([kind, name, g["rows"], _fmt(g["median_abs_pct_error"], ".1f"), _fmt(g["geomean_ratio"], ".3f")])
+    return out
+
+
+def run(args) -> int:
+    """Run ``fastsim validate``: :func:`fastsim.validate.validate` on the measurement file.
+
+    Prints one line per row (id, engine, benchmark, metric, statistic, real, fastsim, ratio,
+    absolute % error, or why the row is not expressed) and the summary, or one JSON object
+    ``{"rows": [...], "summary": {...}, "notes": [...]}`` (a row fastsim cannot express has
+    ``predicted: null`` and its ``reason``), or CSV (one row per measurement, the notes in a
+    column); writes ``--plot``.
+
+    Returns
+    -------
+    int
+        Exit status 0.
+
+    Raises
+    ------
+    FastsimInputError
+        Bad input (the CLI prints one line and exits with status 2): the reader's errors, an
+        ``--only`` id the file does not have, a filter that leaves no row.
+    """
+    import sys
+    from pathlib import Path
+    from .._command_helpers import _constants
+    from .._output import csv_frame, dumps
+    from ..validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements, validate
+    _check_plot(args)
+    path = Path(args.measurements) if args.measurements else SHIPPED_MEASUREMENTS
+    notes = []
+    if path.resolve() == SHIPPED_MEASUREMENTS.resolve():
+        given = {Path(c).resolve() for c in args.catalog}
+        if SHIPPED_CATALOG.resolve() not in given:
+            args.catalog = [str(SHIPPED_CATALOG)] + list(args.catalog)
+        notes.append("the shipped measurement set, read with its user GPU entries (gpus_custom.toml beside it)")
+    cat = _command_catalog(args)
+    constants = _constants(args)
+    ms = read_measurements(path, cat)
+    if args.only:
+        ids = {m.id for m in ms}
+        bad = [i for i in args.only if i not in ids]
+        if bad:
+            raise FastsimInputError("--only", bad[0], f"ids of {path.name} ({len(ids):,} rows)")
+        keep = set(args.only)
+        ms = [m for m in ms if m.id in keep]
+    if args.engine:
+        ms = [m for m in ms if m.engine in args.engine]
+        if not ms:
+            raise FastsimInputError("--engine", ",".join(args.engine), "an engine with rows in the selection")
+    report = validate(ms, cat, constants)
+    doc = report.to_dict()
+    notes += doc["notes"]
+    if args.calibration:
+        notes.append(f"step constants from {args.calibration}")
+    left = doc["summary"]["not_expressed"]
+    if left:
+        notes.append(f"{left:,} of {doc['summary']['rows']:,} rows not expressed (each with its reason); they enter "
+                     "no error figure")
+    doc["notes"] = notes
+    if args.format == "json":
+        sys.stdout.write(dumps(doc) + "\n")
+    elif args.format == "csv":
+        # each row's notes column: its own notes, then those of the whole run
+        recs = [{k: v for k, v in r.items() if k != "notes"} for r in doc["rows"]]
+        csv_frame(recs, notes, [list(r["notes"]) + notes for r in doc["rows"]]).to_csv(sys.stdout, index=False)
+    else:
+        from tabulate import tabulate
+        print(tabulate(_rows_table(doc["rows"]), headers=["id", "engine", "benchmark", "metric", "stat", "real",
+                                                          "fastsim", "ratio", "|err| %", ""], disable_numparse=True))
+        print()
+        print(tabulate(_summary_rows(doc["summary"]), headers=["by", "group", "rows", "median |err| %",
+                                                               "fastsim / real (geo. mean)"], disable_numparse=True))
+        for n in notes:
+            print("note: " + n)
+    if args.format != "table":
+        for n in notes:
+            print("note: " + n, file=sys.stderr)
+    if args.plot:
+        from ..validate import plot_validation
+        plot_validation(doc["rows"], args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0

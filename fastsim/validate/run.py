@@ -1,0 +1,397 @@
+"""Each measurement run the way its benchmark ran, on its engine's policy (``fastsim validate``).
+
+- ``offline``: ``num_requests`` requests of fixed lengths, all arriving at t = 0, simulated until
+  the last finishes (trtllm-bench throughput, ``vllm bench throughput``, MLPerf Offline);
+- ``online``: ``num_requests`` Poisson arrivals at ``rate_req_per_s`` (seed :data:`ONLINE_SEED`;
+  a row without ``num_requests`` is a steady stage of a longer run and sends
+  ``rate x`` :data:`STAGE_S` requests), simulated until every request finishes;
+- ``trace``: the JSONL trace's arrivals and lengths (:func:`fastsim.workload.read_trace`, Mooncake
+  format, ms timestamps), simulated until every request finishes;
+- ``step``: one decode step of ``batch`` requests at ``context_tokens`` each
+  (:func:`fastsim.stepmodel.step_time`, SPEC §3).
+
+The first three run :func:`fastsim.sim.simulate_drained` on the policy named by the engine
+(:data:`ENGINE_POLICY`; no other policy stands in for a missing one) with the row's deployment and
+settings, and read the row's figure with :func:`fastsim.sim.benchmark_figures`. Rows that describe
+the same run (the TTFT and the ITL of one benchmark) share one simulation. A row fastsim cannot
+express gets ``predicted = None`` and its reason: pipeline parallelism (not modelled), a policy
+this fastsim lacks, a model feature the step model does not have, a statistic the simulator does
+not give (ITL percentiles), a deployment whose weights leave no KV.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import FastsimInputError
+
+__all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
+
+#: The fastsim policy each engine's rows run on (:mod:`fastsim.sim.policy`).
+ENGINE_POLICY = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+#: Seed of the Poisson arrivals of ``online`` rows (numpy ``default_rng``; every row the same).
+ONLINE_SEED = 0
+#: Duration (s) of an ``online`` row without ``num_requests``: ``ceil(rate x STAGE_S)`` requests
+#: (at least 100), a steady stage long enough for its mean and tail to settle.
+STAGE_S = 600.0
+#: KV block of the shared-prefix ids (vLLM's 16-token block, :func:`fastsim.workload.synthesize`'s default).
+_PREFIX_BLOCK = 16
+
+
+class RowResult(NamedTuple):
+    """One measurement beside fastsim's figure.
+
+    Attributes
+    ----------
+    measurement : Measurement
+    predicted : float or None
+        fastsim's figure in the row's unit; None where the row cannot be expressed.
+    reason : str or None
+        Why not (None when predicted).
+    policy : str
+        The policy simulated (``step`` rows: ``"step model"``).
+    requests, rejected : int
+        Requests simulated and rejected at arrival (0 for ``step`` rows).
+    notes : tuple of str
+        What the run assumed beyond the row (the arrival seed, the request count of a stage).
+    """
+
+    measurement: object
+    predicted: float | None
+    reason: str | None
+    policy: str
+    requests: int = 0
+    rejected: int = 0
+    notes: tuple = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """``predicted / real`` (None where not predicted)."""
+        return None if self.predicted is None else self.predicted / self.measurement.value
+
+    def record(self) -> dict:
+        """The row as a JSON-ready dict: ``id, engine, benchmark, metric, stat, real, predicted, ratio,
+        abs_pct_error, reason, family, policy, requests, rejected, notes``.
+
+        Returns
+        -------
+        dict
+        """
+        m = self.measurement
+        r = self.ratio
+        return {"id": m.id, "engine": m.engine, "benchmark": m.benchmark, "metric": m.metric, "stat": m.stat,
+                "real": m.value, "predicted": self.predicted, "ratio": r,
+                "abs_pct_error": None if r is None else abs(r - 1.0) * 100.0, "reason": self.reason,
+                "family": m.family, "model": _short(m.model),
+                "gpu": m.gpu, "precision": m.precision, "tp": m.tp, "pp": m.pp, "layout": m.layout,
+                "instances": m.instances, "policy": self.policy, "requests": self.requests,
+                "rejected": self.rejected, "notes": list(self.notes)}
+
+
+def run_key(m) -> tuple:
+    """The fields that decide a measurement's run (rows with equal keys share one simulation).
+
+    Parameters
+    ----------
+    m : Measurement
+
+    Returns
+    -------
+    tuple
+    """
+    return (m.engine, m.benchmark, m.model, m.gpu, m.precision, m.tp, m.pp, m.layout, m.instances, m.input_tokens,
+            m.output_tokens, m.num_requests, m.rate_req_per_s, m.trace, m.max_batch, m.max_num_batched_tokens,
+            m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens)
+
+
+class _ModelRefused(Exception):
+    """A model whose config fastsim refuses (a feature the step model does not have)."""
+
+
+def _short(model: str) -> str:
+    """A model field as a row shows it: a config.json path by its directory's name."""
+    return model.replace("\\", "/").rsplit("/", 2)[-2] if model.endswith(".json") else model
+
+
+class _Setup(NamedTuple):
+    model: object
+    plan: object
+    policy: object
+    p: np.ndarray
+
+
+def _setup(m, cat, constants, models, policy=None, overrides=None):
+    """The model, simulator plan and engine policy of a row (FastsimInputError: not expressible)."""
+    from ..layouts import layout_degrees
+    from ..sim import ColocatedPlan
+    from ..sim.policy import engine_policy
+    from ..stepmodel import P_KV_BUDGET_TOKENS, step_params
+    if m.model not in models:
+        try:
+            models[m.model] = cat.model(m.model)
+        except FastsimInputError as exc:
+            raise _ModelRefused(f"a model feature fastsim does not model ({_short(m.model)}: "
+                                f"{str(exc).replace(m.model, _short(m.model))})") from None
+    model = models[m.model]
+    g, pr = cat.gpu(m.gpu), cat.precision(m.precision)
+    dp, ep = layout_degrees(m.layout, m.tp)
+    p = step_params(model, g, pr, m.tp, constants, dp=dp, ep=ep)
+    kv = float(p[P_KV_BUDGET_TOKENS])
+    if not kv >= 1:
+        raise FastsimInputError("tp", m.tp, f"a deployment whose weights leave KV room: {model.name} in "
+                                f"{pr.name} on {m.tp} x {g.name} has none in fastsim's memory model")
+    pol = None
+    if m.benchmark != "step":
+        over = {k: getattr(m, k) for k in ("max_num_batched_tokens", "max_num_seqs") if getattr(m, k) is not None}
+        over.update(overrides or {})
+        pol = engine_policy(policy or ENGINE_POLICY[m.engine], g.hbm_bytes, kv_budget_tokens=kv,
+                            context_tokens=model.max_context_tokens, **over)
+        if pol.name == "vllm" and dp > 1:
+            # vLLM's data-parallel ranks are engines of their own, each with these limits (as fastsim.search
+            # scales them: vllm/v1/engine/core.py, DPEngineCoreProc)
+            pol = pol._replace(max_num_batched_tokens=pol.max_num_batched_tokens * dp,
+                               max_num_seqs=pol.max_num_seqs * dp, source=pol.source + f"; x {dp} data-parallel ranks")
+    chunk = m.max_num_batched_tokens or 8192
+    plan = ColocatedPlan(p, m.instances, chunk, m.max_batch or 0)
+    return _Setup(model, plan, pol, p)
+
+
+def _workload(m):
+    """(arrival_s, prompt_tokens, output_tokens, prefix, notes) of a row's benchmark."""
+    notes = []
+    if m.benchmark == "trace":
+        from ..workload import read_trace
+        wl = read_trace(m.trace, time_unit="ms")
+        return wl.arrival_s - wl.arrival_s.min(), wl.prompt_tokens, wl.output_tokens, wl.prefix, notes
+    if m.benchmark == "offline":
+        n = m.num_requests
+        arrival = np.zeros(n)
+    else:
+        n = m.num_requests
+        if n is None:
+            n = max(100, math.ceil(m.rate_req_per_s * STAGE_S))
+            notes.append(f"no num_requests: a steady stage of {n:,} requests ({STAGE_S:g} s at the rate)")
+        gaps = np.random.default_rng(ONLINE_SEED).exponential(1.0 / m.rate_req_per_s, n)
+        arrival = np.cumsum(gaps) - gaps[0]
+        notes.append(f"Poisson arrivals, seed {ONLINE_SEED}")
+    prompt = np.full(n, m.input_tokens, dtype=np.int64)
+    out = np.full(n, m.output_tokens, dtype=np.int64)
+    prefix = None
+    if m.shared_prefix_tokens:
+        from ..workload import PrefixBlocks
+        k = m.shared_prefix_tokens // _PREFIX_BLOCK
+        if k:
+            ids = np.arange(k, dtype=np.int64)
+            prefix = PrefixBlocks(_PREFIX_BLOCK, np.arange(n + 1, dtype=np.int64) * k, np.tile(ids, n))
+    return arrival, prompt, out, prefix, notes
+
+
+def _horizon_hint(s: _Setup, arrival, prompt, out) -> float:
+    """A quick makespan estimate (s): the last arrival plus the work at the policy's batch (decode steps of
+    the step model plus one compute-bound pass over every prompt), times 1.5 so a run rarely doubles."""
+    from ..stepmodel import P_LAYERS, P_QDIM_DEC, decode_attn_flops, step_time, P_KV_BUDGET_TOKENS
+    n = arrival.size
+    p = s.p
+    mean_p, mean_o = float(prompt.mean()), float(out.mean())
+    seqs = s.policy.max_num_seqs if s.policy is not None else 256
+    per_inst = max(1.0, n / s.plan.n_instances)
+    b = max(1.0, min(seqs, per_inst, float(p[P_KV_BUDGET_TOKENS]) / max(mean_p + mean_o, 1.0)))
+    ctx = mean_p + mean_o / 2.0
+    t_dec = float(step_time(p, b, b * ctx, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], b * ctx)))
+    decode_s = per_inst * mean_o / b * t_dec
+    t_pre = float(step_time(p, 8192.0, 0.0, 0.0))
+    prefill_s = per_inst * mean_p / 8192.0 * t_pre
+    return 1.5 * (decode_s + prefill_s) + float(arrival.max()) + 1.0
+
+
+def _step_figure(m, s: _Setup) -> float:
+    from ..stepmodel import P_LAYERS, P_QDIM_DEC, decode_attn_flops, step_time
+    kv = m.batch * float(s.model.kv_tokens_held(float(m.context_tokens)))
+    return float(step_time(s.p, float(m.batch), kv, decode_attn_flops(s.p[P_LAYERS], s.p[P_QDIM_DEC], kv)))
+
+
+def _unexpressible(m) -> str | None:
+    """Why a row cannot be run at all, before any setup (None: it can be tried)."""
+    from ..sim.policy import POLICIES
+    if m.pp > 1:
+        return f"pipeline parallelism (pp {m.pp}) is not modelled"
+    if m.benchmark != "step" and ENGINE_POLICY[m.engine] not in POLICIES:
+        return (f"no '{ENGINE_POLICY[m.engine]}' policy in this fastsim (policies: {', '.join(POLICIES)}); "
+                "no other policy stands in for it")
+    if m.benchmark == "step" and m.stat != "mean":
+        return f"a step's {m.stat}: the step model gives one time per step"
+    return None
+
+
+def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None) -> list:
+    """Run the rows of one run key (one simulation, or one step time) and read each row's figure.
+
+    Parameters
+    ----------
+    rows : list of Measurement
+        Rows with equal :func:`run_key`.
+    cat : Catalog
+    constants : StepConstants or Calibration
+    models : dict, optional
+        A cache of resolved models by ``model`` field.
+    policy : str, optional
+        A policy name in place of the engine's (a diagnosis rerun; ``fastsim validate`` never sets it).
+    overrides : dict, optional
+        Engine-policy overrides (``max_num_seqs``, ``max_num_batched_tokens``: a diagnosis rerun).
+
+    Returns
+    -------
+    list of RowResult
+        In the order of ``rows``.
+    """
+    from ..sim import benchmark_figures, simulate_drained
+    models = {} if models is None else models
+    m0 = rows[0]
+    pol_name = "step model" if m0.benchmark == "step" else (policy or ENGINE_POLICY[m0.engine])
+    why = None if policy else _unexpressible(m0)
+    if why:
+        return [RowResult(m, None, why, pol_name) for m in rows]
+    try:
+        s = _setup(m0, cat, constants, models, policy, overrides)
+    except _ModelRefused as exc:
+        return [RowResult(m, None, str(exc), pol_name) for m in rows]
+    except FastsimInputError as exc:
+        return [RowResult(m, None, f"fastsim refuses this deployment: {exc}", pol_name) for m in rows]
+    if m0.benchmark == "step":
+        t = _step_figure(m0, s)
+        return [RowResult(m, t, None, pol_name) for m in rows]
+    arrival, prompt, out, prefix, notes = _workload(m0)
+    ctx = max(int(s.model.max_context_tokens), int((prompt + out).max()))
+    try:
+        res = simulate_drained(s.plan, arrival, prompt, out, horizon_hint_s=_horizon_hint(s, arrival, prompt, out),
+                               max_context_tokens=ctx, policy=s.policy, prefix=prefix)
+    except FastsimInputError as exc:
+        return [RowResult(m, None, f"fastsim cannot run it: {exc}", pol_name, int(arrival.size)) for m in rows]
+    fig = benchmark_figures(res)
+    if fig.rejected:
+        notes.append(f"{fig.rejected:,} of {fig.requests:,} requests rejected at arrival (above the context or "
+                     "the KV budget): the figures are over the rest")
+    outs = []
+    for m in rows:
+        try:
+            v = fig.value(m.metric, m.stat)
+        except FastsimInputError as exc:
+            outs.append(RowResult(m, None, f"the simulator does not give {m.metric} {m.stat}: {exc.allowed}", pol_name,
+                                  fig.requests, fig.rejected, tuple(notes)))
+            continue
+        if not (isinstance(v, float) and math.isfinite(v) and v > 0):
+            outs.append(RowResult(m, None, f"no finished request gives {m.metric} {m.stat} ({v})", pol_name,
+                                  fig.requests, fig.rejected, tuple(notes)))
+            continue
+        outs.append(RowResult(m, float(v), None, pol_name, fig.requests, fig.rejected, tuple(notes)))
+    return outs
+
+
+def run_measurements(measurements, catalog=None, constants=None, *, threads: int | None = None) -> list:
+    """Run every measurement the way its benchmark ran and read fastsim's figure (module docstring).
+
+    Rows that share a :func:`run_key` share one run; the runs are spread over a thread pool (the
+    simulator's kernels release the GIL), largest first. Results do not depend on ``threads``.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        From :func:`fastsim.validate.read_measurements`.
+    catalog : Catalog, optional
+        The catalog the rows were read with (default: the built-in one).
+    constants : StepConstants or Calibration, optional
+        Step-model constants (default: SPEC §3's).
+    threads : int, optional
+        Worker threads (default: :func:`fastsim._threads.num_threads`).
+
+    Returns
+    -------
+    list of RowResult
+        One per measurement, in input order.
+
+    Raises
+    ------
+    FastsimInputError
+        ``threads`` below 1. Rows fastsim cannot express do not raise: they carry their reason.
+    """
+    from .._threads import num_threads
+    from ..catalog import default_catalog
+    from ..stepmodel import StepConstants
+    cat = catalog if catalog is not None else default_catalog()
+    constants = constants if constants is not None else StepConstants()
+    threads = num_threads() if threads is None else threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise FastsimInputError("threads", threads, "an integer >= 1")
+    groups = {}
+    for i, m in enumerate(measurements):
+        groups.setdefault(run_key(m), []).append(i)
+    models = {}
+    for m in measurements:      # resolve each model once, on this thread
+        if m.model not in models:
+            try:
+                models[m.model] = cat.model(m.model)
+            except FastsimInputError:
+                pass
+
+    def cost(idx):
+        m = measurements[idx[0]]
+        if m.benchmark == "trace":
+            return 1e9
+        return float(m.num_requests or 1000) * float(m.output_tokens or 1)
+    order = sorted(groups.values(), key=cost, reverse=True)
+    out = [None] * len(measurements)
+
+    def work(idx):
+        for i, r in zip(idx, run_group([measurements[i] for i in idx], cat, constants, models=models)):
+            out[i] = r
+    if threads == 1 or len(order) == 1:
+        for idx in order:
+            work(idx)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(work, order))
+    return out
+
+
+def validate(measurements, catalog=None, constants=None, *, threads: int | None = None):
+    """Read (if given a path) and run a measurement set: the whole of ``fastsim validate``'s work.
+
+    Parameters
+    ----------
+    measurements : str, os.PathLike or sequence of Measurement
+        A measurement CSV (:func:`fastsim.validate.read_measurements`) or its rows.
+    catalog : Catalog, optional
+        Default: the built-in catalog, plus the user GPU entries of the shipped set when the
+        path is the shipped set (:data:`fastsim.validate.SHIPPED_CATALOG`).
+    constants : StepConstants or Calibration, optional
+    threads : int, optional
+        As in :func:`run_measurements`.
+
+    Returns
+    -------
+    ValidationReport
+
+    Raises
+    ------
+    FastsimInputError
+        As :func:`fastsim.validate.read_measurements` and :func:`run_measurements`.
+    """
+    import os
+    from pathlib import Path
+    from .records import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements
+    from .summary import ValidationReport
+    notes = []
+    if isinstance(measurements, (str, os.PathLike)):
+        if catalog is None:
+            from ..catalog import load_catalog
+            shipped = Path(measurements).resolve() == SHIPPED_MEASUREMENTS.resolve()
+            catalog = load_catalog([str(SHIPPED_CATALOG)] if shipped else [])
+        measurements = read_measurements(measurements, catalog)
+    results = run_measurements(list(measurements), catalog, constants, threads=threads)
+    if any(r.measurement.benchmark == "online" for r in results):
+        notes.append(f"online rows: Poisson arrivals drawn with numpy default_rng({ONLINE_SEED}); rows without "
+                     f"num_requests are a steady stage of rate x {STAGE_S:g} s")
+    return ValidationReport(tuple(results), tuple(notes))

@@ -1,0 +1,252 @@
+"""Write docs/VALIDATION.md (and docs/validation.png): fastsim beside real engines, from the shipped measurements.
+
+Every figure comes from ``fastsim.validate`` run on ``fastsim/data/measurements/measurements.csv``
+(its user GPU entries added) with the default step constants; the run is deterministic (a fixed
+arrival seed, results independent of the thread count), so the document changes only when the
+measurements or fastsim change. ``tests/test_validate_doc.py`` regenerates it and compares.
+
+    python tools/make_validation.py [--out docs/VALIDATION.md] [--plot docs/validation.png]
+                                    [--measurements FILE.csv] [--catalog FILE.toml ...]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fastsim.validate import (SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, diagnose, optimism,  # noqa: E402
+                              plot_validation, read_measurements, run_measurements, summarize)
+from fastsim.validate.run import ONLINE_SEED, STAGE_S  # noqa: E402
+
+#: The sections of the document, in order: (key, heading).
+SECTIONS = (
+    ("how", "## How each row is run"),
+    ("summary", "## Summary"),
+    ("errors", "## Errors per metric, engine and source"),
+    ("optimism", "## Where fastsim is optimistic"),
+    ("scatter", "## Predicted against measured"),
+    ("worst", "## The ten worst rows, each with a one-change diagnosis"),
+    ("peers", "## Published accuracy of other simulators"),
+    ("unexpressed", "## Rows fastsim cannot express"),
+    ("rows", "## Every row"),
+)
+HEADING = dict(SECTIONS)
+WORST = 10
+
+#: Other simulators' published accuracy: (simulator, figure, what it was measured on, source).
+PEERS = (
+    ("inference-sim (BLIS), trained-physics latency model", "6.7% median E2E error",
+     "36 vLLM runs on models and GPUs held out of training; P90 / P99 within 7.5% / 9.2%",
+     "inference-sim/inference-sim pull request 1525 (blog post of the *simulate before you scale* series), "
+     "https://github.com/inference-sim/inference-sim/pull/1525"),
+    ("Vidur", "under 9% error", "inference latency of the models and GPUs it profiled",
+     "Agrawal et al., \"Vidur: A Large-Scale Simulation Framework for LLM Inference\", MLSys 2024, "
+     "arXiv:2405.05465"),
+    ("LLMServingSim", "TPOT mean within 1.7%", "300-request ShareGPT replays against vLLM 0.19.0 on RTX PRO 6000 "
+     "(the runs of the `L*` rows here)", "https://llmservingsim.ai/docs/validation; casys-kaist/LLMServingSim "
+     "`bench/examples/*/validation/summary.txt`"),
+    ("aiconfigurator (analytic, per-operation database)", "~45% TTFT MAPE reported",
+     "a user's vLLM runs on 4 x A100 SXM, random dataset", "https://github.com/ai-dynamo/aiconfigurator/issues/1205"),
+)
+
+
+def fmt(x, spec):
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def table(headers, rows):
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def unit_value(r, key):
+    v = r[key]
+    if v is None:
+        return "n/a"
+    return f"{v:,.1f} tok/s" if r["metric"] == "output_tokens_per_s" else f"{v * 1e3:,.2f} ms"
+
+
+def run(measurements=SHIPPED_MEASUREMENTS, catalogs=None):
+    """(catalog, results, records, summary) of a measurement file."""
+    from fastsim.catalog import load_catalog
+    if catalogs is None:
+        catalogs = [str(SHIPPED_CATALOG)]
+    cat = load_catalog(list(catalogs))
+    ms = read_measurements(measurements, cat)
+    results = run_measurements(ms, cat)
+    recs = [r.record() for r in results]
+    return cat, results, recs, summarize(recs)
+
+
+def section_how(recs, summ, **_):
+    n = {b: sum(1 for r in recs if r["benchmark"] == b) for b in ("offline", "online", "trace", "step")}
+    return "\n".join([
+        HEADING["how"], "",
+        "Each row of the measurement set is one figure a real engine published; `fastsim validate` runs it the way "
+        "its benchmark ran, on the policy named after its engine (`trtllm`, `vllm`, `sglang`; no other policy stands "
+        "in for a missing one), with the row's deployment (model, GPU, precision, TP, layout, instances) and engine "
+        "settings (max_batch, max_num_batched_tokens, max_num_seqs, a shared prefix), and reads the figure as the "
+        "benchmark client does (`fastsim.sim.benchmark_figures`: TPOT excludes the first token, ITL is the "
+        "token-weighted mean gap, throughput is output tokens over the makespan).", "",
+        f"- `offline` ({n['offline']:,} rows): `num_requests` requests of the fixed lengths, all at t = 0, simulated "
+        "until the last finishes (trtllm-bench throughput, `vllm bench throughput`, MLPerf Offline);",
+        f"- `online` ({n['online']:,} rows): `num_requests` Poisson arrivals at `rate_req_per_s` "
+        f"(`numpy.random.default_rng({ONLINE_SEED})`), simulated until every request finishes; a row without "
+        f"`num_requests` (a steady stage of a longer run) sends rate x {STAGE_S:g} s requests;",
+        f"- `trace` ({n['trace']:,} rows): the JSONL trace's arrivals and lengths, simulated until every request "
+        "finishes;",
+        f"- `step` ({n['step']:,} rows): one decode step of `batch` requests at `context_tokens` each, from the step "
+        "model (SPEC §3).", "",
+        "Rows that describe one run (the TTFT, ITL and E2E of one benchmark) share one simulation. Constants are the "
+        "defaults of `fastsim.stepmodel.StepConstants` (no calibration). A row fastsim cannot express is listed with "
+        "its reason and enters no error figure. Per row, ratio = fastsim / real and the error is |ratio - 1|; a group "
+        "reports the median absolute percentage error and the geometric-mean ratio.",
+    ])
+
+
+def section_summary(recs, summ, **_):
+    o = summ["overall"]
+    reasons = "; ".join(f"{k}: {v:,}" for k, v in summ["not_expressed_reasons"].items()) or "none"
+    return "\n".join([
+        HEADING["summary"], "",
+        f"{summ['rows']:,} rows ({len({r['engine'] for r in recs})} engines, {len({r['gpu'] for r in recs})} GPU "
+        f"types); {summ['expressed']:,} expressed, {summ['not_expressed']:,} not ({reasons}).", "",
+        f"Over the expressed rows the median absolute error is **{fmt(o['median_abs_pct_error'], '.1f')}%** and the "
+        f"geometric-mean ratio fastsim / real is **{fmt(o['geomean_ratio'], '.3f')}**.",
+    ])
+
+
+def _group_table(groups):
+    return table(["group", "rows", "median abs. error", "fastsim / real (geometric mean)"],
+                 [[k, g["rows"], fmt(g["median_abs_pct_error"], ".1f") + "%", fmt(g["geomean_ratio"], ".3f")]
+                  for k, g in groups.items()])
+
+
+def section_errors(recs, summ, **_):
+    return "\n".join([HEADING["errors"], "", "Per metric:", "", _group_table(summ["per_metric"]), "",
+                      "Per engine:", "", _group_table(summ["per_engine"]), "",
+                      "Per metric and engine:", "", _group_table(summ["per_metric_engine"]), "",
+                      "Per source family (the row id's prefix: see `fastsim/data/measurements/README.md`):", "",
+                      _group_table(summ["per_family"])])
+
+
+def section_optimism(recs, summ, **_):
+    lines = [HEADING["optimism"], "",
+             "A plan sized on an optimistic model is under-provisioned: it promises more tokens per second, or faster "
+             "responses, than the engine delivers. fastsim is optimistic where its ratio is above 1 on throughput and "
+             "below 1 on latency.", ""]
+    opt, pes = [], []
+    for k, g in summ["per_metric_engine"].items():
+        metric = k.split(" / ")[0]
+        side = optimism(metric, g["geomean_ratio"])
+        (opt if side == "optimistic" else pes).append(f"{k} ({fmt(g['geomean_ratio'], '.3f')}, {g['rows']} rows)")
+    done = [r for r in recs if r["ratio"] is not None]
+    n_opt = sum(1 for r in done if optimism(r["metric"], r["ratio"]) == "optimistic")
+    lines.append(f"- Optimistic on average (geometric-mean ratio per metric and engine): {', '.join(opt) or 'none'}.")
+    lines.append(f"- Pessimistic on average: {', '.join(pes) or 'none'}.")
+    lines.append(f"- Row by row, {n_opt:,} of {len(done):,} expressed rows are optimistic.")
+    lines += ["", "Until the step model is fitted to these engines, size a deployment with headroom where the rows above "
+              "say fastsim is optimistic, or calibrate it (`fastsim calibrate`, `--calibration`) on the engine and "
+              "GPU it will run on."]
+    return "\n".join(lines)
+
+
+def section_scatter(recs, summ, plot_name="validation.png", **_):
+    return "\n".join([HEADING["scatter"], "",
+                      f"![fastsim against the measurements, log-log, coloured by engine]({plot_name})", "",
+                      "One point per expressed row; the solid line is y = x, the dotted lines a factor of 2 either "
+                      "way. Left: output throughput (tokens/s); right: latencies (seconds)."])
+
+
+def worst_rows(results):
+    done = [r for r in results if r.ratio is not None]
+    return sorted(done, key=lambda r: (-abs(math.log(r.ratio)), r.measurement.id))[:WORST]
+
+
+def section_worst(recs, summ, results=(), cat=None, **_):
+    rows = []
+    for r in worst_rows(results):
+        m, rec = r.measurement, r.record()
+        d = diagnose(r, cat)
+        rows.append([m.id, m.engine, f"{m.metric} {m.stat}", unit_value(rec, "real"), unit_value(rec, "predicted"),
+                     f"{r.ratio:.3f}", d.text()])
+    from fastsim.validate.diagnose import CHANGES
+    return "\n".join([
+        HEADING["worst"], "",
+        "Each row is rerun with one change at a time (" + ", ".join(c[0] for c in CHANGES) + "); the change that "
+        "moves the ratio most toward 1 names the term of the step or serving model most likely responsible "
+        "(an efficiency: the compute or bandwidth roofline; overhead_s: the per-step cost; alpha_s / eta_nvlink: the "
+        "all-reduce; memory_utilization: the KV pool and so the batch; max_num_seqs / max_num_batched_tokens: the "
+        "scheduler's batch). A change that barely moves the ratio says the error lies outside the step model (in "
+        "the measurement's mapping, or in what the simulator does not model: HTTP and tokenisation, pipeline "
+        "bubbles, kernels slower than the roofline at this shape).", "",
+        table(["id", "engine", "figure", "real", "fastsim", "ratio", "best single change"], rows)])
+
+
+def section_peers(recs, summ, **_):
+    return "\n".join([HEADING["peers"], "",
+                      "Each figure is the simulator's own, on the engines and GPUs it was fitted or profiled on; "
+                      "fastsim's above is with default constants on every row it can express.", "",
+                      table(["simulator", "published accuracy", "measured on", "source"], PEERS)])
+
+
+def section_unexpressed(recs, summ, **_):
+    lines = [HEADING["unexpressed"], ""]
+    if not summ["not_expressed"]:
+        return "\n".join(lines + ["None: every row is expressed."])
+    lines.append(table(["reason", "rows"], [[k, f"{v:,}"] for k, v in summ["not_expressed_reasons"].items()]))
+    lines += ["", "Each such row is in the table below with its full reason; none enters an error figure."]
+    return "\n".join(lines)
+
+
+def section_rows(recs, summ, **_):
+    rows = [[r["id"], r["engine"], r["benchmark"], f"{r['metric']} {r['stat']}", unit_value(r, "real"),
+             unit_value(r, "predicted"), fmt(r["ratio"], ".3f"), fmt(r["abs_pct_error"], ".1f"),
+             "" if r["reason"] is None else r["reason"].replace("|", "/")] for r in recs]
+    return "\n".join([HEADING["rows"], "", table(["id", "engine", "benchmark", "figure", "real", "fastsim", "ratio",
+                                                  "abs. error %", "not expressed because"], rows)])
+
+
+BUILDERS = {"how": section_how, "summary": section_summary, "errors": section_errors, "optimism": section_optimism,
+            "scatter": section_scatter, "worst": section_worst, "peers": section_peers,
+            "unexpressed": section_unexpressed, "rows": section_rows}
+
+
+def build(measurements=SHIPPED_MEASUREMENTS, catalogs=None, plot_name="validation.png", plot_path=None):
+    """The document's text (and the plot at ``plot_path``, if given)."""
+    cat, results, recs, summ = run(measurements, catalogs)
+    parts = ["# fastsim beside real engines", "",
+             "Generated by `python tools/make_validation.py` from `fastsim/data/measurements/measurements.csv` (the "
+             "measurements, their sources and licences: `fastsim/data/measurements/README.md`); do not edit by hand. "
+             "The same rows, run by hand: `fastsim validate` (`--format json` for every field)."]
+    for key, _ in SECTIONS:
+        parts += ["", BUILDERS[key](recs, summ, results=results, cat=cat, plot_name=plot_name)]
+    if plot_path is not None:
+        plot_validation(recs, plot_path)
+    return "\n".join(parts) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "VALIDATION.md"))
+    ap.add_argument("--plot", default=None, help="the scatter (default: validation.png beside --out)")
+    ap.add_argument("--measurements", default=str(SHIPPED_MEASUREMENTS))
+    ap.add_argument("--catalog", action="append", default=None,
+                    help="catalog files (default: the shipped set's gpus_custom.toml)")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    plot = Path(a.plot) if a.plot else out.parent / "validation.png"
+    text = build(a.measurements, a.catalog, plot_name=plot.name if plot.parent == out.parent else str(plot),
+                 plot_path=plot)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out} and {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
