@@ -312,3 +312,13 @@ def test_bad_burst_flags(capsys, extra, flag, tmp_path):
     rc, _, err = run(capsys, "simulate", "--trace", trace, "--model", "llama-3.1-8b", "--ttft", "1", "--tpot", "0.05",
                      *PLAN, *extra)
     assert rc == 2 and f"error: {flag}: got " in err
+
+
+def test_the_readme_offline_figure_is_the_commands(capsys):
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sec = readme.split("### The benchmarks people run")[1].split("### ")[0]
+    cmd = next(line for line in sec.splitlines() if line.startswith("fastsim simulate") and "--offline" in line)
+    (rec,) = sim_json(capsys, *cmd.split()[2:])["runs"]
+    text = " ".join(sec.split())
+    assert f"prints {rec['output_tokens_per_s']:,.0f} output tokens/s over a makespan of {rec['makespan_s']:.1f} s" in text
