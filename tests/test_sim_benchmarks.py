@@ -322,3 +322,12 @@ def test_the_readme_offline_figure_is_the_commands(capsys):
     (rec,) = sim_json(capsys, *cmd.split()[2:])["runs"]
     text = " ".join(sec.split())
     assert f"prints {rec['output_tokens_per_s']:,.0f} output tokens/s over a makespan of {rec['makespan_s']:.1f} s" in text
+
+
+def test_pooled_means_weigh_each_seed_by_its_measured_requests(capsys):
+    runs = sim_json(capsys, *SCEN, *PLAN, "--rate", "8", "--horizon", "60", "--seeds", "2")["runs"]
+    a, b, pooled = runs
+    assert pooled["seed_index"] == "all" and pooled["measured"] == a["measured"] + b["measured"]
+    for k in ("ttft_mean_s", "e2e_mean_s"):
+        assert pooled[k] == pytest.approx((a[k] * a["measured"] + b[k] * b["measured"]) / pooled["measured"],
+                                          rel=1e-12)
