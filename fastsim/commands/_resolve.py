@@ -64,7 +64,11 @@ def _resolve_workload(args, cat):
         model = cat.model(args.model)
         wl, read_notes = _read_trace(args, args.trace)
         notes.extend(read_notes)
-        if wl.n < 2 or not wl.duration_s > 0:
+        burst = wl.n >= 1 and not wl.duration_s > 0
+        if hasattr(args, "offline") and (burst or args.offline):
+            # an offline burst: every request at t = 0, served until the last finishes (no rate)
+            return _offline_trace(args, cat, wl, notes, q, burst)
+        if wl.n < 2:
             raise FastsimInputError("--trace", args.trace, "a trace with at least two requests at distinct "
                                     f"times (it has {wl.n}), so that it has a rate")
         if args.rate:
@@ -99,6 +103,108 @@ def _resolve_workload(args, cat):
             notes.append(f"--from-plan with --scenario {scen.name}: the plan's own " + ", ".join(differ)
                          + f" apply, with {scen.name}'s request lengths; was the plan made for another scenario?")
     return model, demand, scen, notes
+
+
+def _offline_trace(args, cat, wl, notes, q, burst):
+    """(model, demand, workload, notes) of a trace served as an offline burst (every request at t = 0).
+
+    A trace whose timestamps are all equal is one already; ``--offline`` makes one of any trace.
+    It has no rate: ``--rate`` is refused, and the plan's instance counts must be given (no rate
+    to size them by). The demand's rate is the requests per second of a one-second window, a
+    placeholder no figure of the drained run reads.
+    """
+    from .. import workload as W
+    from ..analytic import Demand
+    model = cat.model(args.model)
+    if args.rate is not None:
+        raise FastsimInputError("--rate", args.rate, "no value with a trace served at once (" + (
+            "its requests all arrive at one time" if burst else "--offline") + "): an offline run has no rate")
+    _require_counts(args, "a trace whose requests all arrive at once" if burst else "--offline")
+    if not burst:
+        wl = W.all_at_once(wl)
+    notes.append(f"trace {wl.name}: {wl.n:,} requests, all at t = 0 (" + (
+        "its timestamps are all equal" if burst else "--offline") + "): an offline burst, simulated until the "
+        "last request finishes")
+    too_long = wl.exceeding_context(model.max_context_tokens)
+    if too_long:
+        notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} tokens "
+                     "(prompt + output): they are rejected and counted, not truncated")
+    demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=float(wl.n),
+                                 ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
+    args._offline_burst = True
+    return model, demand, wl, notes
+
+
+def _require_counts(args, what: str):
+    """Refuse an offline run whose plan has no instance counts (there is no rate to size them by)."""
+    if getattr(args, "from_plan", None):
+        return
+    if (args.mode or "colocated") == "colocated":
+        if args.instances is None:
+            raise FastsimInputError("--instances", None, f"an instance count with {what} (an offline run has "
+                                    "no rate to size the plan by; or --from-plan FILE.json)")
+        return
+    for flag, v in (("--prefill-instances", args.prefill_instances), ("--decode-instances", args.decode_instances)):
+        if v is None:
+            raise FastsimInputError(flag, None, f"an instance count with {what} (an offline run has no rate "
+                                    "to size the plan by; or --from-plan FILE.json)")
+
+
+def fixed_lengths(text):
+    """``--lengths fixed:P,O``: the pair ``(P, O)``, or None for another ``--lengths`` value.
+
+    Raises FastsimInputError naming ``--lengths`` for a ``fixed:`` value that is not two integers >= 1.
+    """
+    if not isinstance(text, str) or not text.startswith("fixed:"):
+        return None
+    try:
+        p, o = (int(x) for x in text[len("fixed:"):].split(","))
+    except ValueError:
+        p = o = 0
+    if p < 1 or o < 1:
+        raise FastsimInputError("--lengths", text, "fixed:P,O with P prompt and O output tokens, integers >= 1 "
+                                "(O counts the first token), e.g. fixed:1024,128")
+    return p, o
+
+
+def _fixed_scenario(scenario, kind):
+    """The scenario with ``--lengths fixed`` (its means) or ``fixed:P,O`` lengths, else itself."""
+    from dataclasses import replace
+    from ..catalog import LengthDist
+    pair = fixed_lengths(kind)
+    if pair is not None:
+        return replace(scenario, prompt=LengthDist("fixed", float(pair[0])), output=LengthDist("fixed", float(pair[1])))
+    if kind == "fixed":
+        return replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
+                       output=replace(scenario.output, kind="fixed", sigma=0.0))
+    return scenario
+
+
+def _benchmark_workloads(args, scenario, rate):
+    """One finite workload per seed for ``simulate --requests N``: at t = 0 (--offline) or at ``rate``.
+
+    The lengths follow ``--lengths`` (the scenario's lognormals, their means or ``fixed:P,O``, or
+    pairs resampled from a trace), drawn with the common random numbers of
+    :func:`fastsim.workload.offline_requests` / :func:`fastsim.workload.online_requests`.
+    """
+    from .. import workload as W
+    kind = args.lengths
+    if kind.startswith("trace:"):
+        lengths, read_notes = _read_trace(args, kind[len("trace:"):])
+        args._lengths_notes = read_notes
+    elif kind in ("lognormal", "fixed") or kind.startswith("fixed:"):
+        lengths = _fixed_scenario(scenario, kind)
+    else:
+        raise FastsimInputError("--lengths", kind, "lognormal, fixed, fixed:P,O or trace:NAME")
+    seeds = W.seeds_for(args.seed, args.seeds)
+    if args.offline:
+        return [W.offline_requests(args.requests, lengths, s) for s in seeds]
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    cv = 1.0 if args.cv is None else args.cv
+    return [W.online_requests(args.requests, rate, lengths, s, arrival=args.arrival, cv=cv) for s in seeds]
 
 
 def _refuse_synthetic_flags(args):
@@ -228,7 +334,6 @@ def _options(args):
 
 def _synthetic_workloads(args, scenario, rate):
     """One workload per seed for ``simulate``: --arrival / --cv and --lengths applied."""
-    from dataclasses import replace
     from .. import workload as W
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
@@ -241,11 +346,10 @@ def _synthetic_workloads(args, scenario, rate):
         trace, read_notes = _read_trace(args, kind[len("trace:"):])
         args._lengths_notes = read_notes
         return [W.synthesize_from_trace(trace, rate, args.horizon, s, arrival=args.arrival, cv=cv) for s in seeds]
-    if kind == "fixed":
-        scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
-                           output=replace(scenario.output, kind="fixed", sigma=0.0))
-    elif kind != "lognormal":
-        raise FastsimInputError("--lengths", kind, "lognormal, fixed or trace:NAME")
+    if kind in ("fixed", "lognormal") or kind.startswith("fixed:"):
+        scenario = _fixed_scenario(scenario, kind)
+    else:
+        raise FastsimInputError("--lengths", kind, "lognormal, fixed, fixed:P,O or trace:NAME")
     pre = {}
     if getattr(args, "shared_prefix", None):
         pre["shared_prefix_tokens"] = args.shared_prefix

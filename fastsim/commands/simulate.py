@@ -21,10 +21,25 @@ SIMULATE_DESCRIPTION = (
     "share of the horizon in which the instance runs a step (it runs one whenever it holds any request, so "
     "1.00 at moderate load); utilisation = accepted requests routed to the instance per second / its "
     "analytic capacity (0.60 at 60% load; above 1, more than the screen says it can serve within the SLOs). "
-    "inf: a percentile past the requests that never got that token; n/a: no such value.")
+    "inf: a percentile past the requests that never got that token; n/a: no such value. Means (TTFT, TPOT, "
+    "ITL, E2E) are over the same requests, a request that never got the token counting as inf. The benchmarks "
+    "people run drain instead (simulated until the last request finishes, every request measured): --requests N "
+    "at a rate (vllm bench serve), --requests N --offline all at t = 0 (trtllm-bench, vllm bench throughput, "
+    "MLPerf Offline), --trace with --drain; they print the clients' figures over the finished requests: TTFT, "
+    "TPOT = (last token - first token) / (O - 1) per request (the first token excluded), ITL = the mean gap "
+    "between consecutive tokens over all tokens after the first, E2E, and output tokens/s = output tokens / "
+    "makespan (first arrival to last finish).")
 
 _SIM_LABELS = {"ttft_p50_s": "TTFT P50", "ttft_p90_s": "TTFT P90", "ttft_p99_s": "TTFT P99",
-               "tpot_p90_s": "TPOT P90", "attainment": "attainment", "utilisation": "utilisation"}
+               "tpot_p90_s": "TPOT P90", "attainment": "attainment", "utilisation": "utilisation",
+               "ttft_mean_s": "TTFT mean", "tpot_mean_s": "TPOT mean", "itl_mean_s": "ITL mean",
+               "e2e_mean_s": "E2E mean"}
+#: The table's labels of a run that drains.
+_DRAIN_LABELS = {"ttft_mean_s": "TTFT mean", "ttft_p50_s": "TTFT P50", "ttft_p90_s": "TTFT P90",
+                 "ttft_p99_s": "TTFT P99", "tpot_mean_s": "TPOT mean", "tpot_p50_s": "TPOT P50",
+                 "tpot_p90_s": "TPOT P90", "tpot_p99_s": "TPOT P99", "itl_mean_s": "ITL mean",
+                 "e2e_mean_s": "E2E mean", "e2e_p90_s": "E2E P90", "makespan_s": "makespan",
+                 "output_tokens_per_s": "output tokens/s", "attainment": "attainment"}
 
 
 def add_parser(sub):
@@ -39,9 +54,22 @@ def add_parser(sub):
                     help="simulated seconds (default 600; a trace replays over its own duration)")
     sp.add_argument("--seed", type=int, default=0, help="root seed")
     _add_arrival_args(sp)
-    sp.add_argument("--lengths", default="lognormal", metavar="lognormal|fixed|trace:NAME",
-                    help="length distribution: the scenario's lognormals, their means fixed, or (P, O) pairs "
+    sp.add_argument("--lengths", default="lognormal", metavar="lognormal|fixed|fixed:P,O|trace:NAME",
+                    help="length distribution: the scenario's lognormals, their means fixed, P prompt and O output "
+                         "tokens for every request (fixed:1024,128; O counts the first token), or (P, O) pairs "
                          "resampled from a trace (azure-conv, azure-code or a file)")
+    g = sp.add_argument_group("benchmarks: runs that drain (simulated until the last request finishes)")
+    g.add_argument("--requests", type=int, metavar="N",
+                   help="a finite run of N requests (1 to 50,000,000), every one measured: at --rate (or the "
+                        "scenario's), Poisson or --arrival gamma, as vllm bench serve sends them; with --offline "
+                        "all at t = 0. No --horizon: the run chooses its own")
+    g.add_argument("--offline", action="store_true",
+                   help="every request at t = 0 (trtllm-bench, vllm bench throughput, MLPerf Offline): with "
+                        "--requests N, or a --trace's requests; no --rate, and --instances is required (a trace "
+                        "whose timestamps are all equal runs so without the flag)")
+    g.add_argument("--drain", action="store_true",
+                   help="with --trace: replay it until every request has finished (default: stop at its last "
+                        "arrival and measure the middle 60%%)")
     sp.add_argument("--plot", metavar="FILE.png", help="TTFT/TPOT CDFs and the queue over time")
     sp.add_argument("--profile", metavar="NAME|FILE.csv",
                     help="time-varying arrivals with the scenario's lengths: a rate profile (m-large, m-mid, m-small, "
@@ -58,13 +86,17 @@ def run(args):
     """Run ``fastsim simulate``: one plan at one rate, a row per seed and the pooled verdict; the exit status."""
     from ._resolve import _engine_setup, _plan_from_args, _resolve_workload, _screen_infeasible, _synthetic_workloads
     import numpy as np
-    from ..sim import simulate
+    from ..sim import measured_means, simulate
     from .. import workload as W
     _check_plot(args)
+    _check_benchmark_flags(args)
     cat = _command_catalog(args)
     profile = _simulate_profile(args)
     model, demand, source, notes = _resolve_workload(args, cat)
+    bench = _benchmark_kind(args)
     plan, model = _plan_from_args(args, cat, model, demand)
+    if bench is not None:
+        return _run_drained(args, cat, bench, plan, model, demand, source, notes)
     if profile is not None:
         wls, horizon, pnotes = _profile_workloads(args, source, profile, demand)
         notes = list(notes) + pnotes
@@ -111,6 +143,7 @@ def run(args):
                "cache_hit_fraction_per_instance": (None if m.cache_hit_fraction_per_instance is None else
                                                    [float(x) for x in m.cache_hit_fraction_per_instance]),
                "spec_tokens_per_round": m.spec_tokens_per_round}
+        rec.update(_means_record(measured_means(r, horizon)), drained=False)
         if util_why is None and not all(math.isfinite(u) for u in rec["utilisation"]):
             util_why = (unotes[0].split(": ", 1)[1] if priced is None and unotes else
                         _screen_infeasible(priced, model, demand, cat, _constants(args)))
@@ -118,7 +151,7 @@ def run(args):
         records.append(rec)
     rows = [[r["seed_index"], r["requests"], r["measured"], _fmt(r["attainment"], ".3f"),
              _fmt(r["ttft_p50_s"], ".3f"), _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f"),
-             _fmt(r["tpot_p90_s"] * 1e3, ".1f"),
+             _fmt(r["tpot_p90_s"] * 1e3, ".1f")] + _mean_cells(r) + [
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
              "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["busy_fraction"]),
              " ".join(_fmt(u, ".2f") for u in r["utilisation"]),
@@ -134,6 +167,7 @@ def run(args):
                   "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
                   "rejected": v.rejected, "unfinished": sum(r["unfinished"] for r in records),
                   "overloaded": v.overloaded, "passed": v.passed}
+        pooled.update(_means_record(measured_means(_concatenated(results), horizon)))
         if engine:
             rounds = [m.spec_tokens_per_round for m in (r.metrics for r in results)]
             pooled.update(policy=v.policy, preemptions=v.preemptions, cache_hit_fraction=v.cache_hit_fraction,
@@ -142,7 +176,7 @@ def run(args):
         pooled["null_reasons"] = null_reasons(pooled, _sim_reason(pooled))
         records.append(pooled)
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
-                     "", _fmt(v.tpot_p90_s * 1e3, ".1f"), "", v.rejected,
+                     "", _fmt(v.tpot_p90_s * 1e3, ".1f")] + _mean_cells(pooled) + ["", v.rejected,
                      sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
                      "pass" if v.passed else "FAIL"] + ([v.preemptions, _fmt(v.cache_hit_fraction, ".3f"),
                                                          _fmt(pooled["spec_tokens_per_round"], ".2f")]
@@ -150,7 +184,7 @@ def run(args):
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
-               "TPOT P90 ms", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
+               "TPOT P90 ms", "TTFT mean s", "TPOT mean ms", "ITL mean ms", "E2E mean s", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
                "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else [])
     if engine:
         notes = list(notes) + [
@@ -198,7 +232,7 @@ def _simulate_profile(args):
 
 def _profile_workloads(args, scenario, prof, demand):
     """(workloads, horizon, notes) of ``simulate --profile``: one per seed, the scenario's lengths."""
-    from dataclasses import replace
+    from ._resolve import _fixed_scenario
     from .. import workload as W
     if args.arrival == "gamma" and args.cv is None:
         raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
@@ -210,11 +244,10 @@ def _profile_workloads(args, scenario, prof, demand):
         if v is not None:
             raise FastsimInputError(flag, v, "no value with --profile (sessions are drawn at a constant rate)")
     kind = args.lengths
-    if kind == "fixed":
-        scenario = replace(scenario, prompt=replace(scenario.prompt, kind="fixed", sigma=0.0),
-                           output=replace(scenario.output, kind="fixed", sigma=0.0))
-    elif kind != "lognormal":
-        raise FastsimInputError("--lengths", kind, "lognormal or fixed with --profile")
+    if kind in ("fixed", "lognormal") or kind.startswith("fixed:"):
+        scenario = _fixed_scenario(scenario, kind)
+    else:
+        raise FastsimInputError("--lengths", kind, "lognormal, fixed or fixed:P,O with --profile")
     cv = 1.0 if args.cv is None else args.cv
     args.seeds = 1 if args.seeds is None else args.seeds
     notes = [prof.describe() + (f" ({prof.source.rsplit('; ', 1)[-1]})" if args.rate_scale not in (None, 1.0)
@@ -343,7 +376,28 @@ def _sim_reason(rec, utilisation_why: str = ""):
     """
     from .._output import percentile_reason
 
+    drained = bool(rec.get("drained"))
+
     def explain(k, v):
+        if k in _MEAN_KEYS:
+            decode = k.startswith(("tpot", "itl"))
+            if drained:
+                return ("not applicable: no finished request has more than one output token (TPOT needs two)"
+                        if decode else "not applicable: no request finished")
+            if isinstance(v, float) and math.isinf(v):
+                return ("infinite: a measured request got no first token by the horizon (rejected or unfinished)"
+                        if k.startswith("ttft") else
+                        "infinite: a measured request" + (" with more than one output token" if decode else "")
+                        + " did not finish by the horizon (rejected or unfinished)")
+            if not rec.get("measured"):
+                return "not applicable: no request arrived in the measured window"
+            return "not applicable: no measured request has more than one output token (TPOT needs two)"
+        if k in ("makespan_s", "output_tokens_per_s"):
+            return "not applicable: no request finished"
+        if k == "rate_req_per_s" and drained:
+            return "not applicable: an offline run sends every request at t = 0"
+        if k == "utilisation" and drained:
+            return "not applicable: a run that drains has no steady rate to compare with the analytic capacity"
         if k.startswith(("ttft_p", "tpot_p")):
             return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
         if k == "utilisation":
@@ -356,3 +410,211 @@ def _sim_reason(rec, utilisation_why: str = ""):
             return "not applicable: no request arrived in the measured window"
         return None
     return explain
+
+
+# ---------------------------------------------------------------------------- the benchmarks: runs that drain
+
+_MEAN_KEYS = ("ttft_mean_s", "tpot_mean_s", "itl_mean_s", "e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s")
+
+
+def _means_record(means: dict) -> dict:
+    """The mean fields of a record, from :func:`fastsim.sim.measured_means` (or benchmark figures)."""
+    return {k: float(means[k]) for k in _MEAN_KEYS}
+
+
+def _mean_cells(rec) -> list:
+    """The table cells of the means: TTFT s, TPOT ms, ITL ms, E2E s."""
+    return [_fmt(rec["ttft_mean_s"], ".3f"), _fmt(rec["tpot_mean_s"] * 1e3, ".1f"),
+            _fmt(rec["itl_mean_s"] * 1e3, ".1f"), _fmt(rec["e2e_mean_s"], ".3f")]
+
+
+def _concatenated(results):
+    """The per-request arrays of several runs, end to end (for figures over all their requests)."""
+    import numpy as np
+    from types import SimpleNamespace
+    return SimpleNamespace(**{k: np.concatenate([getattr(r, k) for r in results])
+                              for k in ("arrival_s", "output_tokens", "first_token_s", "finish_s", "status")})
+
+
+def _check_benchmark_flags(args):
+    """Refuse, before any work, the flags that make no sense for (or are ignored by) a run that drains."""
+    from ._resolve import fixed_lengths
+    from ..workload import MAX_REQUESTS
+    fixed_lengths(args.lengths)
+    n = args.requests
+    if n is not None and not 1 <= n <= MAX_REQUESTS:
+        raise FastsimInputError("--requests", n, f"an integer from 1 to {MAX_REQUESTS:,} (the most requests one "
+                                "synthetic workload holds, the bound of --rate x --horizon)")
+    if n is not None and args.trace:
+        raise FastsimInputError("--requests", n, "no value with --trace (a trace brings its own requests; --drain "
+                                "replays them all until the last finishes)")
+    if args.offline and n is None and not args.trace:
+        raise FastsimInputError("--offline", True, "with --requests N (N requests at t = 0) or --trace (its "
+                                "requests at t = 0)")
+    if args.drain and not args.trace:
+        raise FastsimInputError("--drain", True, "with --trace only (--requests N runs drain already)")
+    if args.drain and args.offline:
+        raise FastsimInputError("--drain", True, "no value with --offline (an offline run drains already)")
+    if n is None and not args.drain and not args.offline:
+        return
+    flag = "--requests" if n is not None else ("--offline" if args.offline else "--drain")
+    if args.horizon is not None:
+        raise FastsimInputError("--horizon", args.horizon, f"no value with {flag} (a run that drains is simulated "
+                                "until its last request finishes: it chooses its own horizon)")
+    if getattr(args, "profile", None) is not None:
+        raise FastsimInputError("--profile", args.profile, f"no value with {flag} (a profile runs over its span; "
+                                "a run that drains sends N requests at one rate)")
+    if args.offline and args.rate is not None:
+        raise FastsimInputError("--rate", args.rate, "no value with --offline (every request arrives at t = 0; "
+                                "give --instances to size the plan)")
+    if args.offline:
+        for f, v, default in (("--arrival", args.arrival, "poisson"), ("--cv", args.cv, None)):
+            if v != default:
+                raise FastsimInputError(f, v, "no value with --offline (every request arrives at t = 0)")
+    for f, attr in (("--shared-prefix", "shared_prefix"), ("--session-turns", "session_turns"),
+                    ("--session-gap", "session_gap")):
+        if getattr(args, attr, None) is not None:
+            raise FastsimInputError(f, getattr(args, attr), f"no value with {flag} (shared prefixes and sessions "
+                                    "are drawn over a horizon; a run of --requests N draws none)")
+    if args.seeds is not None and args.seeds > 1:
+        if args.trace:
+            raise FastsimInputError("--seeds", args.seeds, f"1 with --trace (a trace replays once: every seed "
+                                    "would be the same run)")
+        if args.offline and fixed_lengths(args.lengths) is not None or args.offline and args.lengths == "fixed":
+            raise FastsimInputError("--seeds", args.seeds, "1 with --offline and fixed lengths (nothing is drawn: "
+                                    "every seed would be the same run)")
+    if args.offline:
+        from ._resolve import _require_counts
+        _require_counts(args, "--offline")
+
+
+def _benchmark_kind(args):
+    """``"offline"``, ``"online"`` or ``"trace"`` for a run that drains, None for a horizon run."""
+    if getattr(args, "_offline_burst", False):
+        if args.horizon is not None:
+            raise FastsimInputError("--horizon", args.horizon, "no value with a trace whose requests all arrive at "
+                                    "once (an offline burst is simulated until its last request finishes)")
+        if args.seeds is not None and args.seeds > 1:
+            raise FastsimInputError("--seeds", args.seeds, "1 with --trace (a trace replays once)")
+        return "offline"
+    if args.requests is not None:
+        return "offline" if args.offline else "online"
+    return "trace" if args.drain else None
+
+
+def _run_drained(args, cat, bench, plan, model, demand, source, notes):
+    """``simulate`` of a run that drains: one row per seed (and the pooled row), the clients' figures."""
+    from ._resolve import _benchmark_workloads, _engine_setup
+    import numpy as np
+    from ..sim import benchmark_figures, simulate_drained
+    from .. import workload as W
+    from .._output import null_reasons
+    if isinstance(source, W.Workload):
+        wls = [source]
+    else:
+        args.seeds = 1 if args.seeds is None else args.seeds
+        wls = _benchmark_workloads(args, source, demand.rate_req_per_s)
+        notes = list(notes) + getattr(args, "_lengths_notes", [])
+    plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
+                                          prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
+    notes = list(notes) + enotes
+    engine = "policy" in ekw
+    results = [simulate_drained(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, ttft_slo_s=demand.ttft_s,
+                                tpot_slo_s=demand.tpot_s, max_context_tokens=model.max_context_tokens,
+                                prefix=getattr(w, "prefix", None) if engine else None, **ekw) for w in wls]
+    rate = math.nan if bench == "offline" else (float(wls[0].mean_rate_req_per_s) if bench == "trace"
+                                                else demand.rate_req_per_s)
+    records = []
+    for i, (w, r) in enumerate(zip(wls, results)):
+        records.append(_drained_record(i, plan, bench, rate, r, benchmark_figures(r), engine))
+    if len(results) > 1:
+        f = benchmark_figures(_concatenated(results))
+        seeds = [benchmark_figures(r) for r in results]
+        pooled = _drained_record("all", plan, bench, rate, None, f, engine)
+        pooled["makespan_s"] = float(np.mean([x.makespan_s for x in seeds]))
+        pooled["output_tokens_per_s"] = float(np.mean([x.output_tokens_per_s for x in seeds]))
+        ms = [r.metrics for r in results]
+        meas = sum(m.measured for m in ms)
+        pooled.update(horizon_s=max(x["horizon_s"] for x in records), measured=int(meas),
+                      attainment=(sum(m.attainment * m.measured for m in ms) / meas if meas else math.nan),
+                      unfinished=0, overloaded=False, preemptions=sum(int(m.preemptions) for m in ms))
+        pooled["passed"] = bool(pooled["attainment"] >= 0.9)
+        for k in ("busy_fraction", "utilisation", "mean_batch", "throughput_tokens_per_s", "cache_hit_fraction",
+                  "cache_hit_fraction_per_instance", "spec_tokens_per_round", "cached_prompt_tokens"):
+            pooled.pop(k, None)
+        records.append(pooled)
+        notes.append("row 'all' pools the seeds: the latency figures over all their finished requests, makespan "
+                     "and output tokens/s the mean over the seeds, attainment over all their requests")
+    for rec in records:
+        rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
+    what = {"offline": "every request at t = 0", "online": f"{rate:g} req/s",
+            "trace": f"the trace's arrivals ({rate:.4g} req/s)"}[bench]
+    notes.append(f"a run that drains ({bench}: {what}): simulated until every request finished, every request "
+                 "measured; latency figures over the finished requests as benchmark clients report them (TTFT; "
+                 "TPOT = (last token - first token) / (O - 1), the first token excluded; ITL = the mean gap "
+                 "between consecutive tokens over all tokens after the first; E2E = finish - arrival); output "
+                 "tokens/s = output tokens / makespan (first arrival to last finish); attainment counts a rejected "
+                 "request as a miss")
+    rej = sum(r["rejected"] for r in records if r["seed_index"] != "all")
+    if rej:
+        notes.append(f"{rej:,} requests rejected: prompt + output above {model.name}'s context of "
+                     f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache; they "
+                     "are left out of the latency figures and the output tokens")
+    headers = ["seed", "requests", "finished", "rejected", "makespan s", "output tokens/s", "TTFT mean s",
+               "TTFT P50 s", "TTFT P90 s", "TTFT P99 s", "TPOT mean ms", "TPOT P50 ms", "TPOT P90 ms", "TPOT P99 ms",
+               "ITL mean ms", "E2E mean s", "E2E P90 s", "attainment", "SLO"] + (["preemptions"] if engine else [])
+    rows = [[r["seed_index"], r["requests"], r["finished"], r["rejected"], _fmt(r["makespan_s"], ",.2f"),
+             _fmt(r["output_tokens_per_s"], ",.0f"), _fmt(r["ttft_mean_s"], ".3f"), _fmt(r["ttft_p50_s"], ".3f"),
+             _fmt(r["ttft_p90_s"], ".3f"), _fmt(r["ttft_p99_s"], ".3f")]
+            + [_fmt(r[k] * 1e3, ".1f") for k in ("tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
+                                                  "itl_mean_s")]
+            + [_fmt(r["e2e_mean_s"], ".3f"), _fmt(r["e2e_p90_s"], ".3f"), _fmt(r["attainment"], ".3f"),
+               "pass" if r["passed"] else "FAIL"] + ([r["preemptions"]] if engine else []) for r in records]
+    if args.format == "table":
+        print(f"{plan.describe()} on {model.name}: {bench} benchmark, {wls[0].n:,} requests"
+              + ("" if bench == "offline" else f" at {rate:.4g} req/s")
+              + f"; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
+    notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _DRAIN_LABELS)
+    _emit(args, records, rows, headers, notes, key="runs")
+    _notes_out(args, notes)
+    if args.plot:
+        from ..plots import plot_simulation
+        horizon = max(r["horizon_s"] for r in records)
+        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
+                        measure_window=(0.0, 1.0), title=f"{plan.describe()}, {bench} benchmark")
+    return 0
+
+
+def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
+    """One record of a run that drains: the keys of a horizon run's record, and the clients' figures ``f``.
+
+    The percentile keys are the clients' (over the finished requests), as are the means; the
+    throughput is output tokens over the makespan and the busy fraction busy time over the
+    makespan (the horizon of a run that drains is only where the simulation stopped).
+    """
+    rec = {"seed_index": seed_index, "plan": plan.describe(), "rate_req_per_s": rate, "benchmark": bench,
+           "drained": True}
+    if result is not None:
+        m = result.metrics
+        t = result.sample_t_s
+        horizon = float(t.size * (t[1] - t[0])) if t.size > 1 else math.nan
+        rec.update(horizon_s=horizon, requests=int(m.n_requests), measured=int(m.measured), attainment=m.attainment,
+                   throughput_tokens_per_s=float(f.output_tokens_per_s), rejected=int(m.rejected),
+                   unfinished=int(m.unfinished), overloaded=bool(m.overloaded),
+                   busy_fraction=[float(b / f.makespan_s) if f.makespan_s > 0 else math.nan for b in result.busy_s],
+                   utilisation=[math.nan] * len(m.utilisation),
+                   mean_batch=[float(x) for x in m.mean_batch], passed=bool(m.attainment >= 0.9),
+                   policy=m.policy, preemptions=int(m.preemptions), cached_prompt_tokens=int(m.cached_prompt_tokens),
+                   cache_hit_fraction=m.cache_hit_fraction,
+                   cache_hit_fraction_per_instance=(None if m.cache_hit_fraction_per_instance is None else
+                                                    [float(x) for x in m.cache_hit_fraction_per_instance]),
+                   spec_tokens_per_round=m.spec_tokens_per_round)
+    else:
+        rec.update(requests=f.requests, rejected=f.rejected)
+    for k in ("ttft", "tpot", "e2e"):
+        d = getattr(f, f"{k}_s")
+        for s in ("mean", "p50", "p90", "p99"):
+            rec[f"{k}_{s}_s"] = float(d[s])
+    rec.update(itl_mean_s=float(f.itl_mean_s), finished=f.finished, output_tokens=f.output_tokens,
+               makespan_s=float(f.makespan_s), output_tokens_per_s=float(f.output_tokens_per_s))
+    return rec

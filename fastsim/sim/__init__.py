@@ -19,7 +19,8 @@ The package, in the order a simulation runs through it:
 - :mod:`fastsim.sim.records`: the status codes and the results, :class:`SimResult` and
   :class:`SimMetrics`;
 - :mod:`fastsim.sim.drain`: runs that drain (offline batches, finite online runs:
-  :func:`simulate_drained`) and the figures benchmark clients report (:func:`benchmark_figures`);
+  :func:`simulate_drained`) and the figures benchmark clients report (:func:`benchmark_figures`;
+  :func:`measured_means` for a run that stops at its horizon);
 - :mod:`fastsim.sim.reference` and :mod:`fastsim.sim.reference_policy`: plain-Python references
   that the kernels match bit for bit (tests and ``fastsim bench``).
 """
@@ -29,11 +30,12 @@ from .inputs import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan,
 from .engine import simulate, simulate_batch, warmup
 from .policy import POLICIES, EnginePolicy, engine_policy, policy_defaults
 from .records import RequestStatus, RunStatus, SimMetrics, SimResult
-from .drain import BenchmarkFigures, benchmark_figures, simulate_drained
+from .drain import BenchmarkFigures, benchmark_figures, measured_means, simulate_drained
 
 __all__ = [
     "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
     "SimResult", "SimMetrics", "RequestStatus", "RunStatus",
     "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "POLICIES", "EnginePolicy", "engine_policy",
     "policy_defaults", "simulate_drained", "benchmark_figures", "BenchmarkFigures",
+    "measured_means",
 ]

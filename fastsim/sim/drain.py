@@ -21,6 +21,10 @@ clients' sources state them):
 - output throughput: output tokens of the finished requests over the makespan, from the first
   arrival to the last finish (trtllm-bench "output throughput", ``vllm bench throughput``
   "output tokens/s", MLPerf Offline tokens/s).
+
+:func:`measured_means` gives the same means (and E2E percentiles) for a run of
+:func:`fastsim.sim.simulate` that stops at its horizon, over its measured requests, counting a
+request that never reached the event as +inf, as that run's percentiles count it.
 """
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ import numpy as np
 from ..errors import FastsimInputError, require_positive
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED
 
-__all__ = ["simulate_drained", "benchmark_figures", "BenchmarkFigures", "MAX_DRAIN_HORIZON_S", "STATS"]
+__all__ = ["simulate_drained", "benchmark_figures", "BenchmarkFigures", "measured_means", "MAX_DRAIN_HORIZON_S",
+           "STATS"]
 
 #: The longest horizon a drained run may need (s); past it the run is reported as not draining.
 MAX_DRAIN_HORIZON_S = 1e7
@@ -167,6 +172,64 @@ def benchmark_figures(result) -> BenchmarkFigures:
         output_tokens=n_out, makespan_s=makespan, output_tokens_per_s=tput,
         ttft_s=_stats(first - arr), tpot_s=_stats(decode_s / gaps), e2e_s=_stats(finish - arr),
         itl_mean_s=itl)
+
+
+def _tail_percentile(x: np.ndarray, q: float) -> float:
+    """Linear-interpolation percentile of ``x`` (which may hold +inf), +inf where it touches one."""
+    xs = np.sort(x)
+    pos = q * (xs.size - 1)
+    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    if math.isinf(xs[hi]):
+        return math.inf
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def measured_means(result, horizon_s: float, measure_window=(0.2, 0.8)) -> dict:
+    """Means of TTFT, TPOT, ITL and E2E (and E2E percentiles) over a horizon run's measured requests.
+
+    The definitions are :func:`benchmark_figures`' (TPOT excludes the first token; ITL is
+    token-weighted), over the requests :func:`fastsim.sim.simulate` measures: those arriving in
+    ``[f0 x horizon_s, f1 x horizon_s)``. As in that run's percentiles, a measured request that
+    never reached the event (rejected, or no first / last token by the horizon) counts as +inf, so
+    a mean is +inf as soon as one such request is measured.
+
+    Parameters
+    ----------
+    result : SimResult
+        One run of :func:`fastsim.sim.simulate`.
+    horizon_s : float
+        Its horizon (s).
+    measure_window : (float, float)
+        Its ``measure_window`` (SPEC §1: the middle 60%, ``(0.2, 0.8)``).
+
+    Returns
+    -------
+    dict
+        ``ttft_mean_s``, ``tpot_mean_s`` (over measured requests with O > 1), ``itl_mean_s``,
+        ``e2e_mean_s``, ``e2e_p50_s``, ``e2e_p90_s``, ``e2e_p99_s`` (float, s); NaN where no
+        request counts.
+    """
+    arrival = np.asarray(result.arrival_s)
+    lo, hi = measure_window[0] * horizon_s, measure_window[1] * horizon_s
+    m = (arrival >= lo) & (arrival < hi)
+    out_tok = np.asarray(result.output_tokens)[m]
+    first = np.asarray(result.first_token_s)[m]
+    finish = np.asarray(result.finish_s)[m]
+    done = np.asarray(result.status)[m] == REQ_FINISHED
+    arr = arrival[m]
+    ttft = np.where(np.isfinite(first), first - arr, math.inf)
+    e2e = np.where(done, finish - arr, math.inf)
+    dec = out_tok > 1
+    decode_s = np.where(done, finish - first, math.inf)[dec]
+    gaps = (out_tok - 1)[dec]
+    nan = math.nan
+    res = {"ttft_mean_s": float(ttft.mean()) if ttft.size else nan,
+           "tpot_mean_s": float((decode_s / gaps).mean()) if gaps.size else nan,
+           "itl_mean_s": float(decode_s.sum() / gaps.sum()) if gaps.size else nan,
+           "e2e_mean_s": float(e2e.mean()) if e2e.size else nan}
+    for s, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        res[f"e2e_{s}_s"] = _tail_percentile(e2e, q) if e2e.size else nan
+    return res
 
 
 def simulate_drained(plan, arrival_s, prompt_tokens, output_tokens, *, ttft_slo_s: float = 1.0,

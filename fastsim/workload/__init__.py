@@ -16,7 +16,12 @@ share of prompt tokens an unbounded cache could serve. Workloads come from
   :func:`synthesize_profile` (arrivals whose rate follows a :class:`RateProfile` over time, from
   :func:`read_rate_profile`: the shipped production profiles or a CSV of per-window rates),
   :func:`synthesize_from_trace` (lengths, and blocks, resampled from a trace),
-  :func:`scenario_workload`.
+  :func:`scenario_workload`;
+- the benchmarks people run: :func:`offline_requests` (N requests at t = 0: trtllm-bench,
+  ``vllm bench throughput``, MLPerf Offline), :func:`online_requests` (N requests at a rate:
+  ``vllm bench serve``), :func:`all_at_once` (a trace's requests at t = 0), each drawn with the
+  common random numbers below and served until the last finishes by
+  :func:`fastsim.sim.simulate_drained`.
 
 Randomness and common random numbers
 ------------------------------------
@@ -45,7 +50,9 @@ The package, in the order data flows through it:
 - :mod:`fastsim.workload.draws`: :func:`unit_draws` and :func:`seeds_for` (common random
   numbers), :func:`synthesize` and its relatives;
 - :mod:`fastsim.workload.profiles`: :class:`RateProfile`, :func:`read_rate_profile`,
-  :func:`synthesize_profile` (rates that follow days of production traffic).
+  :func:`synthesize_profile` (rates that follow days of production traffic);
+- :mod:`fastsim.workload.benchmarks`: :func:`offline_requests`, :func:`online_requests`,
+  :func:`all_at_once` (finite workloads, for runs that drain).
 
 The moments of the lengths a model with a bounded context serves (:func:`served_lengths`) are
 properties of the length distributions alone and live with them, in
@@ -56,6 +63,7 @@ from __future__ import annotations
 from ..catalog.lengths import TRUNCATION_NEGLIGIBLE, ServedLengths, served_lengths
 from .draws import (DRAW_BLOCK, SESSION_GAP_S, UnitDraws, scenario_workload, seeds_for, synthesize,
                     synthesize_from_trace, synthesize_many, unit_draws)
+from .benchmarks import all_at_once, offline_requests, online_requests
 from .profiles import BUILTIN_PROFILES, ProfileGaps, RateProfile, read_rate_profile, synthesize_profile
 from .records import PrefixBlocks, Workload, length_means, length_quantiles, prefix_reuse_bound
 from .traces import BUILTIN_TRACES, MOONCAKE_BLOCK_TOKENS, PLAUSIBLE_RATE_REQ_PER_S, read_trace, trace_rate_warning
@@ -77,4 +85,5 @@ __all__ = [
     "synthesize_from_trace", "scenario_workload", "length_quantiles", "length_means",
     "served_lengths", "ServedLengths", "TRUNCATION_NEGLIGIBLE",
     "RateProfile", "ProfileGaps", "BUILTIN_PROFILES", "read_rate_profile", "synthesize_profile",
+    "offline_requests", "online_requests", "all_at_once",
 ]
