@@ -39,8 +39,8 @@ Where each stage lives, in the order data flows through ``fastsim plan`` (each p
 
 Beside the plan, on the same stages: :mod:`fastsim.ledger` (one step's token ledger and the
 ladder), :mod:`fastsim.whatif` (SPEC §8), :mod:`fastsim.sweep` (grids of configurations),
-:mod:`fastsim.fleet` (fleets over time), :mod:`fastsim.calibrate` (fitting the step model) and
-:mod:`fastsim.bench`. Imports point down this list (``tests/test_import_cycles.py`` checks it).
+:mod:`fastsim.fleet` (fleets over time), :mod:`fastsim.calibrate` (fitting the step model),
+:mod:`fastsim.validate` (fastsim beside real engines' published figures) and :mod:`fastsim.bench`. Imports point down this list (``tests/test_import_cycles.py`` checks it).
 """
 from __future__ import annotations
 
