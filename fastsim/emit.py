@@ -27,8 +27,8 @@ FP8 weights                ``--quantization fp8``                ``--quantizatio
                            carries its own)
 KV of 1 byte (FP8, FP4)    ``--kv-cache-dtype fp8``              ``--kv-cache-dtype fp8_e4m3``
 memory_utilization (0.9)   ``--gpu-memory-utilization``          ``--mem-fraction-static``
-model context (capped by   ``--max-model-len``                   ``--context-length``
-the instance's KV tokens)
+model context (capped by   ``--max-model-len`` (whole 16-token   ``--context-length`` (at most the
+the instance's KV tokens)  blocks, less the null block)          KV pool)
 draft model, gamma         ``--speculative-config`` JSON:        ``--speculative-algorithm STANDALONE``
                            ``method draft_model``, ``model``,    ``--speculative-draft-model-path``
                            ``num_speculative_tokens gamma``      ``--speculative-num-steps gamma``
@@ -47,6 +47,15 @@ router                     an HTTP load balancer (vLLM ships     ``python -m sgl
                                                                  ``--pd-disaggregation --prefill URL PORT``
                                                                  ``--decode URL``
 ========================== ===================================== ======================================
+
+Every command is checked against the engine's start-up rules (:mod:`fastsim.engine_rules`, each
+citing the engine's source): vLLM's KV block count behind ``--max-model-len``
+(``check_enough_kv_cache_memory``) and its budget against the sequence cap
+(``SchedulerConfig.verify_max_model_len``: a decode instance whose batch exceeds vLLM's default
+budget gets ``--max-num-batched-tokens`` of its decodes); SGLang's context against the model and
+its KV pool, and its chunk against the page size. A precision of BF16 weights with a 1-byte KV
+cache (a catalog entry with ``weight_bytes = 2``, ``kv_bytes = 1``) serves the BF16 checkpoint
+with ``--kv-cache-dtype``.
 
 Why the token budgets differ: vLLM's ``max_num_batched_tokens`` is one budget per step shared by
 the running decodes (``gamma + 1`` tokens each with speculative decoding) and the prefill chunk,
@@ -424,7 +433,9 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         planned by the engine (field ``--emit``, the value naming the engine and the plan): a
         precision the checkpoint is not in and the engine cannot quantize to, a KV cache other
         than 1 or 2 bytes, an MTP draft on a model without an MTP layer, an instance whose GPUs
-        do not fill whole nodes, or a model with no known checkpoint and none given.
+        do not fill whole nodes, a model with no known checkpoint and none given, an instance
+        whose KV cache holds no whole block (vLLM: none beside the null block), or a setting the
+        engine's start-up rules refuse (:mod:`fastsim.engine_rules`, the engine's reason quoted).
     """
     if engine not in ENGINES:
         raise FastsimInputError("--emit", engine, " or ".join(ENGINES))
