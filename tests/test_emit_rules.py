@@ -194,6 +194,12 @@ def test_capacity_refuses_a_budget_below_the_sequence_cap(capsys):
     assert rc == 2 and "--max-num-batched-tokens / --max-num-seqs: got '64 / 128'" in err
 
 
+def test_plan_refuses_a_budget_below_the_sequence_cap(capsys):
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--policy", "vllm", "--max-num-batched-tokens", "64",
+                       "--max-num-seqs", "128")
+    assert rc == 2 and "--max-num-batched-tokens / --max-num-seqs: got '64 / 128'" in err
+
+
 def test_calibrate_refuses_a_budget_below_the_sequence_cap(capsys, tmp_path):
     from test_calibrate_serving import VLLM_RESULT
     f = tmp_path / "ok.json"

@@ -284,6 +284,12 @@ def _engine_dict(args):
         engine["max_num_seqs"] = args.max_num_seqs
     if args.no_prefix_caching:
         engine["prefix_caching"] = False
+    if args.max_num_batched_tokens is not None and args.max_num_seqs is not None:
+        # both given: the engine's start-up rules apply to them whatever the GPU (fastsim.engine_rules)
+        from types import SimpleNamespace
+        from ..engine_rules import check_engine_policy
+        check_engine_policy(SimpleNamespace(name=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
+                                            max_num_seqs=args.max_num_seqs), _ENGINE_FLAGS)
     return engine
 
 
