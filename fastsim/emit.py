@@ -233,8 +233,8 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
         raise _refuse(engine, plan, f"a KV cache of 1 or 2 bytes per element (precision {precision.name} "
                                     f"has {precision.kv_bytes:g})")
     if kv and wname == "BF16":
-        notes.append(f"BF16 weights with an FP8 KV cache: --kv-cache-dtype {kv} (the KV scales are 1.0 unless the "
-                     "checkpoint carries its own)")
+        notes.append(f"BF16 weights with an FP8 KV cache: the checkpoint is served as it is, --kv-cache-dtype {kv} "
+                     "stores its KV cache in FP8")
     mem = f"{constants.memory_utilization:g}"
     # the context an instance can hold, counted as the engine counts it (fastsim.engine_rules): vLLM refuses
     # to start when the blocks of one sequence of --max-model-len do not fit the KV blocks it can allocate
@@ -288,7 +288,7 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
         elif seqs:
             from .sim.policy import policy_defaults
             default = policy_defaults("vllm", gpu.hbm_bytes).max_num_batched_tokens
-            if seqs * (gamma + 1) > default:
+            if seqs > default:
                 # vLLM's default budget is below the sequence cap: it would refuse to start
                 # (SchedulerConfig.verify_max_model_len), so the budget the decodes need is written
                 budget = seqs * (gamma + 1)
