@@ -34,7 +34,8 @@ Where each stage lives, in the order data flows through ``fastsim plan`` (each p
 8. :mod:`fastsim.search`: verification, repair, horizon floors and the maximum sustainable rate
    (SPEC §7).
 9. :mod:`fastsim.verified` and :mod:`fastsim.planner`: every configuration verified at its
-   cheapest passing count, ranked by verified cost; :mod:`fastsim.emit` writes launch commands.
+   cheapest passing count, ranked by verified cost; :mod:`fastsim.emit` writes launch commands,
+   checked against the engines' start-up rules (:mod:`fastsim.engine_rules`).
 10. :mod:`fastsim._output` and :mod:`fastsim.plots`: tables, JSON, CSV and figures.
 
 Beside the plan, on the same stages: :mod:`fastsim.ledger` (one step's token ledger and the

@@ -63,6 +63,34 @@ def _pos_int(field):
     """An argparse type: an integer >= 1."""
     return _int_at_least(1)
 
+#: Most replications ``--seeds`` takes. The seeds' workloads are drawn and held together (each up to
+#: :data:`fastsim.workload.MAX_REQUESTS` requests, the bound ``--horizon`` meets through the rate) and
+#: simulated one after another, so the seeds multiply both; 1,024 seeds narrow an interval across seeds
+#: to 1/32 of one seed's spread (1/sqrt(n)), past which a longer ``--horizon`` is the cheaper precision.
+MAX_SEEDS = 1024
+
+
+class _FlagValueError(FastsimInputError, argparse.ArgumentTypeError):
+    """A :class:`FastsimInputError` raised by an argparse type: argparse prints ``argument FLAG: got
+    ...; allowed: ...`` on one line and exits with status 2."""
+
+    def __str__(self):
+        return f"got {self.value!r}; allowed: {self.allowed}"
+
+
+def _seeds(text):
+    """``--seeds``: an integer from 1 to :data:`MAX_SEEDS` (argparse type; the error names the flag,
+    the value and the range)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= MAX_SEEDS:
+        raise _FlagValueError("--seeds", text, f"an integer from 1 to {MAX_SEEDS:,} (replications are drawn and "
+                                               "held together; a longer --horizon narrows the interval further)")
+    return v
+
+
 def _nonneg_int(field):
     def conv(text):
         try:

@@ -27,8 +27,8 @@ FP8 weights                ``--quantization fp8``                ``--quantizatio
                            carries its own)
 KV of 1 byte (FP8, FP4)    ``--kv-cache-dtype fp8``              ``--kv-cache-dtype fp8_e4m3``
 memory_utilization (0.9)   ``--gpu-memory-utilization``          ``--mem-fraction-static``
-model context (capped by   ``--max-model-len``                   ``--context-length``
-the instance's KV tokens)
+model context (capped by   ``--max-model-len`` (whole 16-token   ``--context-length`` (at most the
+the instance's KV tokens)  blocks, less the null block)          KV pool)
 draft model, gamma         ``--speculative-config`` JSON:        ``--speculative-algorithm STANDALONE``
                            ``method draft_model``, ``model``,    ``--speculative-draft-model-path``
                            ``num_speculative_tokens gamma``      ``--speculative-num-steps gamma``
@@ -47,6 +47,15 @@ router                     an HTTP load balancer (vLLM ships     ``python -m sgl
                                                                  ``--pd-disaggregation --prefill URL PORT``
                                                                  ``--decode URL``
 ========================== ===================================== ======================================
+
+Every command is checked against the engine's start-up rules (:mod:`fastsim.engine_rules`, each
+citing the engine's source): vLLM's KV block count behind ``--max-model-len``
+(``check_enough_kv_cache_memory``) and its budget against the sequence cap
+(``SchedulerConfig.verify_max_model_len``: a decode instance whose batch exceeds vLLM's default
+budget gets ``--max-num-batched-tokens`` of its decodes); SGLang's context against the model and
+its KV pool, and its chunk against the page size. A precision of BF16 weights with a 1-byte KV
+cache (a catalog entry with ``weight_bytes = 2``, ``kv_bytes = 1``) serves the BF16 checkpoint
+with ``--kv-cache-dtype``.
 
 Why the token budgets differ: vLLM's ``max_num_batched_tokens`` is one budget per step shared by
 the running decodes (``gamma + 1`` tokens each with speculative decoding) and the prefill chunk,
@@ -173,6 +182,26 @@ def _checkpoint(m: Model, override: str | None):
     return None, None
 
 
+#: Bytes per weight of each weight format an engine loads (the catalog's precisions).
+_WEIGHT_FORMATS = {"BF16": 2.0, "FP8": 1.0, "NVFP4": 0.5625, "MXFP4": 0.53125}
+
+
+def _weights_of(engine, plan, precision) -> str:
+    """The weight format of a precision: its name, or the format of its bytes per weight.
+
+    A catalog precision that pairs BF16 weights with an FP8 KV cache (``weight_bytes = 2``,
+    ``kv_bytes = 1``) serves BF16 weights; its KV cache becomes ``--kv-cache-dtype``.
+    """
+    name = precision.name.upper()
+    if name in _WEIGHT_FORMATS:
+        return name
+    for fmt, b in _WEIGHT_FORMATS.items():
+        if float(precision.weight_bytes) == b:
+            return fmt
+    raise _refuse(engine, plan, f"weights in {', '.join(_WEIGHT_FORMATS)} (precision {precision.name} has "
+                                f"{precision.weight_bytes:g} bytes per weight)")
+
+
 def _quantization(engine, plan, precision, weight_format, who):
     """The ``--quantization`` value (None: none needed) for weights of ``precision``."""
     p = precision.upper()
@@ -194,7 +223,8 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
     dp = gpus if layout == "dp+ep" else 1
     gamma = int(plan.spec_gamma or 0)
     notes = []
-    quant = _quantization(engine, plan, precision.name, wfmt, ckpt)
+    wname = _weights_of(engine, plan, precision)
+    quant = _quantization(engine, plan, wname, wfmt, ckpt)
     if precision.kv_bytes == 1:
         kv = _KV_FP8[engine]
     elif precision.kv_bytes == 2:
@@ -202,19 +232,35 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
     else:
         raise _refuse(engine, plan, f"a KV cache of 1 or 2 bytes per element (precision {precision.name} "
                                     f"has {precision.kv_bytes:g})")
+    if kv and wname == "BF16":
+        notes.append(f"BF16 weights with an FP8 KV cache: the checkpoint is served as it is, --kv-cache-dtype {kv} "
+                     "stores its KV cache in FP8")
     mem = f"{constants.memory_utilization:g}"
-    # the context an instance can hold: vLLM refuses to start when one sequence of max-model-len does
-    # not fit its KV cache (vllm/v1/core/kv_cache_utils.py, check_enough_kv_cache_memory)
+    # the context an instance can hold, counted as the engine counts it (fastsim.engine_rules): vLLM refuses
+    # to start when the blocks of one sequence of --max-model-len do not fit the KV blocks it can allocate
+    # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory); SGLang refuses every request past its
+    # KV pool (tp_worker.py max_req_input_len)
+    from . import engine_rules as R
     from .stepmodel import kv_budget_tokens
     lk = plan.layout_kwargs(gpus)
     kv_tokens = int(kv_budget_tokens(model, precision, gpu, gpus, constants, **lk))
+    rank_kv = kv_tokens // dp if dp > 1 else kv_tokens          # every data-parallel rank has its own cache
     if kv_tokens < 1:
         raise _refuse(engine, plan, f"an instance whose KV cache holds a sequence ({role} on {gpus} x {gpu.name} "
                                     f"{precision.name} has no room after the weights)")
-    ctx = min(int(model.max_context_tokens), kv_tokens // dp if dp > 1 else kv_tokens)
+    fit = R.vllm_max_model_len(rank_kv) if engine == "vllm" else R.sglang_context_length(rank_kv)
+    if fit < 1:
+        why = (R.vllm_refusal(kv_tokens=rank_kv, max_model_len=1) if engine == "vllm"
+               else R.sglang_refusal(kv_tokens=rank_kv))
+        raise _refuse(engine, plan, f"an instance whose KV cache holds a sequence ({role} on {gpus} x {gpu.name} "
+                                    f"{precision.name}: {why})")
+    ctx = min(int(model.max_context_tokens), fit)
     if ctx < model.max_context_tokens:
-        notes.append(f"max model length {ctx:,} tokens, not the model's {model.max_context_tokens:,}: one sequence "
-                     f"must fit the instance's KV cache ({kv_tokens:,} tokens"
+        blocks = (f" ({ctx // R.VLLM_BLOCK_SIZE:,} blocks of {R.VLLM_BLOCK_SIZE} tokens, the null block left out: vLLM "
+                  "refuses to start when the blocks of one --max-model-len sequence exceed those it can allocate, "
+                  "check_enough_kv_cache_memory)" if engine == "vllm" else "")
+        notes.append(f"max model length {ctx:,} tokens{blocks}, not the model's {model.max_context_tokens:,}: one "
+                     f"sequence must fit the instance's KV cache ({kv_tokens:,} tokens"
                      + (f", {dp} data-parallel ranks" if dp > 1 else "") + "); longer requests are refused")
     if engine == "vllm":
         a = ["vllm", "serve", ckpt, "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
@@ -229,20 +275,34 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--quantization", quant]
         if kv:
             a += ["--kv-cache-dtype", kv]
+        seqs = budget = None
         if batch:
-            a += ["--max-num-seqs", str(math.ceil(batch / dp))]
+            seqs = math.ceil(batch / dp)
+            a += ["--max-num-seqs", str(seqs)]
         if chunk:
             budget = math.ceil((batch * (gamma + 1) + chunk) / dp)
             a += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(budget)]
             notes.append(f"token budget {budget} = ({batch} decodes x {gamma + 1} token{'s' if gamma else ''} + a {chunk}-token "
                          f"prefill chunk){f' / {dp} data-parallel ranks' if dp > 1 else ''}: vLLM's budget is "
                          "shared by decodes and prefill chunks")
+        elif seqs:
+            from .sim.policy import policy_defaults
+            default = policy_defaults("vllm", gpu.hbm_bytes).max_num_batched_tokens
+            if seqs > default:
+                # vLLM's default budget is below the sequence cap: it would refuse to start
+                # (SchedulerConfig.verify_max_model_len), so the budget the decodes need is written
+                budget = seqs * (gamma + 1)
+                a += ["--max-num-batched-tokens", str(budget)]
+                notes.append(f"token budget {budget} = {seqs} decodes x {gamma + 1} token{'s' if gamma else ''}: "
+                             f"vLLM's default ({default}) is below --max-num-seqs {seqs}, which vLLM refuses")
+        why = R.vllm_refusal(max_num_seqs=seqs, max_num_batched_tokens=budget, max_model_len=ctx,
+                             enable_chunked_prefill=True, kv_tokens=rank_kv, kv_cache_dtype=kv or "auto")
         if gamma:
             if plan.spec_draft == "mtp":
                 cfg = {"method": "mtp", "num_speculative_tokens": gamma}
             else:
                 cfg = {"method": "draft_model", "model": spec_ckpt, "num_speculative_tokens": gamma}
-                dq = _quantization(engine, plan, precision.name, spec_wfmt, spec_ckpt)
+                dq = _quantization(engine, plan, wname, spec_wfmt, spec_ckpt)
                 if dq:
                     cfg["quantization"] = dq
             a += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
@@ -268,12 +328,15 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--chunked-prefill-size", str(chunk)]
             notes.append("SGLang runs prefill and decode steps apart by default (fastsim --policy sglang "
                          "simulates it); the analytic plan puts the chunk on top of the decodes")
+        why = R.sglang_refusal(max_running_requests=batch or None, chunked_prefill_size=chunk or None,
+                               context_length=ctx, model_context_length=int(model.max_context_tokens),
+                               kv_tokens=rank_kv, kv_cache_dtype=kv or "auto")
         if gamma:
             if plan.spec_draft == "mtp":
                 a += ["--speculative-algorithm", "EAGLE"]
             else:
                 a += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", spec_ckpt]
-                dq = _quantization(engine, plan, precision.name, spec_wfmt, spec_ckpt)
+                dq = _quantization(engine, plan, wname, spec_wfmt, spec_ckpt)
                 if dq:
                     a += ["--speculative-draft-model-quantization", dq]
             a += ["--speculative-num-steps", str(gamma), "--speculative-eagle-topk", "1",
@@ -282,15 +345,17 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND]
             if role == "prefill":
                 a += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
+    if why is not None:                  # a rule the values above were sized to keep: a defect if it fires
+        raise _refuse(engine, plan, f"settings {engine} starts with ({role}): {why}")
     if not batch:
         notes.append("the plan sizes no decode batch for this role: the engine's default running-request "
                      "cap applies" + ("; prefill instances serve whole prompts (fastsim's M/D/1 prefill "
                                       "server), the engine's default token budget applies" if role == "prefill" else ""))
-    elif role == "decode" and engine == "vllm":
+    elif role == "decode" and engine == "vllm" and budget is None:
         notes.append("decode instances run the decodes only: vLLM's default token budget applies")
     if quant == "fp8" and wfmt is None:
         notes.append(f"--quantization fp8 assumes {ckpt} holds BF16 weights (drop it for an FP8 checkpoint)")
-    if precision.name.upper() in ("NVFP4", "MXFP4") and wfmt is None:
+    if wname in ("NVFP4", "MXFP4") and wfmt is None:
         notes.append(f"{precision.name} needs a checkpoint already quantized to it; the engine reads its format "
                      "from the checkpoint's config")
     return a, notes
@@ -368,7 +433,9 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         planned by the engine (field ``--emit``, the value naming the engine and the plan): a
         precision the checkpoint is not in and the engine cannot quantize to, a KV cache other
         than 1 or 2 bytes, an MTP draft on a model without an MTP layer, an instance whose GPUs
-        do not fill whole nodes, or a model with no known checkpoint and none given.
+        do not fill whole nodes, a model with no known checkpoint and none given, an instance
+        whose KV cache holds no whole block (vLLM: none beside the null block), or a setting the
+        engine's start-up rules refuse (:mod:`fastsim.engine_rules`, the engine's reason quoted).
     """
     if engine not in ENGINES:
         raise FastsimInputError("--emit", engine, " or ".join(ENGINES))

@@ -40,7 +40,8 @@ LAYERS = {
     5: ["fastsim.search"],
     4: ["fastsim.analytic", "fastsim.sim"],            # sim takes vectors and arrays
     3: ["fastsim.plans", "fastsim.workload"],
-    2: ["fastsim.constants", "fastsim.specdec", "fastsim.stepmodel"],
+    2: ["fastsim.constants", "fastsim.specdec", "fastsim.stepmodel",
+        "fastsim.engine_rules"],                       # the engines' start-up rules: emit, commands, calibrate ask it
     1: ["fastsim.catalog"],
     0: ["fastsim.errors", "fastsim._output", "fastsim._threads", "fastsim.layouts", "fastsim.formulas",
         "fastsim.plots", "fastsim._compile_notice"],

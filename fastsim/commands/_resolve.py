@@ -388,7 +388,17 @@ def _engine_dict(args):
         engine["max_num_seqs"] = args.max_num_seqs
     if args.no_prefix_caching:
         engine["prefix_caching"] = False
+    if args.max_num_batched_tokens is not None and args.max_num_seqs is not None:
+        # both given: the engine's start-up rules apply to them whatever the GPU (fastsim.engine_rules)
+        from types import SimpleNamespace
+        from ..engine_rules import check_engine_policy
+        check_engine_policy(SimpleNamespace(name=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
+                                            max_num_seqs=args.max_num_seqs), _ENGINE_FLAGS)
     return engine
+
+
+#: The engine settings' flags, for fastsim.engine_rules.check_engine_policy's errors.
+_ENGINE_FLAGS = {"max_num_batched_tokens": "--max-num-batched-tokens", "max_num_seqs": "--max-num-seqs"}
 
 
 def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
@@ -457,6 +467,9 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
     kw = dict(_engine_kwargs(engine, plan, cat, model, _constants(args)), routing=args.routing)
     if engine is not None:
         pol = kw["policy"]
+        # settings the engine itself refuses to start with are refused (fastsim.engine_rules)
+        from ..engine_rules import check_engine_policy
+        check_engine_policy(pol, _ENGINE_FLAGS, given=vars(args))
         if plan.spec_gamma:
             notes.append(f"speculative decoding: gamma {plan.spec_gamma}, alpha {plan.spec_alpha:g}, draft "
                          f"{plan.spec_draft}; KV budget {int(sp.p[P_KV_BUDGET_TOKENS]):,} tokens with the draft resident")

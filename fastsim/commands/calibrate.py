@@ -164,6 +164,10 @@ def _run_serving(args, cat) -> int:
         kv = float(step_params(model, g, cat.precision(args.precision), args.tp)[P_KV_BUDGET_TOKENS])
         policy = engine_policy(policy, g.hbm_bytes, kv_budget_tokens=kv, context_tokens=model.max_context_tokens,
                                max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs)
+        # settings the engine itself refuses to start with are refused (fastsim.engine_rules)
+        from ..engine_rules import check_engine_policy
+        from ._resolve import _ENGINE_FLAGS
+        check_engine_policy(policy, _ENGINE_FLAGS, given=vars(args))
     elif policy == "lecture" and (args.max_num_batched_tokens or args.max_num_seqs):
         raise FastsimInputError("--max-num-batched-tokens / --max-num-seqs", "given", "with --policy vllm or sglang")
     report = fit_serving(ms, args.model, args.gpu, args.precision, args.tp, instances=args.instances, policy=policy,

@@ -16,7 +16,7 @@ import sys
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
-                                _notes_out, _pos_int, _positive)
+                                _notes_out, _positive, _seeds)
 from ..errors import FastsimInputError
 
 #: ``fastsim capacity --help``: the two searches.
@@ -43,7 +43,7 @@ def add_parser(sub):
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None,
+    sp.add_argument("--seeds", type=_seeds, default=None,
                     help="seeds per probe (default 16; a trace replays once per probe)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
                     help="simulated seconds per run (default 600; with --trace, each probe's replayed span, "

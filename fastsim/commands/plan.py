@@ -10,7 +10,7 @@ import sys
 
 from .._command_helpers import (_add_calibration, _add_common, _add_engine_args, _add_workload, _command_catalog,
                                 _constants, _distinct, _emit, _fmt, _fraction, _int_list, _legend, _notes_out,
-                                _pos_int, _positive, _tp)
+                                _pos_int, _positive, _tp, _seeds)
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -31,7 +31,7 @@ def add_parser(sub):
                     help="instance layouts to consider (repeatable; default tp, and all three for MoE models)")
     sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), default=10, help="plans to verify (default 10)")
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None, help="simulation seeds per plan (default 8)")
+    sp.add_argument("--seeds", type=_seeds, default=None, help="simulation seeds per plan (default 8)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=None, help="simulated seconds (default 600)")
     sp.add_argument("--seed", type=int, default=None, help="root seed (default 0)")
     sp.add_argument("--no-verify", action="store_true",

@@ -11,7 +11,7 @@ import math
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
-                                _notes_out, _pos_int, _positive, _read_plan_json)
+                                _notes_out, _positive, _read_plan_json, _seeds)
 from ..errors import FastsimInputError
 
 #: ``fastsim simulate --help``: what its columns mean.
@@ -48,7 +48,7 @@ def add_parser(sub):
     _add_workload(sp)
     _add_common(sp)
     _add_plan_args(sp)
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=None,
+    sp.add_argument("--seeds", type=_seeds, default=None,
                     help="replications (default 1; a trace replays once)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=None,
                     help="simulated seconds (default 600; a trace replays over its own duration)")

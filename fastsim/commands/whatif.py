@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from .._command_helpers import (_add_common, _check_plot, _command_catalog, _nonneg_int, _notes_out, _pos_int,
-                                _positive, _records)
+                                _positive, _records, _seeds)
 from ..errors import FastsimInputError
 
 
@@ -16,7 +16,7 @@ def add_parser(sub):
                     help="study to run (repeatable; default all)")
     sp.add_argument("--no-verify", action="store_true",
                     help="analytic screen only (default: verify when the simulator is available)")
-    sp.add_argument("--seeds", type=_pos_int("--seeds"), default=2, help="simulation seeds per plan (default 2)")
+    sp.add_argument("--seeds", type=_seeds, default=2, help="simulation seeds per plan (default 2)")
     sp.add_argument("--horizon", type=_positive("--horizon"), default=600.0, help="simulated seconds (default 600)")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), default=3, help="plans verified per setting (default 3)")
     sp.add_argument("--seed", type=_nonneg_int("--seed"), default=0, help="root seed (default 0)")
