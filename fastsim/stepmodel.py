@@ -276,6 +276,7 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     float
         KV tokens per instance (not rounded; <= 0 when the weights alone do not fit).
     """
+    precision = model.served_precision(precision)      # a quantised checkpoint's own bytes per weight
     constants = resolve_constants(constants, gpu, precision)
     g = tp
     tp_attn = g // dp
@@ -327,6 +328,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         no peak for.
     """
     g, dp, ep = _check_layout(model, gpu, tp, dp, ep)
+    precision = model.served_precision(precision)      # a quantised checkpoint's own bytes per weight
     constants = resolve_constants(constants, gpu, precision, g // dp)
     if precision.flops_key not in gpu.peak_flops_per_s:
         raise FastsimInputError("precision", precision.name,

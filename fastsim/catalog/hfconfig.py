@@ -8,6 +8,7 @@ layers is ever read as a dense, full-attention model. The key spellings are thos
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -111,7 +112,6 @@ _REFUSED_KEYS = {
     "global_head_dim": "head dimensions that differ between layer types",
     "attention_window": "local attention windows",
     "window_size": "local attention windows",
-    "sliding_window_size": "sliding windows under an unknown spelling",
 }
 _REFUSED_PREFIXES = ("mamba", "ssm", "linear_attn", "linear_key", "linear_value", "linear_num", "linear_conv")
 
@@ -126,14 +126,25 @@ _READ = {
     "shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
     "mlp_only_layers", "moe_layers", "interleave_moe_layer_step", "mlp_layer_types", "num_nextn_predict_layers",
     "model_type", "_name_or_path", "mlp_bias", "hidden_act", "is_encoder_decoder", "add_cross_attention",
+    "sliding_window_size", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
+    "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len",
 }
 _HARMLESS = {"norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "routed_scaling_factor",
              "moe_router_enable_expert_bias", "moe_router_use_sigmoid", "moe_aux_loss_coeff", "moe_z_loss_coeff",
              "chunk_size_feed_forward", "cache_implementation"}
 
 
+# Model fields and the config.json keys they are read from (for the record's own checks).
+_CONFIG_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+                "max_context_tokens": "max_position_embeddings", "sliding_layers": "sliding_window / layer_types",
+                "experts_per_token": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
+                "moe_layers": "the dense-layer keys (first_k_dense_replace, mlp_only_layers, moe_layers...)",
+                "n_experts": "the expert count (num_local_experts, num_experts, n_routed_experts)"}
+
+
 def _refuse(where: str, key: str, value, allowed: str):
-    raise FastsimInputError(f"{where}: {key}", value, allowed)
+    raise FastsimInputError(f"{where} key {key}", value, allowed)
 
 
 def _given(cfg: dict, key: str) -> bool:
@@ -246,6 +257,14 @@ def _windows(cfg: dict, layers: int, where: str) -> tuple:
         _refuse(where, "use_sliding_window", use, "true or false")
     if use is None and mt.startswith("qwen"):
         use = False                                    # Qwen2/Qwen3 configs: no window unless enabled
+    if cfg.get("sliding_window_size") is not None:
+        # Gemma-2's config.json gives the window twice, sliding_window and sliding_window_size,
+        # equal (google/gemma-2-9b); transformers' Gemma2Config reads sliding_window.
+        if cfg.get("sliding_window") is None:
+            _refuse(where, "sliding_window_size", cfg["sliding_window_size"],
+                    "absent, or equal to sliding_window beside it (Gemma-2's second spelling of the window; "
+                    "alone it is no transformers key)")
+        _first(cfg, ("sliding_window", "sliding_window_size"), where)
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         _refuse(where, "sliding_window", window, "an integer >= 0 (tokens), or null")
@@ -341,6 +360,246 @@ def _mla(cfg: dict, hidden: int, heads: int, where: str) -> dict:
     else:
         out["v_head_dim"] = _int(cfg, "v_head_dim", where)
     return out
+
+
+# ---- served context: vLLM's derived max_model_len -------------------------------------------------
+
+# vLLM's _get_and_verify_max_len (vllm/config.py, v0.6-v0.10; vllm/config/model.py from v0.11):
+# the smallest of these keys the config gives is the derived length.
+_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+             "max_sequence_length", "max_seq_length", "seq_len")
+
+# RoPE types vLLM builds (vllm/model_executor/layers/rotary_embedding get_rope; "su" and "mrope"
+# as vllm/transformers_utils/config.py patch_rope_scaling_dict renames them) and how each
+# changes the derived length in _get_and_verify_max_len.
+_ROPE_UNSCALED = ("su", "longrope", "llama3")        # max_position_embeddings is already the long context
+_ROPE_SCALED = ("default", "linear", "dynamic", "yarn", "deepseek_yarn", "mrope")   # derived x factor
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"),)
+
+
+def _rope_entries(cfg: dict, where: str) -> tuple:
+    """(key, list of rope dicts) of ``rope_scaling`` / ``rope_parameters`` (nested per layer type or flat)."""
+    key = _first(cfg, ("rope_scaling", "rope_parameters"), where)
+    if key is None:
+        return None, []
+    rs = cfg[key]
+    if not isinstance(rs, dict):
+        _refuse(where, key, rs, "a table of RoPE settings (rope_type, factor...), or null")
+    if rs and all(isinstance(v, dict) for v in rs.values()):
+        return key, list(rs.values())                 # transformers v5: one table per layer type
+    return key, [rs]
+
+
+def _served_context(cfg: dict, where: str) -> int:
+    """The context vLLM serves for ``cfg`` (tokens), as ``_get_and_verify_max_len`` derives it."""
+    lens = [(k, _int(cfg, k, where)) for k in _LEN_KEYS if cfg.get(k) is not None]
+    derived = min(v for _, v in lens) if lens else 131072
+    key, entries = _rope_entries(cfg, where)
+    factor = 1.0
+    for rp in entries:
+        t, legacy = rp.get("rope_type"), rp.get("type")
+        if t is not None and legacy is not None and t != legacy:
+            # patch_rope_scaling_dict: "Found conflicts between 'rope_type' and 'type'"
+            _refuse(where, f"{key}.rope_type and {key}.type", [t, legacy], "one RoPE type (they name the same thing)")
+        t = t if t is not None else legacy
+        if t is None and not any(k in rp for k in ("factor", "original_max_position_embeddings")):
+            continue                                  # RoPE theta only (transformers v5 rope_parameters)
+        if t not in _ROPE_UNSCALED + _ROPE_SCALED:
+            _refuse(where, f"{key}.rope_type", t, "a RoPE type vLLM builds: " + ", ".join(_ROPE_UNSCALED + _ROPE_SCALED))
+        if t in _ROPE_UNSCALED:
+            continue
+        f = rp.get("factor", 1.0)
+        if not _number(f) or f <= 0:
+            _refuse(where, f"{key}.factor", f, "a number > 0 (the RoPE scaling factor)")
+        factor = float(f)
+        if t == "yarn":
+            omp = rp.get("original_max_position_embeddings")
+            if isinstance(omp, bool) or not isinstance(omp, int) or omp <= 0:
+                _refuse(where, f"{key}.original_max_position_embeddings", omp,
+                        "a positive integer (vLLM derives a YaRN model's context as original_max_position_embeddings "
+                        "x factor, and does not start without it)")
+            derived = omp
+    if "gemma3" in str(cfg.get("model_type") or ""):
+        factor = 1.0                                  # vLLM: Gemma-3's max_position_embeddings is already scaled
+    return int(derived * factor)
+
+
+# ---- quantised checkpoints: bytes per weight and the precision they are served at -----------------
+
+# Module names a quantization_config may leave unquantised, by the part of the model they name.
+_MODULE_PARTS = (("lm_head", "lm_head"), ("embed", "embedding"), ("wte", "embedding"), ("router", "router"),
+                 ("shared_expert", "shared experts"), ("experts", "experts"), ("self_attn", "attention"),
+                 ("attn", "attention"), ("q_proj", "attention"), ("k_proj", "attention"), ("v_proj", "attention"),
+                 ("o_proj", "attention"), ("mlp.gate", "router"), ("gate_proj", "mlp"), ("up_proj", "mlp"),
+                 ("down_proj", "mlp"), ("mlp", "mlp"), ("visual", None), ("vision", None), ("audio", None),
+                 ("multi_modal_projector", None), ("mm_projector", None))
+
+
+def _parts(m: Model) -> dict:
+    """Parameters of each part of ``m`` (float, count); the parts add up to ``m.total_params``."""
+    mm = m.mlp_matrices
+    parts = {
+        "embedding": float(m.vocab * m.hidden),
+        "lm_head": 0.0 if m.tied_embeddings else float(m.vocab * m.hidden),
+        "attention": m.layers * m.attn_params,
+        "mlp": float((m.layers - m.moe_layers) * mm * m.hidden * m.ffn),
+        "experts": m.routed_expert_params,
+        "shared experts": float(m.moe_layers * mm * m.hidden * m.shared_ffn),
+        "router": float(m.moe_layers * (m.hidden * m.n_experts + (m.n_experts if m.expert_bias else 0))),
+    }
+    parts["norms"] = m.total_params - sum(parts.values())
+    return parts
+
+
+def _unconverted(qc: dict, key: str, m: Model, where: str) -> dict:
+    """Fraction of each part a ``modules_to_not_convert`` / ``ignore`` list keeps in BF16."""
+    import re
+    names = qc.get(key) or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        _refuse(where, f"quantization_config.{key}", names, "a list of module names")
+    out = {}
+    for n in names:
+        low = n.lower()
+        part = next((p for s, p in _MODULE_PARTS if s in low), "?")
+        if part == "?":
+            _refuse(where, f"quantization_config.{key}", n, "names of the lm_head, embeddings, attention, MLP, router, "
+                                                            "experts or vision modules (other modules are not modelled)")
+        if part is None:
+            continue                                  # the vision / audio tower: not counted
+        layer = re.search(r"layers\.(\d+)\.", low)
+        share = 1.0 / m.layers if layer else 1.0      # one layer's worth, or the part in every layer
+        out[part] = min(1.0, out.get(part, 0.0) + share)
+    return out
+
+
+def _bits(v, where: str, key: str, allowed: tuple) -> int:
+    if v not in allowed or isinstance(v, bool):
+        _refuse(where, f"quantization_config.{key}", v, " or ".join(map(str, allowed))
+                + " (the weight widths fastsim has a precision for: W4A16, W8A16)")
+    return int(v)
+
+
+def _group(v, where: str, key: str, m: Model) -> int:
+    """A group size; -1 or null: one group per output channel (taken as ``hidden`` input elements)."""
+    if v is None or v == -1:
+        return m.hidden
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        _refuse(where, f"quantization_config.{key}", v, "a positive integer, or -1 (one group per channel)")
+    return v
+
+
+def _ct_scheme(qc: dict, m: Model, where: str) -> tuple:
+    """(precision, bytes per quantised weight, formula) of a compressed-tensors ``config_groups``."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        _refuse(where, "quantization_config.config_groups", groups, "a table of quantisation groups")
+    seen = set()
+    for gname, grp in groups.items():
+        k = f"config_groups.{gname}"
+        w = grp.get("weights") if isinstance(grp, dict) else None
+        if not isinstance(w, dict):
+            _refuse(where, f"quantization_config.{k}.weights", w, "a table (num_bits, type, strategy, group_size...)")
+        act = grp.get("input_activations")
+        bits, typ, strat = w.get("num_bits"), w.get("type", "int"), w.get("strategy", "tensor")
+        a_bits = act.get("num_bits") if isinstance(act, dict) else None
+        if typ == "int" and act is None and bits in (4, 8):
+            g = _group(w.get("group_size"), where, f"{k}.weights.group_size", m) if strat == "group" else (
+                m.hidden if strat == "channel" else 0)
+            sym = w.get("symmetric", True) is not False
+            per = bits / 8 + ((2 + (0 if sym else bits / 8)) / g if g else 0.0)
+            seen.add((f"W{bits}A16", per, f"{bits}/8 + (2-byte scale{'' if sym else f' + {bits}-bit zero point'}) "
+                                           f"/ {g}-element group"))
+        elif typ == "float" and bits == 8 and isinstance(act, dict) and act.get("type") == "float" and a_bits == 8:
+            if strat == "block":
+                b = w.get("block_structure") or [128, 128]
+                per, how = 1 + 4 / (b[0] * b[1]), f"1 + 4-byte scale / {b[0]}x{b[1]} block"
+            elif strat == "channel":
+                per, how = 1 + 4 / m.hidden, "1 + 4-byte scale per channel"
+            else:
+                per, how = 1.0, "1 (one scale per tensor)"
+            seen.add(("FP8", per, how))
+        elif (typ == "float" and bits == 4 and w.get("group_size") == 16 and isinstance(act, dict)
+              and act.get("type") == "float" and a_bits == 4):
+            seen.add(("NVFP4", 0.5 + 1 / 16, "0.5 + 1-byte FP8 scale / 16-element block"))
+        else:
+            _refuse(where, f"quantization_config.{k}", {"weights": {"num_bits": bits, "type": typ, "strategy": strat},
+                                                       "input_activations": act},
+                    "4- or 8-bit integer weights with 16-bit activations (W4A16, W8A16), FP8 weights and activations "
+                    "(FP8) or NVFP4 (other schemes, e.g. INT8 activations, have no fastsim precision)")
+    if len({p for p, _, _ in seen}) > 1 or len(seen) > 1:
+        _refuse(where, "quantization_config.config_groups", sorted(groups), "one scheme for every quantised layer")
+    return seen.pop()
+
+
+def _quantization(top: dict, cfg: dict, m: Model, where: str) -> dict:
+    """``checkpoint_*`` fields of :class:`Model` for the checkpoint's ``quantization_config`` (empty when none)."""
+    key = next((k for k in ("quantization_config", "compression_config") for c in (cfg, top) if c.get(k) is not None),
+               None)
+    if key is None:
+        return {}
+    qc = cfg.get(key) if cfg.get(key) is not None else top.get(key)
+    if not isinstance(qc, dict):
+        _refuse(where, key, qc, "a table with quant_method")
+    method = str(qc.get("quant_method") or "").lower()
+    parts = _parts(m)
+    bf16 = {"embedding": 1.0, "lm_head": 1.0, "router": 1.0, "norms": 1.0}
+    quantised = ("attention", "mlp", "experts", "shared experts")
+    if method == "awq":
+        bits = _bits(qc.get("bits", qc.get("w_bit")), where, "bits", (4,))
+        g = _group(qc.get("group_size", qc.get("q_group_size")), where, "group_size", m)
+        zp = qc.get("zero_point", True) is not False
+        prec, per = "W4A16", bits / 8 + (2 + (bits / 8 if zp else 0)) / g
+        how = f"{bits}/8 + (2-byte FP16 scale{f' + {bits}-bit zero point' if zp else ''}) / {g}-element group"
+        src = "vLLM's AWQLinearMethod.create_weights (qweight, qzeros, scales)"
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    elif method == "gptq":
+        bits = _bits(qc.get("bits"), where, "bits", (4, 8))
+        g = _group(qc.get("group_size"), where, "group_size", m)
+        prec, per = f"W{bits}A16", bits / 8 + (2 + bits / 8) / g
+        how = (f"{bits}/8 + (2-byte FP16 scale + {bits}-bit zero point) / {g}-element group (g_idx, 4 bytes per "
+               "input row, not counted)")
+        src = "vLLM's GPTQLinearMethod.create_weights (qweight, qzeros, scales, g_idx)"
+        if qc.get("lm_head") is True:
+            bf16["lm_head"] = 0.0
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    elif method in ("compressed-tensors", "compressed_tensors"):
+        prec, per, how = _ct_scheme(qc, m, where)
+        src = "vLLM's compressed-tensors schemes' create_weights (weight_packed / weight, weight_scale, weight_zero_point)"
+        bf16.update(_unconverted(qc, "ignore", m, where))
+    elif method == "fp8":
+        act = qc.get("activation_scheme", "dynamic")
+        if act not in ("dynamic", "static"):
+            _refuse(where, "quantization_config.activation_scheme", act, "'dynamic' or 'static'")
+        b = qc.get("weight_block_size")
+        if b is not None and (not isinstance(b, list) or len(b) != 2
+                              or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in b)):
+            _refuse(where, "quantization_config.weight_block_size", b, "two positive integers, or null")
+        prec, per = "FP8", 1 + (4 / (b[0] * b[1]) if b else 0.0)
+        how = f"1 + 4-byte FP32 scale / {b[0]}x{b[1]} block" if b else "1 (one FP32 scale per tensor)"
+        src = "vLLM's Fp8LinearMethod.create_weights (weight, weight_scale_inv)"
+        for k in ("ignored_layers", "modules_to_not_convert"):
+            bf16.update(_unconverted(qc, k, m, where))
+    elif method == "mxfp4":
+        prec, per, how = "MXFP4", 0.5 + 1 / 32, "0.5 + 1-byte E8M0 scale / 32-element block"
+        src = "vLLM's Mxfp4MoEMethod (only the experts are MXFP4; every other layer is unquantised)"
+        bf16.update({"attention": 1.0, "mlp": 1.0, "shared experts": 1.0})
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    else:
+        _refuse(where, "quantization_config.quant_method", qc.get("quant_method"),
+                "awq, gptq, compressed-tensors, fp8 or mxfp4 (other checkpoint formats are not modelled)")
+    # bytes = sum over the parts of params x (kept x 2 + (1 - kept) x per): BF16 where kept
+    total = sum(n * (bf16.get(part, 0.0) * 2.0 + (1.0 - bf16.get(part, 0.0)) * per) for part, n in parts.items())
+    wb = total / m.total_params
+    kept = tuple(p for p in ("embedding", "lm_head", "router") + quantised if parts[p] > 0 and bf16.get(p, 0.0) > 0)
+    label = {"awq": "an AWQ", "gptq": "a GPTQ", "fp8": "an FP8", "mxfp4": "an MXFP4"}.get(method, f"a {method}")
+    note = (f"{m.name}: {label} checkpoint, served at {prec} only ({how} = {per:.6g} bytes per quantised weight, "
+            f"{src}; in BF16: {', '.join(kept)}): {wb:.4g} bytes per parameter, {m.total_params * wb / 1e9:,.1f} GB "
+            "of weights")
+    return dict(checkpoint_precision=prec, checkpoint_weight_bytes=wb, checkpoint_bf16_modules=kept,
+                checkpoint_note=note)
 
 
 def _text_model(cfg: dict) -> dict:
@@ -508,11 +767,21 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     else:
         tied = _bool(top, "tie_word_embeddings", where, tie_default)
     label = name or _model_name(top, path)
-    return Model(
-        name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
-        vocab=vocab, tied_embeddings=tied,
-        max_context_tokens=_int(cfg, "max_position_embeddings", where, 131072),
-        attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
-        gated_mlp=mt not in _UNGATED_MODELLED,
-        source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
-    )
+    context = _served_context(cfg, where)
+    try:
+        m = Model(
+            name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
+            vocab=vocab, tied_embeddings=tied, max_context_tokens=context,
+            attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
+            gated_mlp=mt not in _UNGATED_MODELLED,
+            source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
+        )
+    except FastsimInputError as exc:
+        # the record's check names its own field (model.<name>.kv_heads): say the file's key instead
+        f = str(exc.field).rsplit(".", 1)[-1]
+        allowed = exc.allowed.replace("the attention heads", "num_attention_heads")
+        if f == "kv_heads":
+            allowed += "; vLLM's num_kv_heads must divide the heads"
+        raise FastsimInputError(f"{where} key {_CONFIG_KEYS.get(f, f)}", exc.value, allowed) from None
+    q = _quantization(top, cfg, m, where)
+    return dataclasses.replace(m, **q) if q else m
