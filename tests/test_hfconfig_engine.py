@@ -219,6 +219,12 @@ def test_modules_kept_in_bf16(tmp_path):
         **AWQ, "modules_to_not_convert": ["model.layers.0.mlp.down_proj"]}}, folder="one")
     mlp1 = 176_160_768          # one layer's MLP, at this granularity
     assert one.checkpoint_weight_bytes == pytest.approx(((LINEAR - mlp1) * per + (BF16_REST + mlp1) * 2) / TOTAL)
+    # a vision tower's modules (not counted) and the router (BF16 anyway) change nothing
+    base = _read(tmp_path, {**LLAMA_8B, "quantization_config": AWQ}, folder="base")
+    for names in (["model.visual.blocks.0.attn.qkv", "multi_modal_projector"], ["re:.*mlp.gate$"]):
+        m2 = _read(tmp_path, {**LLAMA_8B, "quantization_config": {**AWQ, "modules_to_not_convert": names}},
+                   folder="v" + str(len(names)))
+        assert m2.checkpoint_weight_bytes == base.checkpoint_weight_bytes
 
 
 def test_gptq_quantised_lm_head(tmp_path):

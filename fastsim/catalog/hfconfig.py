@@ -1,16 +1,19 @@
 """Reading a Hugging Face ``config.json`` into a :class:`~fastsim.catalog.Model` (SPEC §2, §10).
 
-Every key that changes fastsim's arithmetic (parameters, FLOPs, KV bytes) is either modelled or
-refused with a one-line :class:`~fastsim.errors.FastsimInputError` that names the key: nothing
-that describes experts, latent attention, windows, chunked/linear attention or state-space
-layers is ever read as a dense, full-attention model. The key spellings are those of the
+Every key that changes fastsim's arithmetic (parameters, FLOPs, KV bytes, weight bytes, served
+context) is either modelled as the engines do it or refused with a one-line
+:class:`~fastsim.errors.FastsimInputError` that names the file and the key: nothing that
+describes experts, latent attention, windows, chunked/linear attention or state-space layers is
+ever read as a dense, full-attention model. The key spellings are those of the
 ``transformers`` configuration classes (``configuration_<model_type>.py``).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 
 from ..errors import FastsimInputError
 from .models import Model
@@ -377,7 +380,7 @@ _ROPE_SCALED = ("default", "linear", "dynamic", "yarn", "deepseek_yarn", "mrope"
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"),)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _rope_entries(cfg: dict, where: str) -> tuple:
@@ -430,12 +433,13 @@ def _served_context(cfg: dict, where: str) -> int:
 # ---- quantised checkpoints: bytes per weight and the precision they are served at -----------------
 
 # Module names a quantization_config may leave unquantised, by the part of the model they name.
-_MODULE_PARTS = (("lm_head", "lm_head"), ("embed", "embedding"), ("wte", "embedding"), ("router", "router"),
-                 ("shared_expert", "shared experts"), ("experts", "experts"), ("self_attn", "attention"),
-                 ("attn", "attention"), ("q_proj", "attention"), ("k_proj", "attention"), ("v_proj", "attention"),
-                 ("o_proj", "attention"), ("mlp.gate", "router"), ("gate_proj", "mlp"), ("up_proj", "mlp"),
-                 ("down_proj", "mlp"), ("mlp", "mlp"), ("visual", None), ("vision", None), ("audio", None),
-                 ("multi_modal_projector", None), ("mm_projector", None))
+_MODULE_PARTS = (
+    ("visual", None), ("vision", None), ("audio", None), ("multi_modal_projector", None), ("mm_projector", None),
+    ("lm_head", "lm_head"), ("embed", "embedding"), ("wte", "embedding"), ("router", "router"),
+    ("shared_expert", "shared experts"), ("experts", "experts"), ("self_attn", "attention"), ("attn", "attention"),
+    ("q_proj", "attention"), ("k_proj", "attention"), ("v_proj", "attention"), ("o_proj", "attention"),
+    ("q_a_proj", "attention"), ("q_b_proj", "attention"), ("kv_a_proj", "attention"), ("kv_b_proj", "attention"),
+    ("gate_proj", "mlp"), ("up_proj", "mlp"), ("down_proj", "mlp"), ("mlp.gate", "router"), ("mlp", "mlp"))
 
 
 def _parts(m: Model) -> dict:
@@ -456,7 +460,6 @@ def _parts(m: Model) -> dict:
 
 def _unconverted(qc: dict, key: str, m: Model, where: str) -> dict:
     """Fraction of each part a ``modules_to_not_convert`` / ``ignore`` list keeps in BF16."""
-    import re
     names = qc.get(key) or []
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         _refuse(where, f"quantization_config.{key}", names, "a list of module names")
@@ -529,7 +532,7 @@ def _ct_scheme(qc: dict, m: Model, where: str) -> tuple:
                                                        "input_activations": act},
                     "4- or 8-bit integer weights with 16-bit activations (W4A16, W8A16), FP8 weights and activations "
                     "(FP8) or NVFP4 (other schemes, e.g. INT8 activations, have no fastsim precision)")
-    if len({p for p, _, _ in seen}) > 1 or len(seen) > 1:
+    if len(seen) > 1:
         _refuse(where, "quantization_config.config_groups", sorted(groups), "one scheme for every quantised layer")
     return seen.pop()
 
@@ -629,9 +632,9 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     Multimodal configs are read from their language model (``text_config``, ``language_config``
     or ``llm_config``); nothing about the vision or audio tower is read or refused, and its
     weights are not counted (it runs once per image, not per token). Every key that changes
-    the parameters, FLOPs or KV bytes is either read (below) or refused, naming the key; keys
-    that change nothing fastsim computes (RoPE settings, norms' epsilon, dropout, token ids,
-    ``quantization_config``: the bytes per weight come from the plan's precision) are ignored.
+    the parameters, FLOPs, KV bytes, weight bytes or served context is either read (below) or
+    refused, naming the key; keys that change nothing fastsim computes (RoPE theta, norms'
+    epsilon, dropout, token ids, soft-capping) are ignored.
 
     **Read** (``transformers`` spellings):
 
@@ -665,6 +668,42 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       only for speculative decoding, and their weights are not counted. ``mlp_bias`` is
       accepted and not counted (under 0.01% of the parameters), like Qwen3's q/k norms and
       gpt-oss's attention sinks.
+    - windows' second spelling: Gemma-2's ``sliding_window_size`` beside an equal
+      ``sliding_window`` (different values, or the second spelling alone, are refused).
+    - served context (:attr:`Model.max_context_tokens`), as vLLM's ``_get_and_verify_max_len``
+      derives it (``vllm/config.py`` at commit 2ac6d0e75bc846998da56b50bf4f8853cb36d484;
+      ``vllm/config/model.py`` in later releases, the same rule per layer type of
+      ``rope_parameters``): the smallest of ``max_position_embeddings``, ``n_positions``,
+      ``max_seq_len``, ``seq_length``, ``model_max_length``, ``max_sequence_length``,
+      ``max_seq_length``, ``seq_len`` (none: 131072); then ``rope_scaling`` (or
+      ``rope_parameters``; ``type`` is read as ``rope_type``, as vLLM's
+      ``patch_rope_scaling_dict``): types ``su``, ``longrope`` and ``llama3`` leave it as is;
+      ``default``, ``linear``, ``dynamic``, ``deepseek_yarn``, ``mrope`` multiply it by
+      ``factor`` (default 1); ``yarn`` replaces it by ``original_max_position_embeddings`` first,
+      then multiplies. Gemma-3 types are not scaled (their length is already the scaled one).
+    - ``quantization_config`` (or ``compression_config``): the checkpoint's bytes per parameter
+      and the one precision it is served at (:attr:`Model.checkpoint_precision`,
+      :attr:`Model.checkpoint_weight_bytes`, :attr:`Model.checkpoint_bf16_modules`,
+      :attr:`Model.checkpoint_note`). Bytes per quantised weight, from the tensors vLLM's method
+      creates (``create_weights`` of ``AWQLinearMethod``, ``GPTQLinearMethod``, the
+      compressed-tensors schemes, ``Fp8LinearMethod``): AWQ (``bits`` 4) ``bits/8 + (2 +
+      bits/8) / group_size`` (no zero-point term with ``zero_point`` false), served at W4A16;
+      GPTQ (``bits`` 4 or 8) the same (``g_idx``, 4 bytes per input row, not counted) at
+      W4A16 / W8A16, ``group_size`` -1 meaning one group of ``hidden_size`` inputs per channel,
+      ``lm_head`` true quantising the LM head; compressed-tensors ``config_groups``: integer 4 /
+      8-bit weights without input activations ``bits/8 + (2 [+ bits/8 when not symmetric]) /
+      group`` at W4A16 / W8A16, FP8 weights and activations ``1 + 4 / block`` (``block``
+      strategy), ``1 + 4 / hidden_size`` (``channel``) or 1 (``tensor``) at FP8, 4-bit float
+      weights and activations in 16-element groups at NVFP4 (0.5625); ``quant_method`` ``fp8``
+      ``1 + 4 / (weight_block_size[0] x [1])`` (1 without blocks) at FP8, ``activation_scheme``
+      dynamic or static; ``mxfp4`` 0.53125 for the routed experts only (vLLM's
+      ``Mxfp4Config`` quantises the fused-MoE layers) at MXFP4. The input embedding, the LM head,
+      MoE routers (vLLM builds them unquantised) and the norms stay in BF16, and so do the
+      modules ``modules_to_not_convert`` / ``ignore`` / ``ignored_layers`` name (by part:
+      attention, MLP, experts, shared experts, router, embedding, lm_head; a name with a layer
+      index counts one layer's share; vision-tower names are skipped). Bytes per parameter =
+      sum over the parts of ``params x (2 if kept in BF16 else the quantised figure)`` over
+      :attr:`Model.total_params`.
     - MLP: gated (gate, up and down projections) for every model type but ``nemotron``
       (Nemotron-4, Minitron), whose MLP has up and down projections only (transformers'
       ``NemotronMLP``, ``hidden_act`` ``"relu2"``): :attr:`Model.gated_mlp` false, two
@@ -683,7 +722,12 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     (``index_topk``, ``index_n_heads``, ``sparse_attention_config``); KV shared across layers
     (``num_kv_shared_layers``, ``kv_sharing_layer_map``); ``hidden_size_per_layer_input``,
     ``altup_num_inputs``; ``cross_attention_layers``; ``num_global_key_value_heads``,
-    ``global_head_dim``; ``attention_window``, ``window_size``, ``sliding_window_size``; any
+    ``global_head_dim``; ``attention_window``, ``window_size``; a RoPE type vLLM does not
+    build, YaRN without ``original_max_position_embeddings``, ``rope_type`` and ``type`` that
+    disagree, a factor that is not a number > 0; a ``quant_method`` other than awq, gptq,
+    compressed-tensors, fp8, mxfp4, bit widths and schemes without a fastsim precision (INT8
+    activations...), a module-list entry fastsim cannot place, mixed compressed-tensors
+    schemes; any
     other key naming experts, MoE, windows or chunks with a value; per-layer lists of different
     top-k or expert widths; encoder-decoder and cross-attending models (``is_encoder_decoder``
     or ``add_cross_attention`` true, in the text config or at the top of the file;
@@ -717,7 +761,8 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
         The file is missing or not a JSON object; a required key is missing or not a positive
         integer; ``head_dim`` is absent and ``hidden_size`` is not divisible by
         ``num_attention_heads``; a refused key (above); or the resulting :class:`Model` is
-        invalid (e.g. KV heads not dividing the heads).
+        invalid (e.g. KV heads not dividing the heads). The field names the file and its key
+        (``<path> key num_key_value_heads``; nested keys dotted, ``rope_scaling.factor``).
     """
     try:
         with open(path, "r", encoding="utf-8") as fh:
