@@ -217,8 +217,12 @@ def test_modules_kept_in_bf16(tmp_path):
     assert "attention" in m.checkpoint_bf16_modules
     one = _read(tmp_path, {**LLAMA_8B, "quantization_config": {
         **AWQ, "modules_to_not_convert": ["model.layers.0.mlp.down_proj"]}}, folder="one")
-    mlp1 = 176_160_768          # one layer's MLP, at this granularity
-    assert one.checkpoint_weight_bytes == pytest.approx(((LINEAR - mlp1) * per + (BF16_REST + mlp1) * 2) / TOTAL)
+    down1 = 4096 * 14336        # one layer's down_proj
+    assert one.checkpoint_weight_bytes == pytest.approx(((LINEAR - down1) * per + (BF16_REST + down1) * 2) / TOTAL)
+    kv = _read(tmp_path, {**LLAMA_8B, "quantization_config": {**AWQ, "modules_to_not_convert": ["k_proj", "v_proj"]}},
+               folder="kv")
+    kvw = 32 * 2 * 4096 * 1024  # every layer's k and v projections
+    assert kv.checkpoint_weight_bytes == pytest.approx(((LINEAR - kvw) * per + (BF16_REST + kvw) * 2) / TOTAL)
     # a vision tower's modules (not counted) and the router (BF16 anyway) change nothing
     base = _read(tmp_path, {**LLAMA_8B, "quantization_config": AWQ}, folder="base")
     for names in (["model.visual.blocks.0.attn.qkv", "multi_modal_projector"], ["re:.*mlp.gate$"]):

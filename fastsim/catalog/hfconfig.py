@@ -472,10 +472,26 @@ def _unconverted(qc: dict, key: str, m: Model, where: str) -> dict:
                                                             "experts or vision modules (other modules are not modelled)")
         if part is None:
             continue                                  # the vision / audio tower: not counted
-        layer = re.search(r"layers\.(\d+)\.", low)
-        share = 1.0 / m.layers if layer else 1.0      # one layer's worth, or the part in every layer
+        share = 1.0                                   # the part in every layer
+        if re.search(r"layers\.\d+\.", low):         # one layer's share of it
+            share /= max({"attention": m.layers, "mlp": m.layers - m.moe_layers}.get(part, m.moe_layers), 1)
+        if part == "experts" and re.search(r"experts\.\d+\.", low):
+            share /= m.n_experts                      # one expert's
+        share *= _projection_share(low, part, m)
         out[part] = min(1.0, out.get(part, 0.0) + share)
     return out
+
+
+def _projection_share(low: str, part: str, m: Model) -> float:
+    """Share of a part's weights one named projection holds (1 when the name is the whole block)."""
+    if part in ("mlp", "experts", "shared experts") and re.search(r"(gate_proj|up_proj|down_proj|\bw[123])$", low):
+        return 1.0 / m.mlp_matrices
+    if part == "attention" and m.attention == "gqa":
+        qd, kvd = m.heads * m.head_dim, m.kv_heads * m.head_dim
+        for name, width in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd), ("o_proj", qd)):
+            if low.endswith(name):
+                return width / (2.0 * (qd + kvd))
+    return 1.0
 
 
 def _bits(v, where: str, key: str, allowed: tuple) -> int:
@@ -701,7 +717,9 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       MoE routers (vLLM builds them unquantised) and the norms stay in BF16, and so do the
       modules ``modules_to_not_convert`` / ``ignore`` / ``ignored_layers`` name (by part:
       attention, MLP, experts, shared experts, router, embedding, lm_head; a name with a layer
-      index counts one layer's share; vision-tower names are skipped). Bytes per parameter =
+      index counts one layer's share, an expert index one expert's, a projection
+      (``q/k/v/o_proj``, ``gate/up/down_proj``) its share of the block; vision-tower names are
+      skipped). Bytes per parameter =
       sum over the parts of ``params x (2 if kept in BF16 else the quantised figure)`` over
       :attr:`Model.total_params`.
     - MLP: gated (gate, up and down projections) for every model type but ``nemotron``
