@@ -84,6 +84,11 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
     so the kernel reports NO_FIT; :func:`instance_table` then marks it REFUSED."""
     gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
     precs = [catalog.precision(p) for p in (options.precisions or catalog.default_precisions())]
+    if model.checkpoint_precision:
+        # a quantised checkpoint is served at its own precision only (Model.served_precision)
+        for pr in precs if options.precisions else ():
+            model.served_precision(pr)
+        precs = [catalog.precision(model.checkpoint_precision)]
     rows = []
     for g in gpus:
         for pr in precs:

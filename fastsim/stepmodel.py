@@ -274,8 +274,15 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     Returns
     -------
     float
-        KV tokens per instance (not rounded; <= 0 when the weights alone do not fit).
+        KV tokens per instance (not rounded; <= 0 when the weights alone do not fit). A quantised
+        checkpoint's weights count at its own bytes per weight (:meth:`Model.served_precision`).
+
+    Raises
+    ------
+    FastsimInputError
+        ``precision`` is not a quantised checkpoint's own (:meth:`Model.served_precision`).
     """
+    precision = model.served_precision(precision)      # a quantised checkpoint's own bytes per weight
     constants = resolve_constants(constants, gpu, precision)
     g = tp
     tp_attn = g // dp
@@ -324,9 +331,11 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     FastsimInputError
         A GPU count, ``dp`` or ``ep`` outside 1..4096; a layout :func:`instance_layout_refusal`
         refuses (e.g. an attention TP that does not divide the heads); a precision the GPU has
-        no peak for.
+        no peak for; a precision other than a quantised checkpoint's own
+        (:meth:`Model.served_precision`, whose bytes per weight are then the checkpoint's).
     """
     g, dp, ep = _check_layout(model, gpu, tp, dp, ep)
+    precision = model.served_precision(precision)      # a quantised checkpoint's own bytes per weight
     constants = resolve_constants(constants, gpu, precision, g // dp)
     if precision.flops_key not in gpu.peak_flops_per_s:
         raise FastsimInputError("precision", precision.name,

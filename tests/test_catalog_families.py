@@ -34,7 +34,7 @@ DEEPSEEK_V3 = {
     "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
     "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "v_head_dim": 128,
-    "vocab_size": 129280, "rope_scaling": {"type": "yarn", "factor": 40}, "aux_loss_alpha": 0.001, "seq_aux": True,
+    "vocab_size": 129280, "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}, "aux_loss_alpha": 0.001, "seq_aux": True,
     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
 }
 MINICPM3_4B = {   # openbmb/MiniCPM3-4B: latent attention, no v_head_dim key (hidden / heads = 64)
@@ -71,7 +71,8 @@ def _gpt_oss(layers, experts):
         "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
         "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4,
         "num_hidden_layers": layers, "num_key_value_heads": 8, "num_local_experts": experts,
-        "output_router_logits": False, "rope_scaling": {"rope_type": "yarn", "factor": 32.0},
+        "output_router_logits": False, "rope_scaling": {"rope_type": "yarn", "factor": 32.0,
+                                                             "original_max_position_embeddings": 4096},
         "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
         "vocab_size": 201088, "quantization_config": {"quant_method": "mxfp4"},
     }

@@ -1,15 +1,19 @@
 """Reading a Hugging Face ``config.json`` into a :class:`~fastsim.catalog.Model` (SPEC §2, §10).
 
-Every key that changes fastsim's arithmetic (parameters, FLOPs, KV bytes) is either modelled or
-refused with a one-line :class:`~fastsim.errors.FastsimInputError` that names the key: nothing
-that describes experts, latent attention, windows, chunked/linear attention or state-space
-layers is ever read as a dense, full-attention model. The key spellings are those of the
+Every key that changes fastsim's arithmetic (parameters, FLOPs, KV bytes, weight bytes, served
+context) is either modelled as the engines do it or refused with a one-line
+:class:`~fastsim.errors.FastsimInputError` that names the file and the key: nothing that
+describes experts, latent attention, windows, chunked/linear attention or state-space layers is
+ever read as a dense, full-attention model. The key spellings are those of the
 ``transformers`` configuration classes (``configuration_<model_type>.py``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
+import re
 
 from ..errors import FastsimInputError
 from .models import Model
@@ -111,7 +115,6 @@ _REFUSED_KEYS = {
     "global_head_dim": "head dimensions that differ between layer types",
     "attention_window": "local attention windows",
     "window_size": "local attention windows",
-    "sliding_window_size": "sliding windows under an unknown spelling",
 }
 _REFUSED_PREFIXES = ("mamba", "ssm", "linear_attn", "linear_key", "linear_value", "linear_num", "linear_conv")
 
@@ -126,14 +129,25 @@ _READ = {
     "shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
     "mlp_only_layers", "moe_layers", "interleave_moe_layer_step", "mlp_layer_types", "num_nextn_predict_layers",
     "model_type", "_name_or_path", "mlp_bias", "hidden_act", "is_encoder_decoder", "add_cross_attention",
+    "sliding_window_size", "rope_scaling", "rope_parameters", "quantization_config", "compression_config",
+    "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len",
 }
 _HARMLESS = {"norm_topk_prob", "router_aux_loss_coef", "output_router_logits", "routed_scaling_factor",
              "moe_router_enable_expert_bias", "moe_router_use_sigmoid", "moe_aux_loss_coeff", "moe_z_loss_coeff",
              "chunk_size_feed_forward", "cache_implementation"}
 
 
+# Model fields and the config.json keys they are read from (for the record's own checks).
+_CONFIG_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+                "max_context_tokens": "max_position_embeddings", "sliding_layers": "sliding_window / layer_types",
+                "experts_per_token": "num_experts_per_tok", "moe_ffn": "moe_intermediate_size",
+                "moe_layers": "the dense-layer keys (first_k_dense_replace, mlp_only_layers, moe_layers...)",
+                "n_experts": "the expert count (num_local_experts, num_experts, n_routed_experts)"}
+
+
 def _refuse(where: str, key: str, value, allowed: str):
-    raise FastsimInputError(f"{where}: {key}", value, allowed)
+    raise FastsimInputError(f"{where} key {key}", value, allowed)
 
 
 def _given(cfg: dict, key: str) -> bool:
@@ -246,6 +260,14 @@ def _windows(cfg: dict, layers: int, where: str) -> tuple:
         _refuse(where, "use_sliding_window", use, "true or false")
     if use is None and mt.startswith("qwen"):
         use = False                                    # Qwen2/Qwen3 configs: no window unless enabled
+    if cfg.get("sliding_window_size") is not None:
+        # Gemma-2's config.json gives the window twice, sliding_window and sliding_window_size,
+        # equal (google/gemma-2-9b); transformers' Gemma2Config reads sliding_window.
+        if cfg.get("sliding_window") is None:
+            _refuse(where, "sliding_window_size", cfg["sliding_window_size"],
+                    "absent, or equal to sliding_window beside it (Gemma-2's second spelling of the window; "
+                    "alone it is no transformers key)")
+        _first(cfg, ("sliding_window", "sliding_window_size"), where)
     window = cfg.get("sliding_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         _refuse(where, "sliding_window", window, "an integer >= 0 (tokens), or null")
@@ -343,6 +365,262 @@ def _mla(cfg: dict, hidden: int, heads: int, where: str) -> dict:
     return out
 
 
+# ---- served context: vLLM's derived max_model_len -------------------------------------------------
+
+# vLLM's _get_and_verify_max_len (vllm/config.py, v0.6-v0.10; vllm/config/model.py from v0.11):
+# the smallest of these keys the config gives is the derived length.
+_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+             "max_sequence_length", "max_seq_length", "seq_len")
+
+# RoPE types vLLM builds (vllm/model_executor/layers/rotary_embedding get_rope; "su" and "mrope"
+# as vllm/transformers_utils/config.py patch_rope_scaling_dict renames them) and how each
+# changes the derived length in _get_and_verify_max_len.
+_ROPE_UNSCALED = ("su", "longrope", "llama3")        # max_position_embeddings is already the long context
+_ROPE_SCALED = ("default", "linear", "dynamic", "yarn", "deepseek_yarn", "mrope")   # derived x factor
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _rope_entries(cfg: dict, where: str) -> tuple:
+    """(key, list of rope dicts) of ``rope_scaling`` / ``rope_parameters`` (nested per layer type or flat)."""
+    key = _first(cfg, ("rope_scaling", "rope_parameters"), where)
+    if key is None:
+        return None, []
+    rs = cfg[key]
+    if not isinstance(rs, dict):
+        _refuse(where, key, rs, "a table of RoPE settings (rope_type, factor...), or null")
+    if rs and all(isinstance(v, dict) for v in rs.values()):
+        return key, list(rs.values())                 # transformers v5: one table per layer type
+    return key, [rs]
+
+
+def _served_context(cfg: dict, where: str) -> int:
+    """The context vLLM serves for ``cfg`` (tokens), as ``_get_and_verify_max_len`` derives it."""
+    lens = [(k, _int(cfg, k, where)) for k in _LEN_KEYS if cfg.get(k) is not None]
+    derived = min(v for _, v in lens) if lens else 131072
+    key, entries = _rope_entries(cfg, where)
+    factor = 1.0
+    for rp in entries:
+        t, legacy = rp.get("rope_type"), rp.get("type")
+        if t is not None and legacy is not None and t != legacy:
+            # patch_rope_scaling_dict: "Found conflicts between 'rope_type' and 'type'"
+            _refuse(where, f"{key}.rope_type and {key}.type", [t, legacy], "one RoPE type (they name the same thing)")
+        t = t if t is not None else legacy
+        if t is None and not any(k in rp for k in ("factor", "original_max_position_embeddings")):
+            continue                                  # RoPE theta only (transformers v5 rope_parameters)
+        if t not in _ROPE_UNSCALED + _ROPE_SCALED:
+            _refuse(where, f"{key}.rope_type", t, "a RoPE type vLLM builds: " + ", ".join(_ROPE_UNSCALED + _ROPE_SCALED))
+        if t in _ROPE_UNSCALED:
+            continue
+        f = rp.get("factor", 1.0)
+        if not _number(f) or f <= 0:
+            _refuse(where, f"{key}.factor", f, "a number > 0 (the RoPE scaling factor)")
+        factor = float(f)
+        if t == "yarn":
+            omp = rp.get("original_max_position_embeddings")
+            if isinstance(omp, bool) or not isinstance(omp, int) or omp <= 0:
+                _refuse(where, f"{key}.original_max_position_embeddings", omp,
+                        "a positive integer (vLLM derives a YaRN model's context as original_max_position_embeddings "
+                        "x factor, and does not start without it)")
+            derived = omp
+    if "gemma3" in str(cfg.get("model_type") or ""):
+        factor = 1.0                                  # vLLM: Gemma-3's max_position_embeddings is already scaled
+    return int(derived * factor)
+
+
+# ---- quantised checkpoints: bytes per weight and the precision they are served at -----------------
+
+# Module names a quantization_config may leave unquantised, by the part of the model they name.
+_MODULE_PARTS = (
+    ("visual", None), ("vision", None), ("audio", None), ("multi_modal_projector", None), ("mm_projector", None),
+    ("lm_head", "lm_head"), ("embed", "embedding"), ("wte", "embedding"), ("router", "router"),
+    ("shared_expert", "shared experts"), ("experts", "experts"), ("self_attn", "attention"), ("attn", "attention"),
+    ("q_proj", "attention"), ("k_proj", "attention"), ("v_proj", "attention"), ("o_proj", "attention"),
+    ("q_a_proj", "attention"), ("q_b_proj", "attention"), ("kv_a_proj", "attention"), ("kv_b_proj", "attention"),
+    ("gate_proj", "mlp"), ("up_proj", "mlp"), ("down_proj", "mlp"), ("mlp.gate", "router"), ("mlp", "mlp"))
+
+
+def _parts(m: Model) -> dict:
+    """Parameters of each part of ``m`` (float, count); the parts add up to ``m.total_params``."""
+    mm = m.mlp_matrices
+    parts = {
+        "embedding": float(m.vocab * m.hidden),
+        "lm_head": 0.0 if m.tied_embeddings else float(m.vocab * m.hidden),
+        "attention": m.layers * m.attn_params,
+        "mlp": float((m.layers - m.moe_layers) * mm * m.hidden * m.ffn),
+        "experts": m.routed_expert_params,
+        "shared experts": float(m.moe_layers * mm * m.hidden * m.shared_ffn),
+        "router": float(m.moe_layers * (m.hidden * m.n_experts + (m.n_experts if m.expert_bias else 0))),
+    }
+    parts["norms"] = m.total_params - sum(parts.values())
+    return parts
+
+
+def _unconverted(qc: dict, key: str, m: Model, where: str) -> dict:
+    """Fraction of each part a ``modules_to_not_convert`` / ``ignore`` list keeps in BF16."""
+    names = qc.get(key) or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        _refuse(where, f"quantization_config.{key}", names, "a list of module names")
+    out = {}
+    for n in names:
+        low = n.lower()
+        part = next((p for s, p in _MODULE_PARTS if s in low), "?")
+        if part == "?":
+            _refuse(where, f"quantization_config.{key}", n, "names of the lm_head, embeddings, attention, MLP, router, "
+                                                            "experts or vision modules (other modules are not modelled)")
+        if part is None:
+            continue                                  # the vision / audio tower: not counted
+        share = 1.0                                   # the part in every layer
+        if re.search(r"layers\.\d+\.", low):         # one layer's share of it
+            share /= max({"attention": m.layers, "mlp": m.layers - m.moe_layers}.get(part, m.moe_layers), 1)
+        if part == "experts" and re.search(r"experts\.\d+\.", low):
+            share /= m.n_experts                      # one expert's
+        share *= _projection_share(low, part, m)
+        out[part] = min(1.0, out.get(part, 0.0) + share)
+    return out
+
+
+def _projection_share(low: str, part: str, m: Model) -> float:
+    """Share of a part's weights one named projection holds (1 when the name is the whole block)."""
+    if part in ("mlp", "experts", "shared experts") and re.search(r"(gate_proj|up_proj|down_proj|\bw[123])$", low):
+        return 1.0 / m.mlp_matrices
+    if part == "attention" and m.attention == "gqa":
+        qd, kvd = m.heads * m.head_dim, m.kv_heads * m.head_dim
+        for name, width in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd), ("o_proj", qd)):
+            if low.endswith(name):
+                return width / (2.0 * (qd + kvd))
+    return 1.0
+
+
+def _bits(v, where: str, key: str, allowed: tuple) -> int:
+    if v not in allowed or isinstance(v, bool):
+        _refuse(where, f"quantization_config.{key}", v, " or ".join(map(str, allowed))
+                + " (the weight widths fastsim has a precision for: W4A16, W8A16)")
+    return int(v)
+
+
+def _group(v, where: str, key: str, m: Model) -> int:
+    """A group size; -1 or null: one group per output channel (taken as ``hidden`` input elements)."""
+    if v is None or v == -1:
+        return m.hidden
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        _refuse(where, f"quantization_config.{key}", v, "a positive integer, or -1 (one group per channel)")
+    return v
+
+
+def _ct_scheme(qc: dict, m: Model, where: str) -> tuple:
+    """(precision, bytes per quantised weight, formula) of a compressed-tensors ``config_groups``."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        _refuse(where, "quantization_config.config_groups", groups, "a table of quantisation groups")
+    seen = set()
+    for gname, grp in groups.items():
+        k = f"config_groups.{gname}"
+        w = grp.get("weights") if isinstance(grp, dict) else None
+        if not isinstance(w, dict):
+            _refuse(where, f"quantization_config.{k}.weights", w, "a table (num_bits, type, strategy, group_size...)")
+        act = grp.get("input_activations")
+        bits, typ, strat = w.get("num_bits"), w.get("type", "int"), w.get("strategy", "tensor")
+        a_bits = act.get("num_bits") if isinstance(act, dict) else None
+        if typ == "int" and act is None and bits in (4, 8):
+            g = _group(w.get("group_size"), where, f"{k}.weights.group_size", m) if strat == "group" else (
+                m.hidden if strat == "channel" else 0)
+            sym = w.get("symmetric", True) is not False
+            per = bits / 8 + ((2 + (0 if sym else bits / 8)) / g if g else 0.0)
+            seen.add((f"W{bits}A16", per, f"{bits}/8 + (2-byte scale{'' if sym else f' + {bits}-bit zero point'}) "
+                                           f"/ {g}-element group"))
+        elif typ == "float" and bits == 8 and isinstance(act, dict) and act.get("type") == "float" and a_bits == 8:
+            if strat == "block":
+                b = w.get("block_structure") or [128, 128]
+                per, how = 1 + 4 / (b[0] * b[1]), f"1 + 4-byte scale / {b[0]}x{b[1]} block"
+            elif strat == "channel":
+                per, how = 1 + 4 / m.hidden, "1 + 4-byte scale per channel"
+            else:
+                per, how = 1.0, "1 (one scale per tensor)"
+            seen.add(("FP8", per, how))
+        elif (typ == "float" and bits == 4 and w.get("group_size") == 16 and isinstance(act, dict)
+              and act.get("type") == "float" and a_bits == 4):
+            seen.add(("NVFP4", 0.5 + 1 / 16, "0.5 + 1-byte FP8 scale / 16-element block"))
+        else:
+            _refuse(where, f"quantization_config.{k}", {"weights": {"num_bits": bits, "type": typ, "strategy": strat},
+                                                       "input_activations": act},
+                    "4- or 8-bit integer weights with 16-bit activations (W4A16, W8A16), FP8 weights and activations "
+                    "(FP8) or NVFP4 (other schemes, e.g. INT8 activations, have no fastsim precision)")
+    if len(seen) > 1:
+        _refuse(where, "quantization_config.config_groups", sorted(groups), "one scheme for every quantised layer")
+    return seen.pop()
+
+
+def _quantization(top: dict, cfg: dict, m: Model, where: str) -> dict:
+    """``checkpoint_*`` fields of :class:`Model` for the checkpoint's ``quantization_config`` (empty when none)."""
+    key = next((k for k in ("quantization_config", "compression_config") for c in (cfg, top) if c.get(k) is not None),
+               None)
+    if key is None:
+        return {}
+    qc = cfg.get(key) if cfg.get(key) is not None else top.get(key)
+    if not isinstance(qc, dict):
+        _refuse(where, key, qc, "a table with quant_method")
+    method = str(qc.get("quant_method") or "").lower()
+    parts = _parts(m)
+    bf16 = {"embedding": 1.0, "lm_head": 1.0, "router": 1.0, "norms": 1.0}
+    quantised = ("attention", "mlp", "experts", "shared experts")
+    if method == "awq":
+        bits = _bits(qc.get("bits", qc.get("w_bit")), where, "bits", (4,))
+        g = _group(qc.get("group_size", qc.get("q_group_size")), where, "group_size", m)
+        zp = qc.get("zero_point", True) is not False
+        prec, per = "W4A16", bits / 8 + (2 + (bits / 8 if zp else 0)) / g
+        how = f"{bits}/8 + (2-byte FP16 scale{f' + {bits}-bit zero point' if zp else ''}) / {g}-element group"
+        src = "vLLM's AWQLinearMethod.create_weights (qweight, qzeros, scales)"
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    elif method == "gptq":
+        bits = _bits(qc.get("bits"), where, "bits", (4, 8))
+        g = _group(qc.get("group_size"), where, "group_size", m)
+        prec, per = f"W{bits}A16", bits / 8 + (2 + bits / 8) / g
+        how = (f"{bits}/8 + (2-byte FP16 scale + {bits}-bit zero point) / {g}-element group (g_idx, 4 bytes per "
+               "input row, not counted)")
+        src = "vLLM's GPTQLinearMethod.create_weights (qweight, qzeros, scales, g_idx)"
+        if qc.get("lm_head") is True:
+            bf16["lm_head"] = 0.0
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    elif method in ("compressed-tensors", "compressed_tensors"):
+        prec, per, how = _ct_scheme(qc, m, where)
+        src = "vLLM's compressed-tensors schemes' create_weights (weight_packed / weight, weight_scale, weight_zero_point)"
+        bf16.update(_unconverted(qc, "ignore", m, where))
+    elif method == "fp8":
+        act = qc.get("activation_scheme", "dynamic")
+        if act not in ("dynamic", "static"):
+            _refuse(where, "quantization_config.activation_scheme", act, "'dynamic' or 'static'")
+        b = qc.get("weight_block_size")
+        if b is not None and (not isinstance(b, list) or len(b) != 2
+                              or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in b)):
+            _refuse(where, "quantization_config.weight_block_size", b, "two positive integers, or null")
+        prec, per = "FP8", 1 + (4 / (b[0] * b[1]) if b else 0.0)
+        how = f"1 + 4-byte FP32 scale / {b[0]}x{b[1]} block" if b else "1 (one FP32 scale per tensor)"
+        src = "vLLM's Fp8LinearMethod.create_weights (weight, weight_scale_inv)"
+        for k in ("ignored_layers", "modules_to_not_convert"):
+            bf16.update(_unconverted(qc, k, m, where))
+    elif method == "mxfp4":
+        prec, per, how = "MXFP4", 0.5 + 1 / 32, "0.5 + 1-byte E8M0 scale / 32-element block"
+        src = "vLLM's Mxfp4MoEMethod (only the experts are MXFP4; every other layer is unquantised)"
+        bf16.update({"attention": 1.0, "mlp": 1.0, "shared experts": 1.0})
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
+    else:
+        _refuse(where, "quantization_config.quant_method", qc.get("quant_method"),
+                "awq, gptq, compressed-tensors, fp8 or mxfp4 (other checkpoint formats are not modelled)")
+    # bytes = sum over the parts of params x (kept x 2 + (1 - kept) x per): BF16 where kept
+    total = sum(n * (bf16.get(part, 0.0) * 2.0 + (1.0 - bf16.get(part, 0.0)) * per) for part, n in parts.items())
+    wb = total / m.total_params
+    kept = tuple(p for p in ("embedding", "lm_head", "router") + quantised if parts[p] > 0 and bf16.get(p, 0.0) > 0)
+    label = {"awq": "an AWQ", "gptq": "a GPTQ", "fp8": "an FP8", "mxfp4": "an MXFP4"}.get(method, f"a {method}")
+    note = (f"{m.name}: {label} checkpoint, served at {prec} only ({how} = {per:.6g} bytes per quantised weight, "
+            f"{src}; in BF16: {', '.join(kept)}): {wb:.4g} bytes per parameter, {m.total_params * wb / 1e9:,.1f} GB "
+            "of weights")
+    return dict(checkpoint_precision=prec, checkpoint_weight_bytes=wb, checkpoint_bf16_modules=kept,
+                checkpoint_note=note)
+
+
 def _text_model(cfg: dict) -> dict:
     for key in _TEXT_KEYS:
         sub = cfg.get(key)
@@ -370,9 +648,9 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     Multimodal configs are read from their language model (``text_config``, ``language_config``
     or ``llm_config``); nothing about the vision or audio tower is read or refused, and its
     weights are not counted (it runs once per image, not per token). Every key that changes
-    the parameters, FLOPs or KV bytes is either read (below) or refused, naming the key; keys
-    that change nothing fastsim computes (RoPE settings, norms' epsilon, dropout, token ids,
-    ``quantization_config``: the bytes per weight come from the plan's precision) are ignored.
+    the parameters, FLOPs, KV bytes, weight bytes or served context is either read (below) or
+    refused, naming the key; keys that change nothing fastsim computes (RoPE theta, norms'
+    epsilon, dropout, token ids, soft-capping) are ignored.
 
     **Read** (``transformers`` spellings):
 
@@ -406,6 +684,44 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       only for speculative decoding, and their weights are not counted. ``mlp_bias`` is
       accepted and not counted (under 0.01% of the parameters), like Qwen3's q/k norms and
       gpt-oss's attention sinks.
+    - windows' second spelling: Gemma-2's ``sliding_window_size`` beside an equal
+      ``sliding_window`` (different values, or the second spelling alone, are refused).
+    - served context (:attr:`Model.max_context_tokens`), as vLLM's ``_get_and_verify_max_len``
+      derives it (``vllm/config.py`` at commit 2ac6d0e75bc846998da56b50bf4f8853cb36d484;
+      ``vllm/config/model.py`` in later releases, the same rule per layer type of
+      ``rope_parameters``): the smallest of ``max_position_embeddings``, ``n_positions``,
+      ``max_seq_len``, ``seq_length``, ``model_max_length``, ``max_sequence_length``,
+      ``max_seq_length``, ``seq_len`` (none: 131072); then ``rope_scaling`` (or
+      ``rope_parameters``; ``type`` is read as ``rope_type``, as vLLM's
+      ``patch_rope_scaling_dict``): types ``su``, ``longrope`` and ``llama3`` leave it as is;
+      ``default``, ``linear``, ``dynamic``, ``deepseek_yarn``, ``mrope`` multiply it by
+      ``factor`` (default 1); ``yarn`` replaces it by ``original_max_position_embeddings`` first,
+      then multiplies. Gemma-3 types are not scaled (their length is already the scaled one).
+    - ``quantization_config`` (or ``compression_config``): the checkpoint's bytes per parameter
+      and the one precision it is served at (:attr:`Model.checkpoint_precision`,
+      :attr:`Model.checkpoint_weight_bytes`, :attr:`Model.checkpoint_bf16_modules`,
+      :attr:`Model.checkpoint_note`). Bytes per quantised weight, from the tensors vLLM's method
+      creates (``create_weights`` of ``AWQLinearMethod``, ``GPTQLinearMethod``, the
+      compressed-tensors schemes, ``Fp8LinearMethod``): AWQ (``bits`` 4) ``bits/8 + (2 +
+      bits/8) / group_size`` (no zero-point term with ``zero_point`` false), served at W4A16;
+      GPTQ (``bits`` 4 or 8) the same (``g_idx``, 4 bytes per input row, not counted) at
+      W4A16 / W8A16, ``group_size`` -1 meaning one group of ``hidden_size`` inputs per channel,
+      ``lm_head`` true quantising the LM head; compressed-tensors ``config_groups``: integer 4 /
+      8-bit weights without input activations ``bits/8 + (2 [+ bits/8 when not symmetric]) /
+      group`` at W4A16 / W8A16, FP8 weights and activations ``1 + 4 / block`` (``block``
+      strategy), ``1 + 4 / hidden_size`` (``channel``) or 1 (``tensor``) at FP8, 4-bit float
+      weights and activations in 16-element groups at NVFP4 (0.5625); ``quant_method`` ``fp8``
+      ``1 + 4 / (weight_block_size[0] x [1])`` (1 without blocks) at FP8, ``activation_scheme``
+      dynamic or static; ``mxfp4`` 0.53125 for the routed experts only (vLLM's
+      ``Mxfp4Config`` quantises the fused-MoE layers) at MXFP4. The input embedding, the LM head,
+      MoE routers (vLLM builds them unquantised) and the norms stay in BF16, and so do the
+      modules ``modules_to_not_convert`` / ``ignore`` / ``ignored_layers`` name (by part:
+      attention, MLP, experts, shared experts, router, embedding, lm_head; a name with a layer
+      index counts one layer's share, an expert index one expert's, a projection
+      (``q/k/v/o_proj``, ``gate/up/down_proj``) its share of the block; vision-tower names are
+      skipped). Bytes per parameter =
+      sum over the parts of ``params x (2 if kept in BF16 else the quantised figure)`` over
+      :attr:`Model.total_params`.
     - MLP: gated (gate, up and down projections) for every model type but ``nemotron``
       (Nemotron-4, Minitron), whose MLP has up and down projections only (transformers'
       ``NemotronMLP``, ``hidden_act`` ``"relu2"``): :attr:`Model.gated_mlp` false, two
@@ -424,7 +740,12 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     (``index_topk``, ``index_n_heads``, ``sparse_attention_config``); KV shared across layers
     (``num_kv_shared_layers``, ``kv_sharing_layer_map``); ``hidden_size_per_layer_input``,
     ``altup_num_inputs``; ``cross_attention_layers``; ``num_global_key_value_heads``,
-    ``global_head_dim``; ``attention_window``, ``window_size``, ``sliding_window_size``; any
+    ``global_head_dim``; ``attention_window``, ``window_size``; a RoPE type vLLM does not
+    build, YaRN without ``original_max_position_embeddings``, ``rope_type`` and ``type`` that
+    disagree, a factor that is not a number > 0; a ``quant_method`` other than awq, gptq,
+    compressed-tensors, fp8, mxfp4, bit widths and schemes without a fastsim precision (INT8
+    activations...), a module-list entry fastsim cannot place, mixed compressed-tensors
+    schemes; any
     other key naming experts, MoE, windows or chunks with a value; per-layer lists of different
     top-k or expert widths; encoder-decoder and cross-attending models (``is_encoder_decoder``
     or ``add_cross_attention`` true, in the text config or at the top of the file;
@@ -458,7 +779,8 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
         The file is missing or not a JSON object; a required key is missing or not a positive
         integer; ``head_dim`` is absent and ``hidden_size`` is not divisible by
         ``num_attention_heads``; a refused key (above); or the resulting :class:`Model` is
-        invalid (e.g. KV heads not dividing the heads).
+        invalid (e.g. KV heads not dividing the heads). The field names the file and its key
+        (``<path> key num_key_value_heads``; nested keys dotted, ``rope_scaling.factor``).
     """
     try:
         with open(path, "r", encoding="utf-8") as fh:
@@ -508,11 +830,21 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     else:
         tied = _bool(top, "tie_word_embeddings", where, tie_default)
     label = name or _model_name(top, path)
-    return Model(
-        name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
-        vocab=vocab, tied_embeddings=tied,
-        max_context_tokens=_int(cfg, "max_position_embeddings", where, 131072),
-        attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
-        gated_mlp=mt not in _UNGATED_MODELLED,
-        source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
-    )
+    context = _served_context(cfg, where)
+    try:
+        m = Model(
+            name=label, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
+            vocab=vocab, tied_embeddings=tied, max_context_tokens=context,
+            attn_bias=attn_bias, sliding_window=window, sliding_layers=sliding_layers,
+            gated_mlp=mt not in _UNGATED_MODELLED,
+            source=f"config.json at {os.path.abspath(path)}", **mla, **moe,
+        )
+    except FastsimInputError as exc:
+        # the record's check names its own field (model.<name>.kv_heads): say the file's key instead
+        f = str(exc.field).rsplit(".", 1)[-1]
+        allowed = exc.allowed.replace("the attention heads", "num_attention_heads")
+        if f == "kv_heads":
+            allowed += "; vLLM's num_kv_heads must divide the heads"
+        raise FastsimInputError(f"{where} key {_CONFIG_KEYS.get(f, f)}", exc.value, allowed) from None
+    q = _quantization(top, cfg, m, where)
+    return dataclasses.replace(m, **q) if q else m

@@ -1,7 +1,8 @@
 """Models: decoder-only transformers, dense or mixture-of-experts, GQA or MLA, full or sliding-window (SPEC §2, §10)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -66,6 +67,23 @@ class Model:
         Nemotron-4 / Minitron's squared-ReLU MLP).
     source : str
         Where the figures come from (the config.json published with the weights).
+    checkpoint_precision : str
+        The catalog precision a quantised checkpoint is served at (``"W4A16"`` for a 4-bit AWQ /
+        GPTQ checkpoint, ``"FP8"`` for an FP8 one...: :func:`~fastsim.catalog.model_from_hf_config`
+        reads it from ``quantization_config``); ``""`` (default): an unquantised checkpoint, any
+        precision. The plan grid offers only this precision (:meth:`served_precision`).
+    checkpoint_weight_bytes : float
+        Bytes per parameter of that checkpoint, averaged over :attr:`total_params`: its quantised
+        matmuls with their group scales and zero points, and the modules it keeps in BF16 at 2
+        bytes; 0 (default): the precision's own ``weight_bytes``.
+    checkpoint_bf16_modules : tuple of str
+        The modules the checkpoint keeps in BF16 (``"embedding"``, ``"lm_head"``, ``"router"``,
+        ``"attention"``...); empty for an unquantised checkpoint.
+    checkpoint_note : str
+        One sentence on the checkpoint's quantisation, for the plan's notes ("" when none).
+
+    The four ``checkpoint_*`` fields describe the weights file, not the architecture: they do
+    not take part in comparisons (two records of one architecture are equal).
 
     Raises
     ------
@@ -104,6 +122,10 @@ class Model:
     expert_bias: bool = False
     gated_mlp: bool = True
     source: str = ""
+    checkpoint_precision: str = field(default="", compare=False)
+    checkpoint_weight_bytes: float = field(default=0.0, compare=False)
+    checkpoint_bf16_modules: tuple = field(default=(), compare=False)
+    checkpoint_note: str = field(default="", compare=False)
 
     def __post_init__(self):
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "vocab", "max_context_tokens"):
@@ -112,6 +134,15 @@ class Model:
                   "sliding_window", "sliding_layers", "n_experts", "experts_per_token", "moe_ffn", "shared_ffn",
                   "moe_layers"):
             _pos("model", self.name, f, getattr(self, f), integer=True, allow_zero=True)
+        if not isinstance(self.checkpoint_precision, str):
+            raise FastsimInputError(f"model.{self.name}.checkpoint_precision", self.checkpoint_precision,
+                                    "a precision name, or '' for an unquantised checkpoint")
+        _pos("model", self.name, "checkpoint_weight_bytes", self.checkpoint_weight_bytes, allow_zero=True)
+        if self.checkpoint_weight_bytes and not self.checkpoint_precision:
+            raise FastsimInputError(f"model.{self.name}.checkpoint_weight_bytes", self.checkpoint_weight_bytes,
+                                    "0 unless checkpoint_precision names the precision the checkpoint is served at")
+        if not isinstance(self.checkpoint_bf16_modules, tuple):
+            object.__setattr__(self, "checkpoint_bf16_modules", tuple(self.checkpoint_bf16_modules))
         if not isinstance(self.gated_mlp, bool):
             raise FastsimInputError(f"model.{self.name}.gated_mlp", self.gated_mlp, "true or false")
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
@@ -200,6 +231,41 @@ class Model:
         if self.attention == "gqa" and self.kv_heads % tp and tp % self.kv_heads:
             return f"TP{tp} and {self.name}'s {self.kv_heads} KV heads do not divide one another"
         return None
+
+    def served_precision(self, precision):
+        """The precision as this model's checkpoint is served at it.
+
+        An unquantised checkpoint (``checkpoint_precision`` empty) is served at any precision:
+        ``precision`` is returned as given. A quantised checkpoint is served only at its own
+        precision (vLLM loads the weights in the format ``quantization_config`` names and does
+        not convert them: ``ModelConfig._verify_quantization`` refuses a ``--quantization``
+        other than the checkpoint's); its bytes per weight are then
+        ``checkpoint_weight_bytes`` (BF16 modules and group scales included) when given.
+
+        Parameters
+        ----------
+        precision : Precision
+            A catalog precision.
+
+        Returns
+        -------
+        Precision
+            ``precision``, or a copy with ``weight_bytes`` replaced by ``checkpoint_weight_bytes``.
+
+        Raises
+        ------
+        FastsimInputError
+            The checkpoint is quantised and ``precision`` is not its precision (field
+            ``precision``; the message names the checkpoint's quantisation).
+        """
+        if not self.checkpoint_precision:
+            return precision
+        if precision.name.strip().lower() != self.checkpoint_precision.strip().lower():
+            raise FastsimInputError("precision", precision.name,
+                                    f"{self.checkpoint_precision} only: {self.checkpoint_note or 'the checkpoint is quantised'}")
+        if self.checkpoint_weight_bytes > 0 and precision.weight_bytes != self.checkpoint_weight_bytes:
+            return dataclasses.replace(precision, weight_bytes=float(self.checkpoint_weight_bytes))
+        return precision
 
     # ---- parameters -------------------------------------------------------------------------
     @property

@@ -18,7 +18,10 @@ class Precision:
     0.5625 bytes per weight) and ``MXFP4`` (4-bit weights with one 8-bit E8M0 scale per 32
     elements, 0.53125 bytes per weight), both with an FP8 KV cache and the ``fp4`` peak, SPEC §10
     (sources in ``precisions.toml``: OCP Microscaling Formats (MX) Specification v1.0; NVIDIA's
-    Blackwell NVFP4 description).
+    Blackwell NVFP4 description); ``W4A16`` and ``W8A16`` (4- / 8-bit integer weights with a
+    128-element group's FP16 scale and zero point, 0.51953125 / 1.0234375 bytes per weight, BF16
+    KV cache and the ``bf16`` peak: Marlin dequantises in registers, arXiv:2408.11743), the
+    precisions of AWQ / GPTQ / compressed-tensors checkpoints read from a ``config.json``.
 
     Attributes
     ----------

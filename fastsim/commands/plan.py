@@ -85,6 +85,8 @@ def run(args):
                   if v is not None]
         args.horizon = None
     model, demand, source, notes = _resolve_workload(args, cat)
+    if model.checkpoint_note:
+        notes = list(notes) + [model.checkpoint_note]       # a quantised checkpoint: its one precision
     if unused:
         notes = list(notes) + [f"--no-verify ranks the plans analytically and simulates nothing: "
                                f"{', '.join(unused)} {'do' if len(unused) > 1 else 'does'} not apply"]
