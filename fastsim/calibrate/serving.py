@@ -548,7 +548,7 @@ def fit_serving(measurements, model, gpu, precision, tp: int = 1, *, instances: 
     kv = float(p0[P_KV_BUDGET_TOKENS])
     if not kv >= 1:
         raise FastsimInputError("tp", tp, f"a TP at which {model.name} in {pr.name} fits on {g.name} (no KV left)")
-    if isinstance(policy, str) and policy in ("vllm", "sglang"):
+    if isinstance(policy, str) and policy in ("vllm", "sglang", "trtllm"):
         pol = engine_policy(policy, g.hbm_bytes, kv_budget_tokens=kv, context_tokens=model.max_context_tokens)
     elif isinstance(policy, EnginePolicy) or policy == "lecture":
         pol = policy

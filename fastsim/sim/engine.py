@@ -589,11 +589,11 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
 
 
 def _engine_policy(policy, routing, spec) -> bool:
-    """True for an engine policy (vllm / sglang); checks what only they accept."""
-    if isinstance(policy, EnginePolicy) or (isinstance(policy, str) and policy in ("vllm", "sglang")):
+    """True for an engine policy (vllm / sglang / trtllm); checks what only they accept."""
+    if isinstance(policy, EnginePolicy) or (isinstance(policy, str) and policy in ("vllm", "sglang", "trtllm")):
         return True
     if policy != "lecture":
-        raise FastsimInputError("policy", policy, "lecture, vllm, sglang or an EnginePolicy")
+        raise FastsimInputError("policy", policy, "lecture, vllm, sglang, trtllm or an EnginePolicy")
     if routing == "prefix-aware":
         raise FastsimInputError("routing", routing, "least-loaded or round-robin under the lecture policy "
                                 "(prefix-aware routing needs an engine policy: vllm or sglang)")
