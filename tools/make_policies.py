@@ -76,6 +76,8 @@ def measure(seeds: int):
 
 def _ci(res):
     lo, hi = res.ci95
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{res.rate_req_per_s:.2f} (no rate passes)"
     return f"{res.rate_req_per_s:.2f} ({lo:.2f}-{hi:.2f})"
 
 
