@@ -275,7 +275,7 @@ def _engine_dict(args):
                                 ("--no-prefix-caching", True if args.no_prefix_caching else None)) if v is not None]
     if args.policy == "lecture":
         if over:
-            raise FastsimInputError(over[0][0], over[0][1], "with --policy vllm or sglang only")
+            raise FastsimInputError(over[0][0], over[0][1], "with --policy vllm, sglang or trtllm only")
         return None
     engine = {"policy": args.policy, "spec_seed": int(getattr(args, "seed", 0) or 0)}
     if args.max_num_batched_tokens is not None:
@@ -320,7 +320,7 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
                      "prompts longer (--policy vllm or sglang serves the shared blocks from a cache)")
     if spec_alpha is not None:
         if engine is None:
-            raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm or sglang (the lecture policy "
+            raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm, sglang or trtllm (the lecture policy "
                                     "does not simulate speculative decoding)")
         from ..specdec import spec_decoding
         try:
