@@ -54,7 +54,8 @@ else the ratio decays by ``(0.7 - 0.098) / 600`` per decode step down to 0.098 (
 ``trtllm`` (TensorRT-LLM's PyTorch backend: the ``GUARANTEED_NO_EVICT`` capacity scheduler,
 ``GuaranteedNoEvictScheduler::impl`` in ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``,
 then the inflight-batching ``MicroBatchScheduler::operator()`` in ``microBatchScheduler.cpp``;
-``BindCapacityScheduler`` in ``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler.py`` binds them).
+``BindCapacityScheduler`` and ``BindMicroBatchScheduler`` in
+``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler.py`` bind them for the PyTorch executor).
 Capacity: the running requests stay (a request once admitted had room to run to completion, and is
 never evicted or preempted); waiting requests are admitted FCFS while fewer than
 ``max_batch_size`` run and the blocks of their whole ``P + O + gamma`` fit in the instance's blocks
@@ -64,8 +65,9 @@ one ``max_num_tokens`` budget per iteration: first the decodes (generation reque
 order, ``gamma + 1`` tokens each, and the pass stops at the first that does not fit; then the
 contexts (running ones in admission order, then the ones admitted now), first come first served:
 with chunked context a context takes ``min(remaining, budget)`` tokens, a chunk cut short rounded
-down to a multiple of ``block_tokens`` (``FIRST_COME_FIRST_SERVED`` in ``setCtxRequestsChunkSize``,
-chunk unit ``tokens_per_block``) and a chunk of 0 skipped; without it a context runs whole or,
+down to a multiple of ``block_tokens`` (``FIRST_COME_FIRST_SERVED`` in ``setCtxRequestsChunkSize``;
+``create_py_executor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor_creator.py`` makes
+``tokens_per_block`` the chunk unit and FCFS the default) and a chunk of 0 skipped; without it a context runs whole or,
 when it does not fit, ends the pass. New requests join the running batch at any iteration
 (inflight batching). Not modelled: the reservation does not deduct reused prefix blocks, and the
 KV pool is the plan's (``KvCacheConfig.free_gpu_memory_fraction = 0.9`` takes 90% of the memory
