@@ -223,156 +223,6 @@ def _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, w
 
 
 @njit(cache=True)
-def _schedule_trtllm_nb(i, B, S, bt, W, SL, NL, per, unit, whole, caching, bth, bpb, gamma, clip, nbt, e0, r0, cb0,
-                        wb0, wmask, qcap, nF, hol, cnt, cidx, free, cfree, lhead, lnext, lprev, ltail, eref, eown,
-                        fsched, fails, jnext, iout, rbuf, nrun, fc, ctxF, wheel, fc0, finc, comp, gen, ntok, own,
-                        sched, dec, nref, qbuf, qhead, qlen, prompt, output, boff, bids, rem, hh, nxb, once,
-                        cached_out, mog, nbig):
-    """Schedule instance ``i``'s next step under ``trtllm`` (module docstring of :mod:`fastsim.sim.policy`).
-
-    TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler, then its micro-batch scheduler: the
-    decodes first, in batch order, while max_num_tokens lasts; then the contexts (running ones,
-    then admissions) first come first served, a chunk cut short rounded down to a multiple of
-    ``unit`` (or whole contexts only); admission reserves the blocks of P + O + gamma and never
-    preempts. A function of its own, called on this policy's steps only, so that the vllm and
-    sglang code of the run loop stays as it was. Returns the requests scheduled.
-    """
-    nsch = 0
-    budget = B
-    k = 0
-    tstop = False
-    if nF[i] > 0:
-        nf = nF[i]
-        needf = cnt[cb0 + cidx[i]]
-        if nf <= B and needf <= free[i]:
-            free[i] -= needf
-            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
-            fsched[i] = True
-            nsch = nf
-            budget = B - nf
-            k = nf + hol[i]
-            fails[i] = 0
-        else:
-            _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
-                            finc, comp, gen, ntok, own, sched)
-            fails[i] += 1
-            jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
-    kst = k
-    for k in range(kst, nrun[i] + hol[i]):
-        r = rbuf[r0 + k]
-        if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
-            continue
-        if per > budget:
-            tstop = True
-            break
-        need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
-        if need < 0:
-            need = 0
-        if need > free[i]:
-            # never under the reservation (a request holds at most its reserved blocks)
-            tstop = True
-            break
-        free[i] -= need
-        own[r] += need
-        _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
-        sched[r] = per
-        dec[r] = True
-        nsch += 1
-        budget -= per
-    if not tstop:
-        for k in range(kst, nrun[i] + hol[i]):
-            r = rbuf[r0 + k]
-            if gen[r] >= 1 and comp[r] == ntok[r] - 1:
-                continue
-            ext = ntok[r] - comp[r]
-            if whole:
-                if ext > budget:
-                    tstop = True
-                    break
-                x = ext
-            else:
-                x = min(ext, budget)
-                if x < ext:
-                    x = x // unit * unit
-            if x == 0:
-                continue
-            need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
-            if need < 0:
-                need = 0
-            if need > free[i]:
-                tstop = True
-                break
-            free[i] -= need
-            own[r] += need
-            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
-            sched[r] = x
-            dec[r] = False
-            nsch += 1
-            budget -= x
-    if qlen[i] > 0 and nrun[i] < S:
-        # the blocks reserved by the running requests (their P + O + gamma)
-        resv = 0
-        for k in range(nrun[i] + hol[i]):
-            r = rbuf[r0 + k]
-            if r >= 0:
-                resv += _nb(prompt[r] + output[r] + gamma, W, SL, NL, bt)
-        while qlen[i] > 0 and nrun[i] < S:
-            r = qbuf[i * qcap + qhead[i]]
-            P = prompt[r]
-            R = _nb(P + output[r] + gamma, W, SL, NL, bt)
-            if resv + R > nbt:
-                break
-            h = 0
-            if caching:
-                b0 = boff[r]
-                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
-                while h < cap and eref[e0 + bids[b0 + h]] >= 0:
-                    h += 1
-            ext = ntok[r] - h * bth
-            x = 0
-            if not tstop:
-                if whole:
-                    if ext > budget:
-                        tstop = True
-                    else:
-                        x = ext
-                else:
-                    x = min(ext, budget)
-                    if x < ext:
-                        x = x // unit * unit
-            need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
-            resv += R
-            rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
-            _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
-            hh[r] = h
-            nref[r] = h
-            nxb[r] = h
-            comp[r] = h * bth
-            if not once[r]:
-                once[r] = True
-                cached_out[r] = h * bth
-                iout[i, O_CACHED] += h * bth
-                iout[i, O_PROMPT_ADMITTED] += P
-            free[i] -= need
-            own[r] = need
-            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
-            rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
-            qhead[i] = (qhead[i] + 1) % qcap
-            qlen[i] -= 1
-            rbuf[r0 + nrun[i] + hol[i]] = r
-            nrun[i] += 1
-            mog[i] += output[r] - gen[r]
-            if output[r] > clip:
-                nbig[i] += 1
-            sched[r] = x
-            dec[r] = False
-            if x > 0:
-                nsch += 1
-                budget -= x
-    return nsch
-
-
-@njit(cache=True)
 def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, finish, inst_out, status,
                    cached_out, preempt_out, busy, iout, wait_s, kv_s, sys_s, horizon, dt, full):
     n = arrival.shape[0]
@@ -1165,13 +1015,142 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             nsch += 1
                             budget -= x
                 elif kind == TRTLLM:
-                    # TensorRT-LLM (GUARANTEED_NO_EVICT, inflight batching): _schedule_trtllm_nb
-                    nsch = _schedule_trtllm_nb(i, B, S, bt, W, SL, NL, per, unit, whole, caching, bth, bpb, gamma,
-                                               clip, nbt, e0, r0, cb0, wb0, wmask, qcap, nF, hol, cnt, cidx, free,
-                                               cfree, lhead, lnext, lprev, ltail, eref, eown, fsched, fails, jnext,
-                                               iout, rbuf, nrun, fc, ctxF, wheel, fc0, finc, comp, gen, ntok, own,
-                                               sched, dec, nref, qbuf, qhead, qlen, prompt, output, boff, bids, rem,
-                                               hh, nxb, once, cached_out, mog, nbig)
+                    # TensorRT-LLM (GUARANTEED_NO_EVICT capacity scheduler, then the micro-batch
+                    # scheduler): the decodes first, in batch order, while max_num_tokens lasts; then
+                    # the contexts (running ones, then admissions) first come first served, a chunk
+                    # cut short rounded down to a multiple of ``unit``; admission reserves the
+                    # blocks of P + O + gamma and never preempts
+                    budget = B
+                    k = 0
+                    tstop = False
+                    if nF[i] > 0:
+                        nf = nF[i]
+                        needf = cnt[cb0 + cidx[i]]
+                        if nf <= B and needf <= free[i]:
+                            free[i] -= needf
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            fsched[i] = True
+                            nsch = nf
+                            budget = B - nf
+                            k = nf + hol[i]
+                            fails[i] = 0
+                        else:
+                            _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
+                                            finc, comp, gen, ntok, own, sched)
+                            fails[i] += 1
+                            jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
+                    kst = k
+                    for k in range(kst, nrun[i] + hol[i]):
+                        r = rbuf[r0 + k]
+                        if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
+                            continue
+                        if per > budget:
+                            tstop = True
+                            break
+                        need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                        if need < 0:
+                            need = 0
+                        if need > free[i]:
+                            # never under the reservation (a request holds at most its reserved blocks)
+                            tstop = True
+                            break
+                        free[i] -= need
+                        own[r] += need
+                        _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                        sched[r] = per
+                        dec[r] = True
+                        nsch += 1
+                        budget -= per
+                    if not tstop:
+                        for k in range(kst, nrun[i] + hol[i]):
+                            r = rbuf[r0 + k]
+                            if gen[r] >= 1 and comp[r] == ntok[r] - 1:
+                                continue
+                            ext = ntok[r] - comp[r]
+                            if whole:
+                                if ext > budget:
+                                    tstop = True
+                                    break
+                                x = ext
+                            else:
+                                x = min(ext, budget)
+                                if x < ext:
+                                    x = x // unit * unit
+                            if x == 0:
+                                continue
+                            need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                            if need < 0:
+                                need = 0
+                            if need > free[i]:
+                                tstop = True
+                                break
+                            free[i] -= need
+                            own[r] += need
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            sched[r] = x
+                            dec[r] = False
+                            nsch += 1
+                            budget -= x
+                    if qlen[i] > 0 and nrun[i] < S:
+                        # the blocks reserved by the running requests (their P + O + gamma)
+                        resv = 0
+                        for k in range(nrun[i] + hol[i]):
+                            r = rbuf[r0 + k]
+                            if r >= 0:
+                                resv += _nb(prompt[r] + output[r] + gamma, W, SL, NL, bt)
+                        while qlen[i] > 0 and nrun[i] < S:
+                            r = qbuf[i * qcap + qhead[i]]
+                            P = prompt[r]
+                            R = _nb(P + output[r] + gamma, W, SL, NL, bt)
+                            if resv + R > nbt:
+                                break
+                            h = 0
+                            if caching:
+                                b0 = boff[r]
+                                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                                while h < cap and eref[e0 + bids[b0 + h]] >= 0:
+                                    h += 1
+                            ext = ntok[r] - h * bth
+                            x = 0
+                            if not tstop:
+                                if whole:
+                                    if ext > budget:
+                                        tstop = True
+                                    else:
+                                        x = ext
+                                else:
+                                    x = min(ext, budget)
+                                    if x < ext:
+                                        x = x // unit * unit
+                            need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
+                            resv += R
+                            rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
+                            hh[r] = h
+                            nref[r] = h
+                            nxb[r] = h
+                            comp[r] = h * bth
+                            if not once[r]:
+                                once[r] = True
+                                cached_out[r] = h * bth
+                                iout[i, O_CACHED] += h * bth
+                                iout[i, O_PROMPT_ADMITTED] += P
+                            free[i] -= need
+                            own[r] = need
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            qhead[i] = (qhead[i] + 1) % qcap
+                            qlen[i] -= 1
+                            rbuf[r0 + nrun[i] + hol[i]] = r
+                            nrun[i] += 1
+                            mog[i] += output[r] - gen[r]
+                            if output[r] > clip:
+                                nbig[i] += 1
+                            sched[r] = x
+                            dec[r] = False
+                            if x > 0:
+                                nsch += 1
+                                budget -= x
                 else:
                     # SGLang: a prefill step when possible, else a decode step
                     budget = B
