@@ -317,6 +317,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     fkey = np.zeros(n, np.int64)     # fast set: its residue class, (computed - clock) mod bt
     fpos = np.zeros(n, np.int64)     # fast set: its index in the running batch (holes included)
     wnext = np.full(n, -1, np.int64)  # fast set: next request of its wheel bucket
+    rsvr = np.zeros(n if kind == TRTLLM else 1, np.int64)   # trtllm: the blocks a request reserved
     maxo = 1
     for r in range(n):
         ntok[r] = prompt[r]
@@ -1097,7 +1098,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         for k in range(nrun[i] + hol[i]):
                             r = rbuf[r0 + k]
                             if r >= 0:
-                                resv += _nb(prompt[r] + output[r] + gamma, W, SL, NL, bt)
+                                resv += rsvr[r]
                         while qlen[i] > 0 and nrun[i] < S:
                             r = qbuf[i * qcap + qhead[i]]
                             P = prompt[r]
@@ -1124,6 +1125,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                         x = x // unit * unit
                             need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
                             resv += R
+                            rsvr[r] = R
                             rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
                             _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
                             hh[r] = h
