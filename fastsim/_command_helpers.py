@@ -267,7 +267,7 @@ def _add_arrival_args(sp, prefixes: bool = True):
 
 def _add_engine_args(sp, prefixes: bool):
     g = sp.add_argument_group("engine policy (colocated plans)")
-    g.add_argument("--policy", choices=("lecture", "vllm", "sglang"), default="lecture", action=_Given,
+    g.add_argument("--policy", choices=("lecture", "vllm", "sglang", "trtllm"), default="lecture", action=_Given,
                    help="scheduler: lecture (reserve P + O at admission, chunk on top of decodes; default), vllm "
                         "(shared token budget, 16-token KV blocks on demand, preemption) or sglang (prefill first, "
                         "token KV, retraction); the engines' defaults for the plan's GPU")

@@ -370,7 +370,7 @@ class ServingFit:
         ``"name low"`` / ``"name high"``: interval bounds that are the profile grid's edge (the
         data do not bound the parameter on that side within the grid).
     policy : str
-        The scheduler simulated (``vllm``, ``sglang`` or ``lecture``).
+        The scheduler simulated (``vllm``, ``sglang``, ``trtllm`` or ``lecture``).
     """
 
     label: str
@@ -483,7 +483,7 @@ def fit_serving(measurements, model, gpu, precision, tp: int = 1, *, instances: 
         GPUs per instance (vLLM ``--tensor-parallel-size``).
     instances : int
         Identical instances behind a least-loaded router (1: one ``vllm serve``).
-    policy : {"vllm", "sglang", "lecture"} or EnginePolicy
+    policy : {"vllm", "sglang", "trtllm", "lecture"} or EnginePolicy
         The scheduler simulated (default ``"vllm"``, with vLLM's defaults for the GPU's memory; an
         :class:`fastsim.sim.EnginePolicy` carries a server's own ``max_num_batched_tokens`` /
         ``max_num_seqs``).
@@ -548,12 +548,12 @@ def fit_serving(measurements, model, gpu, precision, tp: int = 1, *, instances: 
     kv = float(p0[P_KV_BUDGET_TOKENS])
     if not kv >= 1:
         raise FastsimInputError("tp", tp, f"a TP at which {model.name} in {pr.name} fits on {g.name} (no KV left)")
-    if isinstance(policy, str) and policy in ("vllm", "sglang"):
+    if isinstance(policy, str) and policy in ("vllm", "sglang", "trtllm"):
         pol = engine_policy(policy, g.hbm_bytes, kv_budget_tokens=kv, context_tokens=model.max_context_tokens)
     elif isinstance(policy, EnginePolicy) or policy == "lecture":
         pol = policy
     else:
-        raise FastsimInputError("policy", policy, "vllm, sglang, lecture or an EnginePolicy")
+        raise FastsimInputError("policy", policy, "vllm, sglang, trtllm, lecture or an EnginePolicy")
     pol_name = pol if isinstance(pol, str) else pol.name
     # the requests of every result, drawn once (common random numbers)
     kids = seeds_for(int(seed), int(replications))

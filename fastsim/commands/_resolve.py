@@ -313,7 +313,7 @@ def _apply_plan_policy(args, record):
     """
     ver = record.get("verification")
     pol = ver.get("policy") if isinstance(ver, dict) else None
-    if not hasattr(args, "policy") or pol not in ("lecture", "vllm", "sglang"):
+    if not hasattr(args, "policy") or pol not in ("lecture", "vllm", "sglang", "trtllm"):
         return
     notes = args.__dict__.setdefault("_plan_notes", [])
     if not getattr(args, "policy_given", False):
@@ -379,7 +379,7 @@ def _engine_dict(args):
                                 ("--no-prefix-caching", True if args.no_prefix_caching else None)) if v is not None]
     if args.policy == "lecture":
         if over:
-            raise FastsimInputError(over[0][0], over[0][1], "with --policy vllm or sglang only")
+            raise FastsimInputError(over[0][0], over[0][1], "with --policy vllm, sglang or trtllm only")
         return None
     engine = {"policy": args.policy, "spec_seed": int(getattr(args, "seed", 0) or 0)}
     if args.max_num_batched_tokens is not None:
@@ -434,7 +434,7 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
                      "prompts longer (--policy vllm or sglang serves the shared blocks from a cache)")
     if spec_alpha is not None:
         if engine is None:
-            raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm or sglang (the lecture policy "
+            raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm, sglang or trtllm (the lecture policy "
                                     "does not simulate speculative decoding)")
         from ..specdec import spec_decoding
         try:
@@ -457,9 +457,21 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
         raise FastsimInputError("--routing", "prefix-aware", "least-loaded or round-robin with --no-prefix-caching "
                                 "(prefix-aware routing sends a request where its prefix blocks are cached; with "
                                 "the cache off there is nothing to route on)")
+    if getattr(args, "routing", None) == "prefix-aware" and args.policy == "trtllm":
+        raise FastsimInputError("--routing", "prefix-aware", "least-loaded or round-robin with --policy trtllm (its "
+                                "KV block reuse is off, as trtllm-bench runs it: nothing cached to route on)")
     if engine is not None and plan.mode != "colocated":
         raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
                                 "policies model colocated instances)")
+    if engine is not None and plan.max_batch:
+        # the plan's batch cap (--from-plan) becomes the engine's max_num_seqs / max_batch_size
+        if engine.get("max_num_seqs", plan.max_batch) != plan.max_batch:
+            raise FastsimInputError("--max-num-seqs", engine["max_num_seqs"], f"no value, or the plan's cap "
+                                    f"{plan.max_batch} (the plan from --from-plan caps its batch at {plan.max_batch})")
+        engine["max_num_seqs"] = int(plan.max_batch)
+        notes.append(f"--from-plan: the plan's batch cap of {plan.max_batch} requests is the {args.policy} "
+                     "policy's max_num_seqs here")
+        plan = replace(plan, max_batch=0)
     sp = sim_plan(plan, cat, _constants(args), model=model)
     if plan.spec_gamma and not sp.p[P_KV_BUDGET_TOKENS] > 0:
         raise FastsimInputError("--spec-draft", plan.spec_draft, f"a draft that fits beside {model.name} on "
@@ -478,9 +490,16 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
         cache = "off" if not pol.prefix_caching else (
             "on" if not windowed else "on in the engine but not modelled for a sliding-window model (a preempted "
             "request recomputes its whole prompt; prefix blocks are refused)")
-        notes.append(f"policy {pol.name}: max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
-                     f"{pol.max_num_seqs}, KV blocks of {pol.block_tokens} token(s), prefix caching "
-                     f"{cache} ({pol.source}); the plan's chunk does not apply")
+        if pol.name == "trtllm":
+            notes.append(f"policy trtllm (GUARANTEED_NO_EVICT): max_num_tokens {pol.max_num_batched_tokens} "
+                         f"(--max-num-batched-tokens), max_batch_size {pol.max_num_seqs} (--max-num-seqs), KV "
+                         f"blocks of {pol.block_tokens} tokens, chunked context "
+                         f"{'on' if pol.chunked_context else 'off'}, block reuse {cache} ({pol.source}); the "
+                         "plan's chunk does not apply")
+        else:
+            notes.append(f"policy {pol.name}: max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
+                         f"{pol.max_num_seqs}, KV blocks of {pol.block_tokens} token(s), prefix caching "
+                         f"{cache} ({pol.source}); the plan's chunk does not apply")
         if prefixes is None:
             prefixes = bool(getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)
                             or args.trace)

@@ -40,7 +40,7 @@ def add_parser(sub):
     sp.add_argument("--tp", type=_tp, default=1, help="--serving: GPUs per instance (default 1)")
     sp.add_argument("--instances", type=_int_at_least(1), default=1,
                     help="--serving: instances behind the benchmark's endpoint (default 1)")
-    sp.add_argument("--policy", choices=("vllm", "sglang", "lecture"), default="vllm",
+    sp.add_argument("--policy", choices=("vllm", "sglang", "trtllm", "lecture"), default="vllm",
                     help="--serving: scheduler simulated (default vllm: the simulator's model of vLLM V1)")
     sp.add_argument("--max-num-batched-tokens", type=_int_at_least(1),
                     help="--serving: the server's token budget per step (default: the engine's)")

@@ -65,6 +65,7 @@ from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
 
 VLLM = 0
 SGLANG = 1
+TRTLLM = 2
 ROUTE_LEAST_LOADED = 0
 ROUTE_ROUND_ROBIN = 1
 ROUTE_PREFIX_AWARE = 2
@@ -72,8 +73,8 @@ ROUTE_PREFIX_AWARE = 2
 # int64 configuration row of a run (set by the wrapper)
 (C_KIND, C_BUDGET, C_MAX_SEQS, C_BT, C_CACHING, C_BTH, C_GAMMA, C_CLIP, C_RETRACT, C_ROUTING, C_N_INST,
  C_MAX_CONTEXT, C_NB_TOTAL, C_SEED, C_ROUTE_ABS, C_WINDOW, C_SLIDE_L, C_N_LAYERS, C_N_BLOCK_IDS,
- C_PRIVATE) = range(20)
-N_CCOLS = 20
+ C_PRIVATE, C_CHUNK_UNIT, C_WHOLE_CONTEXT) = range(22)
+N_CCOLS = 22
 # float64 configuration row of a run
 (CF_ALPHA, CF_RATIO_INIT, CF_RATIO_MIN, CF_RATIO_DECAY, CF_ROUTE_REL, CF_ROUTE_THR, CF_SLIDE) = range(7)
 N_CFCOLS = 7
@@ -246,6 +247,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     SL = cfg[C_SLIDE_L]
     NL = cfg[C_N_LAYERS]
     H = cfg[C_N_BLOCK_IDS] if caching else 0
+    # trtllm: chunks cut short are rounded down to this many tokens; contexts run whole (no chunking)
+    unit = cfg[C_CHUNK_UNIT]
+    whole = cfg[C_WHOLE_CONTEXT] != 0
     alpha = cf[CF_ALPHA]
     r_rel = cf[CF_ROUTE_REL]
     r_thr = cf[CF_ROUTE_THR]
@@ -313,6 +317,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     fkey = np.zeros(n, np.int64)     # fast set: its residue class, (computed - clock) mod bt
     fpos = np.zeros(n, np.int64)     # fast set: its index in the running batch (holes included)
     wnext = np.full(n, -1, np.int64)  # fast set: next request of its wheel bucket
+    rsvr = np.zeros(n if kind == TRTLLM else 1, np.int64)   # trtllm: the blocks a request reserved
     maxo = 1
     for r in range(n):
         ntok[r] = prompt[r]
@@ -407,7 +412,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             ia += 1
             P = prompt[r]
             O = output[r]
-            if P + O > max_ctx or _nb(P + O + gamma, W, SL, NL, bt) > nbt:
+            if P + O > max_ctx or _nb(P + O + gamma, W, SL, NL, bt) > nbt or (whole and P > B):
                 status[r] = REQ_REJECTED
                 continue
             # routing
@@ -490,7 +495,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 comm_s = 0.0
                 mm = 0.0
                 while True:
-                    if qlen[i] == 0 and not (kind == VLLM and nf > B):
+                    if qlen[i] == 0 and not (kind != SGLANG and nf > B):
                         # the common case in a tight loop: nobody finishes (checked before the
                         # step is completed), nobody waits, the blocks fit
                         if nf != nf_st:
@@ -529,7 +534,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 eref[e0 + bid] = -1
                                 eown[e0 + bid] = -1
                                 cfr -= bpb
-                            if kind != VLLM:
+                            if kind == SGLANG:
                                 rt = max(rt - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
                             used = (nbt - fr) * bt
                             if used > peak:
@@ -628,7 +633,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     c += 1
                     ci = ci - 1 if ci > 0 else bt - 1
                     needf = cnt[cb0 + ci]
-                    if nf == 0 or qlen[i] > 0 or (kind == VLLM and nf > B) or needf > fr:
+                    if nf == 0 or qlen[i] > 0 or (kind != SGLANG and nf > B) or needf > fr:
                         skipc = True
                         break
                     fr -= needf
@@ -642,7 +647,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         eref[e0 + bid] = -1
                         eown[e0 + bid] = -1
                         cfr -= bpb
-                    if kind != VLLM:
+                    if kind == SGLANG:
                         rt = max(rt - cf[CF_RATIO_DECAY], cf[CF_RATIO_MIN])
                     used = (nbt - fr) * bt
                     if used > peak:
@@ -1010,6 +1015,144 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             dec[r] = False
                             nsch += 1
                             budget -= x
+                elif kind == TRTLLM:
+                    # TensorRT-LLM (GUARANTEED_NO_EVICT capacity scheduler, then the micro-batch
+                    # scheduler): the decodes first, in batch order, while max_num_tokens lasts; then
+                    # the contexts (running ones, then admissions) first come first served, a chunk
+                    # cut short rounded down to a multiple of ``unit``; admission reserves the
+                    # blocks of P + O + gamma and never preempts
+                    budget = B
+                    k = 0
+                    tstop = False
+                    if nF[i] > 0:
+                        nf = nF[i]
+                        needf = cnt[cb0 + cidx[i]]
+                        if nf <= B and needf <= free[i]:
+                            free[i] -= needf
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            fsched[i] = True
+                            nsch = nf
+                            budget = B - nf
+                            k = nf + hol[i]
+                            fails[i] = 0
+                        else:
+                            _materialise_nb(i, r0, rbuf, nF, hol, nrun, fc, ctxF, cnt, cb0, bt, wheel, wb0, wmask, fc0,
+                                            finc, comp, gen, ntok, own, sched)
+                            fails[i] += 1
+                            jnext[i] = iout[i, O_STEPS] + (1 << min(fails[i], 8))
+                    kst = k
+                    for k in range(kst, nrun[i] + hol[i]):
+                        r = rbuf[r0 + k]
+                        if not (gen[r] >= 1 and comp[r] == ntok[r] - 1):
+                            continue
+                        if per > budget:
+                            tstop = True
+                            break
+                        need = _nb(comp[r] + per, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                        if need < 0:
+                            need = 0
+                        if need > free[i]:
+                            # never under the reservation (a request holds at most its reserved blocks)
+                            tstop = True
+                            break
+                        free[i] -= need
+                        own[r] += need
+                        _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                        sched[r] = per
+                        dec[r] = True
+                        nsch += 1
+                        budget -= per
+                    if not tstop:
+                        for k in range(kst, nrun[i] + hol[i]):
+                            r = rbuf[r0 + k]
+                            if gen[r] >= 1 and comp[r] == ntok[r] - 1:
+                                continue
+                            ext = ntok[r] - comp[r]
+                            if whole:
+                                if ext > budget:
+                                    tstop = True
+                                    break
+                                x = ext
+                            else:
+                                x = min(ext, budget)
+                                if x < ext:
+                                    x = x // unit * unit
+                            if x == 0:
+                                continue
+                            need = _nb(comp[r] + x, W, SL, NL, bt) - nref[r] * bpb - own[r]
+                            if need < 0:
+                                need = 0
+                            if need > free[i]:
+                                tstop = True
+                                break
+                            free[i] -= need
+                            own[r] += need
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            sched[r] = x
+                            dec[r] = False
+                            nsch += 1
+                            budget -= x
+                    if qlen[i] > 0 and nrun[i] < S:
+                        # the blocks reserved by the running requests (their P + O + gamma)
+                        resv = 0
+                        for k in range(nrun[i] + hol[i]):
+                            r = rbuf[r0 + k]
+                            if r >= 0:
+                                resv += rsvr[r]
+                        while qlen[i] > 0 and nrun[i] < S:
+                            r = qbuf[i * qcap + qhead[i]]
+                            P = prompt[r]
+                            R = _nb(P + output[r] + gamma, W, SL, NL, bt)
+                            if resv + R > nbt:
+                                break
+                            h = 0
+                            if caching:
+                                b0 = boff[r]
+                                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                                while h < cap and eref[e0 + bids[b0 + h]] >= 0:
+                                    h += 1
+                            ext = ntok[r] - h * bth
+                            x = 0
+                            if not tstop:
+                                if whole:
+                                    if ext > budget:
+                                        tstop = True
+                                    else:
+                                        x = ext
+                                else:
+                                    x = min(ext, budget)
+                                    if x < ext:
+                                        x = x // unit * unit
+                            need = _nb(h * bth + x, W, SL, NL, bt) - h * bpb
+                            resv += R
+                            rsvr[r] = R
+                            rem[i] -= (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfree, free, bpb)
+                            hh[r] = h
+                            nref[r] = h
+                            nxb[r] = h
+                            comp[r] = h * bth
+                            if not once[r]:
+                                once[r] = True
+                                cached_out[r] = h * bth
+                                iout[i, O_CACHED] += h * bth
+                                iout[i, O_PROMPT_ADMITTED] += P
+                            free[i] -= need
+                            own[r] = need
+                            _evict_nb(i, e0, lhead, lnext, lprev, ltail, eref, eown, cfree, free, bpb)
+                            rem[i] += (ntok[r] - comp[r]) + (output[r] - gen[r])
+                            qhead[i] = (qhead[i] + 1) % qcap
+                            qlen[i] -= 1
+                            rbuf[r0 + nrun[i] + hol[i]] = r
+                            nrun[i] += 1
+                            mog[i] += output[r] - gen[r]
+                            if output[r] > clip:
+                                nbig[i] += 1
+                            sched[r] = x
+                            dec[r] = False
+                            if x > 0:
+                                nsch += 1
+                                budget -= x
                 else:
                     # SGLang: a prefill step when possible, else a decode step
                     budget = B

@@ -463,11 +463,12 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         1e7``). None (default): :func:`auto_sample_dt` of the horizon, 1 s up to a 1e7-s horizon,
         else the smallest 1-2-5 step (2, 5, 10, 20 ... s) within 1e7 samples (module docstring,
         "Sampling step").
-    policy : {"lecture", "vllm", "sglang"} or EnginePolicy
+    policy : {"lecture", "vllm", "sglang", "trtllm"} or EnginePolicy
         The scheduler (:mod:`fastsim.sim.policy`); a name takes the engine's defaults for an
         80 GB GPU (:func:`fastsim.sim.policy.engine_policy` builds others). Engine policies
-        simulate colocated plans; ``chunk_tokens`` and ``max_batch`` of the plan are then unused
-        (the policy's ``max_num_batched_tokens`` and ``max_num_seqs`` apply).
+        simulate colocated plans; the plan's ``chunk_tokens`` is then unused and its
+        ``max_batch`` must be 0 (the policy's ``max_num_batched_tokens`` and ``max_num_seqs``,
+        the batch cap, apply).
     prefix : PrefixBlocks, optional
         Prefix block ids of the requests (:class:`fastsim.workload.PrefixBlocks`), for prefix
         caching under an engine policy.
@@ -490,7 +491,7 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         2**30 or not whole; arrays not 1-d or of mismatched lengths; a non-positive horizon,
         SLO or sample step, or an explicit sample step giving more than 1e7 samples;
         ``max_context_tokens`` < 2; an unknown
-        routing; a bad window; a plan of another type.
+        routing; a bad window; a plan of another type; a plan's ``max_batch`` under an engine policy.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
@@ -589,11 +590,11 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
 
 
 def _engine_policy(policy, routing, spec) -> bool:
-    """True for an engine policy (vllm / sglang); checks what only they accept."""
-    if isinstance(policy, EnginePolicy) or (isinstance(policy, str) and policy in ("vllm", "sglang")):
+    """True for an engine policy (vllm / sglang / trtllm); checks what only they accept."""
+    if isinstance(policy, EnginePolicy) or (isinstance(policy, str) and policy in ("vllm", "sglang", "trtllm")):
         return True
     if policy != "lecture":
-        raise FastsimInputError("policy", policy, "lecture, vllm, sglang or an EnginePolicy")
+        raise FastsimInputError("policy", policy, "lecture, vllm, sglang, trtllm or an EnginePolicy")
     if routing == "prefix-aware":
         raise FastsimInputError("routing", routing, "least-loaded or round-robin under the lecture policy "
                                 "(prefix-aware routing needs an engine policy: vllm or sglang)")

@@ -1,8 +1,8 @@
-"""Engine policies of the serving simulator: how vLLM and SGLang schedule a colocated instance.
+"""Engine policies of the serving simulator: how vLLM, SGLang and TensorRT-LLM schedule a colocated instance.
 
 The lecture's policy (:mod:`fastsim.sim.engine`) reserves a request's whole ``P + O`` of KV at
 admission, puts a prefill chunk on top of the running decodes and never preempts. The engines
-people deploy do otherwise (SPEC §10). This module simulates two of them on colocated plans, with
+people deploy do otherwise (SPEC §10). This module simulates three of them on colocated plans, with
 optional prefix caching and speculative decoding. The kernel (``_policy_nb.py``) and the
 reference (``reference_policy.py``) implement exactly the rules below, bit for bit.
 
@@ -14,13 +14,15 @@ in the cache; it is a *decode* when it has generated at least one token and only
 lacks KV (``computed = ntok - 1``), else it is in *prefill* (a new prompt, or a preempted request
 recomputing its prompt and the tokens it had generated). Running a prefill piece of ``x`` tokens
 adds ``x`` to ``computed``; when ``computed`` reaches ``ntok`` the step samples a token (the first
-one gives the TTFT). KV lives in blocks of ``block_tokens`` tokens (vLLM 16, SGLang 1); a request
-holds ``ceil(hold(computed + x) / block_tokens)`` blocks for a step of ``x`` tokens (``hold``: the
-sliding-window rule of ``window.py``), allocated as its tokens arrive, never reserved ahead.
+one gives the TTFT). KV lives in blocks of ``block_tokens`` tokens (vLLM 16, SGLang 1, TensorRT-LLM
+32); a request holds ``ceil(hold(computed + x) / block_tokens)`` blocks for a step of ``x`` tokens
+(``hold``: the sliding-window rule of ``window.py``), allocated as its tokens arrive (under
+``trtllm`` the blocks of its whole ``P + O`` are also reserved at admission, see below).
 An instance has ``floor(P_KV_BUDGET_TOKENS) // block_tokens`` blocks.
 
 Rejection at arrival: ``P + O > max_context_tokens``, or the blocks of ``P + O + gamma`` tokens
-exceed the instance's (so every accepted request can run alone).
+exceed the instance's (so every accepted request can run alone); under ``trtllm`` without chunked
+context also ``P > max_num_tokens`` (its prompt never fits in one iteration).
 
 ``vllm`` (vLLM V1 ``Scheduler.schedule``, ``vllm/v1/core/sched/scheduler.py``). One token budget
 ``max_num_batched_tokens`` per step shared by decodes and prefill chunks. First the running
@@ -49,7 +51,30 @@ queue, and ``new_token_ratio = min(1, (generated + 20 x running) / sum of O)`` o
 else the ratio decays by ``(0.7 - 0.098) / 600`` per decode step down to 0.098 (SGLang's
 ``init_new_token_ratio = 0.7``, ``min_new_token_ratio_factor = 0.14``, 600 decay steps).
 
-Prefix caching (vLLM automatic prefix caching; SGLang RadixAttention). Requests carry prefix block
+``trtllm`` (TensorRT-LLM's PyTorch backend: the ``GUARANTEED_NO_EVICT`` capacity scheduler,
+``GuaranteedNoEvictScheduler::impl`` in ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``,
+then the inflight-batching ``MicroBatchScheduler::operator()`` in ``microBatchScheduler.cpp``;
+``BindCapacityScheduler`` and ``BindMicroBatchScheduler`` in
+``tensorrt_llm/_torch/pyexecutor/scheduler/scheduler.py`` bind them for the PyTorch executor).
+Capacity: the running requests stay (a request once admitted had room to run to completion, and is
+never evicted or preempted); waiting requests are admitted FCFS while fewer than
+``max_batch_size`` run and the blocks of their whole ``P + O + gamma`` fit in the instance's blocks
+less those reserved by the running requests (the head blocks the queue). Admission does not wait
+for a token budget: a request may be admitted and get no tokens in that iteration. Micro-batch,
+one ``max_num_tokens`` budget per iteration: first the decodes (generation requests) in admission
+order, ``gamma + 1`` tokens each, and the pass stops at the first that does not fit; then the
+contexts (running ones in admission order, then the ones admitted now), first come first served:
+with chunked context a context takes ``min(remaining, budget)`` tokens, a chunk cut short rounded
+down to a multiple of ``block_tokens`` (``FIRST_COME_FIRST_SERVED`` in ``setCtxRequestsChunkSize``;
+``create_py_executor`` in ``tensorrt_llm/_torch/pyexecutor/py_executor_creator.py`` makes
+``tokens_per_block`` the chunk unit and FCFS the default) and a chunk of 0 skipped; without it a context runs whole or,
+when it does not fit, ends the pass. New requests join the running batch at any iteration
+(inflight batching). Not modelled: the reservation does not deduct reused prefix blocks, and the
+KV pool is the plan's (``KvCacheConfig.free_gpu_memory_fraction = 0.9`` takes 90% of the memory
+left after the weights, fastsim's budget is ``StepConstants.memory_utilization`` = 0.9 of HBM less
+the weights: about 0.1 x the weights smaller).
+
+Prefix caching (vLLM automatic prefix caching; SGLang RadixAttention; TensorRT-LLM block reuse). Requests carry prefix block
 ids (:class:`fastsim.workload.PrefixBlocks`: Mooncake's ``hash_ids``, one per 512 tokens, or a
 synthetic shared prefix). A full prompt block computed by a request becomes a cache entry of its
 instance (unless one with that id exists), referenced by it; at admission a request hits the
@@ -111,7 +136,9 @@ from .window import NO_WINDOW, kv_window
 __all__ = ["POLICIES", "ROUTINGS", "EnginePolicy", "engine_policy", "policy_defaults"]
 
 #: Policy names: the lecture's (:mod:`fastsim.sim.engine`) and the engines'.
-POLICIES = ("lecture", "vllm", "sglang")
+POLICIES = ("lecture", "vllm", "sglang", "trtllm")
+#: The engine policies (every name of :data:`POLICIES` but the lecture's).
+ENGINES = ("vllm", "sglang", "trtllm")
 #: Routing rules of the engine-policy simulator.
 ROUTINGS = {"least-loaded": PK.ROUTE_LEAST_LOADED, "round-robin": PK.ROUTE_ROUND_ROBIN,
             "prefix-aware": PK.ROUTE_PREFIX_AWARE}
@@ -124,18 +151,24 @@ class EnginePolicy(NamedTuple):
 
     Attributes
     ----------
-    name : {"vllm", "sglang"}
+    name : {"vllm", "sglang", "trtllm"}
     max_num_batched_tokens : int
         Tokens per step: vLLM's shared budget ``max_num_batched_tokens``; SGLang's
-        ``chunked_prefill_size`` (prefill steps only).
+        ``chunked_prefill_size`` (prefill steps only); TensorRT-LLM's ``max_num_tokens``.
     max_num_seqs : int
-        Most running requests (vLLM ``max_num_seqs``; SGLang ``max_running_requests``).
+        Most running requests, the batch cap (vLLM ``max_num_seqs``; SGLang
+        ``max_running_requests``; TensorRT-LLM ``max_batch_size``).
     block_tokens : int
-        Tokens per KV block (vLLM ``block_size`` 16; SGLang ``page_size`` 1).
+        Tokens per KV block (vLLM ``block_size`` 16; SGLang ``page_size`` 1; TensorRT-LLM
+        ``KvCacheConfig.tokens_per_block`` 32).
     prefix_caching : bool
-        Automatic prefix caching (on by default in vLLM V1 and SGLang).
+        Automatic prefix caching (on by default in vLLM V1 and SGLang; TensorRT-LLM's block reuse,
+        off under trtllm-bench).
     source : str
         Where the defaults come from.
+    chunked_context : bool
+        TensorRT-LLM only: chunked context (``enable_chunked_prefill``; off by default, as in
+        trtllm-bench). vLLM and SGLang always chunk (True).
     """
 
     name: str
@@ -144,6 +177,7 @@ class EnginePolicy(NamedTuple):
     block_tokens: int
     prefix_caching: bool = True
     source: str = ""
+    chunked_context: bool = True
 
 
 def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: float = 0.0,
@@ -152,9 +186,9 @@ def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: flo
 
     Parameters
     ----------
-    name : {"vllm", "sglang"}
+    name : {"vllm", "sglang", "trtllm"}
     gpu_memory_bytes : float
-        HBM of one GPU (bytes).
+        HBM of one GPU (bytes; TensorRT-LLM's defaults do not depend on it).
     kv_budget_tokens : float
         KV tokens of one instance (SGLang sizes ``max_running_requests`` from it).
     context_tokens : int
@@ -177,7 +211,17 @@ def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: flo
     ``block_size = 16``. SGLang (``ServerArgs``, ``python/sglang/srt/server_args.py``):
     ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; ``page_size = 1``;
     ``max_running_requests = min(max(int(kv_tokens / context_len x 512), 2048), 4096)``
-    (``ModelRunner.init_memory_pool``).
+    (``ModelRunner.init_memory_pool``). TensorRT-LLM, PyTorch backend (the one the published
+    perf-overview tables use; ``BaseLlmArgs`` and ``KvCacheConfig`` in
+    ``tensorrt_llm/llmapi/llm_args.py``): ``max_batch_size = 2048``, ``max_num_tokens = 8192``,
+    ``tokens_per_block = 32``, capacity policy ``GUARANTEED_NO_EVICT``; chunked context and KV
+    block reuse off, as trtllm-bench runs it (``throughput_command`` in
+    ``tensorrt_llm/bench/benchmark/throughput.py``: ``--enable_chunked_context`` defaults to off,
+    ``--scheduler_policy guaranteed_no_evict``; ``ExecutorSettingsConfig.get_kvcache_config`` in
+    ``tensorrt_llm/bench/dataclasses/configuration.py`` sets ``enable_block_reuse=False``).
+    trtllm-bench tunes ``max_batch_size`` and ``max_num_tokens`` to the dataset unless they are
+    given; these are the LLM API's defaults. The TensorRT backend reads the two from the built
+    engine instead.
     """
     gib = float(gpu_memory_bytes) / _GIB
     if name == "vllm":
@@ -191,26 +235,35 @@ def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: flo
         return EnginePolicy("sglang", chunk, seqs, 1, True,
                             "SGLang defaults (ServerArgs chunked_prefill_size by GPU memory; page_size 1; "
                             "max_running_requests from the KV pool)")
-    raise FastsimInputError("policy", name, "vllm or sglang (lecture has no engine settings)")
+    if name == "trtllm":
+        return EnginePolicy("trtllm", 8192, 2048, 32, False,
+                            "TensorRT-LLM PyTorch-backend defaults (BaseLlmArgs max_num_tokens 8192, max_batch_size "
+                            "2048; KvCacheConfig tokens_per_block 32; GUARANTEED_NO_EVICT; chunked context and "
+                            "block reuse off as in trtllm-bench)", False)
+    raise FastsimInputError("policy", name, "vllm, sglang or trtllm (lecture has no engine settings)")
 
 
 def engine_policy(name: str, gpu_memory_bytes: float = 80e9, *, max_num_batched_tokens: int | None = None,
                   max_num_seqs: int | None = None, block_tokens: int | None = None,
                   prefix_caching: bool | None = None, kv_budget_tokens: float = 0.0,
-                  context_tokens: int = 131072) -> EnginePolicy:
+                  context_tokens: int = 131072, chunked_context: bool | None = None) -> EnginePolicy:
     """An engine policy: the engine's defaults (:func:`policy_defaults`) with the user's overrides.
 
     Parameters
     ----------
-    name : {"vllm", "sglang"}
+    name : {"vllm", "sglang", "trtllm"}
     gpu_memory_bytes : float
         HBM of one GPU (bytes), which picks the defaults.
     max_num_batched_tokens, max_num_seqs, block_tokens : int, optional
-        Overrides, each >= 1.
+        Overrides, each >= 1 (TensorRT-LLM: ``max_num_tokens``, ``max_batch_size``,
+        ``tokens_per_block``).
     prefix_caching : bool, optional
-        Override (both engines default to on).
+        Override (vLLM and SGLang default to on, TensorRT-LLM to off).
     kv_budget_tokens, context_tokens
         As in :func:`policy_defaults`.
+    chunked_context : bool, optional
+        TensorRT-LLM's ``enable_chunked_prefill`` (default off); refused for the other engines,
+        which always chunk.
 
     Returns
     -------
@@ -219,7 +272,8 @@ def engine_policy(name: str, gpu_memory_bytes: float = 80e9, *, max_num_batched_
     Raises
     ------
     FastsimInputError
-        An unknown name or an override that is not an integer >= 1.
+        An unknown name, an override that is not an integer >= 1, or ``chunked_context`` for
+        vLLM or SGLang.
     """
     g = float(gpu_memory_bytes) if isinstance(gpu_memory_bytes, (int, float, np.integer, np.floating)) else math.nan
     if isinstance(gpu_memory_bytes, bool) or not (math.isfinite(g) and g > 0):
@@ -236,6 +290,13 @@ def engine_policy(name: str, gpu_memory_bytes: float = 80e9, *, max_num_batched_
             rep[field] = int(v)
     if prefix_caching is not None:
         rep["prefix_caching"] = bool(prefix_caching)
+    if chunked_context is not None:
+        if not isinstance(chunked_context, (bool, np.bool_)):
+            raise FastsimInputError("chunked_context", chunked_context, "True, False or None (the engine's default)")
+        if pol.name != "trtllm":
+            raise FastsimInputError("chunked_context", chunked_context, f"None for {pol.name} (it always chunks; "
+                                    "chunked context is a TensorRT-LLM setting)")
+        rep["chunked_context"] = bool(chunked_context)
     if rep:
         pol = pol._replace(**rep, source=pol.source + "; overridden: " + ", ".join(f"{k}={v}" for k, v in rep.items()))
     return pol
@@ -245,9 +306,15 @@ def _check_policy(policy) -> EnginePolicy:
     if isinstance(policy, str):
         return engine_policy(policy)
     if not isinstance(policy, EnginePolicy):
-        raise FastsimInputError("policy", policy, "lecture, vllm, sglang or an EnginePolicy")
-    if policy.name not in ("vllm", "sglang"):
-        raise FastsimInputError("policy.name", policy.name, "vllm or sglang")
+        raise FastsimInputError("policy", policy, "lecture, vllm, sglang, trtllm or an EnginePolicy")
+    if policy.name not in ENGINES:
+        raise FastsimInputError("policy.name", policy.name, "vllm, sglang or trtllm")
+    if policy.name != "trtllm" and not policy.chunked_context:
+        raise FastsimInputError("policy.chunked_context", False, f"True for {policy.name} (it always chunks)")
+    if policy.name == "trtllm" and policy.chunked_context and policy.max_num_batched_tokens < policy.block_tokens:
+        raise FastsimInputError("policy.max_num_batched_tokens", policy.max_num_batched_tokens,
+                                f">= block_tokens = {policy.block_tokens} with chunked context (a chunk cut short is "
+                                "a whole number of blocks)")
     for field in ("max_num_batched_tokens", "max_num_seqs", "block_tokens"):
         v = getattr(policy, field)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -310,15 +377,16 @@ def _private_prefix(prompt: np.ndarray):
 def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray):
     """The prefix arrays a run uses: the workload's blocks, or private ones (:func:`_private_prefix`).
 
-    Private blocks only with prefix caching on and no sliding window (whose cached blocks are not
-    modelled: there a preempted request recomputes its whole prompt).
+    Private blocks only with prefix caching on, no sliding window (whose cached blocks are not
+    modelled: there a preempted request recomputes its whole prompt) and a policy that preempts
+    (not ``trtllm``).
 
     Returns
     -------
     tuple
         ``(offsets, dense ids, block tokens, distinct ids, private)``.
     """
-    if prefix is None and pol.prefix_caching and kv_window(p)[0] == NO_WINDOW:
+    if prefix is None and pol.prefix_caching and pol.name != "trtllm" and kv_window(p)[0] == NO_WINDOW:
         return _private_prefix(prompt)
     return _prefix_arrays(prefix, prompt) + (False,)
 
@@ -340,7 +408,7 @@ def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context
     gamma = int(spec.gamma) if spec is not None else 0
     alpha = float(spec.alpha) if spec is not None else 0.0
     c = np.zeros(PK.N_CCOLS, np.int64)
-    c[PK.C_KIND] = PK.VLLM if pol.name == "vllm" else PK.SGLANG
+    c[PK.C_KIND] = {"vllm": PK.VLLM, "sglang": PK.SGLANG, "trtllm": PK.TRTLLM}[pol.name]
     c[PK.C_BUDGET] = pol.max_num_batched_tokens
     c[PK.C_MAX_SEQS] = pol.max_num_seqs
     c[PK.C_BT] = bt
@@ -360,6 +428,9 @@ def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context
     c[PK.C_N_LAYERS] = lay
     c[PK.C_N_BLOCK_IDS] = n_ids
     c[PK.C_PRIVATE] = 1 if private else 0
+    trt = pol.name == "trtllm"
+    c[PK.C_CHUNK_UNIT] = bt if trt and pol.chunked_context else 0
+    c[PK.C_WHOLE_CONTEXT] = 1 if trt and not pol.chunked_context else 0
     cf = np.zeros(PK.N_CFCOLS, np.float64)
     cf[PK.CF_ALPHA] = alpha
     cf[PK.CF_RATIO_INIT] = 0.7
@@ -381,7 +452,8 @@ def cfg_dict(c: np.ndarray, cf: np.ndarray) -> dict:
                 ratio_min=float(cf[PK.CF_RATIO_MIN]), ratio_decay=float(cf[PK.CF_RATIO_DECAY]),
                 route_abs=int(c[PK.C_ROUTE_ABS]), route_rel=float(cf[PK.CF_ROUTE_REL]),
                 route_cache_thr=float(cf[PK.CF_ROUTE_THR]), nb_total=int(c[PK.C_NB_TOTAL]),
-                private=bool(c[PK.C_PRIVATE]))
+                private=bool(c[PK.C_PRIVATE]), chunk_unit=int(c[PK.C_CHUNK_UNIT]),
+                whole_context=bool(c[PK.C_WHOLE_CONTEXT]))
 
 
 def _spec_check(spec, p_draft):
@@ -428,6 +500,11 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
         if not isinstance(pl, ColocatedPlan):
             raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
                                     "policies model colocated instances)")
+        if pl.max_batch:
+            # the plan's cap is the lecture scheduler's; an engine's is its own setting, which applies
+            raise FastsimInputError("plan.max_batch", pl.max_batch, f"0 under the {pol.name} policy (its batch cap "
+                                    f"is max_num_seqs, now {pol.max_num_seqs}: engine_policy(..., max_num_seqs=N), "
+                                    "--max-num-seqs on the command line)")
         off, ids, bth, nid, private = prefix_for_run(pre, w[1], pol, pl.p)
         c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed,
                              private)

@@ -17,7 +17,7 @@ __all__ = ["simulate_policy_reference"]
 
 INF = math.inf
 UNFINISHED, FINISHED, REJECTED = 0, 1, 2
-VLLM, SGLANG = 0, 1
+VLLM, SGLANG, TRTLLM = 0, 1, 2
 M64 = (1 << 64) - 1
 
 
@@ -138,6 +138,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
     kind, B, S, bt = cfg["kind"], cfg["budget"], cfg["max_seqs"], cfg["block_tokens"]
     caching, bth = cfg["caching"], cfg["prefix_block_tokens"]
     private = cfg.get("private", False)
+    unit, whole = cfg.get("chunk_unit", 0), cfg.get("whole_context", False)
     bpb = bth // bt if bth > 0 else 0
     gamma, alpha, seed = cfg["gamma"], cfg["alpha"], cfg["seed"]
     insts = [Inst(p, cfg) for _ in range(n_instances)]
@@ -303,6 +304,73 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                 admit(inst, r, h, x)
                 budget -= x
 
+    def trt_chunk(ext, budget):
+        """TensorRT-LLM's context chunk: whole or nothing without chunking (None: the pass ends)."""
+        if whole:
+            return ext if ext <= budget else None
+        x = min(ext, budget)
+        return x if x == ext else x // unit * unit
+
+    def schedule_trtllm(inst):
+        # GUARANTEED_NO_EVICT: the running stay; the micro-batch takes the decodes, then the contexts
+        budget = B
+        stop = False
+        for r in inst.running:
+            if not is_decoder(r):
+                continue
+            if gamma + 1 > budget:
+                stop = True
+                break
+            need = grow(inst, r, r.computed + gamma + 1)
+            assert need <= inst.free        # the reservation holds: a request's blocks fit
+            inst.free -= need
+            r.own += need
+            evict(inst)
+            r.sched = gamma + 1
+            r.dec = True
+            inst.stepped.append(r)
+            budget -= gamma + 1
+        if not stop:
+            for r in inst.running:
+                if is_decoder(r):
+                    continue
+                x = trt_chunk(r.ntok - r.computed, budget)
+                if x is None:
+                    stop = True
+                    break
+                if x == 0:
+                    continue
+                need = grow(inst, r, r.computed + x)
+                assert need <= inst.free
+                inst.free -= need
+                r.own += need
+                evict(inst)
+                r.sched = x
+                r.dec = False
+                inst.stepped.append(r)
+                budget -= x
+        resv = sum(nb(r.P + r.O + gamma) for r in inst.running)
+        while inst.waiting and len(inst.running) < S:
+            r = inst.waiting[0]
+            R = nb(r.P + r.O + gamma)
+            if resv + R > inst.nb_total:
+                break
+            h = hits(inst, r)
+            x = 0
+            if not stop:
+                x = trt_chunk(r.ntok - h * bth, budget)
+                if x is None:
+                    stop = True
+                    x = 0
+            resv += R
+            admit(inst, r, h, x)
+            if x == 0:
+                inst.stepped.pop()      # admitted, no tokens in this iteration
+            budget -= x
+        # the step in batch (admission) order, as the kernel runs and completes it
+        on = set(id(r) for r in inst.stepped)
+        inst.stepped = [r for r in inst.running if id(r) in on]
+
     def schedule_sglang(inst):
         # a prefill step when a chunked prompt is in progress or the queue head can be admitted
         budget = B
@@ -382,6 +450,8 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
         for _ in range(2):      # a second pass when a preemption left nothing to run
             if kind == VLLM:
                 schedule_vllm(inst)
+            elif kind == TRTLLM:
+                schedule_trtllm(inst)
             else:
                 schedule_sglang(inst)
             if inst.stepped or not (inst.waiting or inst.running):
@@ -526,7 +596,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
         if kd == 0:
             r = reqs[j]
             ia += 1
-            if r.P + r.O > max_context or nb(r.P + r.O + gamma) > nbt:
+            if r.P + r.O > max_context or nb(r.P + r.O + gamma) > nbt or (whole and r.P > B):
                 r.status = REJECTED
                 continue
             i = route(r)
