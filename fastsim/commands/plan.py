@@ -175,11 +175,13 @@ def run(args):
     bar = None
     if not args.no_verify and args.format == "table" and sys.stderr.isatty():
         from tqdm import tqdm
-        bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
+        # its total is set to the configurations the planner verifies, once it knows them
+        bar = tqdm(total=None, desc="verifying", unit=" configurations", leave=False, file=sys.stderr)
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine,
-                             rejection_budget=args.rejection_budget, search=args.search)
+                             rejection_budget=args.rejection_budget, search=args.search,
+                             on_total=_bar_total(bar) if bar else None)
     if bar:
         bar.close()
     report.notes.extend(notes)
@@ -193,7 +195,7 @@ def run(args):
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
         p = d.plan
-        tp = p.label(p.tp) if p.mode == "colocated" else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}"
+        tp = " / ".join(d.layout_labels)     # every layout that is this deployment for the step model
         inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
         rep = v.get("repaired_from_instances")
         raw = d.repair.verification if d.repair is not None else None   # inf stays inf in the table
@@ -247,6 +249,14 @@ def run(args):
         print("\n" + "\n\n".join(launches))
     _notes_out(args, report.notes)
     return 0
+
+
+def _bar_total(bar):
+    """``on_total`` of :func:`fastsim.planner.plan_deployment` for a tqdm bar: sets its total."""
+    def set_total(n):
+        bar.total = int(n)
+        bar.refresh()
+    return set_total
 
 
 def _emit_launch(args, report, records, cat, model):

@@ -1,0 +1,151 @@
+"""What an engineer sizing a fleet reads from ``fastsim plan``: no cheaper plan hidden below the
+verified ones, speculative plans verified under a policy that simulates them, one row per
+deployment the simulator cannot tell apart, a progress total that counts what is verified."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from cliutil import run
+from fastsim.analytic import Demand, ScreenOptions, plan_for, screen
+from fastsim.catalog import default_catalog
+from fastsim.planner import plan_deployment
+from fastsim.search import SLO, verify
+from fastsim.verified import same_deployment_key
+from fastsim.workload import seeds_for, synthesize
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_SPEC = ("fastsim plan --scenario chat --model deepseek-v3 --tpot 0.02 --gpu H200 --precision FP8 "
+               "--spec-alpha 0.8")
+
+
+@pytest.fixture(scope="module")
+def spec_plans():
+    """The README's speculative-decoding example, as JSON (run once for the module: capsys is
+    function-scoped, so main runs here with its output redirected)."""
+    import contextlib
+    import io
+    from fastsim.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(README_SPEC.split()[1:] + ["--format", "json"])
+    assert rc == 0
+    return json.loads(out.getvalue())
+
+
+def test_readme_names_the_speculative_example():
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert README_SPEC in text
+    assert re.search(r"needs 32 GPUs without it and 8 with the MTP head", text)
+
+
+def test_readme_speculative_example_ranks_the_8_gpu_mtp_plan_first(spec_plans):
+    # the README: at a 20 ms TPOT DeepSeek-V3 on H200 FP8 needs 8 GPUs with the MTP head
+    plans = spec_plans["plans"]
+    top = plans[0]
+    assert top["gpus"] == 8 and top["spec_gamma"] > 0 and top["spec_draft"] == "mtp"
+    assert top["verification"]["passed"] and top["verification"]["policy"] == "vllm"
+    assert top["verification"]["tpot_p90_s"] <= 0.02
+    assert any("chosen automatically" in n and "vllm" in n for n in spec_plans["notes"])
+
+
+def test_no_cheaper_unverified_plan_is_left_below_a_verified_one(spec_plans):
+    plans = spec_plans["plans"]
+    costs = [p["usd_per_million_output_tokens"] for p in plans]
+    passing_or_not_run = [p["verification"] is None or p["verification"]["passed"] for p in plans]
+    # passing and not-simulated plans come first, together by cost
+    n = sum(passing_or_not_run)
+    assert all(passing_or_not_run[:n]) and not any(passing_or_not_run[n:])
+    assert costs[:n] == sorted(costs[:n])
+    # every plan not simulated says why
+    for i, p in enumerate(plans, 1):
+        if p["verification"] is None:
+            assert p["null_reasons"]["verification"].startswith("not applicable: not simulated")
+            assert any(re.search(rf"\bplans? [0-9, ]*\b{i}\b[0-9, ]* not simulated: ", n) for n in spec_plans["notes"])
+
+
+def test_readme_without_speculation_needs_32_gpus(capsys):
+    rc, out, _ = run(capsys, *README_SPEC.split()[1:-2], "--format", "json")
+    assert rc == 0
+    top = json.loads(out)["plans"][0]
+    assert top["gpus"] == 32 and top["verification"]["passed"]
+
+
+def _deepseek_tp8(layout, gamma=0):
+    cat = default_catalog()
+    m = cat.model("deepseek-v3")
+    d = Demand.from_scenario(cat.scenario("chat"), tpot_s=0.02)
+    o = ScreenOptions(spec_alpha=0.8) if gamma else ScreenOptions()
+    return cat, m, d, o, plan_for(m, d, gpu="H200", precision="FP8", tp=8, instances=1, layout=layout, catalog=cat,
+                                  options=o, spec_gamma=gamma)
+
+
+@pytest.mark.parametrize("gamma", [0, 4])
+def test_tp8_and_tp8_ep8_are_one_deployment_and_simulate_alike(gamma):
+    cat, m, d, o, tp = _deepseek_tp8("tp", gamma)
+    *_, ep = _deepseek_tp8("tp+ep", gamma)
+    *_, dp = _deepseek_tp8("dp+ep", gamma)
+    k = same_deployment_key(tp, cat, o.constants, m)
+    assert k == same_deployment_key(ep, cat, o.constants, m)
+    assert k != same_deployment_key(dp, cat, o.constants, m)
+    assert k != same_deployment_key(tp.with_instances(instances=2), cat, o.constants, m)
+    # the key is sound: the simulator gives the two layouts the same figures (the same requests met;
+    # the P90s up to the rounding of a sum taken in another order)
+    scen = cat.scenario("chat")
+    ws = []
+    for s in seeds_for(0, 2):
+        w = synthesize(scen, 20.0, 60.0, s)
+        ws.append((w.arrival_s, w.prompt_tokens, w.output_tokens))
+    eng = {"policy": "vllm", "spec_seed": 0} if gamma else None
+    va, vb = (verify(p, ws, SLO(d.ttft_s, d.tpot_s), horizon_s=60.0, catalog=cat, constants=o.constants, model=m,
+                     engine=eng) for p in (tp, ep))
+    assert (va.attainment, va.measured, va.rejected) == (vb.attainment, vb.measured, vb.rejected)
+    assert (va.ttft_p90_s, va.tpot_p90_s) == pytest.approx((vb.ttft_p90_s, vb.tpot_p90_s), rel=1e-12)
+
+
+def test_deepseek_chat_lists_each_deployment_once(capsys):
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--model", "deepseek-v3", "--gpu", "H200", "--format",
+                     "json")
+    assert rc == 0
+    doc = json.loads(out)
+    plans = doc["plans"]
+    seen = set()
+    for p in plans:
+        v = p["verification"]
+        fig = (p["gpu"], p["precision"], p["mode"], p["gpus"], p.get("instances"), p["capacity_req_per_s"],
+               v and v["attainment"], v and v["ttft_p90_s"], v and v["tpot_p90_s"])
+        assert fig not in seen, fig
+        seen.add(fig)
+    merged = [p for p in plans if p.get("same_deployment_layouts")]
+    assert merged and all(p["same_deployment_layouts"][:2] == ["tp", "tp+ep"] for p in merged)
+    assert any("same deployment for the step model" in n for n in doc["notes"])
+
+
+def test_progress_total_counts_the_configurations_verified():
+    cat = default_catalog()
+    scen = cat.scenario("chat")
+    totals, ticks = [], []
+    rep = plan_deployment("llama-3.1-70b", Demand.from_scenario(scen), scen, top_k=1, seeds=1, horizon_s=120.0,
+                          options=ScreenOptions(gpus=["B200"], precisions=("FP8",), tps=(1, 2)),
+                          progress=lambda: ticks.append(1), on_total=totals.append)
+    assert len(totals) == 1 and totals[0] == len(ticks) > len(rep.deployments)
+    totals, ticks = [], []
+    plan_deployment("llama-3.1-70b", Demand.from_scenario(scen), scen, top_k=2, seeds=1, horizon_s=120.0,
+                    options=ScreenOptions(gpus=["B200"], precisions=("FP8",), tps=(1, 2)), search="screen",
+                    progress=lambda: ticks.append(1), on_total=totals.append)
+    assert totals == [2] and len(ticks) == 2
+
+
+def test_spec_policy_none_leaves_speculative_plans_where_their_cost_ranks():
+    cat = default_catalog()
+    scen = cat.scenario("chat")
+    d = Demand.from_scenario(scen, tpot_s=0.02)
+    rep = plan_deployment("deepseek-v3", d, scen, top_k=4, seeds=1, horizon_s=60.0,
+                          options=ScreenOptions(gpus=["H200"], precisions=("FP8",), tps=(8,), spec_alpha=0.8,
+                                                spec_gammas=(4,), modes=("colocated",)),
+                          spec_policy=None, search="screen")
+    costs = [x.usd_per_million_output_tokens for x in rep.deployments]
+    assert rep.deployments[0].repair is None and rep.deployments[0].plan.spec_gamma == 4
+    assert costs == sorted(costs)
