@@ -68,6 +68,11 @@ def add_parser(sub):
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "
                          "instances cannot hold their KV) and still pass (default 0: such a plan fails)")
+    sp.add_argument("--headroom", action="store_true",
+                    help="also search the simulated capacity of each plan shown (fastsim.search."
+                         "max_sustainable_rates, the lecture policy, --seeds runs of --horizon s per probe) and its "
+                         "headroom over the target rate; costs a capacity search per plan, several verifications' "
+                         "worth of simulation each (about 2 to 10 probes)")
     _add_engine_args(sp, prefixes=False)
     _add_calibration(sp)
     sp.set_defaults(func=run)
@@ -84,7 +89,13 @@ def run(args):
         unused = [f for f, v in (("--seeds", args.seeds), ("--horizon", args.horizon), ("--seed", args.seed))
                   if v is not None]
         args.horizon = None
+    if args.headroom and args.no_verify:
+        raise FastsimInputError("--headroom", True, "without --no-verify (the headroom is searched in simulation)")
     model, demand, source, notes = _resolve_workload(args, cat)
+    from ..workload import Workload
+    if args.headroom and isinstance(source, Workload):
+        raise FastsimInputError("--headroom", True, "with --scenario or synthetic lengths only (a trace has its own "
+                                "arrivals: fastsim capacity --trace scales it)")
     if unused:
         notes = list(notes) + [f"--no-verify ranks the plans analytically and simulates nothing: "
                                f"{', '.join(unused)} {'do' if len(unused) > 1 else 'does'} not apply"]
@@ -191,6 +202,8 @@ def run(args):
         # (simulate / capacity --from-plan load it from there)
         for r in records:
             r["model_path"] = model.source[len("config.json at "):]
+    if args.headroom:
+        _add_headroom(args, report, records, cat, model, demand, source, opts)
     rows = []
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
@@ -232,7 +245,7 @@ def run(args):
             report.notes.append(f"plan {i} passes but rejects {r.verification.rejected:,} requests "
                                 "(longer than the model's context or an instance's KV cache)")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
-               "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
+               "analytic capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
@@ -240,6 +253,12 @@ def run(args):
         headers.append("screen")
         for row, d in zip(rows, report.deployments):
             row.append(d.screen_view or "")
+    if args.headroom:      # after the analytic capacity
+        headers[11:11] = ["sim capacity req/s", "headroom"]
+        for row, r in zip(rows, records):
+            row[11:11] = [_fmt(r["simulated_capacity_req_per_s"], ".2f"),
+                          _fmt(r["headroom"] * 100 if r["headroom"] is not None else None, "+.1f") + (
+                              "%" if r["headroom"] is not None else "")]
     if spec is not None:   # speculative decoding screened: say which plans use it
         headers.insert(6, "spec dec")
         for row, d in zip(rows, report.deployments):
@@ -249,6 +268,45 @@ def run(args):
         print("\n" + "\n\n".join(launches))
     _notes_out(args, report.notes)
     return 0
+
+
+def _add_headroom(args, report, records, cat, model, demand, source, opts) -> None:
+    """``--headroom``: each shown plan's simulated capacity (:func:`fastsim.search.max_sustainable_rates`,
+    batched, the lecture policy) and headroom over the target rate, into its record, with a note."""
+    from ..search import SLO, max_sustainable_rates, unsimulated_reason
+    slo = SLO(demand.ttft_s, demand.tpot_s)
+    idx, plans = [], []
+    for i, (d, r) in enumerate(zip(report.deployments, records)):
+        why = unsimulated_reason(d.plan)
+        if why:
+            r["simulated_capacity_req_per_s"] = r["headroom"] = r["simulated_capacity_ci95_req_per_s"] = None
+            r.setdefault("null_reasons", {}).update(
+                simulated_capacity_ci95_req_per_s="not applicable: no simulated capacity",
+                simulated_capacity_req_per_s=f"not applicable: the capacity search runs the lecture policy, which "
+                                             f"cannot simulate this plan ({why})",
+                headroom="not applicable: no simulated capacity")
+        else:
+            idx.append(i)
+            plans.append(d.plan)
+    res = max_sustainable_rates(plans, source, slo, seeds=args.seeds, horizon_s=args.horizon, seeds_root=args.seed,
+                                catalog=cat, constants=opts.constants, models=[model] * len(plans)) if plans else []
+    for i, c in zip(idx, res):
+        r = records[i]
+        cap = c.rate_req_per_s
+        ok = cap == cap
+        r["simulated_capacity_req_per_s"] = float(cap) if ok else None
+        r["simulated_capacity_ci95_req_per_s"] = [float(x) for x in c.ci95] if ok and c.ci95[0] == c.ci95[0] else None
+        if r["simulated_capacity_ci95_req_per_s"] is None:
+            r.setdefault("null_reasons", {})["simulated_capacity_ci95_req_per_s"] = (
+                "not applicable: the bootstrap found no interval")
+        r["headroom"] = float(cap / demand.rate_req_per_s - 1.0) if ok else None
+        if not ok:
+            r.setdefault("null_reasons", {}).update(simulated_capacity_req_per_s="not applicable: the capacity "
+                                                    "search found no rate", headroom="not applicable: no capacity")
+    report.notes.append("--headroom: sim capacity req/s is the most requests per second each plan sustains in "
+                        f"simulation (fastsim.search.max_sustainable_rates, lecture policy, {args.seeds} seeds x "
+                        f"{args.horizon:g} s per probe); headroom = sim capacity / {demand.rate_req_per_s:g} req/s - 1; "
+                        "the analytic capacity is the screen's (SPEC §5)")
 
 
 def _bar_total(bar):
