@@ -187,3 +187,21 @@ def test_sweep_table_shows_the_axes_that_vary(capsys):
     assert sorted(line.split()[-1] for line in body) == ["128", "128", "cap)", "cap)"]
     rc, out, _ = run(capsys, *base)
     assert rc == 0 and "TPOT SLO s" not in out and "max_batch" not in out
+
+
+def test_a_calibration_of_h100_bf16_only_says_the_fp8_rows_keep_the_defaults(capsys, tmp_path):
+    from fastsim.constants import Calibration, CalibrationEntry
+    from fastsim.stepmodel import StepConstants
+    f = tmp_path / "cal.toml"
+    f.write_text(Calibration((CalibrationEntry("H100", "BF16", StepConstants(eta_compute=0.5),
+                                               fitted=("eta_compute",)),)).to_toml())
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--gpu", "H100", "--no-verify", "--top-k", "20",
+                     "--calibration", str(f), "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    fp8 = [str(i) for i, p in enumerate(doc["plans"], 1) if p["precision"] == "FP8"]
+    bf16 = [str(i) for i, p in enumerate(doc["plans"], 1) if p["precision"] == "BF16"]
+    assert fp8 and bf16
+    note = next(n for n in doc["notes"] if "has no constants for H100 FP8" in n)
+    assert re.findall(r"\d+", note.split(":")[0]) == fp8
+    assert not any("has no constants for H100 BF16" in n for n in doc["notes"])

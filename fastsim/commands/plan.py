@@ -204,6 +204,8 @@ def run(args):
             r["model_path"] = model.source[len("config.json at "):]
     if args.headroom:
         _add_headroom(args, report, records, cat, model, demand, source, opts)
+    if getattr(args, "calibration", None):
+        report.notes.extend(_calibration_notes(args.calibration, opts.constants, report.deployments))
     rows = []
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
@@ -307,6 +309,27 @@ def _add_headroom(args, report, records, cat, model, demand, source, opts) -> No
                         f"simulation (fastsim.search.max_sustainable_rates, lecture policy, {args.seeds} seeds x "
                         f"{args.horizon:g} s per probe); headroom = sim capacity / {demand.rate_req_per_s:g} req/s - 1; "
                         "the analytic capacity is the screen's (SPEC §5)")
+
+
+def _calibration_notes(path, calibration, deployments) -> list:
+    """A note naming the plans whose GPU and precision the calibration has no entry for (they keep
+    SPEC §3's default constants), e.g. FP8 rows under a calibration fitted on H100 BF16 only."""
+    entries = getattr(calibration, "entries", ())
+    def covered(gpu, prec):
+        g, p = str(gpu).upper(), str(prec).upper()
+        return any((e.gpu, e.precision) in ((g, p), (g, "*"), ("*", p), ("*", "*")) for e in entries)
+    missing = {}
+    for i, d in enumerate(deployments, 1):
+        p = d.plan
+        sides = [(p.gpu, p.precision)]
+        if p.heterogeneous:
+            sides.append((p.prefill_gpu_name, p.prefill_precision_name))
+        for g, pr in sides:
+            if not covered(g, pr):
+                missing.setdefault(f"{g} {pr}", []).append(str(i))
+    return [f"plan{'s' if len(ix) > 1 else ''} {', '.join(dict.fromkeys(ix))}: the calibration {path} has no "
+            f"constants for {pair}, so {'these rows use' if len(ix) > 1 else 'this row uses'} the default step "
+            "constants (SPEC §3)" for pair, ix in missing.items()]
 
 
 def _bar_total(bar):
