@@ -205,3 +205,30 @@ def test_a_calibration_of_h100_bf16_only_says_the_fp8_rows_keep_the_defaults(cap
     note = next(n for n in doc["notes"] if "has no constants for H100 FP8" in n)
     assert re.findall(r"\d+", note.split(":")[0]) == fp8
     assert not any("has no constants for H100 BF16" in n for n in doc["notes"])
+
+
+def _plotted_cost_scales(monkeypatch, tmp_path, df):
+    import matplotlib.figure
+    from fastsim.sweep import plot_sweep
+    scales = []
+    real = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *a, **k):
+        scales.append(tuple(ax.get_yscale() for ax in fig.axes[:2]))
+        return real(fig, *a, **k)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    plot_sweep(df, str(tmp_path))
+    return scales
+
+
+def test_pareto_cost_axis_is_logarithmic_when_the_costs_span_a_decade(monkeypatch, tmp_path):
+    from fastsim.sweep import run_sweep
+    narrow = run_sweep({"gpu": ["B200"], "precision": ["FP8"], "tp": [1, 2]}, verify="none")
+    c = narrow.loc[narrow.feasible, "usd_per_million_output_tokens"]
+    assert c.max() < 10 * c.min()
+    assert _plotted_cost_scales(monkeypatch, tmp_path / "a", narrow) == [("linear", "linear")]
+    # one outlier 40x the cheapest (as a $158/M plan beside $4/M ones)
+    wide = narrow.copy()
+    i = wide.index[wide.feasible][-1]
+    wide.loc[i, "usd_per_million_output_tokens"] = 40 * c.min()
+    assert _plotted_cost_scales(monkeypatch, tmp_path / "b", wide) == [("log", "log")]
