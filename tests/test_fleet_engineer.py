@@ -232,3 +232,55 @@ def test_pareto_cost_axis_is_logarithmic_when_the_costs_span_a_decade(monkeypatc
     i = wide.index[wide.feasible][-1]
     wide.loc[i, "usd_per_million_output_tokens"] = 40 * c.min()
     assert _plotted_cost_scales(monkeypatch, tmp_path / "b", wide) == [("log", "log")]
+
+
+FLEET_RATES = [4.0, 6.0, 10.0, 14.0, 20.0, 18.0, 12.0, 8.0, 6.0, 5.0, 4.0, 4.0]
+FLEET = ["--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1", "--chunk", "512",
+         "--rate-scale", "1", "--capacity", "1=15", "--capacity", "2=30", "--no-spares"]
+
+
+@pytest.fixture
+def fleet_profile(tmp_path):
+    path = tmp_path / "two-hours.csv"
+    path.write_text("window_start_s,rate_req_per_s\n" + "".join(f"{i * 600},{r}\n" for i, r in enumerate(FLEET_RATES)))
+    return str(path)
+
+
+def test_fleet_cold_start_reads_the_checkpoint_the_emitted_command_loads(capsys, fleet_profile):
+    from fastsim.emit import HF_CHECKPOINTS, launch_commands
+    cat = default_catalog()
+    m = cat.model("llama-3.1-70b")
+    rc, out, err = run(capsys, "fleet", "--profile", fleet_profile, *FLEET, "--format", "json")
+    assert rc == 0, err
+    cs = json.loads(out)["cold_start"]
+    # the FP8 plan serves the BF16 checkpoint with --quantization fp8: 141 GB read, not 70.6
+    assert HF_CHECKPOINTS["llama-3.1-70b"][1] == "BF16"
+    plan = plan_for(m, Demand.from_scenario(cat.scenario("chat")), gpu="B200", precision="FP8", tp=1, instances=1,
+                    catalog=cat)
+    cmd = launch_commands(plan, "vllm", cat, m)[0]["command"]
+    assert "--quantization" in cmd and cmd[cmd.index("--quantization") + 1] == "fp8"
+    assert cs["weight_bytes"] == m.total_params * 2
+    assert "BF16 weights" in cs["checkpoint"] and "quantized online to FP8" in cs["checkpoint"]
+    assert cs["total_s"] == pytest.approx(cs["weight_bytes"] / cs["load_bw_bytes_per_s"] + cs["fixed_start_s"])
+    # DeepSeek-V3 ships FP8 weights: an FP8 plan reads FP8 bytes
+    from fastsim.fleet.api import checkpoint_bytes
+    ds = cat.model("deepseek-v3")
+    b, what = checkpoint_bytes(ds, cat.precision("FP8"), cat)
+    assert b == ds.total_params * 1.0 and "FP8 weights" in what and "quantized" not in what
+
+
+def test_fleet_plot_title_names_the_instance_range(capsys, fleet_profile, tmp_path, monkeypatch):
+    import fastsim.fleet.api as api
+    titles = []
+    real = api.plot_fleet
+
+    def spy(res, path, *, title=""):
+        titles.append(title)
+        return real(res, path, title=title)
+    monkeypatch.setattr(api, "plot_fleet", spy)
+    import fastsim.fleet.command as fc
+    if hasattr(fc, "plot_fleet"):
+        monkeypatch.setattr(fc, "plot_fleet", spy)
+    rc, _, err = run(capsys, "fleet", "--profile", fleet_profile, *FLEET, "--plot", str(tmp_path / "f.png"))
+    assert rc == 0, err
+    assert titles and titles[0].endswith("B200 FP8 TP1, 1 to 2 instances (1 to 2 GPUs)"), titles
