@@ -284,3 +284,16 @@ def test_fleet_plot_title_names_the_instance_range(capsys, fleet_profile, tmp_pa
     rc, _, err = run(capsys, "fleet", "--profile", fleet_profile, *FLEET, "--plot", str(tmp_path / "f.png"))
     assert rc == 0, err
     assert titles and titles[0].endswith("B200 FP8 TP1, 1 to 2 instances (1 to 2 GPUs)"), titles
+
+
+def test_readme_headroom_example(capsys):
+    # README: "On chat, H100 FP8 TP2 x 2 shows 22.8 req/s analytic and about 20.6 simulated: 3% headroom"
+    text = " ".join(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split())
+    assert "H100 FP8 TP2 x 2 shows 22.8 req/s analytic and about 20.6 simulated: 3% headroom, not 14%" in text
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--gpu", "H100", "--precision", "FP8", "--tp", "2",
+                     "--mode", "colocated", "--headroom", "--format", "json")
+    assert rc == 0
+    p = json.loads(out)["plans"][0]
+    assert (p["tp"], p["instances"]) == (2, 2)
+    assert f"{p['capacity_req_per_s']:.1f}" == "22.8" and f"{p['capacity_req_per_s'] / 20 - 1:.0%}" == "14%"
+    assert 20.4 <= p["simulated_capacity_req_per_s"] <= 20.8 and f"{p['headroom']:.0%}" == "3%"
