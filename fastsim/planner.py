@@ -18,7 +18,8 @@ from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_positive
 from .search import SLO, RepairResult, repair, unsimulated_reason
 
-__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "plan_from_record", "unsimulated_reason"]
+__all__ = ["PlanReport", "PlannedDeployment", "gpu_budget_excess", "plan_deployment", "plan_from_record",
+           "unsimulated_reason"]
 
 
 @dataclass(frozen=True)
@@ -393,7 +394,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
                     rejection_budget: float = 0.0, search: str = "verified", spec_policy: str | None = "vllm",
-                    on_total=None) -> PlanReport:
+                    on_total=None, max_gpus: dict | None = None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -452,6 +453,10 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     on_total : callable(int), optional
         Called once, before the first ``progress``, with the number of configurations
         ``progress`` will count (a progress bar's total).
+    max_gpus : dict of str to int, optional
+        GPUs available per GPU type (catalog names): a plan that uses more of a type (at its
+        final count; each side of a heterogeneous plan on its own GPU) is left out of the
+        deployments, with a note (:func:`gpu_budget_excess`).
 
     Returns
     -------
@@ -483,13 +488,17 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     if refused is not None:
         raise refused
     spec_engine = _spec_engine(spec_policy, engine, seed)
+    max_gpus = _check_budget(max_gpus, catalog)
     if search == "verified" and verify:
         return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
-                                     options, progress, engine, rejection_budget, spec_engine, on_total)
+                                     options, progress, engine, rejection_budget, spec_engine, on_total, max_gpus)
     from .verified import verification_engine
     grid = screen(model, demand, catalog=catalog, options=options)
     served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
-    feas = _distinct_rows(grid[grid.feasible], int(top_k), model, catalog, options)
+    feas = grid[grid.feasible]
+    if max_gpus:       # the screen's plans within the budget (a repair may still exceed it: left out below)
+        feas = feas[[not gpu_budget_excess(p, max_gpus) for p in feas.plan]]
+    feas = _distinct_rows(feas, int(top_k), model, catalog, options)
     slo = SLO(demand.ttft_s, demand.tpot_s)
     deployments = []
     workloads = None
@@ -518,6 +527,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
     final = [deployments[i] for i in order]
+    final, budget_notes = _within_budget(final, max_gpus)
     skipped = {}
     for k, d in enumerate(final, 1):
         why = verification_engine(d.analytic, engine, spec_engine, prefixes)[1] if verify else ""
@@ -525,8 +535,57 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
             skipped.setdefault(why, []).append(str(k))
     notes = [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "
              f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
-    notes += _shared_notes(final, engine)
+    notes += _shared_notes(final, engine) + budget_notes
     return PlanReport(final, grid, demand, notes)
+
+
+def gpu_budget_excess(plan: Plan, max_gpus: dict) -> str:
+    """How ``plan`` exceeds a GPU budget ("" when it does not).
+
+    Parameters
+    ----------
+    plan : Plan
+    max_gpus : dict of str to int
+        GPUs available per catalog GPU name; a type not named is unbounded.
+
+    Returns
+    -------
+    str
+        E.g. ``"H100: 12 > 8"`` (each side of a heterogeneous plan counts on its own GPU).
+    """
+    use = {}
+    if plan.mode == "disaggregated" and plan.heterogeneous:
+        use[plan.prefill_gpu_name] = use.get(plan.prefill_gpu_name, 0) + plan.prefill_tp * plan.prefill_instances
+        use[plan.gpu] = use.get(plan.gpu, 0) + plan.decode_tp * plan.decode_instances
+    else:
+        use[plan.gpu] = plan.gpus
+    return ", ".join(f"{g}: {n} > {max_gpus[g]}" for g, n in use.items() if g in max_gpus and n > max_gpus[g])
+
+
+def _check_budget(max_gpus, catalog):
+    """``max_gpus`` with catalog names, checked (None when not given)."""
+    if not max_gpus:
+        return None
+    out = {}
+    for g, n in dict(max_gpus).items():
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise FastsimInputError(f"max_gpus[{g}]", n, "an integer >= 1")
+        out[catalog.gpu(g).name] = int(n)
+    return out
+
+
+def _within_budget(deployments: list, max_gpus) -> tuple:
+    """The deployments within the GPU budget, and a note on those left out."""
+    if not max_gpus:
+        return deployments, []
+    keep, out = [], []
+    for d in deployments:
+        (out if gpu_budget_excess(d.plan, max_gpus) else keep).append(d)
+    if not out:
+        return keep, []
+    budget = ", ".join(f"{g} {n}" for g, n in max_gpus.items())
+    return keep, [f"{len(out)} plan{'s' if len(out) != 1 else ''} left out: more GPUs than available ({budget}; "
+                  "--max-gpus)"]
 
 
 def _spec_engine(spec_policy, engine, seed):
@@ -583,7 +642,7 @@ def _shared_notes(shown, engine) -> list:
 
 
 def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, catalog, options, progress, engine,
-                          rejection_budget, spec_engine=None, on_total=None) -> PlanReport:
+                          rejection_budget, spec_engine=None, on_total=None, max_gpus=None) -> PlanReport:
     """:func:`plan_deployment` with ``search="verified"``."""
     from .verified import plan_verified
     workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed)
@@ -610,7 +669,10 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
                                              screen=_screen_kind(options), served_fraction=served.served_fraction,
                                              same_as=same))
     grid = screen(model, demand, catalog=catalog, options=options)
-    shown = _ranked(deployments, [d for d, _ in unsimulated], top_k)
+    n_verified = len(deployments)
+    deployments, budget_notes = _within_budget(deployments, max_gpus)
+    unsim, unsim_notes = _within_budget([d for d, _ in unsimulated], max_gpus)
+    shown = _ranked(deployments, unsim, top_k)
     notes = []
     skipped = {}
     for k, d in enumerate(shown, 1):
@@ -636,9 +698,13 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
     if over:
         notes.append(f"plan{'s' if len(over) > 1 else ''} {', '.join(over)}: fewer instances than the screen sized pass")
     notes += _shared_notes(shown, engine)
+    if max_gpus and (budget_notes or unsim_notes):
+        n_out = sum(int(n.split()[0]) for n in budget_notes + unsim_notes)
+        notes.append(f"{n_out} plan{'s' if n_out != 1 else ''} left out: more GPUs than available ("
+                     + ", ".join(f"{g} {n}" for g, n in max_gpus.items()) + "; --max-gpus)")
     if pruned:
         from collections import Counter
-        n = len(deployments)
+        n = n_verified
         notes.append(f"{n} configuration{'' if n == 1 else 's'} verified, {len(pruned)} pruned as hopeless: "
                      + "; ".join(f"{w} ({n})" for w, n in Counter(pruned).most_common()))
     return PlanReport(shown, grid, demand, notes)

@@ -297,3 +297,24 @@ def test_readme_headroom_example(capsys):
     assert (p["tp"], p["instances"]) == (2, 2)
     assert f"{p['capacity_req_per_s']:.1f}" == "22.8" and f"{p['capacity_req_per_s'] / 20 - 1:.0%}" == "14%"
     assert 20.4 <= p["simulated_capacity_req_per_s"] <= 20.8 and f"{p['headroom']:.0%}" == "3%"
+
+
+def test_max_gpus_no_plan_uses_more_than_is_available(capsys):
+    argv = ["plan", "--scenario", "chat", "--model", "deepseek-v3", "--gpu", "H200", "--precision", "FP8",
+            "--tp", "8", "--tp", "16", "--seeds", "2", "--horizon", "120", "--format", "json"]
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0
+    free = json.loads(out)["plans"]
+    assert max(p["gpus"] for p in free) > 8
+    rc, out, _ = run(capsys, *argv, "--max-gpus", "H200=8")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["plans"] and all(p["gpus"] <= 8 for p in doc["plans"])
+    # the same plans as without the budget, those within it, in the same order
+    assert [(p["layout"], p["gpus"], p.get("instances")) for p in doc["plans"]] == \
+        [(p["layout"], p["gpus"], p.get("instances")) for p in free if p["gpus"] <= 8]
+    assert any("left out: more GPUs than available (H200 8; --max-gpus)" in n for n in doc["notes"])
+    rc, _, err = run(capsys, *argv, "--max-gpus", "B200=8")
+    assert rc == 2 and "--max-gpus" in err and "B200=8" in err
+    rc, _, err = run(capsys, *argv, "--max-gpus", "H200=0")
+    assert rc == 2 and "--max-gpus" in err

@@ -17,6 +17,19 @@ from ..layouts import LAYOUTS
 _PLAN_LABELS = {"ttft_p90_s": "TTFT P90", "tpot_p90_s": "TPOT P90"}
 
 
+def _gpu_budget(text):
+    """argparse type of ``--max-gpus GPU=N``: ``(gpu name, N)``."""
+    import argparse
+    name, _, n = text.partition("=")
+    try:
+        k = int(n)
+    except ValueError:
+        k = 0
+    if not name or k < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: GPU=N with N an integer >= 1, e.g. H100=16")
+    return name, k
+
+
 def add_parser(sub):
     """Add the ``plan`` sub-command to ``sub`` (the sub-parsers of :func:`fastsim.cli.build_parser`)."""
     sp = sub.add_parser("plan", help="find the cheapest verified deployment")
@@ -68,6 +81,9 @@ def add_parser(sub):
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "
                          "instances cannot hold their KV) and still pass (default 0: such a plan fails)")
+    sp.add_argument("--max-gpus", action="append", type=_gpu_budget, metavar="GPU=N",
+                    help="GPUs of this type available (repeatable): no plan shown uses more (a plan that needs "
+                         "more is left out, with a note)")
     sp.add_argument("--headroom", action="store_true",
                     help="also search the simulated capacity of each plan shown (fastsim.search."
                          "max_sustainable_rates, the lecture policy, --seeds runs of --horizon s per probe) and its "
@@ -139,6 +155,19 @@ def run(args):
                          heterogeneous=args.heterogeneous, **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
+    max_gpus = None
+    if args.max_gpus:
+        grid_gpus = {cat.gpu(g).name for g in (opts.gpus or cat.default_gpus())}
+        max_gpus = {}
+        for g, n in args.max_gpus:
+            name = cat.gpu(g).name
+            if name in max_gpus:
+                raise FastsimInputError("--max-gpus", f"{g}={n}", f"one budget per GPU ({name} already has "
+                                        f"{max_gpus[name]})")
+            if name not in grid_gpus:
+                raise FastsimInputError("--max-gpus", f"{g}={n}", "a GPU of the plan's grid (" +
+                                        ", ".join(sorted(grid_gpus)) + "; --gpu adds GPUs to it)")
+            max_gpus[name] = n
     for p in opts.precisions or ():
         cat.precision(p)
     try:
@@ -192,7 +221,7 @@ def run(args):
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine,
                              rejection_budget=args.rejection_budget, search=args.search,
-                             on_total=_bar_total(bar) if bar else None)
+                             on_total=_bar_total(bar) if bar else None, max_gpus=max_gpus)
     if bar:
         bar.close()
     report.notes.extend(notes)
