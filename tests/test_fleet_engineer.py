@@ -318,3 +318,16 @@ def test_max_gpus_no_plan_uses_more_than_is_available(capsys):
     assert rc == 2 and "--max-gpus" in err and "B200=8" in err
     rc, _, err = run(capsys, *argv, "--max-gpus", "H200=0")
     assert rc == 2 and "--max-gpus" in err
+
+
+def test_sweep_verification_slots_go_to_distinct_deployments():
+    from fastsim.sweep import run_sweep
+    df = run_sweep({"model": ["deepseek-v3"], "gpu": ["H200"], "precision": ["FP8"], "tp": [8],
+                    "layout": ["tp", "tp+ep", "dp+ep"]}, verify="top-k-per-scenario", top_k=3, seeds=1,
+                   horizon_s=60.0)
+    col = df[df["mode"] == "colocated"].set_index("layout")
+    # TP8 and TP8+EP8 are one deployment: the cheaper-ranked one takes the slot, the other none
+    assert col.loc["tp", "verified"] and not col.loc["tp+ep", "verified"]
+    assert col.loc["tp", "usd_per_million_output_tokens"] == col.loc["tp+ep", "usd_per_million_output_tokens"]
+    # three slots, three distinct deployments
+    assert int(df["verified"].sum()) == 3
