@@ -189,7 +189,8 @@ class PlannedDeployment:
 
         def explain_top(k, x):
             if k == "verification":
-                why = unsimulated_reason(self.analytic)
+                from .verified import verification_engine
+                why = verification_engine(self.analytic, None, None)[1]
                 return ("not applicable: not simulated (" + (why or "analytic ranking only, or below the verified "
                                                                     "top k") + ")")
             if k == "instance_capacity_req_per_s":
