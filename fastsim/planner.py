@@ -394,7 +394,7 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
-                    rejection_budget: float = 0.0, search: str = "verified", spec_policy: str | None = "vllm",
+                    rejection_budget: float = 0.0, search: str = "verified", spec_policy: str | None = None,
                     on_total=None, max_gpus: dict | None = None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
@@ -449,8 +449,9 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     spec_policy : {"vllm", "sglang"} or None
         With ``engine`` None (the lecture policy, which has no speculative decoding): the engine
         policy that verifies the colocated plans sized with speculative decoding
-        (:func:`fastsim.verified.verification_engine`), default ``vllm``, with a note; None
-        leaves them unverified, listed where their analytic cost ranks.
+        (:func:`fastsim.verified.verification_engine`), with a note (``fastsim plan`` passes
+        ``vllm``); None (the default) leaves them unverified, listed where their analytic cost
+        ranks.
     on_total : callable(int), optional
         Called once, before the first ``progress``, with the number of configurations
         ``progress`` will count (a progress bar's total).

@@ -138,14 +138,14 @@ def test_progress_total_counts_the_configurations_verified():
     assert totals == [2] and len(ticks) == 2
 
 
-def test_spec_policy_none_leaves_speculative_plans_where_their_cost_ranks():
+def test_the_api_default_leaves_speculative_plans_where_their_cost_ranks():
     cat = default_catalog()
     scen = cat.scenario("chat")
     d = Demand.from_scenario(scen, tpot_s=0.02)
     rep = plan_deployment("deepseek-v3", d, scen, top_k=4, seeds=1, horizon_s=60.0,
                           options=ScreenOptions(gpus=["H200"], precisions=("FP8",), tps=(8,), spec_alpha=0.8,
                                                 spec_gammas=(4,), modes=("colocated",)),
-                          spec_policy=None, search="screen")
+                          search="screen")      # spec_policy None, the API's default
     costs = [x.usd_per_million_output_tokens for x in rep.deployments]
     assert rep.deployments[0].repair is None and rep.deployments[0].plan.spec_gamma == 4
     assert costs == sorted(costs)
@@ -331,3 +331,15 @@ def test_sweep_verification_slots_go_to_distinct_deployments():
     assert col.loc["tp", "usd_per_million_output_tokens"] == col.loc["tp+ep", "usd_per_million_output_tokens"]
     # three slots, three distinct deployments
     assert int(df["verified"].sum()) == 3
+
+
+def test_spec_policy_vllm_verifies_speculative_plans_in_the_screen_pipeline():
+    cat = default_catalog()
+    scen = cat.scenario("chat")
+    rep = plan_deployment("deepseek-v3", Demand.from_scenario(scen, tpot_s=0.02), scen, top_k=2, seeds=1,
+                          horizon_s=60.0, search="screen", spec_policy="vllm",
+                          options=ScreenOptions(gpus=["H200"], precisions=("FP8",), tps=(8,), spec_alpha=0.8,
+                                                spec_gammas=(4,), modes=("colocated",)))
+    spec = [d for d in rep.deployments if d.plan.spec_gamma]
+    assert spec and all(d.repair is not None and d.repair.verification.policy == "vllm" for d in spec)
+    assert any("chosen automatically" in n for n in rep.notes)

@@ -221,7 +221,8 @@ def run(args):
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine,
                              rejection_budget=args.rejection_budget, search=args.search,
-                             on_total=_bar_total(bar) if bar else None, max_gpus=max_gpus)
+                             on_total=_bar_total(bar) if bar else None, max_gpus=max_gpus,
+                             spec_policy="vllm")   # speculative plans: a policy that simulates them
     if bar:
         bar.close()
     report.notes.extend(notes)
