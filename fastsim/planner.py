@@ -18,7 +18,8 @@ from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_positive
 from .search import SLO, RepairResult, repair, unsimulated_reason
 
-__all__ = ["PlanReport", "PlannedDeployment", "plan_deployment", "plan_from_record", "unsimulated_reason"]
+__all__ = ["PlanReport", "PlannedDeployment", "gpu_budget_excess", "plan_deployment", "plan_from_record",
+           "unsimulated_reason"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,21 @@ class PlannedDeployment:
     #: Share of the offered requests within the model's context (the rest are rejected and serve no
     #: output tokens): the cost divides by the served output, as the screen's does.
     served_fraction: float = 1.0
+    #: The screen's plans of other layouts that are the same deployment for the step model
+    #: (:func:`fastsim.verified.same_deployment_key`): simulated once, listed once.
+    same_as: tuple = ()
+
+    @property
+    def layout_labels(self) -> list:
+        """Every instance label that gives this deployment (list of str): its own first, then those of
+        :attr:`same_as` (``TP8``, ``TP8+EP8``; ``P:TP8 D:TP8`` for a disaggregated plan)."""
+        out = []
+        for p in (self.plan,) + tuple(self.same_as):
+            lab = (p.label(p.tp) if p.mode == "colocated"
+                   else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}")
+            if lab not in out:
+                out.append(lab)
+        return out
 
     @property
     def plan(self) -> Plan:
@@ -130,6 +146,8 @@ class PlannedDeployment:
                  price_usd_per_gpu_hour=p.price_usd_per_gpu_hour, usd_per_hour=p.price_usd_per_hour,
                  rate_req_per_s=self.rate_req_per_s,
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
+        if self.same_as:      # other layouts the step model cannot tell from this one
+            d["same_deployment_layouts"] = list(dict.fromkeys([p.layout] + [q.layout for q in self.same_as]))
         if self.screen_view is not None:
             d.update(screen_view=self.screen_view, screen_reason=self.screen_reason or None)
             if self.screen_view == "missed":     # the screen sized none: no analytic capacity
@@ -171,7 +189,8 @@ class PlannedDeployment:
 
         def explain_top(k, x):
             if k == "verification":
-                why = unsimulated_reason(self.analytic)
+                from .verified import verification_engine
+                why = verification_engine(self.analytic, None, None)[1]
                 return ("not applicable: not simulated (" + (why or "analytic ranking only, or below the verified "
                                                                     "top k") + ")")
             if k == "instance_capacity_req_per_s":
@@ -375,7 +394,8 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     horizon_s: float = 600.0, verify: bool = True, seed: int = 0,
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
-                    rejection_budget: float = 0.0, search: str = "verified") -> PlanReport:
+                    rejection_budget: float = 0.0, search: str = "verified", spec_policy: str | None = None,
+                    on_total=None, max_gpus: dict | None = None) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -426,6 +446,19 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         the ``top_k`` cheapest reported, each with how the screen saw it (``screen_view``).
         ``screen``: the lecture's pipeline (the screen's ``top_k`` feasible plans, verified and
         repaired), kept so that its lessons stay reproducible.
+    spec_policy : {"vllm", "sglang"} or None
+        With ``engine`` None (the lecture policy, which has no speculative decoding): the engine
+        policy that verifies the colocated plans sized with speculative decoding
+        (:func:`fastsim.verified.verification_engine`), with a note (``fastsim plan`` passes
+        ``vllm``); None (the default) leaves them unverified, listed where their analytic cost
+        ranks.
+    on_total : callable(int), optional
+        Called once, before the first ``progress``, with the number of configurations
+        ``progress`` will count (a progress bar's total).
+    max_gpus : dict of str to int, optional
+        GPUs available per GPU type (catalog names): a plan that uses more of a type (at its
+        final count; each side of a heterogeneous plan on its own GPU) is left out of the
+        deployments, with a note (:func:`gpu_budget_excess`).
 
     Returns
     -------
@@ -456,25 +489,34 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     refused = _grid_refusal(model, catalog, options)
     if refused is not None:
         raise refused
+    spec_engine = _spec_engine(spec_policy, engine, seed)
+    max_gpus = _check_budget(max_gpus, catalog)
     if search == "verified" and verify:
         return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
-                                     options, progress, engine, rejection_budget)
+                                     options, progress, engine, rejection_budget, spec_engine, on_total, max_gpus)
+    from .verified import verification_engine
     grid = screen(model, demand, catalog=catalog, options=options)
     served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
-    feas = grid[grid.feasible].head(int(top_k))
+    feas = grid[grid.feasible]
+    if max_gpus:       # the screen's plans within the budget (a repair may still exceed it: left out below)
+        feas = feas[[not gpu_budget_excess(p, max_gpus) for p in feas.plan]]
+    feas = _distinct_rows(feas, int(top_k), model, catalog, options)
     slo = SLO(demand.ttft_s, demand.tpot_s)
     deployments = []
     workloads = None
     if verify and len(feas):
         workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed)
     prefixes = getattr(source, "prefix", None) is not None
-    for _, row in feas.iterrows():
+    if on_total is not None:
+        on_total(len(feas))
+    for row, same in feas:
         r = None
-        if verify and not unsimulated_reason(row.plan, engine, prefixes):
+        eng, why = verification_engine(row.plan, engine, spec_engine, prefixes)
+        if verify and not why:
             r = repair(row.plan, workloads, slo, horizon_s=sim_horizon,
                        latency_prompt_tokens=demand.latency_prompt_tokens,
                        latency_output_tokens=demand.latency_output_tokens, max_added=max_added,
-                       catalog=catalog, constants=options.constants, model=model, engine=engine,
+                       catalog=catalog, constants=options.constants, model=model, engine=eng,
                        rejection_budget=rejection_budget)
         if progress is not None:
             progress()
@@ -482,38 +524,143 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                                              float(row.efficiency_usd_per_million_output_tokens),
                                              demand.rate_req_per_s, served.mean_output_tokens,
                                              demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
-                                             served_fraction=served.served_fraction))
+                                             served_fraction=served.served_fraction, same_as=same))
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
     final = [deployments[i] for i in order]
+    final, budget_notes = _within_budget(final, max_gpus)
     skipped = {}
     for k, d in enumerate(final, 1):
-        why = unsimulated_reason(d.analytic, engine, prefixes) if verify else ""
+        why = verification_engine(d.analytic, engine, spec_engine, prefixes)[1] if verify else ""
         if why:
             skipped.setdefault(why, []).append(str(k))
     notes = [f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} not simulated: {why}; "
              f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
+    notes += _shared_notes(final, engine) + budget_notes
     return PlanReport(final, grid, demand, notes)
 
 
+def gpu_budget_excess(plan: Plan, max_gpus: dict) -> str:
+    """How ``plan`` exceeds a GPU budget ("" when it does not).
+
+    Parameters
+    ----------
+    plan : Plan
+    max_gpus : dict of str to int
+        GPUs available per catalog GPU name; a type not named is unbounded.
+
+    Returns
+    -------
+    str
+        E.g. ``"H100: 12 > 8"`` (each side of a heterogeneous plan counts on its own GPU).
+    """
+    use = {}
+    if plan.mode == "disaggregated" and plan.heterogeneous:
+        use[plan.prefill_gpu_name] = use.get(plan.prefill_gpu_name, 0) + plan.prefill_tp * plan.prefill_instances
+        use[plan.gpu] = use.get(plan.gpu, 0) + plan.decode_tp * plan.decode_instances
+    else:
+        use[plan.gpu] = plan.gpus
+    return ", ".join(f"{g}: {n} > {max_gpus[g]}" for g, n in use.items() if g in max_gpus and n > max_gpus[g])
+
+
+def _check_budget(max_gpus, catalog):
+    """``max_gpus`` with catalog names, checked (None when not given)."""
+    if not max_gpus:
+        return None
+    out = {}
+    for g, n in dict(max_gpus).items():
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise FastsimInputError(f"max_gpus[{g}]", n, "an integer >= 1")
+        out[catalog.gpu(g).name] = int(n)
+    return out
+
+
+def _within_budget(deployments: list, max_gpus) -> tuple:
+    """The deployments within the GPU budget, and a note on those left out."""
+    if not max_gpus:
+        return deployments, []
+    keep, out = [], []
+    for d in deployments:
+        (out if gpu_budget_excess(d.plan, max_gpus) else keep).append(d)
+    if not out:
+        return keep, []
+    budget = ", ".join(f"{g} {n}" for g, n in max_gpus.items())
+    return keep, [f"{len(out)} plan{'s' if len(out) != 1 else ''} left out: more GPUs than available ({budget}; "
+                  "--max-gpus)"]
+
+
+def _spec_engine(spec_policy, engine, seed):
+    """The engine that verifies speculative plans under the lecture policy (None: leave them unverified)."""
+    if spec_policy is None or engine is not None:
+        return None
+    if spec_policy not in ("vllm", "sglang"):
+        raise FastsimInputError("spec_policy", spec_policy, "vllm, sglang or None")
+    return {"policy": spec_policy, "spec_seed": int(seed)}
+
+
+def _distinct_rows(feas, top_k: int, model, catalog, options) -> list:
+    """The first ``top_k`` distinct deployments of the screen's feasible rows, each with the
+    plans of the later rows that are the same deployment (:func:`fastsim.verified.same_deployment_key`)."""
+    from .verified import same_deployment_key
+    out, index = [], {}
+    for _, row in feas.iterrows():
+        try:
+            key = same_deployment_key(row.plan, catalog, options.constants, model)
+        except FastsimInputError:
+            key = object()
+        if key in index:
+            out[index[key]][1].append(row.plan)
+            continue
+        if len(out) == top_k:
+            continue       # later rows may still be the same deployment as one shown
+        index[key] = len(out)
+        out.append((row, []))
+    return [(row, tuple(same)) for row, same in out]
+
+
+def _shared_notes(shown, engine) -> list:
+    """Notes on the shown plans: those listed once for several layouts, those verified under an engine
+    policy although the verification's is the lecture's (speculative decoding)."""
+    notes = []
+    merged = [f"{k} ({' = '.join(d.layout_labels)})" for k, d in enumerate(shown, 1) if d.same_as]
+    if merged:
+        notes.append(f"plan{'s' if len(merged) > 1 else ''} {', '.join(merged)}: layouts that are the same "
+                     "deployment for the step model (the same step parameters, the all-reduce and all-to-all counts "
+                     "compared as the communication seconds they give, and the same instance counts, chunk and batch: "
+                     "the simulator runs the same thing, up to floating-point rounding; "
+                     "fastsim.verified.same_deployment_key), simulated and listed once")
+    if engine is None:
+        by = {}
+        for k, d in enumerate(shown, 1):
+            pol = d.repair.verification.policy if d.repair is not None else "lecture"
+            if pol != "lecture":
+                by.setdefault(pol, []).append(str(k))
+        for pol, ix in by.items():
+            notes.append(f"plan{'s' if len(ix) > 1 else ''} {', '.join(ix)} verified under the {pol} policy, chosen "
+                         "automatically: speculative decoding, which the lecture policy does not simulate "
+                         "(fastsim.sim.policy; --policy names the policy of every plan)")
+    return notes
+
+
 def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, catalog, options, progress, engine,
-                          rejection_budget) -> PlanReport:
+                          rejection_budget, spec_engine=None, on_total=None, max_gpus=None) -> PlanReport:
     """:func:`plan_deployment` with ``search="verified"``."""
     from .verified import plan_verified
     workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed)
     prefixes = getattr(source, "prefix", None) is not None
     out = plan_verified(model, demand, workloads, sim_horizon, catalog=catalog, options=options, engine=engine,
-                        rejection_budget=rejection_budget, progress=progress, prefixes=prefixes)
+                        rejection_budget=rejection_budget, progress=progress, prefixes=prefixes,
+                        spec_engine=spec_engine, on_total=on_total)
     deployments = []
     pruned = []
     unsimulated = []
     served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
-    for plan, rr, view, why, sp, cost, eff in out:
+    for plan, rr, view, why, sp, cost, eff, same in out:
         if view == "not simulated":
             unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, served.mean_output_tokens,
                                                   demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
-                                                  served_fraction=served.served_fraction), why))
+                                                  served_fraction=served.served_fraction, same_as=same), why))
             continue
         if rr is None:
             pruned.append(why)
@@ -521,13 +668,13 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
         deployments.append(PlannedDeployment(sp, rr, cost, eff, demand.rate_req_per_s, served.mean_output_tokens,
                                              demand.ttft_s, demand.tpot_s, screen_view=view,
                                              screen_reason=why if view == "missed" else "",
-                                             screen=_screen_kind(options), served_fraction=served.served_fraction))
+                                             screen=_screen_kind(options), served_fraction=served.served_fraction,
+                                             same_as=same))
     grid = screen(model, demand, catalog=catalog, options=options)
-    # passing plans first; the screen's figures for the plans the simulator cannot run as sized
-    # come after them, then the failing ones
-    passing = [d for d in deployments if d.repair.passed]
-    failing = [d for d in deployments if not d.repair.passed]
-    shown = (passing + [d for d, _ in unsimulated] + failing)[:top_k]
+    n_verified = len(deployments)
+    deployments, budget_notes = _within_budget(deployments, max_gpus)
+    unsim, unsim_notes = _within_budget([d for d, _ in unsimulated], max_gpus)
+    shown = _ranked(deployments, unsim, top_k)
     notes = []
     skipped = {}
     for k, d in enumerate(shown, 1):
@@ -552,9 +699,26 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
     over = [str(k) for k, d in enumerate(shown, 1) if d.screen_view == "over-sized"]
     if over:
         notes.append(f"plan{'s' if len(over) > 1 else ''} {', '.join(over)}: fewer instances than the screen sized pass")
+    notes += _shared_notes(shown, engine)
+    if max_gpus and (budget_notes or unsim_notes):
+        n_out = sum(int(n.split()[0]) for n in budget_notes + unsim_notes)
+        notes.append(f"{n_out} plan{'s' if n_out != 1 else ''} left out: more GPUs than available ("
+                     + ", ".join(f"{g} {n}" for g, n in max_gpus.items()) + "; --max-gpus)")
     if pruned:
         from collections import Counter
-        n = len(deployments)
+        n = n_verified
         notes.append(f"{n} configuration{'' if n == 1 else 's'} verified, {len(pruned)} pruned as hopeless: "
                      + "; ".join(f"{w} ({n})" for w, n in Counter(pruned).most_common()))
     return PlanReport(shown, grid, demand, notes)
+
+
+def _ranked(verified: list, unsimulated: list, top_k: int) -> list:
+    """The plans shown: passing and not-simulated plans together by cost (a not-simulated plan where
+    its analytic cost ranks, so that none cheaper than a shown passing plan is left out), then the
+    failing ones; the first ``top_k``."""
+    passing = [d for d in verified if d.repair.passed]
+    failing = [d for d in verified if not d.repair.passed]
+    # a stable sort: passing plans keep their order (by verified price) among equal costs, and
+    # come before a not-simulated plan of the same cost
+    ranked = sorted(passing + list(unsimulated), key=lambda d: (d.usd_per_million_output_tokens, d.repair is None))
+    return (ranked + failing)[:top_k]

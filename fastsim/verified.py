@@ -41,7 +41,7 @@ from .errors import FastsimInputError
 from .search import SLO, RepairResult, lone_request_check, repair, unsimulated_reason, verify
 from .stepmodel import layout_refusal
 
-__all__ = ["plan_verified", "SCREEN_VIEWS"]
+__all__ = ["plan_verified", "verification_engine", "same_deployment_key", "SCREEN_VIEWS"]
 
 #: How the screen saw a verified plan (``PlannedDeployment.screen_view``).
 SCREEN_VIEWS = ("kept", "over-sized", "under-sized", "missed")
@@ -98,7 +98,8 @@ def _hopeless(v) -> bool:
 
 def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: float, *, catalog: Catalog | None = None,
                   options: ScreenOptions = ScreenOptions(), engine: dict | None = None, rejection_budget: float = 0.0,
-                  max_instances: int = 64, progress=None, prefixes: bool = False) -> list:
+                  max_instances: int = 64, progress=None, prefixes: bool = False,
+                  spec_engine: dict | None = None, on_total=None) -> list:
     """Every configuration of the screen's grid at its cheapest passing count, cheapest first.
 
     Parameters
@@ -121,10 +122,17 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
         sized for prefix hits can then be simulated under an engine policy.
     progress : callable(), optional
         Called after each configuration.
+    spec_engine : dict, optional
+        With ``engine`` None (the lecture policy): the engine that verifies the colocated plans
+        sized with speculative decoding (:func:`verification_engine`); None leaves them not
+        simulated.
+    on_total : callable(int), optional
+        Called once, before the first ``progress``, with the number of configurations that
+        ``progress`` will count.
 
     Returns
     -------
-    list of (Plan, RepairResult or None, str, str, Plan, float, float)
+    list of (Plan, RepairResult or None, str, str, Plan, float, float, tuple of Plan)
         Per configuration: the verified plan (at its cheapest passing count, or the last count
         tried; None for a pruned disaggregated or refused configuration), its
         :class:`~fastsim.search.RepairResult` (None when pruned), how the screen saw it
@@ -132,8 +140,9 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
         run as the screen sized it: speculative decoding or prefix hits under the lecture
         policy), the reason (screen's, pruning's, the simulator's or the count
         search's), the screen's own plan, and the screen's integer and efficiency costs (US
-        dollars per million output tokens, inf where it found none); passing plans first by
-        verified cost, then the rest.
+        dollars per million output tokens, inf where it found none), and the screen's plans of
+        the other rows that are the same deployment (:func:`same_deployment_key`: simulated
+        once, for the first); passing plans first by verified cost, then the rest.
 
     Raises
     ------
@@ -149,12 +158,15 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     kw = dict(horizon_s=horizon_s, catalog=catalog, constants=options.constants, model=model, engine=engine,
               rejection_budget=rejection_budget)
     out = []
-    for _, row in grid.iterrows():
+    groups = _grid_groups(grid, model, demand, catalog, options)
+    if on_total is not None:
+        on_total(len(groups))
+    for row, same in groups:
         n_before = len(out)
         costs = (float(row.usd_per_million_output_tokens), float(row.efficiency_usd_per_million_output_tokens))
         _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, int(max_instances),
-                 prefixes)
-        out[n_before:] = [e + costs for e in out[n_before:]]
+                 prefixes, spec_engine)
+        out[n_before:] = [e + costs + (tuple(same),) for e in out[n_before:]]
         if progress is not None:
             progress()
     out.sort(key=lambda e: (not (e[1] is not None and e[1].passed), e[1] is None,
@@ -162,12 +174,156 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     return out
 
 
+def verification_engine(plan, engine: dict | None, spec_engine: dict | None, prefixes: bool = False) -> tuple:
+    """The engine policy that verifies ``plan`` and why it cannot be simulated ("" when it can).
+
+    The lecture policy (``engine`` None) has no speculative decoding; a colocated plan sized with
+    it is then verified under ``spec_engine`` (e.g. ``{"policy": "vllm"}``, whose kernel
+    simulates the draft and the verify step, :mod:`fastsim.sim.policy`) rather than left
+    unsimulated.
+
+    Parameters
+    ----------
+    plan : Plan
+    engine : dict or None
+        The verification's engine (``engine`` of :func:`fastsim.search.verify`; None: lecture).
+    spec_engine : dict or None
+        The engine for speculative plans under the lecture policy; None leaves them unsimulated.
+    prefixes : bool
+        The workloads carry prefix blocks (:func:`fastsim.search.unsimulated_reason`).
+
+    Returns
+    -------
+    tuple of (dict or None, str)
+        The engine to verify under, and the reason the plan is not simulated ("" when it is).
+    """
+    why = unsimulated_reason(plan, engine, prefixes)
+    if why and engine is None and plan.spec_gamma and plan.mode != "colocated":
+        why = ("speculative decoding on a disaggregated plan, which no policy of the simulator runs (the lecture "
+               "policy has no speculation, the engine policies model colocated instances)")
+    if (why and engine is None and spec_engine is not None and plan.spec_gamma
+            and not unsimulated_reason(plan, spec_engine, prefixes)):
+        return spec_engine, ""
+    return engine, why
+
+
+def same_deployment_key(plan, catalog: Catalog | None = None, constants=None, model: Model | None = None) -> tuple:
+    """What the simulator runs for ``plan``: two plans with equal keys are the same deployment.
+
+    The key is built from the simulator's inputs, not from labels: the step-parameter vectors of
+    :func:`fastsim.search.sim_plan` (SPEC §3; bit for bit, except that the counts of all-reduces
+    and all-to-alls enter as the fixed and per-token communication seconds of a step they give,
+    :func:`_step_signature`, the only way the step time uses them), the instance counts, the chunk, the
+    batch cap, the speculative decoding (gamma, alpha, the draft's step parameters), the
+    data-parallel degree (engine policies split their limits over DP ranks,
+    :mod:`fastsim.sim.policy`) and the price per hour. DeepSeek-V3's TP8 and TP8+EP8 have equal
+    keys (at EP = TP = 8 experts per token, a MoE layer's dispatch and combine all-to-alls cost
+    what its second all-reduce costs, and every GPU reads the same weight bytes), so the planner
+    simulates and lists them once.
+
+    Parameters
+    ----------
+    plan : Plan
+    catalog : Catalog, optional
+        Defaults to the built-in catalog.
+    constants : StepConstants, optional
+        The step model's constants (default ``StepConstants()``).
+    model : Model, optional
+        The model when it is not a catalog entry.
+
+    Returns
+    -------
+    tuple
+        Hashable; equal for plans the simulator cannot tell apart (their step times agree up to
+        floating-point rounding: the communication seconds are summed in another order).
+
+    Raises
+    ------
+    FastsimInputError
+        Anything :func:`fastsim.search.sim_plan` refuses.
+    """
+    from .search import sim_plan
+    from .stepmodel import StepConstants
+    catalog = catalog or default_catalog()
+    constants = constants if constants is not None else StepConstants()
+    sp = sim_plan(plan, catalog, constants, model)
+    if plan.mode == "colocated":
+        sim = (_step_signature(sp.p), int(sp.n_instances), int(sp.chunk_tokens), int(sp.max_batch))
+        dp = int(plan.layout_kwargs(plan.tp).get("dp", 1))
+    else:
+        sim = (_step_signature(sp.p_prefill), int(sp.n_prefill), _step_signature(sp.p_decode), int(sp.n_decode),
+               int(sp.prefill_token_budget), int(sp.decode_max_batch))
+        dp = (int(plan.layout_kwargs(plan.prefill_tp).get("dp", 1)), int(plan.layout_kwargs(plan.decode_tp).get("dp", 1)))
+    spec = ()
+    if plan.spec_gamma and plan.mode == "colocated":
+        from .specdec import spec_step_params
+        model = model or catalog.model(plan.model)
+        _, pd = spec_step_params(model, catalog.gpu(plan.gpu), catalog.precision(plan.precision), plan.tp, constants,
+                                 plan.spec, catalog=catalog, **plan.layout_kwargs(plan.tp))
+        spec = (int(plan.spec_gamma), float(plan.spec_alpha), _step_signature(pd))
+    elif plan.spec_gamma:
+        spec = (int(plan.spec_gamma), float(plan.spec_alpha), str(plan.spec_draft))
+    return (plan.mode, sim, dp, spec, float(plan.prefix_hit_fraction or 0.0), float(plan.price_usd_per_hour))
+
+
+def _step_signature(p) -> tuple:
+    """A step-parameter vector as the step time sees it (SPEC §3, ``fastsim.stepmodel._parts``).
+
+    The communication seconds of a step are ``A + B x tokens``, with ``A`` and ``B`` the sums
+    over the all-reduces (``P_N_AR``) and the all-to-alls (``P_N_A2A``) of their alpha and
+    per-token beta terms; the two counts enter the step time only there. The vector with the
+    two counts zeroed (bit for bit) and ``A``, ``B`` to 12 significant digits.
+    """
+    import numpy as np
+    from .stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_NV, P_GPUS, P_HIDDEN, P_N_A2A, P_N_AR, P_NVLINK,
+                            P_TOPK, P_TP)
+    q = np.array(p, dtype=np.float64)
+    tp, g = q[P_TP], q[P_GPUS]
+    fixed = q[P_N_AR] * 2.0 * (tp - 1.0) * q[P_ALPHA] + q[P_N_A2A] * 2.0 * (g - 1.0) * q[P_ALPHA]
+    per_token = (q[P_N_AR] * 2.0 * (tp - 1.0) / tp * (q[P_HIDDEN] * 2.0 / q[P_DP]) / (q[P_ETA_NV] * q[P_NVLINK])
+                 + q[P_N_A2A] * 2.0 * (g - 1.0) / g * (q[P_TOPK] / g * q[P_HIDDEN] * 2.0) / (q[P_ETA_NV] * q[P_EP_BW]))
+    q[P_N_AR] = q[P_N_A2A] = 0.0
+    return q.tobytes(), float(f"{fixed:.12g}"), float(f"{per_token:.12g}")
+
+
+def _grid_groups(grid, model, demand, catalog, options) -> list:
+    """The grid's rows grouped by :func:`same_deployment_key` of the plan each would simulate.
+
+    Returns a list of ``(row, [plans of the other rows])`` in the grid's order (the plan each
+    other row would simulate); a row whose plan cannot be built (refused, pruned for memory)
+    stands alone.
+    """
+    groups, index = [], {}
+    for _, row in grid.iterrows():
+        key, reason, plan = None, str(row.reason or ""), row.plan
+        try:
+            if row.feasible:
+                key = (True, same_deployment_key(row.plan, catalog, options.constants, model))
+            elif (row["mode"] == "colocated" and _MEMORY not in reason and _TOO_MANY not in reason
+                  and not layout_refusal(model, catalog.gpu(row.gpu), row.layout, int(row.tp))):
+                # the plan the count search starts from (_run_row): one instance
+                sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
+                              catalog=catalog, options=options, layout=row.layout,
+                              spec_gamma=int(getattr(row, "spec_gamma", 0) or 0))
+                key, plan = (False, same_deployment_key(sp, catalog, options.constants, model)), sp
+        except FastsimInputError:
+            key = None
+        if key is None:
+            groups.append((row, []))
+        elif key in index:
+            groups[index[key]][1].append(plan)
+        else:
+            index[key] = len(groups)
+            groups.append((row, []))
+    return groups
+
+
 def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engine, max_instances,
-             prefixes) -> None:
+             prefixes, spec_engine=None) -> None:
     """Verify one configuration of the grid at its cheapest passing count; append its entry to ``out``."""
     reason = str(row.reason or "")
     if row.feasible:
-        why = unsimulated_reason(row.plan, engine, prefixes)
+        engine, why = verification_engine(row.plan, engine, spec_engine, prefixes)
         if why:
             out.append((row.plan, None, "not simulated", why, row.plan))
             return
@@ -179,9 +335,15 @@ def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engi
         return
     elif row["mode"] == "colocated":
         sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
-                      catalog=catalog, options=options, layout=row.layout)
+                      catalog=catalog, options=options, layout=row.layout,
+                      spec_gamma=int(getattr(row, "spec_gamma", 0) or 0))
+        engine, why = verification_engine(sp, engine, spec_engine, prefixes)
+        if why:
+            out.append((sp, None, "pruned", f"{reason or 'infeasible'}; not simulated: {why}", sp))
+            return
     else:
         sp = None
+    kw = dict(kw, engine=engine)
     if _MEMORY in reason or _TOO_MANY in reason or sp is None:
         out.append((sp, None, "pruned", reason or "infeasible", sp))
         return

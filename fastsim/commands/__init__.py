@@ -20,7 +20,8 @@ The modules, in the order the help lists them:
 - :mod:`fastsim.commands.sweep`: ``sweep``, parsed here and run by :mod:`fastsim.sweep`;
 - :mod:`fastsim.commands.calibrate`: ``calibrate``, run by :mod:`fastsim.calibrate`;
 - :mod:`fastsim.commands.fleet`: ``fleet``, whose flags :mod:`fastsim.fleet.command` parses;
-- :mod:`fastsim.commands.validate`: ``validate``, run by :mod:`fastsim.validate`.
+- :mod:`fastsim.commands.validate`: ``validate``, run by :mod:`fastsim.validate`;
+- :mod:`fastsim.commands.catalog`: ``catalog``, what the catalog holds and what fastsim read from a config.json.
 
 Beside them, :mod:`fastsim.commands._resolve` turns ``simulate``'s and ``capacity``'s arguments
 (and ``plan``'s workload) into the catalog's model, the demand, the plan, the engine settings
@@ -28,9 +29,9 @@ and the workloads.
 """
 from __future__ import annotations
 
-from . import bench, calibrate, capacity, fleet, ledger, plan, simulate, sweep, validate, whatif
+from . import bench, calibrate, capacity, catalog, fleet, ledger, plan, simulate, sweep, validate, whatif
 
 #: The command modules, in the order of ``fastsim --help``.
-COMMANDS = (plan, simulate, bench, capacity, ledger, whatif, sweep, calibrate, fleet, validate)
+COMMANDS = (plan, simulate, bench, capacity, ledger, whatif, sweep, calibrate, fleet, validate, catalog)
 
 __all__ = ["COMMANDS"]

@@ -17,6 +17,19 @@ from ..layouts import LAYOUTS
 _PLAN_LABELS = {"ttft_p90_s": "TTFT P90", "tpot_p90_s": "TPOT P90"}
 
 
+def _gpu_budget(text):
+    """argparse type of ``--max-gpus GPU=N``: ``(gpu name, N)``."""
+    import argparse
+    name, _, n = text.partition("=")
+    try:
+        k = int(n)
+    except ValueError:
+        k = 0
+    if not name or k < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: GPU=N with N an integer >= 1, e.g. H100=16")
+    return name, k
+
+
 def add_parser(sub):
     """Add the ``plan`` sub-command to ``sub`` (the sub-parsers of :func:`fastsim.cli.build_parser`)."""
     sp = sub.add_parser("plan", help="find the cheapest verified deployment")
@@ -68,6 +81,14 @@ def add_parser(sub):
                     default=0.0, metavar="F",
                     help="fraction of the requests a plan may reject although they fit the model's context (its "
                          "instances cannot hold their KV) and still pass (default 0: such a plan fails)")
+    sp.add_argument("--max-gpus", action="append", type=_gpu_budget, metavar="GPU=N",
+                    help="GPUs of this type available (repeatable): no plan shown uses more (a plan that needs "
+                         "more is left out, with a note)")
+    sp.add_argument("--headroom", action="store_true",
+                    help="also search the simulated capacity of each plan shown (fastsim.search."
+                         "max_sustainable_rates, the lecture policy, --seeds runs of --horizon s per probe) and its "
+                         "headroom over the target rate; costs a capacity search per plan, several verifications' "
+                         "worth of simulation each (about 2 to 10 probes)")
     _add_engine_args(sp, prefixes=False)
     _add_calibration(sp)
     sp.set_defaults(func=run)
@@ -84,9 +105,15 @@ def run(args):
         unused = [f for f, v in (("--seeds", args.seeds), ("--horizon", args.horizon), ("--seed", args.seed))
                   if v is not None]
         args.horizon = None
+    if args.headroom and args.no_verify:
+        raise FastsimInputError("--headroom", True, "without --no-verify (the headroom is searched in simulation)")
     model, demand, source, notes = _resolve_workload(args, cat)
     if model.checkpoint_note:
         notes = list(notes) + [model.checkpoint_note]       # a quantised checkpoint: its one precision
+    from ..workload import Workload
+    if args.headroom and isinstance(source, Workload):
+        raise FastsimInputError("--headroom", True, "with --scenario or synthetic lengths only (a trace has its own "
+                                "arrivals: fastsim capacity --trace scales it)")
     if unused:
         notes = list(notes) + [f"--no-verify ranks the plans analytically and simulates nothing: "
                                f"{', '.join(unused)} {'do' if len(unused) > 1 else 'does'} not apply"]
@@ -130,6 +157,19 @@ def run(args):
                          heterogeneous=args.heterogeneous, **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
+    max_gpus = None
+    if args.max_gpus:
+        grid_gpus = {cat.gpu(g).name for g in (opts.gpus or cat.default_gpus())}
+        max_gpus = {}
+        for g, n in args.max_gpus:
+            name = cat.gpu(g).name
+            if name in max_gpus:
+                raise FastsimInputError("--max-gpus", f"{g}={n}", f"one budget per GPU ({name} already has "
+                                        f"{max_gpus[name]})")
+            if name not in grid_gpus:
+                raise FastsimInputError("--max-gpus", f"{g}={n}", "a GPU of the plan's grid (" +
+                                        ", ".join(sorted(grid_gpus)) + "; --gpu adds GPUs to it)")
+            max_gpus[name] = n
     for p in opts.precisions or ():
         cat.precision(p)
     try:
@@ -177,11 +217,14 @@ def run(args):
     bar = None
     if not args.no_verify and args.format == "table" and sys.stderr.isatty():
         from tqdm import tqdm
-        bar = tqdm(total=args.top_k, desc="verifying", unit="plan", leave=False, file=sys.stderr)
+        # its total is set to the configurations the planner verifies, once it knows them
+        bar = tqdm(total=None, desc="verifying", unit=" configurations", leave=False, file=sys.stderr)
     report = plan_deployment(model, demand, source, top_k=args.top_k, seeds=args.seeds, horizon_s=args.horizon,
                              verify=not args.no_verify, seed=args.seed, catalog=cat, options=opts,
                              progress=bar.update if bar else None, engine=engine,
-                             rejection_budget=args.rejection_budget, search=args.search)
+                             rejection_budget=args.rejection_budget, search=args.search,
+                             on_total=_bar_total(bar) if bar else None, max_gpus=max_gpus,
+                             spec_policy="vllm")   # speculative plans: a policy that simulates them
     if bar:
         bar.close()
     report.notes.extend(notes)
@@ -191,11 +234,15 @@ def run(args):
         # (simulate / capacity --from-plan load it from there)
         for r in records:
             r["model_path"] = model.source[len("config.json at "):]
+    if args.headroom:
+        _add_headroom(args, report, records, cat, model, demand, source, opts)
+    if getattr(args, "calibration", None):
+        report.notes.extend(_calibration_notes(args.calibration, opts.constants, report.deployments))
     rows = []
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
         p = d.plan
-        tp = p.label(p.tp) if p.mode == "colocated" else f"P:{p.label(p.prefill_tp)} D:{p.label(p.decode_tp)}"
+        tp = " / ".join(d.layout_labels)     # every layout that is this deployment for the step model
         inst = str(p.instances) if p.mode == "colocated" else f"{p.prefill_instances}+{p.decode_instances}"
         rep = v.get("repaired_from_instances")
         raw = d.repair.verification if d.repair is not None else None   # inf stays inf in the table
@@ -232,7 +279,7 @@ def run(args):
             report.notes.append(f"plan {i} passes but rejects {r.verification.rejected:,} requests "
                                 "(longer than the model's context or an instance's KV cache)")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
-               "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
+               "analytic capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
@@ -240,6 +287,12 @@ def run(args):
         headers.append("screen")
         for row, d in zip(rows, report.deployments):
             row.append(d.screen_view or "")
+    if args.headroom:      # after the analytic capacity
+        headers[11:11] = ["sim capacity req/s", "headroom"]
+        for row, r in zip(rows, records):
+            row[11:11] = [_fmt(r["simulated_capacity_req_per_s"], ".2f"),
+                          _fmt(r["headroom"] * 100 if r["headroom"] is not None else None, "+.1f") + (
+                              "%" if r["headroom"] is not None else "")]
     if spec is not None:   # speculative decoding screened: say which plans use it
         headers.insert(6, "spec dec")
         for row, d in zip(rows, report.deployments):
@@ -249,6 +302,74 @@ def run(args):
         print("\n" + "\n\n".join(launches))
     _notes_out(args, report.notes)
     return 0
+
+
+def _add_headroom(args, report, records, cat, model, demand, source, opts) -> None:
+    """``--headroom``: each shown plan's simulated capacity (:func:`fastsim.search.max_sustainable_rates`,
+    batched, the lecture policy) and headroom over the target rate, into its record, with a note."""
+    from ..search import SLO, max_sustainable_rates, unsimulated_reason
+    slo = SLO(demand.ttft_s, demand.tpot_s)
+    idx, plans = [], []
+    for i, (d, r) in enumerate(zip(report.deployments, records)):
+        why = unsimulated_reason(d.plan)
+        if why:
+            r["simulated_capacity_req_per_s"] = r["headroom"] = r["simulated_capacity_ci95_req_per_s"] = None
+            r.setdefault("null_reasons", {}).update(
+                simulated_capacity_ci95_req_per_s="not applicable: no simulated capacity",
+                simulated_capacity_req_per_s=f"not applicable: the capacity search runs the lecture policy, which "
+                                             f"cannot simulate this plan ({why})",
+                headroom="not applicable: no simulated capacity")
+        else:
+            idx.append(i)
+            plans.append(d.plan)
+    res = max_sustainable_rates(plans, source, slo, seeds=args.seeds, horizon_s=args.horizon, seeds_root=args.seed,
+                                catalog=cat, constants=opts.constants, models=[model] * len(plans)) if plans else []
+    for i, c in zip(idx, res):
+        r = records[i]
+        cap = c.rate_req_per_s
+        ok = cap == cap
+        r["simulated_capacity_req_per_s"] = float(cap) if ok else None
+        r["simulated_capacity_ci95_req_per_s"] = [float(x) for x in c.ci95] if ok and c.ci95[0] == c.ci95[0] else None
+        if r["simulated_capacity_ci95_req_per_s"] is None:
+            r.setdefault("null_reasons", {})["simulated_capacity_ci95_req_per_s"] = (
+                "not applicable: the bootstrap found no interval")
+        r["headroom"] = float(cap / demand.rate_req_per_s - 1.0) if ok else None
+        if not ok:
+            r.setdefault("null_reasons", {}).update(simulated_capacity_req_per_s="not applicable: the capacity "
+                                                    "search found no rate", headroom="not applicable: no capacity")
+    report.notes.append("--headroom: sim capacity req/s is the most requests per second each plan sustains in "
+                        f"simulation (fastsim.search.max_sustainable_rates, lecture policy, {args.seeds} seeds x "
+                        f"{args.horizon:g} s per probe); headroom = sim capacity / {demand.rate_req_per_s:g} req/s - 1; "
+                        "the analytic capacity is the screen's (SPEC §5)")
+
+
+def _calibration_notes(path, calibration, deployments) -> list:
+    """A note naming the plans whose GPU and precision the calibration has no entry for (they keep
+    SPEC §3's default constants), e.g. FP8 rows under a calibration fitted on H100 BF16 only."""
+    entries = getattr(calibration, "entries", ())
+    def covered(gpu, prec):
+        g, p = str(gpu).upper(), str(prec).upper()
+        return any((e.gpu, e.precision) in ((g, p), (g, "*"), ("*", p), ("*", "*")) for e in entries)
+    missing = {}
+    for i, d in enumerate(deployments, 1):
+        p = d.plan
+        sides = [(p.gpu, p.precision)]
+        if p.heterogeneous:
+            sides.append((p.prefill_gpu_name, p.prefill_precision_name))
+        for g, pr in sides:
+            if not covered(g, pr):
+                missing.setdefault(f"{g} {pr}", []).append(str(i))
+    return [f"plan{'s' if len(ix) > 1 else ''} {', '.join(dict.fromkeys(ix))}: the calibration {path} has no "
+            f"constants for {pair}, so {'these rows use' if len(ix) > 1 else 'this row uses'} the default step "
+            "constants (SPEC §3)" for pair, ix in missing.items()]
+
+
+def _bar_total(bar):
+    """``on_total`` of :func:`fastsim.planner.plan_deployment` for a tqdm bar: sets its total."""
+    def set_total(n):
+        bar.total = int(n)
+        bar.refresh()
+    return set_total
 
 
 def _emit_launch(args, report, records, cat, model):

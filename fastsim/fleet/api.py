@@ -198,7 +198,8 @@ class FleetResult:
             "capacity": {"instances": self.capacity.instances.tolist(),
                          "rate_req_per_s": self.capacity.rate_req_per_s.tolist()},
             "cold_start": {"weight_bytes": cs.weight_bytes, "load_bw_bytes_per_s": cs.load_bw_bytes_per_s,
-                           "load_s": cs.load_s, "fixed_start_s": cs.fixed_start_s, "total_s": cs.total_s},
+                           "load_s": cs.load_s, "fixed_start_s": cs.fixed_start_s, "total_s": cs.total_s,
+                           "checkpoint": cs.checkpoint},
             "settings": dict(self.settings),
             "window_start_s": starts.tolist(), "window_rate_req_per_s": rates.tolist(),
             "strategies": out_strats, "spares": spares,
@@ -488,11 +489,12 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
 
     catalog.gpu(plan.gpu)
     pr = catalog.precision(plan.precision)
+    ck_bytes, ck_what = checkpoint_bytes(model, pr, catalog)
     if cold_start_s is None:
-        cs = S.cold_start(model.total_params * pr.weight_bytes, load_bw_bytes_per_s, fixed_start_s)
+        cs = S.cold_start(ck_bytes, load_bw_bytes_per_s, fixed_start_s, ck_what)
     else:
         c = S._nonneg("cold_start_s", cold_start_s)
-        cs = S.ColdStart(model.total_params * pr.weight_bytes, math.inf, c)
+        cs = S.ColdStart(ck_bytes, math.inf, c, ck_what)
     cold = cs.total_s
 
     if capacity is None:
@@ -676,6 +678,45 @@ def _below_oracle_notes(results, need, t_w, horizon: float, u: float) -> list:
                    f"than the windows' rates / {u:g} need (attainment {s.run.attainment:.4f}, the oracle's "
                    f"{o.run.attainment:.4f}); the oracle is the fewest GPU-hours of a fleet that is never short")
     return out
+
+
+def checkpoint_bytes(model, precision, catalog) -> tuple:
+    """The bytes an instance reads at a cold start: the checkpoint that ``fastsim plan --emit`` serves.
+
+    An FP8 plan of a BF16 checkpoint loads the BF16 weights and quantizes them online
+    (``--quantization fp8``, :mod:`fastsim.emit`), so it reads twice the FP8 bytes; an FP8
+    checkpoint (DeepSeek-V3) is read as FP8. For a model whose checkpoint fastsim does not know
+    (:data:`fastsim.emit.HF_CHECKPOINTS`; a ``config.json`` read by path), the plan's precision is
+    assumed.
+
+    Parameters
+    ----------
+    model : Model
+    precision : Precision
+        The plan's precision.
+    catalog : Catalog
+        Resolves the checkpoint's weight format to its bytes per weight.
+
+    Returns
+    -------
+    tuple of (float, str)
+        Bytes (total parameters x the checkpoint format's bytes per weight) and what they are.
+
+    Raises
+    ------
+    FastsimInputError
+        A checkpoint format the catalog has no precision for.
+    """
+    from ..emit import HF_CHECKPOINTS
+    known = HF_CHECKPOINTS.get(model.name.lower())
+    if known is None:
+        return (float(model.total_params * precision.weight_bytes),
+                f"{precision.name} weights assumed (fastsim does not know the checkpoint of {model.name}: "
+                "the plan's precision)")
+    repo, fmt = known
+    return (float(model.total_params * catalog.precision(fmt).weight_bytes),
+            f"{repo}, {fmt} weights (the checkpoint `fastsim plan --emit` serves"
+            + (f", quantized online to {precision.name})" if fmt != precision.name else ")"))
 
 
 def plot_fleet(result: FleetResult, path: str, *, title: str = "") -> str:

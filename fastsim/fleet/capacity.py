@@ -189,11 +189,16 @@ class ColdStart(NamedTuple):
         Load bandwidth (bytes/s).
     fixed_start_s : float
         Engine start on top of the load (s).
+    checkpoint : str
+        What the weight bytes are: the checkpoint and its weight format (e.g.
+        ``meta-llama/Llama-3.1-70B-Instruct, BF16 weights``), or why the plan's precision was
+        assumed; "" when not said.
     """
 
     weight_bytes: float
     load_bw_bytes_per_s: float
     fixed_start_s: float
+    checkpoint: str = ""
 
     @property
     def load_s(self) -> float:
@@ -207,7 +212,7 @@ class ColdStart(NamedTuple):
 
 
 def cold_start(weight_bytes: float, load_bw_bytes_per_s: float = LOAD_BW_BYTES_PER_S,
-               fixed_start_s: float = FIXED_START_S) -> ColdStart:
+               fixed_start_s: float = FIXED_START_S, checkpoint: str = "") -> ColdStart:
     """A checked :class:`ColdStart`.
 
     Parameters
@@ -218,6 +223,8 @@ def cold_start(weight_bytes: float, load_bw_bytes_per_s: float = LOAD_BW_BYTES_P
         Load bandwidth (bytes/s, > 0); default :data:`LOAD_BW_BYTES_PER_S`.
     fixed_start_s : float
         Fixed start (s, >= 0); default :data:`FIXED_START_S`.
+    checkpoint : str
+        What the bytes are (:attr:`ColdStart.checkpoint`).
 
     Returns
     -------
@@ -231,4 +238,4 @@ def cold_start(weight_bytes: float, load_bw_bytes_per_s: float = LOAD_BW_BYTES_P
     w = require_positive("weight_bytes", weight_bytes)
     bw = require_positive("load_bw_bytes_per_s", load_bw_bytes_per_s)
     f = _nonneg("fixed_start_s", fixed_start_s)
-    return ColdStart(w, bw, f)
+    return ColdStart(w, bw, f, str(checkpoint))

@@ -420,7 +420,7 @@ def cmd_fleet(args) -> int:
                         if sp.spares >= 0 else f"no N + k up to 2 x {sp.base_instances} keeps every window >= "
                         f"{sp.target:g}"))
     if args.plot:
-        plot_fleet(res, args.plot, title=f"{prof.name} x {scale:.4g}, {scen.name} on {plan.describe()}")
+        plot_fleet(res, args.plot, title=f"{prof.name} x {scale:.4g}, {scen.name} on {_fleet_span(res, plan)}")
         notes.append(f"plot written to {args.plot}")
     if args.format == "json":
         sys.stdout.write(dumps(dict(rec, notes=notes)) + "\n")
@@ -436,6 +436,21 @@ def cmd_fleet(args) -> int:
     return 0
 
 
+def _fleet_span(res, plan) -> str:
+    """The plot title's fleet: the instance range the strategies run (ready instances per window, the
+    fewest to the most), e.g. ``B200 FP8 TP1, 1 to 2 instances (1 to 2 GPUs)``; not the one plan's count."""
+    counts = np.concatenate([np.asarray(s.window_instances, np.float64) for s in res.strategies])
+    counts = counts[np.isfinite(counts)]
+    gpi = int(plan.tp)
+    head = f"{plan.gpu} {plan.precision} {plan.label(plan.tp)}"
+    if not counts.size:
+        return head
+    lo, hi = int(np.floor(counts.min() + 1e-9)), int(np.ceil(counts.max() - 1e-9))
+    if lo == hi:
+        return f"{head}, {_plural(lo, 'instance')} ({_plural(lo * gpi, 'GPU')})"
+    return f"{head}, {lo} to {hi} instances ({lo * gpi} to {hi * gpi} GPUs)"
+
+
 def _notes(res, measured: bool) -> list:
     cap = res.capacity
     cs = res.cold_start
@@ -447,7 +462,8 @@ def _notes(res, measured: bool) -> list:
            + (f" (max sustainable rate, {res.settings['capacity_seeds']} seeds x "
               f"{res.settings['capacity_horizon_s']:g} s; interpolated per instance in log2 N)" if measured
               else " (--capacity)"),
-           (f"cold start {cs.total_s:,.1f} s = {cs.weight_bytes / 1e9:,.1f} GB of weights at "
+           (f"cold start {cs.total_s:,.1f} s = {cs.weight_bytes / 1e9:,.1f} GB of weights"
+            + (f" ({cs.checkpoint})" if cs.checkpoint else "") + " at "
             f"{cs.load_bw_bytes_per_s / 1e9:g} GB/s ({cs.load_s:,.1f} s) + {cs.fixed_start_s:g} s start"
             if math.isfinite(cs.load_bw_bytes_per_s) else f"cold start {cs.total_s:g} s (--cold-start)"),
            f"every strategy sized at target utilisation {res.settings['target_utilisation']:g} (rate / capacity; "

@@ -134,6 +134,7 @@ def cli_sweep(args) -> int:
         ascending=[False, False, True, True], kind="stable")
     rows = []
     na = {"run": False, "tpot": False, "capacity": False}     # why cells read n/a
+    extra = _varying_axes(df)
     for _, r in show.head(args.rows).iterrows():
         tp = (_inst_label(r, r.tp) if r["mode"] == "colocated"
               else f"P:{_inst_label(r, r.prefill_tp)} D:{_inst_label(r, r.decode_tp)}")
@@ -146,7 +147,7 @@ def cli_sweep(args) -> int:
                _fmt(float(r.sim_tpot_p90_s) * 1e3, ".1f"),
                "not run" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
                _fmt(float(r.sim_capacity_req_per_s), ".2f")]
-        rows.append(row)
+        rows.append(row + [_axis_cell(r, c) for c, _ in extra])
         if not r.verified:
             na["run"] = True
         else:
@@ -156,8 +157,8 @@ def cli_sweep(args) -> int:
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
                                   "$/M eff", "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms",
-                                  "verified", "sim max req/s"], disable_numparse=True))
-    cells = {c for row in rows for c in row[11:]}
+                                  "verified", "sim max req/s"] + [h for _, h in extra], disable_numparse=True))
+    cells = {c for row in rows for c in row[11:16]}
     why = [text for key, text in (
         ("run", "not simulated (verified 'not run')"),
         ("tpot", "no measured request with more than one output token (TPOT)"),
@@ -177,6 +178,30 @@ def cli_sweep(args) -> int:
     if plot_note:
         print("note: " + plot_note)
     return 0
+
+
+#: Axes of the grid the table's fixed columns do not show, with their headers: each becomes a
+#: column when it varies over the grid's rows (so that the rows it tells apart read apart).
+_AXIS_COLUMNS = (("model", "model"), ("ttft_s", "TTFT SLO s"), ("tpot_s", "TPOT SLO s"), ("price", "price"),
+                 ("chunk_tokens", "chunk"), ("max_batch", "max_batch"))
+
+
+def _varying_axes(df) -> list:
+    """``(column, header)`` of the axes of :data:`_AXIS_COLUMNS` with more than one value in ``df``
+    (missing values, a disaggregated row's chunk, count as a value of their own)."""
+    return [(c, h) for c, h in _AXIS_COLUMNS if c in df.columns and df[c].astype(object).nunique(dropna=False) > 1]
+
+
+def _axis_cell(r, column: str) -> str:
+    """One cell of a varying axis: the value, ``-`` where it does not apply (a disaggregated row's chunk),
+    ``0 (no cap)`` for a max_batch of 0."""
+    import pandas as pd
+    v = r[column]
+    if not isinstance(v, str) and pd.isna(v):
+        return "-"
+    if column == "max_batch" and int(v) == 0:
+        return "0 (no cap)"
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 #: argparse defaults of the flags that only some outputs use (the ``sweep`` parser of fastsim.commands.sweep)

@@ -115,7 +115,8 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
     A question is one model x workload x rate x TTFT target x TPOT target x price of the table
     (:func:`questions`); only its own points are drawn, in three panels: cost per million output
     tokens against P90 TPOT and against P90 TTFT, and output tokens/s per GPU against tokens/s per
-    user (1 / TPOT), latencies on log axes, the targets as dashed lines. Latencies are the
+    user (1 / TPOT), latencies on log axes (the cost too where the costs drawn span more than a
+    decade), the targets as dashed lines. Latencies are the
     simulated P90 where a point was verified, the analytic estimate elsewhere. Verified points that
     passed are drawn filled with a black edge, unverified feasible points faint, verified points
     that failed as grey crosses; analytically infeasible points have no cost and are only counted
@@ -200,6 +201,8 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
             if drawn.any():
                 ax.axvline(target, color="k", ls="--", lw=1, label="target")
                 _log_x(ax)
+                if ax is not axes[2]:
+                    _log_cost(ax, y[drawn])
             else:
                 ax.text(0.5, 0.5, "no feasible configuration", ha="center", va="center", transform=ax.transAxes)
             ax.set(xlabel=xl, ylabel=yl)
@@ -220,6 +223,19 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
         fig.savefig(p)
         paths.append(p)
     return paths
+
+
+def _log_cost(ax, cost) -> None:
+    """A logarithmic cost axis (labelled with plain numbers) when the costs drawn span more than a
+    decade: on a linear axis one outlier (a $158/M plan) squashes the frontier against the floor."""
+    cost = np.asarray(cost, np.float64)
+    cost = cost[np.isfinite(cost) & (cost > 0)]
+    if cost.size and cost.max() > 10.0 * cost.min():
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _log_x(ax) -> None:

@@ -297,7 +297,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         _check_resume(out, meta)
     # 1. analytic table of every point (cheap, deterministic), and the points to simulate
     table = analytic_table(grid, settings=s)
-    sel = _select(table, s)
+    sel = _select(table, s, grid)
     if out:
         mp = _meta_path(out)
         if not resume:

@@ -21,8 +21,14 @@ from ..stepmodel import N_PARAMS, layout_degrees, step_params
 from .grid import SweepGrid, SweepSettings, _h64
 from .table import _empty_sim, _Tables
 
-def _select(df: pd.DataFrame, s: SweepSettings) -> np.ndarray:
-    """Boolean mask of the points to simulate."""
+def _select(df: pd.DataFrame, s: SweepSettings, grid: SweepGrid | None = None) -> np.ndarray:
+    """Boolean mask of the points to simulate.
+
+    Under ``top-k-per-scenario`` with ``grid`` given, the ``top_k`` slots of a question go to
+    distinct deployments: a point that is the same deployment for the step model as a cheaper one
+    of its question (:func:`_deployment_key`, as :func:`fastsim.verified.same_deployment_key`
+    decides it for ``plan``) takes no slot and is not simulated.
+    """
     feas = df["feasible"].to_numpy()
     if s.verify == "none":
         return np.zeros(len(df), bool)
@@ -31,12 +37,46 @@ def _select(df: pd.DataFrame, s: SweepSettings) -> np.ndarray:
     f = df[feas]
     order = f.sort_values(["usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens",
                            "gpus", "point"], kind="stable")
-    rank = order.groupby(["model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price"],
-                         sort=False).cumcount()
-    chosen = order.index[rank.to_numpy() < s.top_k]
+    qcols = ["model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price"]
+    if grid is None:
+        rank = order.groupby(qcols, sort=False).cumcount()
+        chosen = order.index[rank.to_numpy() < s.top_k]
+    else:
+        chosen, taken, seen, cache = [], {}, set(), {}
+        for idx, r in zip(order.index, order.itertuples(index=False)):
+            q = tuple(getattr(r, c) for c in qcols)
+            if taken.get(q, 0) >= s.top_k:
+                continue
+            key = (q, _deployment_key(r, grid, s, cache))
+            if key in seen:
+                continue
+            seen.add(key)
+            taken[q] = taken.get(q, 0) + 1
+            chosen.append(idx)
     mask = np.zeros(len(df), bool)
     mask[df.index.get_indexer(chosen)] = True
     return mask
+
+
+def _deployment_key(r, grid: SweepGrid, s: SweepSettings, cache: dict) -> tuple:
+    """What the simulator runs for one point of the table: the step signatures of its instances
+    (:func:`fastsim.verified._step_signature`), counts, chunk, batch cap, data-parallel degrees and price."""
+    from ..verified import _step_signature
+    cat = grid.catalog
+
+    def sig(tp):
+        key = (r.model, r.gpu, r.precision, int(tp), r.layout)
+        if key not in cache:
+            m = grid.models.get(r.model) or cat.model(r.model)
+            dp, ep = layout_degrees(r.layout, int(tp))
+            cache[key] = (_step_signature(step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(tp),
+                                                      s.constants, dp=dp, ep=ep)), dp)
+        return cache[key]
+    if r.mode == "disaggregated":
+        return ("disaggregated", sig(r.prefill_tp), int(r.prefill_instances), sig(r.decode_tp),
+                int(r.decode_instances), int(r.max_batch), float(r.price_usd_per_gpu_hour))
+    return ("colocated", sig(r.tp), int(r.instances), int(r.chunk_tokens), int(r.max_batch),
+            float(r.price_usd_per_gpu_hour))
 
 
 def _workload_seed(root: int, label: str) -> np.random.SeedSequence:
