@@ -59,7 +59,8 @@ class RowResult(NamedTuple):
     policy : str
         The policy simulated (``step`` rows: ``"step model"``).
     requests, rejected : int
-        Requests simulated and rejected at arrival (0 for ``step`` rows).
+        Requests of the run, and those rejected at arrival or, for a row whose requests the engine
+        would refuse (above the model's context; not simulated), those refused (0 for ``step`` rows).
     notes : tuple of str
         What the run assumed beyond the row (the arrival seed, the request count of a stage).
     """
