@@ -116,3 +116,49 @@ def test_calibration_changes_the_step_constants(capsys, tmp_path):
     r = run_measurements(read_measurements(path), constants=load_calibration(str(cal)))[0]
     assert r.predicted == slow
     assert any("cal.toml" in n for n in doc["notes"])
+
+
+def test_a_copy_of_the_shipped_set_is_read_with_its_gpu_entries(capsys, tmp_path):
+    # the same bytes elsewhere (the repository's copy beside an installed fastsim) are the shipped set
+    copy = tmp_path / "measurements.csv"
+    copy.write_bytes(SHIPPED_MEASUREMENTS.read_bytes())
+    for d in ("configs", "traces"):
+        (tmp_path / d).symlink_to(SHIPPED_MEASUREMENTS.parent / d, target_is_directory=True)
+    rc, out, err = run(capsys, "validate", str(copy), "--only", "L1-ttft", "S1", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert [r["gpu"] for r in doc["rows"]] == ["RTXPRO6000", "H100"]
+    assert all(r["predicted"] > 0 for r in doc["rows"])
+    assert any("shipped measurement set" in n for n in doc["notes"])
+
+
+def test_an_unknown_gpu_names_the_gpus_custom_toml_beside_the_file(capsys, tmp_path):
+    path = write_csv(tmp_path / "m.csv", row(gpu="RTXPRO6000"))
+    (tmp_path / "gpus_custom.toml").write_bytes((SHIPPED_MEASUREMENTS.parent / "gpus_custom.toml").read_bytes())
+    rc, out, err = run(capsys, "validate", str(path))
+    assert rc == 2 and out == ""
+    assert (f"add it with --catalog {tmp_path / 'gpus_custom.toml'}, which sits beside the measurements"
+            in err.strip().splitlines()[0])
+
+
+def test_plot_with_no_expressed_row_says_so_and_the_plot_path_is_checked_first(capsys, tmp_path):
+    path = str(write_csv(tmp_path / "m.csv", row(id="PP1", pp="2"), row(id="PP2", pp="2", metric="ttft_s",
+                                                                           stat="mean", value="0.5")))
+    rc, out, err = run(capsys, "validate", path, "--plot", str(tmp_path / "v.txt"))
+    assert rc == 2 and out == "" and "--plot" in err          # refused before any row is read or run
+    png = tmp_path / "v.png"
+    rc, out, err = run(capsys, "validate", path, "--plot", str(png))
+    assert rc == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "PP1" in out and "PP2" in out and f"wrote {png}" in err
+
+
+def test_table_names_every_column(capsys, small):
+    rc, out, _ = run(capsys, "validate", small)
+    head = out.splitlines()[0].split()
+    assert rc == 0 and head == ["id", "engine", "benchmark", "metric", "stat", "real", "fastsim", "ratio", "|err|", "%",
+                                "reason"]
+    pp = next(line for line in out.splitlines() if line.startswith("PP1"))
+    assert pp.rstrip().endswith("not expressed: pipeline parallelism (pp 2) is not modelled")
+    assert ("note: 2 of 5 rows not expressed (each with its reason; pipeline parallelism: 1; the simulator does not "
+            "give itl_s p90: 1); they enter no error figure, which is over the 3 expressed") in out.splitlines()

@@ -246,3 +246,113 @@ def test_diagnosis_finds_the_constant_that_made_the_measurement(tmp_path):
     assert d.best == "eta_bw x 0.75" and d.best_ratio == pytest.approx(1.0, rel=1e-12)
     assert dict(d.reruns)["max_num_seqs x 2"] is None          # no engine setting in a step
     assert "abs. error" in d.text() and "no single term" not in d.text()
+
+
+def _trace(path, lengths):
+    path.write_text("".join(f'{{"timestamp": {i * 200.0}, "input_length": {p}, "output_length": 16}}\n'
+                            for i, p in enumerate(lengths)), encoding="utf-8")
+    return path.name
+
+
+def _trace_row(tmp_path, name, lengths, **kw):
+    return row(id=name, benchmark="trace", trace=_trace(tmp_path / f"{name}.jsonl", lengths), input_tokens=None,
+               output_tokens=None, num_requests=None, metric="ttft_s", stat="mean", value="0.05", **kw)
+
+
+def test_requests_above_the_models_context_are_refused_as_the_engine_refuses_them(tmp_path):
+    # Llama-3.1's context is 131,072 tokens: the engine runs with it and refuses a longer request, so a row
+    # with such requests (all, or two of ten) has no figure, and says how many and of what context
+    ms = read_measurements(write_csv(
+        tmp_path / "m.csv", row(id="ALL", input_tokens="200000", num_requests="4"),
+        row(id="ALLON", benchmark="online", model="llama-3.1-70b", tp="4", input_tokens="200000", rate_req_per_s="2",
+            num_requests="20", metric="ttft_s", stat="mean", value="0.05"),
+        _trace_row(tmp_path, "SOME", [500] * 4 + [140000] * 2 + [500] * 4),
+        _trace_row(tmp_path, "FITS", [500] * 4 + [131056] + [500] * 4)))
+    res = {r.measurement.id: r for r in run_measurements(ms, threads=1)}
+    for rid, over, n in (("ALL", 4, 4), ("ALLON", 20, 20), ("SOME", 2, 10)):
+        r = res[rid]
+        assert r.predicted is None and r.ratio is None, rid
+        assert f"{over:,} of {n:,} need more than the model's context of 131,072 tokens" in r.reason, rid
+        assert (r.requests, r.rejected) == (n, over)
+    assert res["FITS"].predicted is not None and res["FITS"].rejected == 0   # 131,056 + 16 is the whole context
+    s = summarize([r.record() for r in res.values()])
+    assert s["not_expressed_reasons"] == {"requests the engine would refuse": 3}
+
+
+def test_requests_rejected_at_arrival_leave_the_row_without_a_figure(tmp_path):
+    # Llama-3.1-70B in BF16 on 2 x H100 holds 8,827 tokens of KV: the two prompts of 9,000 are rejected at
+    # arrival, and a figure over the other eight would not be the benchmark's
+    cat = default_catalog()
+    kv = float(step_params(cat.model("llama-3.1-70b"), cat.gpu("H100"), cat.precision("BF16"), 2)[P_KV_BUDGET_TOKENS])
+    assert 500 + 16 < kv < 9000
+    ms = read_measurements(write_csv(tmp_path / "m.csv", _trace_row(tmp_path, "KV", [500] * 4 + [9000] * 2 + [500] * 4,
+                                                                    model="llama-3.1-70b", tp="2")))
+    r = run_measurements(ms, threads=1)[0]
+    assert r.predicted is None and "requests rejected at arrival (2 of 10" in r.reason
+    assert f"{kv:,.0f} tokens" in r.reason and r.rejected == 2
+
+
+@pytest.mark.parametrize("mnbt, mns", [(64, 128), (100, None)])   # None: the engine's default sequence cap
+def test_settings_vllm_would_not_start_with_are_not_expressed(tmp_path, mnbt, mns):
+    from fastsim.engine_rules import vllm_refusal
+    ms = read_measurements(write_csv(tmp_path / "m.csv", row(max_num_batched_tokens=mnbt, max_num_seqs=mns),
+                                     row(id="OK")))
+    bad, ok = run_measurements(ms, threads=1)
+    cat = default_catalog()
+    seqs = mns or engine_policy("vllm", cat.gpu("H100").hbm_bytes, kv_budget_tokens=1e5,
+                                context_tokens=131072).max_num_seqs
+    assert seqs > mnbt
+    why = vllm_refusal(max_num_batched_tokens=mnbt, max_num_seqs=seqs)
+    assert f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({seqs})" in why
+    assert bad.predicted is None and bad.reason == (f"vLLM would not start with these settings (max_num_batched_tokens "
+                                                    f"{mnbt}, max_num_seqs {seqs}): {why}")
+    assert ok.predicted is not None
+
+
+def test_a_copy_of_the_shipped_set_is_the_shipped_set(tmp_path):
+    from fastsim.validate import is_shipped_set
+    copy = tmp_path / "measurements.csv"
+    copy.write_bytes(SHIPPED_MEASUREMENTS.read_bytes())
+    assert is_shipped_set(SHIPPED_MEASUREMENTS) and is_shipped_set(copy)
+    edited = tmp_path / "edited.csv"
+    edited.write_bytes(SHIPPED_MEASUREMENTS.read_bytes().replace(b"L1-ttft,", b"L9-ttft,", 1))
+    assert not is_shipped_set(edited) and not is_shipped_set(tmp_path / "none.csv")
+
+
+def test_an_unknown_gpu_names_the_catalog_beside_the_measurements(tmp_path):
+    path = write_csv(tmp_path / "m.csv", row(gpu="RTXPRO6000"))
+    with pytest.raises(FastsimInputError) as exc:
+        read_measurements(path)
+    assert exc.value.allowed.endswith("(a GPU fastsim does not ship: add it with --catalog)")
+    (tmp_path / "gpus_custom.toml").write_text(SHIPPED_CATALOG.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(FastsimInputError) as exc:
+        read_measurements(path)
+    assert exc.value.allowed.endswith(f"add it with --catalog {tmp_path / 'gpus_custom.toml'}, which sits beside "
+                                      "the measurements)")
+    assert read_measurements(path, load_catalog([str(tmp_path / "gpus_custom.toml")]))[0].gpu == "RTXPRO6000"
+
+
+@pytest.mark.parametrize("change, value, allowed", [
+    ({"gpu": ""}, "", "a value (the GPU the run used; the field is empty): one of "),
+    ({"precision": " "}, " ", "a value (the precision the run used; the field is empty): one of "),
+    ({"tp": "four"}, "four", "an integer >= 1"),
+    ({"num_requests": "2.5"}, "2.5", "an integer >= 1"),
+    ({"value": "inf"}, "inf", "a finite number > 0"),
+    ({"benchmark": "online", "num_requests": None}, "", "a value (an online row needs rate_req_per_s)"),
+    ({"trace": "t.jsonl"}, "t.jsonl", "empty for an offline row (the benchmark does not use it)"),
+])
+def test_reader_wording(tmp_path, change, value, allowed):
+    with pytest.raises(FastsimInputError) as exc:
+        read_measurements(write_csv(tmp_path / "m.csv", row(**change)))
+    assert exc.value.value == value
+    assert exc.value.allowed.startswith(allowed)
+
+
+def test_a_missing_column_error_says_what_the_file_has_and_what_it_lacks(tmp_path):
+    p = tmp_path / "short.csv"
+    p.write_text("id,engine,model\nX,vllm,llama-3.1-8b\n", encoding="utf-8")
+    with pytest.raises(FastsimInputError) as exc:
+        read_measurements(p)
+    assert exc.value.value == "id, engine, model"
+    missing = [c for c in COLUMNS if c not in ("id", "engine", "model", "engine_version", "source", "note")]
+    assert exc.value.allowed.startswith("every column of the schema; missing: " + ", ".join(missing) + " (")

@@ -103,8 +103,11 @@ def section_how(recs, summ, **_):
         f"- `step` ({n['step']:,} rows): one decode step of `batch` requests at `context_tokens` each, from the step "
         "model (SPEC §3).", "",
         "Rows that describe one run (the TTFT, ITL and E2E of one benchmark) share one simulation. Constants are the "
-        "defaults of `fastsim.stepmodel.StepConstants` (no calibration). A row fastsim cannot express is listed with "
-        "its reason and enters no error figure. Per row, ratio = fastsim / real and the error is |ratio - 1|; a group "
+        "defaults of `fastsim.stepmodel.StepConstants` (no calibration). Every run uses the model's context as the "
+        "engine's limit. A row fastsim cannot express, a row whose settings its engine would not start with "
+        "(`fastsim.engine_rules`), and a row with requests its engine would refuse (prompt plus output above the "
+        "context) or the simulator rejects at arrival (more KV than the instance holds) is listed with its reason and "
+        "enters no error figure: no figure is given over the accepted rest of a run. Per row, ratio = fastsim / real and the error is |ratio - 1|; a group "
         "reports the median absolute percentage error and the geometric-mean ratio.",
     ])
 

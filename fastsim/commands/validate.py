@@ -30,8 +30,8 @@ def add_parser(sub):
     sp.add_argument("measurements", nargs="?", metavar="MEASUREMENTS.csv",
                     help="measurement file (schema: fastsim/data/measurements/README.md; relative model and trace "
                     "paths resolve against it); default: the shipped set, fastsim/data/measurements/measurements.csv, "
-                    "read with its user GPU entries (gpus_custom.toml beside it; another file needs --catalog for "
-                    "GPUs fastsim does not ship)")
+                    "read with its user GPU entries (gpus_custom.toml beside it), as is a copy of it (the same bytes); "
+                    "another file needs --catalog for GPUs fastsim does not ship)")
     sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     sp.add_argument("--catalog", action="append", default=[], metavar="FILE",
                     help="TOML/JSON file adding or overriding GPUs, precisions, models (repeatable)")
@@ -89,11 +89,11 @@ def run(args) -> int:
     from pathlib import Path
     from .._command_helpers import _constants
     from .._output import csv_frame, dumps
-    from ..validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements, validate
+    from ..validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, is_shipped_set, read_measurements, validate
     _check_plot(args)
     path = Path(args.measurements) if args.measurements else SHIPPED_MEASUREMENTS
     notes = []
-    if path.resolve() == SHIPPED_MEASUREMENTS.resolve():
+    if is_shipped_set(path):
         given = {Path(c).resolve() for c in args.catalog}
         if SHIPPED_CATALOG.resolve() not in given:
             args.catalog = [str(SHIPPED_CATALOG)] + list(args.catalog)
@@ -119,8 +119,9 @@ def run(args) -> int:
         notes.append(f"step constants from {args.calibration}")
     left = doc["summary"]["not_expressed"]
     if left:
-        notes.append(f"{left:,} of {doc['summary']['rows']:,} rows not expressed (each with its reason); they enter "
-                     "no error figure")
+        why = "; ".join(f"{h}: {n:,}" for h, n in doc["summary"]["not_expressed_reasons"].items())
+        notes.append(f"{left:,} of {doc['summary']['rows']:,} rows not expressed (each with its reason; {why}); "
+                     f"they enter no error figure, which is over the {doc['summary']['expressed']:,} expressed")
     doc["notes"] = notes
     if args.format == "json":
         sys.stdout.write(dumps(doc) + "\n")
@@ -131,7 +132,7 @@ def run(args) -> int:
     else:
         from tabulate import tabulate
         print(tabulate(_rows_table(doc["rows"]), headers=["id", "engine", "benchmark", "metric", "stat", "real",
-                                                          "fastsim", "ratio", "|err| %", ""], disable_numparse=True))
+                                                          "fastsim", "ratio", "|err| %", "reason"], disable_numparse=True))
         print()
         print(tabulate(_summary_rows(doc["summary"]), headers=["by", "group", "rows", "median |err| %",
                                                                "fastsim / real (geo. mean)"], disable_numparse=True))

@@ -13,21 +13,42 @@ def plot_validation(records, path) -> None:
     ----------
     records : sequence of dict
         Row records (:meth:`fastsim.validate.RowResult.record`); rows without a prediction are
-        left out of the plot (they are listed in the table).
+        left out of the plot (they are listed in the table). With none, the figure says so (as
+        ``fastsim sweep`` and ``fastsim capacity`` draw a plot with nothing to show): empty axes
+        titled with the count of rows not expressed and their most common reason.
     path : str or os.PathLike
-        The PNG to write.
+        The image to write (its format from the extension, checked first by
+        :func:`fastsim.plots.check_plot_path`).
 
     Raises
     ------
-    FastsimInputError
-        No row has a prediction (nothing to draw).
+    ValueError, OSError
+        From matplotlib, for an unknown extension or a path that cannot be written.
     """
-    from ..errors import FastsimInputError
     from matplotlib.figure import Figure
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    records = list(records)
     done = [r for r in records if r.get("predicted") is not None]
     if not done:
-        raise FastsimInputError("--plot", str(path), "a validation with at least one expressed row")
+        fig = Figure(figsize=(6.0, 5.5))
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        heads = {}
+        for r in records:
+            h = str(r.get("reason") or "no figure").split(" (", 1)[0].split(":", 1)[0]
+            heads[h] = heads.get(h, 0) + 1
+        top = max(heads.items(), key=lambda kv: kv[1]) if heads else None
+        text = f"no expressed row: none of the {len(records):,} rows has a fastsim figure"
+        if top:
+            text += f"\n(most common reason, {top[1]:,} row{'' if top[1] == 1 else 's'}: {top[0]})"
+        ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, fontsize=9)
+        ax.set_xlabel("measured")
+        ax.set_ylabel("fastsim")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title("fastsim against measured: nothing to compare")
+        fig.savefig(path, dpi=110)
+        return
     panels = [("tokens/s", [r for r in done if r["metric"] == "output_tokens_per_s"]),
               ("seconds", [r for r in done if r["metric"] != "output_tokens_per_s"])]
     panels = [(u, rs) for u, rs in panels if rs]

@@ -20,7 +20,7 @@ from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
 __all__ = ["Measurement", "read_measurements", "ENGINES", "BENCHMARKS", "METRICS", "STATS", "COLUMNS",
-           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG"]
+           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG", "is_shipped_set"]
 
 #: Engines of the schema, each simulated on the fastsim policy of its name (:mod:`fastsim.sim.policy`).
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -41,6 +41,32 @@ _DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
 #: The measurement set shipped with fastsim, and the user GPU entries its rows need.
 SHIPPED_MEASUREMENTS = _DATA / "measurements.csv"
 SHIPPED_CATALOG = _DATA / "gpus_custom.toml"
+
+
+def is_shipped_set(path) -> bool:
+    """Whether a measurement file is the set shipped with fastsim: the package's own file, or a copy of it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    bool
+        True when ``path`` is :data:`SHIPPED_MEASUREMENTS` or has the same bytes (a copy, such as the
+        repository's ``fastsim/data/measurements/measurements.csv`` beside an installed fastsim), so
+        that its rows are read with :data:`SHIPPED_CATALOG`, the user GPU entries they need. A
+        missing or unreadable file is not the shipped set (the reader then names it).
+    """
+    p = Path(path)
+    try:
+        if p.resolve() == SHIPPED_MEASUREMENTS.resolve():
+            return True
+        if not p.is_file() or p.stat().st_size != SHIPPED_MEASUREMENTS.stat().st_size:
+            return False
+        return p.read_bytes() == SHIPPED_MEASUREMENTS.read_bytes()
+    except OSError:
+        return False
 
 
 class Measurement(NamedTuple):
@@ -160,7 +186,7 @@ def read_measurements(path, catalog=None) -> list:
         engine, benchmark, metric, statistic (or a pair the schema does not have: ``total`` is
         throughput's only statistic, ``step_s`` the ``step`` benchmark's only metric) or layout;
         a required field that is empty, or a number that is not finite, not > 0 (``value``,
-        ``rate_req_per_s``), not a whole number >= 1 (counts; ``shared_prefix_tokens`` >= 0
+        ``rate_req_per_s``), not an integer >= 1 (counts; ``shared_prefix_tokens`` >= 0
         and below ``input_tokens``); a field the row's benchmark does not use (a rate of an
         offline run); a model, GPU or precision the catalog lacks, a missing ``config.json``
         or trace file.
@@ -178,8 +204,9 @@ def read_measurements(path, catalog=None) -> list:
         raise FastsimInputError("measurements", str(path), f"a readable CSV ({exc})") from None
     missing = [c for c in COLUMNS if c not in df.columns and c not in ("engine_version", "source", "note")]
     if missing:
-        raise FastsimInputError(f"{path.name} columns", ", ".join(missing), "every column of the schema: "
-                                + ", ".join(COLUMNS))
+        raise FastsimInputError(f"{path.name} columns", ", ".join(map(str, df.columns)),
+                                f"every column of the schema; missing: {', '.join(missing)} (the schema, in any "
+                                f"order: {', '.join(COLUMNS)}; engine_version, source and note may be left out)")
     base = path.parent
     out, seen = [], {}
     for line, rec in enumerate(df.to_dict(orient="records"), start=2):
@@ -194,6 +221,27 @@ def read_measurements(path, catalog=None) -> list:
     if not out:
         raise FastsimInputError("measurements", str(path), "at least one row")
     return out
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _names(look) -> str:
+    """What a catalog look-up allows (its error's ``allowed``, asked with an empty name)."""
+    try:
+        look("")
+    except FastsimInputError as exc:
+        return exc.allowed
+    return "a catalog name"
+
+
+def _catalog_hint(base: Path) -> str:
+    """How to add a GPU: ``--catalog``, naming the ``gpus_custom.toml`` beside the measurements if there is one."""
+    beside = base / "gpus_custom.toml"
+    if beside.is_file():
+        return f"add it with --catalog {beside}, which sits beside the measurements"
+    return "add it with --catalog"
 
 
 def _row(rec: dict, rid: str, fname: str, base: Path, cat) -> Measurement:
@@ -221,24 +269,25 @@ def _row(rec: dict, rid: str, fname: str, base: Path, cat) -> Measurement:
         raw = rec.get(col, "")
         if _blank(raw):
             if required:
-                raise FastsimInputError(where(col), "", f"a value (a {bench} row needs {col})")
+                raise FastsimInputError(where(col), "", f"a value ({_article(bench)} {bench} row needs {col})")
             return None
         try:
             v = float(raw)
         except ValueError:
             v = math.nan
-        if not math.isfinite(v):
-            raise FastsimInputError(where(col), raw, "a finite number")
         if integer:
-            if v != int(v) or v < minimum:
-                raise FastsimInputError(where(col), raw, f"a whole number >= {minimum}")
+            if not math.isfinite(v) or v != int(v) or v < minimum:
+                raise FastsimInputError(where(col), raw, f"an integer >= {minimum}")
             return int(v)
+        if not math.isfinite(v):
+            raise FastsimInputError(where(col), raw, "a finite number > 0")
         if not v > 0:
             raise FastsimInputError(where(col), raw, "a number > 0")
         return v
     for col in _FORBIDDEN[bench]:
         if not _blank(rec.get(col, "")):
-            raise FastsimInputError(where(col), rec[col], f"empty for a {bench} row (the benchmark does not use it)")
+            raise FastsimInputError(where(col), rec[col], f"empty for {_article(bench)} {bench} row (the benchmark "
+                                    "does not use it)")
     need = set(_REQUIRED[bench])
     vals = {}
     for col in _INTS:
@@ -282,11 +331,14 @@ def _row(rec: dict, rid: str, fname: str, base: Path, cat) -> Measurement:
             raise FastsimInputError(where("model"), rec["model"], exc.allowed + " or a config.json path (add "
                                     "models with --catalog)") from None
     for col, look in (("gpu", cat.gpu), ("precision", cat.precision)):
+        if not rec[col].strip():
+            raise FastsimInputError(where(col), rec[col], f"a value (the {col.upper() if col == 'gpu' else col} the "
+                                    f"run used; the field is empty): {_names(look)}")
         try:
             look(rec[col].strip())
         except FastsimInputError as exc:
             raise FastsimInputError(where(col), rec[col], exc.allowed + (
-                " (a GPU fastsim does not ship: add it with --catalog)" if col == "gpu" else "")) from None
+                f" (a GPU fastsim does not ship: {_catalog_hint(base)})" if col == "gpu" else "")) from None
     trace = None
     if bench == "trace":
         tp_ = (base / rec["trace"].strip()).resolve()

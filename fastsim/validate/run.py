@@ -16,7 +16,12 @@ settings, and read the row's figure with :func:`fastsim.sim.benchmark_figures`. 
 the same run (the TTFT and the ITL of one benchmark) share one simulation. A row fastsim cannot
 express gets ``predicted = None`` and its reason: pipeline parallelism (not modelled), a policy
 this fastsim lacks, a model feature the step model does not have, a statistic the simulator does
-not give (ITL percentiles), a deployment whose weights leave no KV.
+not give (ITL percentiles), a deployment whose weights leave no KV, engine settings the engine
+would not start with (:func:`fastsim.engine_rules.vllm_refusal`,
+:func:`~fastsim.engine_rules.sglang_refusal`), requests the engine would refuse (prompt + output
+above the model's context, which every run uses as its engine does: all or some of a row's
+requests), requests the simulator rejects at arrival (more KV than the instance holds). A figure
+over the accepted rest of a run is never given.
 """
 from __future__ import annotations
 
@@ -54,7 +59,8 @@ class RowResult(NamedTuple):
     policy : str
         The policy simulated (``step`` rows: ``"step model"``).
     requests, rejected : int
-        Requests simulated and rejected at arrival (0 for ``step`` rows).
+        Requests of the run, and those rejected at arrival or, for a row whose requests the engine
+        would refuse (above the model's context; not simulated), those refused (0 for ``step`` rows).
     notes : tuple of str
         What the run assumed beyond the row (the arrival seed, the request count of a stage).
     """
@@ -111,6 +117,35 @@ class _ModelRefused(Exception):
     """A model whose config fastsim refuses (a feature the step model does not have)."""
 
 
+class _EngineRefused(Exception):
+    """Settings the engine itself would refuse to start with (:mod:`fastsim.engine_rules`)."""
+
+
+#: How each engine names the longest prompt + output it serves, and where it refuses a longer request.
+_CONTEXT_RULE = {
+    "vllm": "vLLM runs with max_model_len at most the model's and refuses a longer prompt "
+            "(vllm/v1/engine/processor.py, Processor._validate_model_input) or prompt plus max_tokens "
+            "(vllm/entrypoints/openai/serving_engine.py, OpenAIServing._validate_input)",
+    "sglang": "SGLang runs with context_length at most the model's and refuses a request above it "
+              "(python/sglang/srt/managers/tokenizer_manager.py, TokenizerManager._validate_one_request)",
+    "trtllm": "TensorRT-LLM refuses a request above the max_seq_len it was built for",
+}
+_ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def _engine_refusal(engine: str, pol, kv: float, dp: int) -> str | None:
+    """The engine's reason for refusing to start with a row's settings (:func:`fastsim.engine_rules.vllm_refusal`,
+    :func:`~fastsim.engine_rules.sglang_refusal`), or None; vLLM's limits and KV are those of one data-parallel rank."""
+    from ..engine_rules import sglang_refusal, vllm_refusal
+    if engine == "vllm" and pol.name == "vllm":
+        return vllm_refusal(max_num_seqs=int(pol.max_num_seqs), max_num_batched_tokens=int(pol.max_num_batched_tokens),
+                            kv_tokens=kv / dp)
+    if engine == "sglang" and pol.name == "sglang":
+        return sglang_refusal(max_running_requests=int(pol.max_num_seqs),
+                              chunked_prefill_size=int(pol.max_num_batched_tokens), kv_tokens=kv)
+    return None
+
+
 def _short(model: str) -> str:
     """A model field as a row shows it: a config.json path by its directory's name."""
     return model.replace("\\", "/").rsplit("/", 2)[-2] if model.endswith(".json") else model
@@ -149,6 +184,11 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
         over.update(overrides or {})
         pol = engine_policy(policy or ENGINE_POLICY[m.engine], g.hbm_bytes, kv_budget_tokens=kv,
                             context_tokens=model.max_context_tokens, **over)
+        why = _engine_refusal(m.engine, pol, kv, dp)
+        if why is not None:
+            raise _EngineRefused(f"{_ENGINE_NAME[m.engine]} would not start with these settings "
+                                 f"(max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
+                                 f"{pol.max_num_seqs}): {why}")
         if pol.name == "vllm" and dp > 1:
             # vLLM's data-parallel ranks are engines of their own, each with these limits (as fastsim.search
             # scales them: vllm/v1/engine/core.py, DPEngineCoreProc)
@@ -248,6 +288,7 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
         In the order of ``rows``.
     """
     from ..sim import benchmark_figures, simulate_drained
+    from ..stepmodel import P_KV_BUDGET_TOKENS
     models = {} if models is None else models
     m0 = rows[0]
     pol_name = "step model" if m0.benchmark == "step" else (policy or ENGINE_POLICY[m0.engine])
@@ -256,7 +297,7 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
         return [RowResult(m, None, why, pol_name) for m in rows]
     try:
         s = _setup(m0, cat, constants, models, policy, overrides)
-    except _ModelRefused as exc:
+    except (_ModelRefused, _EngineRefused) as exc:
         return [RowResult(m, None, str(exc), pol_name) for m in rows]
     except FastsimInputError as exc:
         return [RowResult(m, None, f"fastsim refuses this deployment: {exc}", pol_name) for m in rows]
@@ -264,7 +305,14 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
         t = _step_figure(m0, s)
         return [RowResult(m, t, None, pol_name) for m in rows]
     arrival, prompt, out, prefix, notes = _workload(m0)
-    ctx = max(int(s.model.max_context_tokens), int((prompt + out).max()))
+    # the engine serves at most the model's context: a longer request is refused, never served
+    ctx = int(s.model.max_context_tokens)
+    n = int(arrival.size)
+    over = int(np.count_nonzero(prompt + out > ctx))
+    if over:
+        why = (f"requests the engine would refuse ({over:,} of {n:,} need more than the model's context of "
+               f"{ctx:,} tokens, prompt + output; {_CONTEXT_RULE.get(m0.engine, 'the engine refuses them')})")
+        return [RowResult(m, None, why, pol_name, n, over, tuple(notes)) for m in rows]
     try:
         res = simulate_drained(s.plan, arrival, prompt, out, horizon_hint_s=_horizon_hint(s, arrival, prompt, out),
                                max_context_tokens=ctx, policy=s.policy, prefix=prefix)
@@ -272,8 +320,10 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
         return [RowResult(m, None, f"fastsim cannot run it: {exc}", pol_name, int(arrival.size)) for m in rows]
     fig = benchmark_figures(res)
     if fig.rejected:
-        notes.append(f"{fig.rejected:,} of {fig.requests:,} requests rejected at arrival (above the context or "
-                     "the KV budget): the figures are over the rest")
+        # a figure over the accepted rest is not the benchmark's figure
+        why = (f"requests rejected at arrival ({fig.rejected:,} of {fig.requests:,} need more KV than the "
+               f"instance holds, {float(s.p[P_KV_BUDGET_TOKENS]):,.0f} tokens); a figure over the rest is not the benchmark's")
+        return [RowResult(m, None, why, pol_name, fig.requests, fig.rejected, tuple(notes)) for m in rows]
     outs = []
     for m in rows:
         try:
@@ -365,7 +415,8 @@ def validate(measurements, catalog=None, constants=None, *, threads: int | None 
         A measurement CSV (:func:`fastsim.validate.read_measurements`) or its rows.
     catalog : Catalog, optional
         Default: the built-in catalog, plus the user GPU entries of the shipped set when the
-        path is the shipped set (:data:`fastsim.validate.SHIPPED_CATALOG`).
+        file is the shipped set or a copy of it (:func:`fastsim.validate.is_shipped_set`,
+        :data:`fastsim.validate.SHIPPED_CATALOG`).
     constants : StepConstants or Calibration, optional
     threads : int, optional
         As in :func:`run_measurements`.
@@ -380,15 +431,13 @@ def validate(measurements, catalog=None, constants=None, *, threads: int | None 
         As :func:`fastsim.validate.read_measurements` and :func:`run_measurements`.
     """
     import os
-    from pathlib import Path
-    from .records import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements
+    from .records import SHIPPED_CATALOG, is_shipped_set, read_measurements
     from .summary import ValidationReport
     notes = []
     if isinstance(measurements, (str, os.PathLike)):
         if catalog is None:
             from ..catalog import load_catalog
-            shipped = Path(measurements).resolve() == SHIPPED_MEASUREMENTS.resolve()
-            catalog = load_catalog([str(SHIPPED_CATALOG)] if shipped else [])
+            catalog = load_catalog([str(SHIPPED_CATALOG)] if is_shipped_set(measurements) else [])
         measurements = read_measurements(measurements, catalog)
     results = run_measurements(list(measurements), catalog, constants, threads=threads)
     if any(r.measurement.benchmark == "online" for r in results):
