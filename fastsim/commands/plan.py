@@ -180,6 +180,15 @@ def run(args):
     engine = _engine_dict(args)
     if engine is not None:
         pinned = getattr(args, "emit", None) == args.policy
+        given = [f for f, k in (("--max-num-seqs", "max_num_seqs"), ("--max-num-batched-tokens", "max_num_batched_tokens"))
+                 if k in engine]
+        if getattr(args, "emit", None) and given:
+            # the emitted command carries each plan's own batch and chunk (fastsim.emit): a plan verified
+            # under other settings would be launched with settings nothing verified
+            raise FastsimInputError(given[0], getattr(args, given[0][2:].replace("-", "_")),
+                                    f"not with --emit {args.emit}: the emitted command carries each plan's own "
+                                    "batch and chunk, which --policy with --emit verifies; drop the override, or "
+                                    "drop --emit to verify under it")
         if pinned:
             engine["plan_settings"] = True
         notes = list(notes) + [f"verification under the {args.policy} policy ("
