@@ -94,7 +94,10 @@ def section_how(recs, summ, **_):
         "benchmark client does (`fastsim.sim.benchmark_figures`: TPOT excludes the first token, ITL is the "
         "token-weighted mean gap, throughput is output tokens over the makespan).", "",
         f"- `offline` ({n['offline']:,} rows): `num_requests` requests of the fixed lengths, all at t = 0, simulated "
-        "until the last finishes (trtllm-bench throughput, `vllm bench throughput`, MLPerf Offline);",
+        "until the last finishes (trtllm-bench throughput, `vllm bench throughput`, MLPerf Offline); a TensorRT-LLM "
+        "row that publishes neither max_num_tokens nor max_batch_size runs with the ones trtllm-bench tunes for its "
+        "lengths and KV cache (`tensorrt_llm/bench/build/tuning.py`, `finetune_setting`: "
+        "`fastsim.validate.trtllm_bench`);",
         f"- `online` ({n['online']:,} rows): `num_requests` Poisson arrivals at `rate_req_per_s` "
         f"(`numpy.random.default_rng({ONLINE_SEED})`), simulated until every request finishes; a row without "
         f"`num_requests` (a steady stage of a longer run) sends rate x {STAGE_S:g} s requests;",

@@ -1,7 +1,9 @@
 """Each measurement run the way its benchmark ran, on its engine's policy (``fastsim validate``).
 
 - ``offline``: ``num_requests`` requests of fixed lengths, all arriving at t = 0, simulated until
-  the last finishes (trtllm-bench throughput, ``vllm bench throughput``, MLPerf Offline);
+  the last finishes (trtllm-bench throughput, ``vllm bench throughput``, MLPerf Offline); a
+  TensorRT-LLM row publishing neither max_num_tokens nor max_batch_size runs with the settings
+  trtllm-bench tunes for its lengths (:func:`fastsim.validate.trtllm_bench.bench_settings`);
 - ``online``: ``num_requests`` Poisson arrivals at ``rate_req_per_s`` (seed :data:`ONLINE_SEED`;
   a row without ``num_requests`` is a steady stage of a longer run and sends
   ``rate x`` :data:`STAGE_S` requests), simulated until every request finishes;
@@ -181,6 +183,12 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
     pol = None
     if m.benchmark != "step":
         over = {k: getattr(m, k) for k in ("max_num_batched_tokens", "max_num_seqs") if getattr(m, k) is not None}
+        if (m.engine == "trtllm" and m.benchmark == "offline" and not over and m.input_tokens
+                and m.output_tokens and (policy or ENGINE_POLICY[m.engine]) == "trtllm"):
+            # trtllm-bench tunes both settings to the dataset when none are given (trtllm_bench.py)
+            from .trtllm_bench import bench_settings
+            bs, tokens = bench_settings(kv, m.input_tokens, m.output_tokens, m.pp or 1)
+            over = {"max_num_seqs": bs, "max_num_batched_tokens": tokens}
         over.update(overrides or {})
         pol = engine_policy(policy or ENGINE_POLICY[m.engine], g.hbm_bytes, kv_budget_tokens=kv,
                             context_tokens=model.max_context_tokens, **over)
