@@ -201,8 +201,8 @@ def run(args):
                                f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache"]
     if args.format == "table":
         rate_text = (f"profile {profile.name} (mean {profile.mean_rate_req_per_s:,.4g} req/s)" if profile is not None
-                     else f"{demand.rate_req_per_s:g} req/s") + ("" if isinstance(source, W.Workload)
-                                                                else f", {_arrival_words(args)}")
+                     else f"{demand.rate_req_per_s:g} req/s" + ("" if isinstance(source, W.Workload)
+                                                                 else f", {_arrival_words(args)}"))
         print(f"{plan.describe()} on {model.name}: {rate_text}, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
