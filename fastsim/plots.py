@@ -143,7 +143,8 @@ def _cdf(ax, values, label):
 
 
 def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float, title: str = "",
-                    horizon_s: float | None = None, measure_window=(0.2, 0.8)) -> str:
+                    horizon_s: float | None = None, measure_window=(0.2, 0.8),
+                    end_s: float | None = None) -> str:
     """TTFT and TPOT CDFs of the measured requests and the requests in system over time, per run.
 
     The CDFs are over the measured requests (arrival in ``measure_window`` x ``horizon_s``), the
@@ -165,6 +166,9 @@ def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float,
         Arrival window of the runs; default: the end of the sample grid.
     measure_window : (float, float)
         Fractions of the horizon whose arrivals are measured.
+    end_s : float, optional
+        Where the load-over-time panel ends (s): a run that drains passes its last finish (first
+        arrival plus makespan), not the horizon it was simulated to; default: the sample grid's end.
 
     Returns
     -------
@@ -190,7 +194,8 @@ def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float,
                             (fin[many] - first[many]) / (o[many] - 1))
         _cdf(a1, ttft, f"seed {i}")
         _cdf(a2, tpot * 1e3, f"seed {i}")
-        a3.plot(r.sample_t_s, r.in_system, lw=0.8, label=f"seed {i}")
+        keep = slice(None) if end_s is None else r.sample_t_s <= end_s
+        a3.plot(r.sample_t_s[keep], r.in_system[keep], lw=0.8, label=f"seed {i}")
     a1.axvline(ttft_slo_s, color="k", ls="--", lw=1)
     a2.axvline(tpot_slo_s * 1e3, color="k", ls="--", lw=1)
     a1.axhline(0.9, color="grey", ls=":", lw=1)
@@ -198,6 +203,8 @@ def plot_simulation(results, path: str, *, ttft_slo_s: float, tpot_slo_s: float,
     a1.set(xlabel="TTFT (s)", ylabel="fraction of measured requests", title="TTFT CDF (measured requests)")
     a2.set(xlabel="TPOT (ms)", title="TPOT CDF (measured, O > 1)")
     a3.set(xlabel="time (s)", ylabel="requests in system", title="load over time")
+    if end_s is not None and end_s > 0:
+        a3.set_xlim(0.0, end_s)
     if len(results) <= 8:
         a3.legend(fontsize=7)
     fig.suptitle(title)

@@ -141,13 +141,15 @@ def _require_counts(args, what: str):
         return
     if (args.mode or "colocated") == "colocated":
         if args.instances is None:
-            raise FastsimInputError("--instances", None, f"an instance count with {what} (an offline run has "
-                                    "no rate to size the plan by; or --from-plan FILE.json)")
+            raise FastsimInputError("--instances", None, f"an instance count with {what}: --instances was not "
+                                    "given, and an offline run needs --instances N or --from-plan FILE.json, "
+                                    "since no rate sizes the plan")
         return
     for flag, v in (("--prefill-instances", args.prefill_instances), ("--decode-instances", args.decode_instances)):
         if v is None:
-            raise FastsimInputError(flag, None, f"an instance count with {what} (an offline run has no rate "
-                                    "to size the plan by; or --from-plan FILE.json)")
+            raise FastsimInputError(flag, None, f"an instance count with {what}: {flag} was not given, and an "
+                                    "offline disaggregated run needs --prefill-instances N and --decode-instances "
+                                    "M or --from-plan FILE.json, since no rate sizes the plan")
 
 
 def fixed_lengths(text):

@@ -60,7 +60,10 @@ def add_parser(sub):
                          "resampled from a trace (azure-conv, azure-code or a file)")
     g = sp.add_argument_group("benchmarks: runs that drain (simulated until the last request finishes)")
     g.add_argument("--requests", type=int, metavar="N",
-                   help="a finite run of N requests (1 to 50,000,000), every one measured: at --rate (or the "
+                   help="a finite run of N requests (1 to 20,000,000 over all --seeds together: a drained run "
+                        "holds about 640 bytes per request, 12 GiB at the bound; time grows with the steps, about "
+                        "6 s per million chat requests on 8 H100 instances under --policy vllm), every one "
+                        "measured: at --rate (or the "
                         "scenario's), Poisson or --arrival gamma, as vllm bench serve sends them; with --offline "
                         "all at t = 0. No --horizon: the run chooses its own")
     g.add_argument("--offline", action="store_true",
@@ -99,7 +102,7 @@ def run(args):
         return _run_drained(args, cat, bench, plan, model, demand, source, notes)
     if profile is not None:
         wls, horizon, pnotes = _profile_workloads(args, source, profile, demand)
-        notes = list(notes) + pnotes
+        notes = list(notes) + pnotes + [_arrival_note(args, None)]
     elif isinstance(source, W.Workload):
         if args.seeds is not None or args.horizon is not None:
             notes = list(notes) + ["a trace replays once over its own duration: --seeds and --horizon do not apply"]
@@ -109,7 +112,7 @@ def run(args):
         args.seeds = 1 if args.seeds is None else args.seeds
         args.horizon = 600.0 if args.horizon is None else args.horizon
         wls = _synthetic_workloads(args, source, demand.rate_req_per_s)
-        notes = list(notes) + getattr(args, "_lengths_notes", [])
+        notes = list(notes) + getattr(args, "_lengths_notes", []) + [_arrival_note(args, demand.rate_req_per_s)]
         horizon = args.horizon
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
@@ -198,7 +201,8 @@ def run(args):
                                f"{model.max_context_tokens:,} tokens, or their KV above an instance's whole KV cache"]
     if args.format == "table":
         rate_text = (f"profile {profile.name} (mean {profile.mean_rate_req_per_s:,.4g} req/s)" if profile is not None
-                     else f"{demand.rate_req_per_s:g} req/s")
+                     else f"{demand.rate_req_per_s:g} req/s" + ("" if isinstance(source, W.Workload)
+                                                                 else f", {_arrival_words(args)}"))
         print(f"{plan.describe()} on {model.name}: {rate_text}, {horizon:g} s; "
               f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
@@ -209,6 +213,22 @@ def run(args):
         plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
                         title=f"{plan.describe()}, {demand.rate_req_per_s:g} req/s")
     return 0
+
+
+def _arrival_words(args) -> str:
+    """The arrival process of a run at a rate: ``Poisson arrivals`` or ``gamma arrivals (cv C)``."""
+    if getattr(args, "arrival", "poisson") == "gamma":
+        return f"gamma arrivals (cv {args.cv:g})"
+    return "Poisson arrivals"
+
+
+def _arrival_note(args, rate) -> str:
+    """The note that names a rate run's arrival process (its gaps and vllm bench serve's burstiness)."""
+    at = "" if rate is None else f" at {rate:g} req/s"
+    if getattr(args, "arrival", "poisson") == "gamma":
+        return (f"arrivals: gamma{at}, the gaps between arrivals gamma-distributed with coefficient of variation "
+                f"{args.cv:g} (vllm bench serve --burstiness {1.0 / args.cv ** 2:.4g}; Poisson is cv 1)")
+    return f"arrivals: Poisson{at} (exponential gaps, cv 1; --arrival gamma --cv C for burstier ones)"
 
 
 def _simulate_profile(args):
@@ -392,6 +412,13 @@ def _sim_reason(rec, utilisation_why: str = ""):
             if not rec.get("measured"):
                 return "not applicable: no request arrived in the measured window"
             return "not applicable: no measured request has more than one output token (TPOT needs two)"
+        if k == "horizon_s" and drained:
+            return ("not applicable: the run drains (simulated until its last request finished, not to a horizon); "
+                    + ("each seed's length is the makespan_s of its row" if rec.get("seed_index") == "all"
+                       else "its length is makespan_s"))
+        if k == "makespan_s" and drained and rec.get("seed_index") == "all" and rec.get("finished"):
+            return ("not applicable: the seeds are separate runs, each with its own makespan (in its row); "
+                    "output_tokens_per_s here is the mean of the seeds' output tokens/s")
         if k in ("makespan_s", "output_tokens_per_s"):
             return "not applicable: no request finished"
         if k == "rate_req_per_s" and drained:
@@ -440,11 +467,18 @@ def _check_benchmark_flags(args):
     """Refuse, before any work, the flags that make no sense for (or are ignored by) a run that drains."""
     from ._resolve import fixed_lengths
     from ..workload import MAX_REQUESTS
+    from ..sim.drain import MAX_DRAIN_REQUESTS
     fixed_lengths(args.lengths)
     n = args.requests
     if n is not None and not 1 <= n <= MAX_REQUESTS:
         raise FastsimInputError("--requests", n, f"an integer from 1 to {MAX_REQUESTS:,} (the most requests one "
-                                "synthetic workload holds, the bound of --rate x --horizon)")
+                                "synthetic workload holds, the bound of --rate x --horizon); for a drained run 1 "
+                                f"to {MAX_DRAIN_REQUESTS:,} ({_drain_memory_words()})")
+    k = 1 if args.seeds is None else args.seeds
+    if n is not None and n * k > MAX_DRAIN_REQUESTS:
+        most = MAX_DRAIN_REQUESTS // k
+        raise FastsimInputError("--requests", n, f"1 to {most:,} for a drained run"
+                                + ("" if k == 1 else f" of {k} seeds") + f" ({_drain_memory_words()})")
     if n is not None and args.trace:
         raise FastsimInputError("--requests", n, "no value with --trace (a trace brings its own requests; --drain "
                                 "replays them all until the last finishes)")
@@ -488,6 +522,16 @@ def _check_benchmark_flags(args):
         _require_counts(args, "--offline")
 
 
+def _drain_memory_words() -> str:
+    """Why a drained run holds at most MAX_DRAIN_REQUESTS requests: its memory per request."""
+    from ..sim.drain import DRAIN_BYTES_PER_REQUEST, DRAIN_MEMORY_BYTES, MAX_DRAIN_REQUESTS
+    return (f"memory: about {DRAIN_BYTES_PER_REQUEST} bytes per request, every seed's requests held at once, "
+            f"{MAX_DRAIN_REQUESTS * DRAIN_BYTES_PER_REQUEST / 2 ** 30:.1f} GiB at {MAX_DRAIN_REQUESTS:,} requests, "
+            f"within the {DRAIN_MEMORY_BYTES / 2 ** 30:.0f} GiB a run may take, half of a 24 GiB machine; time grows with the steps "
+            "simulated, about 6 s per million chat requests on 8 H100 instances under --policy vllm, more on "
+            "fewer instances")
+
+
 def _benchmark_kind(args):
     """``"offline"``, ``"online"`` or ``"trace"`` for a run that drains, None for a horizon run."""
     if getattr(args, "_offline_burst", False):
@@ -515,6 +559,8 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
         args.seeds = 1 if args.seeds is None else args.seeds
         wls = _benchmark_workloads(args, source, demand.rate_req_per_s)
         notes = list(notes) + getattr(args, "_lengths_notes", [])
+        if bench == "online":
+            notes.append(_arrival_note(args, demand.rate_req_per_s))
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
     notes = list(notes) + enotes
@@ -531,11 +577,10 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
         f = benchmark_figures(_concatenated(results))
         seeds = [benchmark_figures(r) for r in results]
         pooled = _drained_record("all", plan, bench, rate, None, f, engine)
-        pooled["makespan_s"] = float(np.mean([x.makespan_s for x in seeds]))
-        pooled["output_tokens_per_s"] = float(np.mean([x.output_tokens_per_s for x in seeds]))
+        pooled.update(_pooled_throughput(seeds))
         ms = [r.metrics for r in results]
         meas = sum(m.measured for m in ms)
-        pooled.update(horizon_s=max(x["horizon_s"] for x in records), measured=int(meas),
+        pooled.update(measured=int(meas),
                       attainment=(sum(m.attainment * m.measured for m in ms) / meas if meas else math.nan),
                       unfinished=0, overloaded=False, preemptions=sum(int(m.preemptions) for m in ms))
         pooled["passed"] = bool(pooled["attainment"] >= 0.9)
@@ -543,8 +588,7 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
                   "cache_hit_fraction_per_instance", "spec_tokens_per_round", "cached_prompt_tokens"):
             pooled.pop(k, None)
         records.append(pooled)
-        notes.append("row 'all' pools the seeds: the latency figures over all their finished requests, makespan "
-                     "and output tokens/s the mean over the seeds, attainment over all their requests")
+        notes.append("row 'all' pools the seeds: " + _POOLED_DRAIN_NOTE)
     for rec in records:
         rec["null_reasons"] = null_reasons(rec, _sim_reason(rec))
     what = {"offline": "every request at t = 0", "online": f"{rate:g} req/s",
@@ -573,16 +617,51 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
     if args.format == "table":
         print(f"{plan.describe()} on {model.name}: {bench} benchmark, {wls[0].n:,} requests"
               + ("" if bench == "offline" else f" at {rate:.4g} req/s")
+              + (f", {_arrival_words(args)}" if bench == "online" else "")
               + f"; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _DRAIN_LABELS)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
     if args.plot:
         from ..plots import plot_simulation
-        horizon = max(r["horizon_s"] for r in records)
-        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
-                        measure_window=(0.0, 1.0), title=f"{plan.describe()}, {bench} benchmark")
+        plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s,
+                        horizon_s=max(_simulated_horizon(r) for r in results), measure_window=(0.0, 1.0),
+                        end_s=_last_finish(results), title=f"{plan.describe()}, {bench} benchmark")
     return 0
+
+
+#: How row 'all' of a run that drains pools its seeds (the JSON's note and the README say so).
+_POOLED_DRAIN_NOTE = (
+    "the latency figures over all their finished requests, attainment over all their requests; requests, "
+    "finished, rejected and output_tokens are sums over the seeds; output_tokens_per_s is the mean of the "
+    "seeds' output tokens/s (each its own output tokens / its own makespan, as a benchmark repeated K times "
+    "is averaged); makespan_s is n/a (each seed is a separate run with its own makespan, in its row), so no "
+    "quotient of the row's own fields stands for its throughput")
+
+
+def _pooled_throughput(seeds) -> dict:
+    """The pooled row's throughput fields from each seed's :class:`fastsim.sim.BenchmarkFigures`.
+
+    Output tokens/s is the mean of the seeds' (each its output tokens over its makespan); the
+    makespan has no pooled value (each seed is a separate run), so it is NaN (JSON null, with a
+    reason) rather than a figure whose quotient with the summed output tokens would contradict
+    the throughput.
+    """
+    import numpy as np
+    return {"makespan_s": math.nan, "output_tokens_per_s": float(np.mean([x.output_tokens_per_s for x in seeds]))}
+
+
+def _simulated_horizon(result) -> float:
+    """Where a drained run's simulation stopped (s): the end of its sample grid."""
+    t = result.sample_t_s
+    return float(t.size * (t[1] - t[0])) if t.size > 1 else math.inf
+
+
+def _last_finish(results) -> float:
+    """The last finish time over ``results`` (s): where a drained run's load-over-time ends."""
+    import numpy as np
+    ends = [float(np.nanmax(r.finish_s)) for r in results if np.isfinite(r.finish_s).any()]
+    return max(ends) if ends else 0.0
 
 
 def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
@@ -596,9 +675,7 @@ def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
            "drained": True}
     if result is not None:
         m = result.metrics
-        t = result.sample_t_s
-        horizon = float(t.size * (t[1] - t[0])) if t.size > 1 else math.nan
-        rec.update(horizon_s=horizon, requests=int(m.n_requests), measured=int(m.measured), attainment=m.attainment,
+        rec.update(horizon_s=None, requests=int(m.n_requests), measured=int(m.measured), attainment=m.attainment,
                    throughput_tokens_per_s=float(f.output_tokens_per_s), rejected=int(m.rejected),
                    unfinished=int(m.unfinished), overloaded=bool(m.overloaded),
                    busy_fraction=[float(b / f.makespan_s) if f.makespan_s > 0 else math.nan for b in result.busy_s],
@@ -610,7 +687,7 @@ def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
                                                     [float(x) for x in m.cache_hit_fraction_per_instance]),
                    spec_tokens_per_round=m.spec_tokens_per_round)
     else:
-        rec.update(requests=f.requests, rejected=f.rejected)
+        rec.update(horizon_s=None, requests=f.requests, rejected=f.rejected)
     for k in ("ttft", "tpot", "e2e"):
         d = getattr(f, f"{k}_s")
         for s in ("mean", "p50", "p90", "p99"):
