@@ -1,5 +1,6 @@
 """trtllm-bench's tuned settings (NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py,
-``finetune_setting``), against values worked by hand from that function's rule."""
+``finetune_setting``, and tensorrt_llm/bench/benchmark/utils/general.py, ``get_settings``), against
+values worked by hand from those functions' rules."""
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,23 @@ from fastsim.validate.trtllm_bench import bench_settings
     (1e7, 2048, 128, 1, (4096, 32768)),
 ])
 def test_tuned_settings(kv, isl, osl, pp, expected):
-    assert bench_settings(kv, isl, osl, pp) == expected
+    assert bench_settings(kv, isl, osl, pp, chunked_prefill=True) == expected
+
+
+@pytest.mark.parametrize("kv, isl, osl, expected", [
+    # tuned (512, 2048) already covers ISL 1024 + 512
+    (1e6, 1024, 1024, (512, 2048)),
+    # tuned (64, 2048): raised to 8192 + 64 so an 8192-token prompt fits one step
+    (2e5, 8192, 1024, (64, 8256)),
+    # tuned (512, 4096): raised to 8192 + 512
+    (4e6, 8192, 1024, (512, 8704)),
+    # R = 812461 / 5500 = 147.7 -> bs 160; raw_token 1625 -> 2048; raised to 5000 + 160
+    (812461.0, 5000, 500, (160, 5160)),
+    # tuned (4096, 32768) is above 2048 + 4096: unchanged
+    (1e7, 2048, 128, (4096, 32768)),
+])
+def test_without_chunked_prefill_max_num_tokens_covers_the_longest_prompt(kv, isl, osl, expected):
+    assert bench_settings(kv, isl, osl) == expected
 
 
 def test_too_little_kv_is_refused_as_trtllm_bench_does():

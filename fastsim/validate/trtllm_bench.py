@@ -13,7 +13,11 @@ file states it:
 - max batch size: ``max(64, 32 x ceil(raw_bs / 32))`` below 256, ``128 x ceil(raw_bs / 128)``
   below 1024, else ``256 x ceil(raw_bs / 256)`` (the "optimistic" tuning);
 - max num tokens: ``max(2048, 256 x ceil(raw_token / 256))`` below 4096, ``512 x ceil(raw_token /
-  512)`` below 8192, else ``1024 x ceil(raw_token / 1024)``.
+  512)`` below 8192, else ``1024 x ceil(raw_token / 1024)``;
+- with chunked prefill off (trtllm-bench's default, ``enable_chunked_prefill`` False), max num
+  tokens is raised to at least the dataset's longest input plus the max batch size, so every
+  prompt fits one step (``tensorrt_llm/bench/benchmark/utils/general.py``, ``get_settings``:
+  ``max_num_tokens = max(max_num_tokens, max_isl + max_batch_size)``).
 
 fastsim's KV tokens are its own memory model's (:data:`fastsim.stepmodel.P_KV_BUDGET_TOKENS`),
 where trtllm-bench estimates its own from the parameter count and the card's memory; the two
@@ -33,7 +37,8 @@ MAX_BATCH_CAP = 4096
 MAX_TOKENS_CAP = 32768
 
 
-def bench_settings(kv_tokens: float, input_len: int, output_len: int, pp: int = 1) -> tuple:
+def bench_settings(kv_tokens: float, input_len: int, output_len: int, pp: int = 1, *,
+                   chunked_prefill: bool = False) -> tuple:
     """``(max_batch_size, max_num_tokens)`` as trtllm-bench tunes them (module docstring).
 
     Parameters
@@ -44,6 +49,9 @@ def bench_settings(kv_tokens: float, input_len: int, output_len: int, pp: int = 
         The dataset's input and output lengths per request (tokens, >= 1).
     pp : int
         Pipeline-parallel stages (>= 1).
+    chunked_prefill : bool
+        Whether the run enables chunked prefill (trtllm-bench's default: off, and then max num
+        tokens covers the longest input plus the max batch size).
 
     Returns
     -------
@@ -79,4 +87,6 @@ def bench_settings(kv_tokens: float, input_len: int, output_len: int, pp: int = 
         max_token = 512 * math.ceil(raw_token / 512)
     else:
         max_token = 1024 * math.ceil(raw_token / 1024)
+    if not chunked_prefill:
+        max_token = max(max_token, input_len + max_bs)
     return int(max_bs), int(max_token)
