@@ -33,9 +33,6 @@ def test_doc_has_the_generators_sections_in_order(gen):
     assert (ROOT / "docs" / "validation.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.skip(reason="docs/VALIDATION.md predates the trtllm policy and trtllm-bench's tuned settings: "
-                  "regenerating it takes over 30 minutes on 2 cores (issue 24's speed floor is not met); "
-                  "regenerate with python tools/make_validation.py once the shipped set runs in minutes")
 def test_doc_sections_are_what_the_generator_writes(gen):
     """Every figure of the document comes from the shipped set by the tool: regenerate and compare."""
     committed = _sections(DOC.read_text(encoding="utf-8"))
