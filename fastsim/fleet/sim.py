@@ -438,6 +438,7 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
     if keep is not None:
         keep["ring"] = rg       # per-request results, for the tests (slot = request index below half)
     rr = np.zeros(1, np.int64)
+    no_stop = K.NO_STOP.copy()          # no early stop: a fleet run serves its whole day
     tr_t = np.zeros(1, np.float64)
     tr_r = np.zeros(1, np.int32)
     e_i64 = np.zeros(0, np.int64)
@@ -459,7 +460,8 @@ def _run(plan, chunks, ev, m, pool, half, wheel, max_ctx, routing, horizon, t_st
         """Run arrivals in slots [ia0, ia1) and every boundary at or before ``until``."""
         code = K._run_nb(pp, ist, fst, *rg.ro, rg.first, rg.finish, rg.inst, rg.dinst, rg.status, rg.nxt,
                          rg.done, wh, rg.wnext, rg.xnext, tr_t, tr_r, e_i64, e_i64, e_i64, pool, routing,
-                         int(max_total), int(max_prompt), float(until), 1.0, False, ia0, ia1, rr, True)
+                         int(max_total), int(max_prompt), float(until), 1.0, False, ia0, ia1, rr, True,
+                         no_stop)
         if code != 0:
             raise RuntimeError(f"simulator kernel failed with status {int(code)} in a fleet run; this is a bug "
                                "in fastsim")

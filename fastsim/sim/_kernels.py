@@ -96,15 +96,25 @@ N_FCOLS = 22
 N_RCOLS = 14
 # float64 columns of the per-run table.
 (RF_HORIZON, RF_DT, RF_MEAS_LO, RF_MEAS_HI, RF_TTFT_SLO, RF_TPOT_SLO, RF_OVER_FRAC,
- RF_OVER_MIN) = range(8)
-N_RFCOLS = 8
+ RF_OVER_MIN,
+ # early stop (lecture policy): the sure misses that end the run (0: none), the TPOT check's lag (s)
+ RF_STOP_AT, RF_STOP_LAG) = range(10)
+N_RFCOLS = 10
 
 # per-run metrics written by the kernel: float64 columns ...
-(M_ATTAIN, M_TTFT50, M_TTFT90, M_TTFT99, M_TPOT50, M_TPOT90, M_TPOT99, M_SLOPE) = range(8)
-N_MFCOLS = 8
-# ... and int64 columns
-(MI_REJECTED, MI_FINISHED, MI_MEASURED, MI_OVERLOADED) = range(4)
-N_MICOLS = 4
+# (M_STOP_T: the simulated time at which an early-stopped run ended, NaN for a whole run)
+(M_ATTAIN, M_TTFT50, M_TTFT90, M_TTFT99, M_TPOT50, M_TPOT90, M_TPOT99, M_SLOPE, M_STOP_T) = range(9)
+N_MFCOLS = 9
+# ... and int64 columns (MI_SURE: the sure misses an early-stop check counted)
+(MI_REJECTED, MI_FINISHED, MI_MEASURED, MI_OVERLOADED, MI_SURE) = range(5)
+N_MICOLS = 5
+
+# the early-stop row of a run (:func:`_run_nb`'s ``stop_io``): inputs (the count of sure misses
+# that ends the run, 0 or NaN for none; the SLO; the measure window in seconds; the lag of the
+# TPOT check), then outputs (the count reached, the time of the stop or NaN)
+(S_AT, S_TTFT, S_TPOT, S_LO, S_HI, S_LAG, S_SURE, S_STOP_T) = range(8)
+N_STOP = 8
+NO_STOP = np.full(N_STOP, np.nan)
 
 # input check of a workload by the check kernels: 0 = valid, else the first array at fault
 (IN_OK, IN_ARRIVAL, IN_PROMPT, IN_OUTPUT) = range(4)
@@ -415,7 +425,7 @@ def init_row_nb(i, pp, ist, fst):
 @njit(cache=True, nogil=True, error_model="numpy")
 def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt, done,
             wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, n_entry, routing, max_total,
-            max_prompt, horizon, dt_sample, full, ia0, ia_end, rr_io, resume):
+            max_prompt, horizon, dt_sample, full, ia0, ia_end, rr_io, resume, stop_io):
     """Simulate one run; returns a ``RUN_*`` status code.
 
     Requests ``[ia0, ia_end)`` of the per-request arrays arrive; ``rr_io[0]`` is the
@@ -436,6 +446,21 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     while they fall strictly before the next arrival, at or before the next unrecorded sample
     time and the horizon. The same boundary code runs on the same state in the same order per
     instance, so every result is the one of the plain event loop, bit for bit.
+
+    Early stop (``stop_io``, float64 of length ``N_STOP``: columns ``S_*``). With
+    ``stop_io[S_AT] > 0`` the run counts, at each sample time ``now`` taken while events remain
+    (not the samples after the horizon's last event), the measured requests (arriving in
+    ``[S_LO, S_HI)`` s) that have surely missed the SLO whatever happens after ``now``, by the
+    metrics' rule (:func:`_metrics_nb`): rejected; no first token by ``now`` although
+    ``now - arrival > S_TTFT``, or a first token later than that (a cursor over the arrivals
+    passes each request once its TTFT is decided); TTFT met but, judged once ``now - arrival >
+    S_LAG`` (a second cursor), finished by ``now`` with TPOT > ``S_TPOT``, or not finished by
+    ``now`` although ``(now - first) / (O - 1) > S_TPOT``. At the first sample time at which
+    the count reaches ``stop_io[S_AT]`` the run ends: ``stop_io[S_STOP_T]`` is set to that time
+    (NaN otherwise), the samples after it repeat the state at the stop and the busy time of a
+    step in progress is counted up to it. ``stop_io[S_SURE]`` returns the count. The check
+    only reads results, so a run that does not stop is bit for bit the run without the check
+    (``S_AT`` <= 0 or NaN: no check).
     """
     n = ia_end
     ni = ist.shape[0]
@@ -558,6 +583,19 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     # earlier of it and the horizon
     t_samp = ms * dt_sample if ms < n_samp else np.inf
     lim_s = horizon if horizon < t_samp else t_samp
+    # early stop: the threshold, the SLO and window it judges by, the two cursors, the count
+    s_at = stop_io[S_AT]
+    stopping = s_at > 0.0
+    s_ttft = stop_io[S_TTFT]
+    s_tpot = stop_io[S_TPOT]
+    s_lo = stop_io[S_LO]
+    s_hi = stop_io[S_HI]
+    s_lag = stop_io[S_LAG]
+    s_sure = 0
+    s_c1 = ia0
+    s_c2 = ia0
+    ms_chk = ms
+    t_end = horizon
     while True:
         ta = arrival[_u(ia)] if ia < n else np.inf
         tt = tr_t[0] if ntr > 0 else np.inf
@@ -638,6 +676,36 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
             ms += 1
             t_samp = ms * dt_sample if ms < n_samp else np.inf
             lim_s = horizon if horizon < t_samp else t_samp
+        if stopping and ms > ms_chk:
+            # the requests surely missed by each sample time not yet checked, in order (the
+            # state now is the state at the last sample, and decides the earlier ones too: a
+            # first token or a finish later than the sample time was not there at it)
+            while ms_chk < ms:
+                s_now = ms_chk * dt_sample
+                ms_chk += 1
+                while s_c1 < n and s_now - arrival[_u(s_c1)] > s_ttft:
+                    s_a = arrival[_u(s_c1)]
+                    if s_a >= s_lo and s_a < s_hi:
+                        if status[_u(s_c1)] == REQ_REJECTED or not (first[_u(s_c1)] - s_a <= s_ttft):
+                            s_sure += 1
+                    s_c1 += 1
+                while s_c2 < s_c1 and s_now - arrival[_u(s_c2)] > s_lag:
+                    s_a = arrival[_u(s_c2)]
+                    s_o = output[_u(s_c2)]
+                    if s_a >= s_lo and s_a < s_hi and s_o > 1 and status[_u(s_c2)] != REQ_REJECTED:
+                        s_f = first[_u(s_c2)]
+                        if s_f - s_a <= s_ttft:
+                            if status[_u(s_c2)] == REQ_FINISHED and finish[_u(s_c2)] <= s_now:
+                                if not ((finish[_u(s_c2)] - s_f) / float(s_o - 1) <= s_tpot):
+                                    s_sure += 1
+                            elif (s_now - s_f) / float(s_o - 1) > s_tpot:
+                                s_sure += 1
+                    s_c2 += 1
+                if s_sure >= s_at:
+                    t_end = s_now
+                    break
+            if t_end < horizon:
+                break
 
         if ev == 0:
             r = ia
@@ -1283,6 +1351,8 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         break
 
     rr_io[0] = rr_e
+    stop_io[S_SURE] = s_sure
+    stop_io[S_STOP_T] = t_end if t_end < horizon else np.nan
     if resume:
         return RUN_OK
     while ms < n_samp:
@@ -1290,7 +1360,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
         ms += 1
     for i in range(ni):
         if ist[i, I_ACTIVE] != 0:
-            fst[i, F_BUSY] -= fst[i, F_NEXT_T] - horizon
+            fst[i, F_BUSY] -= fst[i, F_NEXT_T] - t_end
     return RUN_OK
 
 
@@ -1591,11 +1661,32 @@ def simulate_one(pp, ist, fst, arrival, prompt, output, first, finish, inst, din
         Output: the run's metrics.
     full : bool
         Keep the per-instance samples.
+
+    Early stop: with ``rf[RF_STOP_AT] > 0`` the run ends once that many of its measured requests
+    have surely missed the SLO (:func:`_run_nb`, ``stop_io``). The metrics of a run that stopped
+    are those of what it simulated (every request unfinished at the stop a miss: its attainment
+    is a lower bound), ``mf[M_STOP_T]`` the time it stopped, and it reads as overloaded, its
+    backlog slope the whole accepted rate (every accepted request stays); ``mi[MI_SURE]`` holds
+    the count of sure misses (0 without a check).
     """
+    horizon = float(rf[RF_HORIZON])
+    stop = np.empty(N_STOP)
+    stop[S_AT] = rf[RF_STOP_AT]
+    stop[S_TTFT] = rf[RF_TTFT_SLO]
+    stop[S_TPOT] = rf[RF_TPOT_SLO]
+    stop[S_LO] = rf[RF_MEAS_LO] * horizon         # the measure window as _metrics_nb computes it
+    stop[S_HI] = rf[RF_MEAS_HI] * horizon
+    stop[S_LAG] = rf[RF_STOP_LAG]
     code = _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, status, nxt,
                    done, wheel, wnext, xnext, tr_t, tr_r, wait_s, kv_s, sys_s, int(ri[R_N_ENTRY]),
-                   int(ri[R_ROUTING]), int(ri[R_MAX_TOTAL]), int(ri[R_MAX_PROMPT]), float(rf[RF_HORIZON]),
-                   float(rf[RF_DT]), full, 0, arrival.shape[0], np.zeros(1, np.int64), False)
+                   int(ri[R_ROUTING]), int(ri[R_MAX_TOTAL]), int(ri[R_MAX_PROMPT]), horizon,
+                   float(rf[RF_DT]), full, 0, arrival.shape[0], np.zeros(1, np.int64), False, stop)
     if code == RUN_OK:
         _metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
+        t_stop = float(stop[S_STOP_T])
+        mf[M_STOP_T] = t_stop
+        mi[MI_SURE] = int(stop[S_SURE]) if stop[S_AT] > 0 else 0
+        if t_stop == t_stop:        # stopped: overloaded, every accepted request in the backlog
+            mf[M_SLOPE] = (arrival.shape[0] - mi[MI_REJECTED]) / horizon
+            mi[MI_OVERLOADED] = 1
     return code

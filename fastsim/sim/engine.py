@@ -290,10 +290,12 @@ def _wheel_size(max_output: int) -> int:
     return 1 << max(0, int(max_output) - 1).bit_length()
 
 
-def _run(plans, pk, wk, work, opts, full: bool):
+def _run(plans, pk, wk, work, opts, full: bool, stop=None):
     """Build the run and instance tables of runs (``plans[pk[k]]`` on workload ``wk[k]``), run the kernel.
 
     ``work`` is :func:`_check`'s output. Everything per run is vectorized over the runs.
+    ``stop``: None, or ``(at, lag_s)`` with ``at`` float64 (runs,) the sure misses that end each
+    run (0: never) and ``lag_s`` the TPOT check's lag (:func:`K._run_nb`'s early stop).
     Returns the run table, the per-instance tables, the kernel's outputs and ``n_samp``.
     """
     horizon_s, _, _, max_context, routing, _, dt = opts
@@ -345,6 +347,9 @@ def _run(plans, pk, wk, work, opts, full: bool):
         np.cumsum(n_req[:-1], out=run_i[1:, K.R_OUT_OFF])
     row = _option_row(opts)[None, :]
     run_f = row if R == 1 else np.repeat(row, R, axis=0)      # the same option row for every run
+    if stop is not None:
+        run_f[:, K.RF_STOP_AT] = stop[0]
+        run_f[:, K.RF_STOP_LAG] = stop[1]
     fst = np.zeros((ist.shape[0], K.N_FCOLS), dtype=np.float64)
     cap = max(1, int(n_req.max()))
     wheel_cap = max(1, int(wheel_len.max()))
@@ -403,12 +408,13 @@ def _all_metrics(run_i, ist, fst, out, horizon_s) -> list:
     res = []
     for k in range(len(n)):
         f = mf[k]
-        rej, fin, meas, over = mi[k]
+        rej, fin, meas, over, sure = mi[k]
         a, b = i0[k], i1[k]
         res.append(SimMetrics(f[K.M_ATTAIN], f[K.M_TTFT50], f[K.M_TTFT90], f[K.M_TTFT99],
                               f[K.M_TPOT50], f[K.M_TPOT90], f[K.M_TPOT99], thr[k], rej,
                               n[k] - rej - fin, fin, meas, n[k], over != 0, f[K.M_SLOPE], rate[k],
-                              util[a:b], mean_batch[a:b], kv_peak[a:b]))
+                              util[a:b], mean_batch[a:b], kv_peak[a:b], stopped_at_s=f[K.M_STOP_T],
+                              sure_misses=sure))
     return res
 
 
@@ -516,11 +522,23 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
 def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, ttft_slo_s: float,
                    tpot_slo_s: float, max_context_tokens: int = 131072, routing: str = "least-loaded",
                    measure_window=(0.2, 0.8), sample_dt_s: float | None = None, product: bool = False,
-                   full: bool = False, policy="lecture", spec=None, p_draft=None, spec_seed: int = 0) -> list:
+                   full: bool = False, policy="lecture", spec=None, p_draft=None, spec_seed: int = 0,
+                   stop_after_misses=None, stop_lag_s: float | None = None) -> list:
     """Simulate many (plan, workload) runs in parallel, on numba's thread count (SPEC sections 6 and 7).
 
     Each run is independent and writes only its own slots, so the results are identical to
     :func:`simulate` run by run, whatever ``NUMBA_NUM_THREADS`` is.
+
+    Early stop (the capacity searches', :mod:`fastsim.search`): a run given ``stop_after_misses``
+    ends as soon as that many of its measured requests have surely missed the SLO, judged at
+    each sample time by the metrics' own rule on what is already decided: a rejection, a TTFT
+    past its target (no first token ``ttft_slo_s`` after the arrival), or, ``stop_lag_s``
+    after the arrival, a TPOT past its target (finished too slowly, or already too slow to
+    finish in time). Its metrics then cover what it simulated (attainment a lower bound, every
+    request unfinished at the stop a miss), it reads as overloaded with the whole accepted rate
+    as its backlog slope, and ``SimMetrics.stopped_at_s`` says when it stopped;
+    ``SimMetrics.sure_misses`` holds the count either way. A run that does not stop is bit for
+    bit the run without the check.
 
     Parameters
     ----------
@@ -540,6 +558,13 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     policy, spec, p_draft, spec_seed
         As in :func:`simulate`, shared by all runs; a ``Workload`` with prefix blocks
         (``.prefix``) brings them to the engine policies' prefix caching.
+    stop_after_misses : int, or sequence of int (one per run), optional
+        Sure misses of the measured requests that end a run early (0 or None: never). Lecture
+        policy only.
+    stop_lag_s : float, optional
+        Seconds after its arrival at which a request that met its TTFT is judged on its TPOT by
+        the early stop; None: ``ttft_slo_s + tpot_slo_s x (O - 1)`` for the longest output O
+        of all the workloads (every such request is then decided when judged).
 
     Returns
     -------
@@ -550,7 +575,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     ------
     FastsimInputError
         As :func:`simulate`, plus empty or mismatched ``plans`` / ``workloads`` and workloads
-        that are neither triples nor ``Workload`` objects.
+        that are neither triples nor ``Workload`` objects; ``stop_after_misses`` not None, an
+        integer >= 0 or a sequence of one per run, or given with an engine policy;
+        ``stop_lag_s`` not None or a number >= 0.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
@@ -578,15 +605,44 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         if P != W:
             raise FastsimInputError("plans", f"{P} plans", f"one plan, or one per workload ({W})")
         pk = wk = np.arange(W, dtype=np.int64)
+    stop = _stop_options(stop_after_misses, stop_lag_s, pk.shape[0], work, opts, engine)
     if engine:
         prefixes = [getattr(w, "prefix", None) for w in raw]
         return _policy_results([plans[int(k)] for k in pk], [works[int(k)] for k in wk],
                                [prefixes[int(k)] for k in wk], opts, policy, routing, spec, p_draft, spec_seed, full)
-    run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full)
+    run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full, stop)
     ms = _all_metrics(run_i, ist, fst, out, opts[0])
     if not full:
         return ms
     return [_result(k, m, works, run_i, fst, out, n_samp, opts[6]) for k, m in enumerate(ms)]
+
+
+def _stop_options(stop_after_misses, stop_lag_s, runs: int, work, opts, engine: bool):
+    """:func:`simulate_batch`'s early-stop arguments as :func:`_run`'s ``stop`` (None: no stop).
+
+    Raises
+    ------
+    FastsimInputError
+        ``stop_after_misses`` neither None, an integer >= 0 nor a sequence of ``runs`` of them,
+        or given with an engine policy; ``stop_lag_s`` neither None nor a finite number >= 0.
+    """
+    if stop_after_misses is None:
+        return None
+    allowed = f"None, an integer >= 0, or a sequence of {runs} (one per run) of them"
+    at = np.asarray(stop_after_misses)
+    if at.ndim == 0:
+        at = np.full(runs, at)
+    if at.shape != (runs,) or at.dtype.kind not in "iu" or (at < 0).any():
+        raise FastsimInputError("stop_after_misses", stop_after_misses, allowed)
+    if engine:
+        raise FastsimInputError("stop_after_misses", stop_after_misses, "None under an engine policy (the early "
+                                "stop is the lecture kernel's)")
+    if stop_lag_s is None:
+        stop_lag_s = opts[1] + opts[2] * max(float(work[2].max()) - 1.0, 0.0)
+    elif isinstance(stop_lag_s, bool) or not isinstance(stop_lag_s, (int, float, np.integer, np.floating)) \
+            or not (0.0 <= float(stop_lag_s) < math.inf):
+        raise FastsimInputError("stop_lag_s", stop_lag_s, "None or a finite number of seconds >= 0")
+    return at.astype(np.float64), float(stop_lag_s)
 
 
 def _engine_policy(policy, routing, spec) -> bool:

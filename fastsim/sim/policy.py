@@ -569,7 +569,7 @@ def policy_metrics(pol, spec, res, n: int, horizon_s: float):
     steps = iout[:, PK.O_STEPS]
     mean_batch = iout[:, PK.O_BATCH_SUM] / np.maximum(steps, 1)
     mean_batch = np.where(steps == 0, np.nan, mean_batch)
-    rej, fin, meas, over = (int(x) for x in mi)
+    rej, fin, meas, over = (int(x) for x in mi[:K.MI_SURE])
     thr = float(iout[:, PK.O_TOKENS_OUT].sum()) / horizon_s
     cached = iout[:, PK.O_CACHED]
     adm = iout[:, PK.O_PROMPT_ADMITTED]

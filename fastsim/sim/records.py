@@ -120,6 +120,13 @@ class SimMetrics(NamedTuple):
     spec_tokens_per_round : float
         Speculative decoding: output tokens a request gained per verify round, averaged over all
         rounds of the run (at most gamma + 1); nan without speculative decoding.
+    stopped_at_s : float
+        The simulated time (s) at which an early stop ended the run
+        (:func:`fastsim.sim.simulate_batch`'s ``stop_after_misses``); nan for a run that
+        simulated its whole horizon. A stopped run's figures cover what it simulated.
+    sure_misses : int
+        Measured requests the early-stop check found surely missing their SLO (a lower bound of
+        the misses); 0 without the check.
     """
 
     attainment: float
@@ -148,6 +155,8 @@ class SimMetrics(NamedTuple):
     cache_hit_fraction: float = float("nan")
     cache_hit_fraction_per_instance: np.ndarray | None = None
     spec_tokens_per_round: float = float("nan")
+    stopped_at_s: float = float("nan")
+    sure_misses: int = 0
 
 
 class SimResult(NamedTuple):
