@@ -107,14 +107,20 @@ def test_probes_decided_early_run_fewer_seeds_and_say_so(sample):
     res = max_sustainable_rates([plan], s, slo, seeds=16, horizon_s=600.0, bootstrap=200,
                                 rate_hints_req_per_s=[1.4 * plan.capacity_req_per_s])[0]
     early = [i for i, k in enumerate(res.probe_seeds) if k < 16]
-    assert early and all(res.probe_seeds[i] == 4 for i in early)
-    assert all(np.isnan(res.per_seed_attainment[i, 4:]).all() for i in early)
+    # decided at a stage of the sequential probe: 4 seeds, then 8
+    assert early and all(res.probe_seeds[i] in (4, 8) for i in early) and res.probe_seeds[0] == 4
+    assert all(np.isnan(res.per_seed_attainment[i, res.probe_seeds[i]:]).all() for i in early)
     assert not np.isnan(res.per_seed_attainment[early[0], :4]).any()
+    # far above the capacity, the first probe's runs stopped early, each at its share of the misses
+    # that fail the probe: all four, so the probe failed without a fifth seed
+    assert res.probe_stopped[0] == 4 and res.probe_runs[0] == 4 and not res.probes[0][3]
+    assert res.stopped_runs >= 4 and res.seed_runs == sum(res.probe_runs) >= sum(res.probe_seeds)
     assert res.bracket[1] <= res.bracket[0] * 1.01 + 1e-9 and np.isfinite(res.ci95).all()
     ref = max_sustainable_rate(plan, s, slo, seeds=16, horizon_s=600.0, bootstrap=0)
     assert abs(res.rate_req_per_s - ref.rate_req_per_s) <= 0.01 * ref.rate_req_per_s
     d = res.to_dict()
     assert [p["seeds_run"] for p in d["probes"]] == list(res.probe_seeds)
+    assert [p["stopped_runs"] for p in d["probes"]] == list(res.probe_stopped)
 
 
 def _verdict_inputs(att, slope, lam=10.0, measured=1000.0):

@@ -46,6 +46,19 @@ class _CRN:
 
     def at(self, rate, s0=0, s1=None):
         """Seeds ``s0 .. s1 - 1``'s workloads at ``rate``: list of (arrival_s, prompt_tokens, output_tokens)."""
+        return self.at_seeds(rate, range(len(self.children))[s0:s1])
+
+    def measured(self, rate, window) -> np.ndarray:
+        """Every seed's measured requests at ``rate``: int64 (seeds,), the arrivals in the measure window.
+
+        ``window`` is ``(f0, f1)``; the count is the simulator's (:func:`fastsim.sim.simulate_batch`:
+        arrivals in ``[f0 x horizon, f1 x horizon)``) of the arrival times :meth:`at` gives.
+        """
+        lo, hi = window[0] * self.horizon_s, window[1] * self.horizon_s
+        return np.array([int(np.count_nonzero((w[0] >= lo) & (w[0] < hi))) for w in self.at(rate)], dtype=np.int64)
+
+    def at_seeds(self, rate, seeds):
+        """The workloads of the seeds ``seeds`` (indices) at ``rate``, in that order (as :meth:`at`)."""
         if rate > self.max_rate:
             # at most the workload limit's rate (the searches never probe above it: _max_probe_rate)
             self.max_rate = min(max(self.wanted, rate * self.growth), max(_max_probe_rate(self.horizon_s), rate))
@@ -54,7 +67,8 @@ class _CRN:
         out = []
         scale = self.max_rate / rate
         h = self.horizon_s
-        for w in self.base[s0:s1]:
+        for s in seeds:
+            w = self.base[s]
             a = w.arrival_s
             # the requests with a x scale < h, found on the unscaled times (only they are scaled)
             k = int(np.searchsorted(a, h / scale, side="left"))
@@ -229,6 +243,37 @@ def _early_verdict(met, mea, over, S: int, target: float, horizon_s: float, alph
     return None
 
 
+def _stopped(m) -> bool:
+    """Whether a run ended early (:func:`fastsim.sim.simulate_batch`'s ``stop_after_misses``)."""
+    t = getattr(m, "stopped_at_s", math.nan)
+    return t == t
+
+
+def _miss_bound(m) -> int:
+    """The misses a run surely has: all of them for a whole run, those counted by its stop for a stopped one."""
+    if _stopped(m):
+        return int(m.sure_misses)
+    return int(m.measured) - int(round(m.attainment * m.measured)) if m.measured else 0
+
+
+def _allowed_misses(M, target: float):
+    """The most misses a probe of measured counts ``M`` (int64 (S,)) can have and still pass (int), or None.
+
+    The largest m with ``(sum(M) - m) / sum(M) >= target - 1e-9``: a probe with more misses has
+    a pooled attainment below its target (the margin covers the rounding of the figures the
+    verdict pools); None when nothing is measured.
+    """
+    total = int(np.sum(M))
+    if total <= 0:
+        return None
+    m = int(math.floor(total * (1.0 - target)))
+    while m + 1 <= total and (total - (m + 1)) / total >= target - 1e-9:
+        m += 1
+    while m >= 0 and (total - m) / total < target - 1e-9:
+        m -= 1
+    return m
+
+
 class _Bisection:
     """The capacity search of one plan as a state machine: which rate to probe next, given the probes so far.
 
@@ -243,8 +288,18 @@ class _Bisection:
     has its capacity below the lowest probe, so up to three more probes go lower (each 1 / 1.1 of
     the lowest) until the interval's lower end is not censored; a galloping search likewise goes
     higher (each ``4 x rel_tol`` above the highest probe) while its upper end is censored at the
-    highest probe. With ``first_seeds`` and ``alpha``, a probe runs its first seeds and the others
-    only when :func:`_early_verdict` cannot decide it.
+    highest probe.
+
+    Sequential probes (``first_seeds`` and ``alpha``): a probe runs its seeds in stages of
+    ``first_seeds``, twice as many, ... then all ``S``, and ends at the first stage whose runs
+    decide it: surely failing (:meth:`_sure_misses` exceed what the pooled attainment over all
+    ``S`` seeds can tolerate, whatever the seeds not run give: no error) or decided by
+    :func:`_early_verdict` (an error of at most about ``2 alpha`` per look). Given
+    ``measured_fn`` (rate -> every seed's measured requests, int64 (S,)) its runs also stop
+    early (:func:`fastsim.sim.simulate_batch`'s ``stop_after_misses``): in the first stage each
+    run at its share of the misses that would fail the probe if every run of the stage reached
+    its own (a run of a stage that stays undecided is then simulated again, whole, in the next
+    stage), in later stages a run at the misses that fail the probe with those already known.
 
     A probe whose runs measured no request (and are not overloaded) has no verdict: its
     attainment is NaN, it counts as neither passing nor failing, and the search stops there
@@ -252,7 +307,8 @@ class _Bisection:
     """
 
     def __init__(self, r0, S, rel_tol, max_probes, bootstrap, seed, slo, horizon_s, analytic, step0=None,
-                 first_seeds=0, alpha=0.0, max_rate=math.inf, floor=None, measure_window=(0.2, 0.8)):
+                 first_seeds=0, alpha=0.0, max_rate=math.inf, floor=None, measure_window=(0.2, 0.8),
+                 measured_fn=None):
         self.r, self.S, self.rel_tol, self.max_probes = r0, S, rel_tol, max_probes
         self.bootstrap, self.seed, self.slo, self.horizon_s, self.analytic = bootstrap, seed, slo, horizon_s, analytic
         self.step = step0
@@ -260,10 +316,12 @@ class _Bisection:
         self.alpha = alpha
         self.max_rate = max_rate
         self.floor, self.window = floor, measure_window
-        self._partial = None
+        self.measured_fn = measured_fn if self.first_seeds else None
+        self._cur = None                # the probe in progress (sequential probes)
         self._boot_up = False
         self.lo = self.hi = None
         self.probes, self.mets, self.meas, self.overs, self.seeds_run = [], [], [], [], []
+        self.runs_simulated, self.runs_stopped = [], []     # per probe: runs (reruns included), stopped early
         self.phase = "search"
         self.boot_rounds = 0
         self.caps = None
@@ -271,17 +329,46 @@ class _Bisection:
         self.capped = False             # the search passed at max_rate and could go no higher
 
     def next_probe(self):
-        """``(rate, first seed, end seed)`` of the runs to simulate next, or None when done.
+        """``(rate, seeds, stop_after_misses)`` of the runs to simulate next, or None when done.
 
-        With a sequential test (``first_seeds``), a probe first runs seeds ``[0, first_seeds)``
-        and, when :func:`_early_verdict` cannot decide it, then ``[first_seeds, S)``.
+        ``seeds`` are seed indices; ``stop_after_misses`` is None (whole runs) or one threshold
+        per seed (:func:`fastsim.sim.simulate_batch`). Without sequential probes every seed at
+        once, whole; with them the next stage's seeds (see the class docstring).
         """
         rate = self.next_rate()
         if rate is None:
             return None
-        if self._partial is not None:
-            return rate, len(self._partial), self.S
-        return rate, 0, (self.first_seeds or self.S)
+        if not self.first_seeds:
+            return rate, list(range(self.S)), None
+        cur = self._cur
+        if cur is None or cur["rate"] != rate:
+            M = self.measured_fn(rate) if self.measured_fn is not None else None
+            cur = self._cur = dict(rate=rate, M=M, runs={}, stage=0, fresh=0, simulated=0, stopped=0,
+                                   allowed=_allowed_misses(M, self.slo.attainment) if M is not None else None)
+        stages = self._stages()
+        end = stages[min(cur["stage"], len(stages) - 1)]
+        again = sorted(k for k, m in cur["runs"].items() if _stopped(m))
+        seeds = again + list(range(cur["fresh"], end))
+        if cur["allowed"] is None:
+            return rate, seeds, None
+        M, allowed = cur["M"], cur["allowed"]
+        if cur["stage"] == 0:
+            # each run's share of the misses that fail the probe, should every run reach its own
+            share = M[seeds] / max(int(M[seeds].sum()), 1)
+            stops = [max(1, int(math.ceil((allowed + 1) * f))) for f in share]
+        else:
+            # the misses that, with those already known, fail the probe on their own
+            known = sum(_miss_bound(m) for k, m in cur["runs"].items() if k not in again)
+            stops = [max(1, allowed + 1 - known)] * len(seeds)
+        return rate, seeds, stops
+
+    def _stages(self):
+        """Seeds run by the end of each stage of a sequential probe: first_seeds, doubling, then S."""
+        out, k = [], self.first_seeds
+        while 0 < k < self.S:
+            out.append(k)
+            k *= 2
+        return out + [self.S]
 
     def next_rate(self):
         """The next rate to probe (req/s), or None when the search and its interval are done."""
@@ -293,19 +380,38 @@ class _Bisection:
             return min(p[0] for p in self.probes) / 1.1
         return None
 
-    def feed(self, rate, ms) -> None:
-        """Record the probe at ``rate`` from the runs of :meth:`next_probe`'s seeds and move on."""
+    def feed(self, rate, ms, seeds=None) -> None:
+        """Record the runs of :meth:`next_probe`'s ``seeds`` at ``rate`` (all seeds when None) and move on."""
         ms = list(ms)
-        if self._partial is not None:
-            ms, self._partial = self._partial + ms, None
+        simulated = stopped_now = 0
+        if self.first_seeds:
+            cur = self._cur
+            for k, m in zip(seeds, ms):
+                cur["runs"][int(k)] = m
+            cur["fresh"] = max([cur["fresh"]] + [int(k) + 1 for k in seeds])
+            cur["simulated"] += len(ms)
+            cur["stopped"] += sum(1 for m in ms if _stopped(m))
+            runs = cur["runs"]
+            ms = [runs[k] for k in sorted(runs)]
+            simulated, stopped_now = cur["simulated"], cur["stopped"]
+        else:
+            simulated = len(ms)
         met, mea, over, pooled, pooled_over, passed = _probe_verdict(ms, self.slo, self.horizon_s)
         k = len(ms)
-        if k < self.S:
-            early = _early_verdict(met, mea, over, self.S, self.slo.attainment, self.horizon_s, self.alpha)
-            if early is None:
-                self._partial = ms      # undecided: the probe goes on with the other seeds
+        if self.first_seeds:
+            cut = any(_stopped(m) for m in ms)
+            early = None
+            if cur["allowed"] is not None and sum(_miss_bound(m) for m in ms) > cur["allowed"]:
+                early = False           # surely failing, whatever the other seeds give
+            elif not cut and k < self.S:
+                early = _early_verdict(met, mea, over, self.S, self.slo.attainment, self.horizon_s, self.alpha)
+            if early is None and (cut or k < self.S):
+                cur["stage"] += 1       # undecided: the next stage (and the stopped runs, whole)
                 return
-            passed = early
+            self._cur = None
+            if early is not None:
+                passed = early
+        if k < self.S:
             # the seeds not run are stood in for by the ones run, in turn, so that the pooled
             # figures (and the bootstrap's resamples) are those of the k seeds run
             fill = np.arange(self.S) % k
@@ -316,6 +422,8 @@ class _Bisection:
         self.probes.append((float(rate), pooled, pooled_over, passed))
         self.mets.append(met), self.meas.append(mea), self.overs.append(over)
         self.seeds_run.append(k)
+        self.runs_simulated.append(simulated)
+        self.runs_stopped.append(stopped_now)
         if unmeasured and not pooled_over:
             # no verdict, and lower rates measure fewer requests still: the search ends here
             self.unmeasured_at = float(rate)
@@ -436,4 +544,5 @@ class _Bisection:
         search_bracket = (float(self.lo) if self.lo is not None else 0.0,
                           float(self.hi) if self.hi is not None else math.inf)
         return CapacityResult(estimate, bracket, ci, self.probes, per_seed_att, self.analytic, self.S,
-                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes), search_bracket)
+                              float(self.horizon_s), tuple(self.seeds_run), measured, tuple(notes), search_bracket,
+                              tuple(self.runs_simulated), tuple(self.runs_stopped))

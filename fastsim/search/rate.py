@@ -23,7 +23,7 @@ from ..errors import FastsimInputError
 from ..stepmodel import StepConstants
 from ._bisect import _CRN, _Bisection
 from .adapter import _plan_model, _simulated, sim_plan
-from .checks import _check_budget, _check_seed, _check_slo, _floor_of, _max_probe_rate, _search_inputs
+from .checks import _check_budget, _check_seed, _check_slo, _floor_of, _max_probe_rate, _mean_lengths, _search_inputs
 from .records import SLO, CapacityResult
 
 
@@ -243,12 +243,24 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
       1 / count). From the first probe the search gallops (steps of 4, 2 or 1 x
       ``rel_tol``, doubling until the verdict turns), then bisects to ``rel_tol``: a start
       within ``rel_tol`` of the answer ends in two probes.
-    - Sequential test. A probe runs its first ``first_seeds`` seeds; when :func:`_early_verdict`
-      is sure of the verdict all ``seeds`` would give (one-sided level ``early_stop_alpha`` per
-      criterion: nominally at most about ``2 x early_stop_alpha`` of the probes it decides are
-      decided otherwise than with every seed), the other seeds are not run. Such a probe's pooled
-      figures, and its part in the bootstrap, are its seeds'; ``CapacityResult.probe_seeds``
-      says how many ran.
+    - Sequential probes. A probe runs its seeds in stages (``first_seeds``, twice as many, ...,
+      then all ``seeds``) and ends at the first stage that decides it: when its misses surely
+      exceed what the pooled attainment of all ``seeds`` can tolerate, whatever the others give
+      (exact), or when :func:`_early_verdict` is sure of the verdict all ``seeds`` would give
+      (one-sided level ``early_stop_alpha`` per criterion: nominally at most about ``2 x
+      early_stop_alpha`` per look of the probes it decides are decided otherwise than with
+      every seed). Such a probe's pooled figures, and its part in the bootstrap, are its seeds';
+      ``CapacityResult.probe_seeds`` says how many ran.
+    - Early stop of runs. A run ends as soon as its measured requests that surely missed the SLO
+      (:func:`fastsim.sim.simulate_batch`'s ``stop_after_misses``; a request's TPOT is judged
+      a mean request's SLO time, ``ttft + tpot x (mean output - 1)``, after its arrival) reach
+      what fails the probe: in a probe's first stage each run's share of the probe's
+      tolerable misses (if every run of the stage stops, the probe surely fails; a run that
+      stopped in a stage left undecided runs again, whole, in the next), in later stages the
+      misses that fail the probe on their own with those already known. A stopped run counts
+      as overloaded, its attainment that of what it simulated (a lower bound). A probe
+      decided so is a fail whatever its other seeds would give. ``CapacityResult.probe_runs``
+      and ``probe_stopped`` count the runs simulated and stopped.
 
     Parameters
     ----------
@@ -271,10 +283,11 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         Warm-start each family's searches from its solved siblings and gallop (True), or run
         :func:`max_sustainable_rate`'s bisection from each plan's analytic capacity (False).
     first_seeds : int
-        Seeds of a probe's first look (the sequential test), at least 2; ``>= seeds`` or 0 turns
-        the test off.
+        Seeds of a probe's first stage (the sequential probes), at least 2; ``>= seeds`` or 0
+        turns the stages and the early stop of runs off.
     early_stop_alpha : float
-        The test's one-sided level per criterion, in [0, 0.5); 0 turns the test off.
+        The sequential test's one-sided level per criterion, in [0, 0.5); 0 turns the stages
+        and the early stop of runs off.
     on_round : callable(round: int, searching: int, runs: int), optional
         Called before each round with the plans probing in it and the runs it simulates.
 
@@ -389,6 +402,7 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         c.want(1.25 * max(checked[i][2], checked[i][3]))
     crn_of = {i: i if exact else (id(dl[i]), roots[i]) for i in uniq}
     sp_of = {}
+    lags = {}
     results = [None] * k
     active: dict = {}        # plan -> its _Bisection
     solved = [[] for _ in chains]   # per chain: (count, simulated / analytic) of its solved plans
@@ -411,9 +425,13 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
         sp_of[i] = sim_plan(plans[i], catalog, constants, model)
         fs = int(first_seeds) if early_stop_alpha > 0 else 0
         r = min(r, _max_probe_rate(float(horizon_s)))     # a sibling's prediction may overshoot the limit
+        crn = crns[crn_of[i]]
         active[i] = _Bisection(r, S, tol, int(max_probes), int(bootstrap), roots[i], sl[i], float(horizon_s),
                                analytic, step0=step0, first_seeds=fs, alpha=float(early_stop_alpha),
-                               max_rate=_max_probe_rate(float(horizon_s)), floor=floors[i], measure_window=window)
+                               max_rate=_max_probe_rate(float(horizon_s)), floor=floors[i], measure_window=window,
+                               measured_fn=lambda rate, crn=crn: crn.measured(rate, window))
+        # the early stop judges a request's TPOT a mean request's SLO time after its arrival
+        lags[i] = sl[i].ttft_s + sl[i].tpot_s * max(_mean_lengths(dl[i])[1] - 1.0, 0.0)
 
     for c in range(len(chains)):
         start(c)
@@ -444,31 +462,34 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
             break
         # one batch per (SLO, context limit), cut at _BATCH_REQUESTS requests
         batches: dict = {}
-        for i, (rate, s0, s1) in todo:
+        for i, (rate, seeds, stops) in todo:
             b = active[i]
             g = batches.setdefault((b.slo.ttft_s, b.slo.tpot_s, checked[i][0].max_context_tokens), [])
-            g.append((i, rate, s0, s1))
+            g.append((i, rate, seeds, stops))
         if on_round is not None:
-            on_round(rnd, len(todo), sum(s1 - s0 for _, (_, s0, s1) in todo))
+            on_round(rnd, len(todo), sum(len(seeds) for _, (_, seeds, _) in todo))
         for (ttft, tpot, ctx), owners in batches.items():
             at = 0
             while at < len(owners):
-                ps, ws, fed, load = [], [], [], 0
+                ps, ws, fed, load, cut, lag = [], [], [], 0, [], []
                 while at < len(owners) and (not fed or load < _BATCH_REQUESTS):
-                    i, rate, s0, s1 = owners[at]
-                    wl = crns[crn_of[i]].at(rate, s0, s1)
+                    i, rate, seeds, stops = owners[at]
+                    wl = crns[crn_of[i]].at_seeds(rate, seeds)
                     ps += [sp_of[i]] * len(wl)
                     ws += wl
+                    cut += list(stops) if stops is not None else [0] * len(wl)
+                    lag += [lags.get(i, 0.0)] * len(wl)
                     load += sum(w[0].shape[0] for w in wl)
-                    fed.append((i, rate, len(wl)))
+                    fed.append((i, rate, seeds))
                     at += 1
+                stop_kw = dict(stop_after_misses=cut, stop_lag_s=lag) if any(cut) else {}
                 ms = simulate_batch(ps, ws, horizon_s=horizon_s, ttft_slo_s=ttft, tpot_slo_s=tpot,
-                                    max_context_tokens=ctx, routing=routing, measure_window=measure_window)
+                                    max_context_tokens=ctx, routing=routing, measure_window=measure_window, **stop_kw)
                 del ps, ws
                 j = 0
-                for i, rate, n in fed:
-                    active[i].feed(rate, ms[j:j + n])
-                    j += n
+                for i, rate, seeds in fed:
+                    active[i].feed(rate, ms[j:j + len(seeds)], seeds)
+                    j += len(seeds)
         rnd += 1
     for i in range(k):
         if results[i] is None:

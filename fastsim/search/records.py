@@ -220,6 +220,12 @@ class CapacityResult:
         The search's own bracket before the probes added for the interval: its largest passing
         and smallest failing rate (0 when none passed, inf when none failed); empty when not
         recorded. It differs from ``bracket`` only when the result is :attr:`unstable`.
+    probe_runs : tuple of int
+        Runs each probe simulated: its seeds run, plus the runs an early stop cut short that were
+        simulated again whole (:func:`max_sustainable_rates`); empty when not recorded.
+    probe_stopped : tuple of int
+        Runs of each probe that an early stop ended before the horizon (their figures are those
+        of what they simulated); empty when not recorded.
 
     Notes
     -----
@@ -243,6 +249,18 @@ class CapacityResult:
     probe_measured: tuple = ()
     notes: tuple = ()
     search_bracket: tuple = ()
+    probe_runs: tuple = ()
+    probe_stopped: tuple = ()
+
+    @property
+    def seed_runs(self) -> int:
+        """Runs simulated over all probes (int): ``sum(probe_runs)``, else ``sum(probe_seeds)``."""
+        return int(sum(self.probe_runs if self.probe_runs else self.probe_seeds))
+
+    @property
+    def stopped_runs(self) -> int:
+        """Runs an early stop ended before the horizon, over all probes (int)."""
+        return int(sum(self.probe_stopped))
 
     @property
     def undetermined(self) -> bool:
@@ -395,8 +413,9 @@ class CapacityResult:
         -------
         dict
             ``rate_req_per_s``, ``bracket_req_per_s``, ``ci95_req_per_s``, ``probes`` (list of
-            dicts, each with ``seeds_run``, ``measured`` and, where its attainment is null,
-            ``null_reasons``), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``,
+            dicts, each with ``seeds_run``, ``measured``, when recorded ``runs`` and
+            ``stopped_runs`` (:attr:`probe_runs`, :attr:`probe_stopped`) and, where its
+            attainment is null, ``null_reasons``), ``analytic_req_per_s``, ``analytic_ratio``, ``simulated_ratio``,
             ``seeds``, ``horizon_s``, ``estimate_method``, ``ci_method``, ``estimate_in_ci``,
             ``contradicting_probes``, ``undetermined``, ``unstable``, ``unstable_reason``,
             ``search_bracket_req_per_s`` (when recorded) and ``notes``; non-finite values (an
@@ -415,6 +434,9 @@ class CapacityResult:
                      seeds_run=int(self.probe_seeds[i]) if i < len(self.probe_seeds) else self.seeds)
             if i < len(self.probe_measured):
                 q["measured"] = int(self.probe_measured[i])
+            if i < len(self.probe_runs):
+                q["runs"] = int(self.probe_runs[i])
+                q["stopped_runs"] = int(self.probe_stopped[i])
             if a != a:
                 q["null_reasons"] = {"attainment": "not applicable: the probe's runs measured no request"}
             probes.append(q)

@@ -561,7 +561,7 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     stop_after_misses : int, or sequence of int (one per run), optional
         Sure misses of the measured requests that end a run early (0 or None: never). Lecture
         policy only.
-    stop_lag_s : float, optional
+    stop_lag_s : float, or sequence of float (one per run), optional
         Seconds after its arrival at which a request that met its TTFT is judged on its TPOT by
         the early stop; None: ``ttft_slo_s + tpot_slo_s x (O - 1)`` for the longest output O
         of all the workloads (every such request is then decided when judged).
@@ -577,7 +577,7 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         As :func:`simulate`, plus empty or mismatched ``plans`` / ``workloads`` and workloads
         that are neither triples nor ``Workload`` objects; ``stop_after_misses`` not None, an
         integer >= 0 or a sequence of one per run, or given with an engine policy;
-        ``stop_lag_s`` not None or a number >= 0.
+        ``stop_lag_s`` not None, a finite number >= 0 or a sequence of one per run.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
@@ -624,7 +624,8 @@ def _stop_options(stop_after_misses, stop_lag_s, runs: int, work, opts, engine: 
     ------
     FastsimInputError
         ``stop_after_misses`` neither None, an integer >= 0 nor a sequence of ``runs`` of them,
-        or given with an engine policy; ``stop_lag_s`` neither None nor a finite number >= 0.
+        or given with an engine policy; ``stop_lag_s`` neither None, a finite number >= 0 nor a
+        sequence of ``runs`` of them.
     """
     if stop_after_misses is None:
         return None
@@ -638,11 +639,14 @@ def _stop_options(stop_after_misses, stop_lag_s, runs: int, work, opts, engine: 
         raise FastsimInputError("stop_after_misses", stop_after_misses, "None under an engine policy (the early "
                                 "stop is the lecture kernel's)")
     if stop_lag_s is None:
-        stop_lag_s = opts[1] + opts[2] * max(float(work[2].max()) - 1.0, 0.0)
-    elif isinstance(stop_lag_s, bool) or not isinstance(stop_lag_s, (int, float, np.integer, np.floating)) \
-            or not (0.0 <= float(stop_lag_s) < math.inf):
-        raise FastsimInputError("stop_lag_s", stop_lag_s, "None or a finite number of seconds >= 0")
-    return at.astype(np.float64), float(stop_lag_s)
+        return at.astype(np.float64), opts[1] + opts[2] * max(float(work[2].max()) - 1.0, 0.0)
+    lag = np.asarray(stop_lag_s)
+    if lag.ndim == 0:
+        lag = np.full(runs, lag)
+    if lag.shape != (runs,) or lag.dtype.kind not in "iuf" or not (np.isfinite(lag) & (lag >= 0)).all():
+        raise FastsimInputError("stop_lag_s", stop_lag_s, f"None, or a finite number of seconds >= 0 or a sequence "
+                                f"of {runs} (one per run) of them")
+    return at.astype(np.float64), lag.astype(np.float64)
 
 
 def _engine_policy(policy, routing, spec) -> bool:
