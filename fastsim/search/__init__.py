@@ -50,7 +50,7 @@ from ._bisect import (EARLY_ATTAINMENT_SD_FLOOR, EARLY_SLOPE_SD_FLOOR, _Bisectio
 from .adapter import _engine_kwargs, _plan_model, _simulated  # noqa: F401
 from .checks import (_check_budget, _check_seed, _check_slo, _checked_floor, _floor_of,  # noqa: F401
                      _max_probe_rate, _mean_lengths, _search_inputs)
-from .rate import (_BATCH_REQUESTS, _STEP_COLD, _STEP_ONE_SIBLING, _STEP_TREND, EARLY_STOP_ALPHA,  # noqa: F401
+from .rate import (_BATCH_REQUESTS, _HALF_WIDTH_SIBLINGS, _STEP_COLD, EARLY_STOP_ALPHA,  # noqa: F401
                    FIRST_SEEDS, _family_count, _family_key, _predicted_ratio)
 from .records import _Replay, _RunFigures  # noqa: F401
 from .scale import _SCALE_STEP, _figures_at, _figures_of, _replay_horizon  # noqa: F401

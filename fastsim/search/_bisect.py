@@ -55,7 +55,10 @@ class _CRN:
         arrivals in ``[f0 x horizon, f1 x horizon)``) of the arrival times :meth:`at` gives.
         """
         lo, hi = window[0] * self.horizon_s, window[1] * self.horizon_s
-        return np.array([int(np.count_nonzero((w[0] >= lo) & (w[0] < hi))) for w in self.at(rate)], dtype=np.int64)
+        self.at_seeds(rate, [])             # the draw covers the rate
+        scale = self.max_rate / rate
+        return np.array([_first_at_or_above(w.arrival_s, scale, hi) - _first_at_or_above(w.arrival_s, scale, lo)
+                         for w in self.base], dtype=np.int64)
 
     def at_seeds(self, rate, seeds):
         """The workloads of the seeds ``seeds`` (indices) at ``rate``, in that order (as :meth:`at`)."""
@@ -71,13 +74,19 @@ class _CRN:
             w = self.base[s]
             a = w.arrival_s
             # the requests with a x scale < h, found on the unscaled times (only they are scaled)
-            k = int(np.searchsorted(a, h / scale, side="left"))
-            while k > 0 and a[k - 1] * scale >= h:
-                k -= 1
-            while k < a.shape[0] and a[k] * scale < h:
-                k += 1
+            k = _first_at_or_above(a, scale, h)
             out.append((a[:k] * scale, w.prompt_tokens[:k], w.output_tokens[:k]))
         return out
+
+
+def _first_at_or_above(a, scale: float, t: float) -> int:
+    """The first index k of the ascending times ``a`` with ``a[k] x scale >= t`` (float64 products, as scaled)."""
+    k = int(np.searchsorted(a, t / scale, side="left"))
+    while k > 0 and a[k - 1] * scale >= t:
+        k -= 1
+    while k < a.shape[0] and a[k] * scale < t:
+        k += 1
+    return k
 
 
 def _pooled_figures(met, mea, over, horizon_s):
@@ -291,7 +300,7 @@ class _Bisection:
     highest probe.
 
     Sequential probes (``first_seeds`` and ``alpha``): a probe runs its seeds in stages of
-    ``first_seeds``, twice as many, ... then all ``S``, and ends at the first stage whose runs
+    ``first_seeds`` seeds (``first_seeds``, twice as many, ... then all ``S``), and ends at the first stage whose runs
     decide it: surely failing (:meth:`_sure_misses` exceed what the pooled attainment over all
     ``S`` seeds can tolerate, whatever the seeds not run give: no error) or decided by
     :func:`_early_verdict` (an error of at most about ``2 alpha`` per look). Given
@@ -363,12 +372,9 @@ class _Bisection:
         return rate, seeds, stops
 
     def _stages(self):
-        """Seeds run by the end of each stage of a sequential probe: first_seeds, doubling, then S."""
-        out, k = [], self.first_seeds
-        while 0 < k < self.S:
-            out.append(k)
-            k *= 2
-        return out + [self.S]
+        """Seeds run by the end of each stage of a sequential probe: first_seeds, twice, three times ... then S."""
+        k = self.first_seeds
+        return list(range(k, self.S, k)) + [self.S] if k else [self.S]
 
     def next_rate(self):
         """The next rate to probe (req/s), or None when the search and its interval are done."""

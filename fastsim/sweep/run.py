@@ -195,6 +195,58 @@ def _check_settings_used(grid: SweepGrid, s: SweepSettings, top_k=None, name=lam
                                 "trace has its own arrivals); drop it, or sweep a scenario axis")
 
 
+#: Columns that make a capacity family (:func:`fastsim.search.max_sustainable_rates`): every
+#: column of a point that its capacity search depends on but its instance count.
+_FAMILY_COLUMNS = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "layout", "chunk_tokens",
+                   "max_batch", "prefill_instances", "workload", "ttft_s", "tpot_s", "price", "rate_req_per_s")
+
+
+def _family_last(table: pd.DataFrame, todo: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """For each position of ``todo``, the last position of a point to simulate of the same capacity family.
+
+    A family is the points that differ only in their (decode) instance count
+    (:data:`_FAMILY_COLUMNS`); positions of points not simulated get -1.
+    """
+    sub = table.iloc[todo]
+    fam = sub.groupby(list(_FAMILY_COLUMNS), dropna=False, sort=False).ngroup().to_numpy()
+    pos = np.arange(todo.shape[0])
+    simulated = sel[todo]
+    last = np.full(int(fam.max()) + 1 if fam.size else 0, -1, dtype=np.int64)
+    np.maximum.at(last, fam[simulated], pos[simulated])
+    return np.where(simulated, last[fam], -1)
+
+
+def _chunks(todo: np.ndarray, sel: np.ndarray, chunk_points: int, chunk_verify: int, family_last=None) -> list:
+    """The chunks of a sweep: runs of ``todo`` in grid order, each closed at ``chunk_points`` points
+    or ``chunk_verify`` points to simulate.
+
+    With ``family_last`` (:func:`_family_last`; capacity sweeps) a chunk closes only where no
+    family's points to simulate lie on both sides, so that each family's searches warm-start
+    each other in one :func:`fastsim.search.max_sustainable_rates` call; a family too large for
+    4 x ``chunk_verify`` points to simulate is still cut there.
+
+    Returns
+    -------
+    list of ndarray(int64)
+        Positions in the table, in grid order, every one of ``todo`` once.
+    """
+    chunks = []
+    start = 0
+    n = todo.shape[0]
+    csum = np.concatenate([[0], np.cumsum(sel[todo])])
+    while start < n:
+        stop = min(start + chunk_points, n)
+        over = np.searchsorted(csum[start + 1:stop + 1] - csum[start], chunk_verify, side="right")
+        stop = min(stop, start + max(int(over), 1))
+        if family_last is not None:
+            reach = int(family_last[start:stop].max()) + 1
+            while reach > stop and csum[reach] - csum[start] <= 4 * chunk_verify:
+                stop, reach = reach, max(reach, int(family_last[stop:reach].max()) + 1)
+        chunks.append(todo[start:stop])
+        start = stop
+    return chunks
+
+
 def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings | None = None,
               out: str | None = None, resume: bool = False, scheduler: str | None = None,
               workers: int | None = None, progress: bool | None = None, chunk_points: int = 20_000,
@@ -227,7 +279,10 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     progress : bool, optional
         Show a tqdm bar on stderr (default: when stderr is a terminal).
     chunk_points, chunk_verify : int
-        A chunk closes at this many points, or at this many points to simulate.
+        A chunk closes at this many points, or at this many points to simulate; with
+        ``capacity``, only where no capacity family (the points that differ only in their
+        instance count) has points on both sides, up to 4 x ``chunk_verify`` points to simulate
+        (so that a family's searches warm-start each other).
     max_requests_per_call : int
         Simulated requests per ``simulate_batch`` call (bounds memory: about 100 bytes each).
     plot_dir : str, optional
@@ -321,15 +376,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
             part = len([f for f in os.listdir(out) if f.endswith(".parquet")])
     todo = np.flatnonzero(~done)
     # 2. chunks in grid order
-    chunks = []
-    start = 0
-    while start < todo.shape[0]:
-        stop = min(start + chunk_points, todo.shape[0])
-        csum = np.cumsum(sel[todo[start:stop]])
-        over = np.searchsorted(csum, chunk_verify, side="right")
-        stop = min(stop, start + max(int(over), 1))
-        chunks.append(todo[start:stop])
-        start = stop
+    chunks = _chunks(todo, sel, chunk_points, chunk_verify, _family_last(table, todo, sel) if s.capacity else None)
     T = _tables(grid, s) if sel.any() else None
     show = progress if progress is not None else sys.stderr.isatty()
     bar = None
