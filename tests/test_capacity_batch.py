@@ -96,7 +96,9 @@ def test_warm_started_sequential_search_equals_the_one_plan_search_to_its_tolera
         a, b = f.rate_req_per_s, e.rate_req_per_s
         assert a > 0 and abs(a - b) <= 0.01 * max(a, b)
         assert f.bracket[1] <= f.bracket[0] * 1.01 + 1e-9
-        assert f.bracket[0] <= e.bracket[1] and e.bracket[0] <= f.bracket[1]     # both hold the crossing
+        # (the brackets need not overlap: at 16 seeds the chat disaggregated plan fails at 1.6324
+        # req/s with attainment 0.8998 and passes at 1.6373 with 0.9009, verdicts not monotone in
+        # the rate within a third of a percent of the crossing)
     # the warm start pays: the later members of the family need fewer probes than the bisection
     assert sum(len(f.probes) for f in fast[1:4]) < sum(len(e.probes) for e in exact[1:4])
 
