@@ -112,3 +112,23 @@ def test_bad_stop_settings_are_refused_by_name(kw, field):
     with pytest.raises(FastsimInputError) as e:
         simulate_batch([ColocatedPlan(P70, 1, 512)], [w, w], horizon_s=10.0, ttft_slo_s=1.0, tpot_slo_s=0.1, **kw)
     assert e.value.field == field
+
+
+def test_per_run_slos_equal_runs_with_their_own():
+    """``ttft_slo_s`` / ``tpot_slo_s`` as one per run (the searches batch plans of several SLOs so)."""
+    plan = PLANS["colocated"]
+    works = [workload(5, 20.0), workload(6, 36.0), workload(7, 36.0)]
+    slos = [(1.0, 0.05), (2.0, 0.02), (0.5, 0.1)]
+    both = simulate_batch([plan], works, horizon_s=H, ttft_slo_s=[a for a, _ in slos], tpot_slo_s=[b for _, b in slos],
+                          stop_after_misses=[0, 0, 200], stop_lag_s=10.0)
+    for w, (ttft, tpot), m in zip(works, slos, both):
+        (one,) = simulate_batch([plan], [w], horizon_s=H, ttft_slo_s=ttft, tpot_slo_s=tpot,
+                                stop_after_misses=0 if m is not both[2] else 200, stop_lag_s=10.0)
+        assert one[:16] == m[:16] and one.sure_misses == m.sure_misses
+    assert len({m.attainment for m in both[:2]}) == 2
+    with pytest.raises(FastsimInputError) as e:
+        simulate_batch([plan], works, horizon_s=H, ttft_slo_s=[1.0, 2.0], tpot_slo_s=0.05)
+    assert e.value.field == "ttft_slo_s"
+    with pytest.raises(FastsimInputError) as e:
+        simulate_batch([plan], works, horizon_s=H, ttft_slo_s=1.0, tpot_slo_s=[0.05, 0.0, 0.1])
+    assert e.value.field == "tpot_slo_s[1]"

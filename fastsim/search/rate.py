@@ -507,18 +507,17 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
             todo.append((i, nxt))
         if not todo:
             continue
-        # one batch per (SLO, context limit), cut at _BATCH_REQUESTS requests
+        # one batch per context limit (each run with its plan's SLO), cut at _BATCH_REQUESTS
+        # requests: every run of the round on the threads at once
         batches: dict = {}
         for i, (rate, seeds, stops) in todo:
-            b = active[i]
-            g = batches.setdefault((b.slo.ttft_s, b.slo.tpot_s, checked[i][0].max_context_tokens), [])
-            g.append((i, rate, seeds, stops))
+            batches.setdefault(checked[i][0].max_context_tokens, []).append((i, rate, seeds, stops))
         if on_round is not None:
             on_round(rnd, len(todo), sum(len(seeds) for _, (_, seeds, _) in todo))
-        for (ttft, tpot, ctx), owners in batches.items():
+        for ctx, owners in batches.items():
             at = 0
             while at < len(owners):
-                ps, ws, fed, load, cut, lag = [], [], [], 0, [], []
+                ps, ws, fed, load, cut, lag, ttft, tpot = [], [], [], 0, [], [], [], []
                 while at < len(owners) and (not fed or load < _BATCH_REQUESTS):
                     i, rate, seeds, stops = owners[at]
                     wl = crns[crn_of[i]].at_seeds(rate, seeds)
@@ -526,6 +525,8 @@ def max_sustainable_rates(plans, dists, slos, *, seeds: int = 16, horizon_s: flo
                     ws += wl
                     cut += list(stops) if stops is not None else [0] * len(wl)
                     lag += [lags.get(i, 0.0)] * len(wl)
+                    ttft += [sl[i].ttft_s] * len(wl)
+                    tpot += [sl[i].tpot_s] * len(wl)
                     load += sum(w[0].shape[0] for w in wl)
                     fed.append((i, rate, seeds))
                     at += 1

@@ -290,12 +290,13 @@ def _wheel_size(max_output: int) -> int:
     return 1 << max(0, int(max_output) - 1).bit_length()
 
 
-def _run(plans, pk, wk, work, opts, full: bool, stop=None):
+def _run(plans, pk, wk, work, opts, full: bool, stop=None, columns=None):
     """Build the run and instance tables of runs (``plans[pk[k]]`` on workload ``wk[k]``), run the kernel.
 
     ``work`` is :func:`_check`'s output. Everything per run is vectorized over the runs.
     ``stop``: None, or ``(at, lag_s)`` with ``at`` float64 (runs,) the sure misses that end each
     run (0: never) and ``lag_s`` the TPOT check's lag (:func:`K._run_nb`'s early stop).
+    ``columns``: ``{K.RF_* column: float64 (runs,)}``, per-run values of the option row.
     Returns the run table, the per-instance tables, the kernel's outputs and ``n_samp``.
     """
     horizon_s, _, _, max_context, routing, _, dt = opts
@@ -350,6 +351,8 @@ def _run(plans, pk, wk, work, opts, full: bool, stop=None):
     if stop is not None:
         run_f[:, K.RF_STOP_AT] = stop[0]
         run_f[:, K.RF_STOP_LAG] = stop[1]
+    for col, v in (columns or {}).items():
+        run_f[:, col] = v
     fst = np.zeros((ist.shape[0], K.N_FCOLS), dtype=np.float64)
     cap = max(1, int(n_req.max()))
     wheel_cap = max(1, int(wheel_len.max()))
@@ -554,7 +557,9 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
     full : bool
         Return :class:`SimResult` objects instead of :class:`SimMetrics`.
     horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s
-        As in :func:`simulate`, shared by all runs.
+        As in :func:`simulate`, shared by all runs; under the lecture policy ``ttft_slo_s`` and
+        ``tpot_slo_s`` may also be sequences of one per run (each run's SLO: its attainment,
+        percentiles are unaffected, and its early stop).
     policy, spec, p_draft, spec_seed
         As in :func:`simulate`, shared by all runs; a ``Workload`` with prefix blocks
         (``.prefix``) brings them to the engine policies' prefix caching.
@@ -582,8 +587,18 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
     engine = _engine_policy(policy, routing, spec)
-    opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, "least-loaded" if engine else routing,
-                    measure_window, sample_dt_s)
+    slo_runs = {}
+    for name, col, v in (("ttft_slo_s", K.RF_TTFT_SLO, ttft_slo_s), ("tpot_slo_s", K.RF_TPOT_SLO, tpot_slo_s)):
+        if np.ndim(v) == 1:         # one per run: the lecture policy's runs read it from their row
+            if engine:
+                raise FastsimInputError(name, "a sequence", "one number under an engine policy")
+            from ..errors import require_positive
+            slo_runs[col] = np.array([require_positive(f"{name}[{j}]", x) for j, x in enumerate(v)], np.float64)
+            if not slo_runs[col].size:
+                raise FastsimInputError(name, v, "a number, or a sequence of one per run")
+    opts = _options(horizon_s, slo_runs[K.RF_TTFT_SLO].max() if K.RF_TTFT_SLO in slo_runs else ttft_slo_s,
+                    slo_runs[K.RF_TPOT_SLO].max() if K.RF_TPOT_SLO in slo_runs else tpot_slo_s, max_context_tokens,
+                    "least-loaded" if engine else routing, measure_window, sample_dt_s)
     plans = list(plans)
     raw = list(workloads)
     works = [_arrays(w) for w in raw]
@@ -606,11 +621,15 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
             raise FastsimInputError("plans", f"{P} plans", f"one plan, or one per workload ({W})")
         pk = wk = np.arange(W, dtype=np.int64)
     stop = _stop_options(stop_after_misses, stop_lag_s, pk.shape[0], work, opts, engine)
+    for col, v in slo_runs.items():
+        if v.shape[0] != pk.shape[0]:
+            raise FastsimInputError("ttft_slo_s" if col == K.RF_TTFT_SLO else "tpot_slo_s", f"{v.shape[0]} values",
+                                    f"a number, or one per run ({pk.shape[0]})")
     if engine:
         prefixes = [getattr(w, "prefix", None) for w in raw]
         return _policy_results([plans[int(k)] for k in pk], [works[int(k)] for k in wk],
                                [prefixes[int(k)] for k in wk], opts, policy, routing, spec, p_draft, spec_seed, full)
-    run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full, stop)
+    run_i, ist, fst, out, n_samp = _run(plans, pk, wk, work, opts, full, stop, slo_runs)
     ms = _all_metrics(run_i, ist, fst, out, opts[0])
     if not full:
         return ms
