@@ -345,6 +345,7 @@ class _Bisection:
         self.unmeasured_at = None       # the rate of the probe that measured nothing, where the search stopped
         self.capped = False             # the search passed at max_rate and could go no higher
         self._sides = []                # regula falsi: the verdicts since the bracket formed
+        self._aim = None                # regula falsi: the first probe of an aimed pair
 
     def next_probe(self):
         """``(rate, seeds, stop_after_misses)`` of the runs to simulate next, or None when done.
@@ -477,32 +478,53 @@ class _Bisection:
     def _regula_falsi(self, lo: float, hi: float, passed: bool) -> float:
         """The next rate inside a bracket ``(lo, hi)`` wider than ``rel_tol``: interpolated, not halved.
 
-        The crossing ``c`` of the failing criterion between the two probes (the estimator's
-        linear interpolation, :func:`_bracket_capacities`, on these two alone: with common random
-        numbers the pooled attainment and the backlog slope are smooth in the rate), then the
-        probe that makes ``[c (1 - rel_tol / 2), c (1 + rel_tol / 2)]`` the next bracket: its
-        low end, or ``rel_tol`` from ``lo`` or ``hi`` when ``c`` is within ``rel_tol / 2`` of
-        one. Halving instead when the last two probes of the bracket fell on the same side (a
-        one-sided run of regula falsi: Illinois' safeguard) or the interpolation is undefined.
+        The crossing ``c`` of the failing criterion between the two probes (with common random
+        numbers the pooled attainment and the backlog slope are smooth in the rate): of the
+        pooled attainment interpolated in log-odds when it fails at ``hi`` (the curve falls off
+        a cliff past the capacity, so a linear interpolation from a far failing probe lands
+        short), else the estimator's linear interpolation (:func:`_bracket_capacities`) on these
+        two probes alone. The search aims at a bracket of ``rel_tol`` about ``c``: a probe at
+        ``c (1 - rel_tol / 2)``, then, if it passed, one ``rel_tol`` above it (if it failed, one
+        ``rel_tol`` below), which closes the bracket when ``c`` was right. In a bracket at most
+        ``2 x rel_tol`` wide the aim is the probe ``rel_tol`` from the end farther from ``c``.
+        Every probe stays at least an eighth of the bracket (in ratio) inside it. Halving
+        instead when the interpolation is undefined, or when an aimed pair missed twice (the
+        last three probes on the same side: Illinois' safeguard against a one-sided run).
         """
         tol = self.rel_tol
         mid = 0.5 * (lo + hi)
+        step = tol * (1.0 - 1e-9)
         self._sides.append(bool(passed))
-        if len(self._sides) >= 3 and self._sides[-1] == self._sides[-2]:
+        if len(self._sides) >= 4 and self._sides[-1] == self._sides[-2] == self._sides[-3]:
+            self._aim = None
             return mid
-        i = max(j for j, p in enumerate(self.probes) if p[0] == lo)
-        j = max(j for j, p in enumerate(self.probes) if p[0] == hi)
-        rates = np.array([lo, hi])
-        c = _capacity_from(rates, np.array([self.mets[i], self.mets[j]]), np.array([self.meas[i], self.meas[j]]),
-                           np.array([self.overs[i], self.overs[j]]), self.slo.attainment, self.horizon_s)
+        w = hi / lo - 1.0
+        q = 1.0 + 0.125 * w
+        if self._aim is not None and self._aim in (lo, hi):
+            # the second probe of an aimed pair: rel_tol from the first, across the crossing
+            r = self._aim * (1.0 + step) if passed else self._aim / (1.0 + step)
+            self._aim = None
+            if lo < r < hi:
+                return r
+        i = max(k for k, p in enumerate(self.probes) if p[0] == lo)
+        j = max(k for k, p in enumerate(self.probes) if p[0] == hi)
+        a_lo, a_hi, target = self.probes[i][1], self.probes[j][1], self.slo.attainment
+        if a_hi < target <= a_lo:
+            def logit(x):
+                x = min(max(x, 1e-4), 1.0 - 1e-4)
+                return math.log(x / (1.0 - x))
+            c = lo + (logit(a_lo) - logit(target)) / (logit(a_lo) - logit(a_hi)) * (hi - lo)
+        else:
+            c = _capacity_from(np.array([lo, hi]), np.array([self.mets[i], self.mets[j]]),
+                               np.array([self.meas[i], self.meas[j]]), np.array([self.overs[i], self.overs[j]]),
+                               target, self.horizon_s)
         if not (lo < c < hi):
             return mid
-        if c * (1.0 - 0.5 * tol) <= lo * (1.0 + 1e-9):
-            r = lo * (1.0 + tol * (1.0 - 1e-9))
-        elif c * (1.0 + 0.5 * tol) >= hi * (1.0 - 1e-9):
-            r = hi / (1.0 + tol * (1.0 - 1e-9))
+        if w <= 2.0 * tol * (1.0 + 1e-9):
+            r = lo * (1.0 + step) if c <= mid else hi / (1.0 + step)
         else:
-            r = c * (1.0 - 0.5 * tol)
+            r = min(max(c * (1.0 - 0.5 * tol), lo * q), hi / q)
+            self._aim = r
         return r if lo < r < hi else mid
 
     def _after_search(self) -> None:

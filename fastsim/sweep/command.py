@@ -132,7 +132,7 @@ def cli_sweep(args) -> int:
     show = df[df["feasible"]].sort_values(
         ["verified", "sim_passed", "usd_per_million_output_tokens", "efficiency_usd_per_million_output_tokens"],
         ascending=[False, False, True, True], kind="stable")
-    rows = []
+    rows, caps, searched = [], [], False
     na = {"run": False, "tpot": False, "capacity": False}     # why cells read n/a
     extra = _varying_axes(df)
     for _, r in show.head(args.rows).iterrows():
@@ -147,18 +147,24 @@ def cli_sweep(args) -> int:
                _fmt(float(r.sim_tpot_p90_s) * 1e3, ".1f"),
                "not run" if not r.verified else ("pass" if r.sim_passed else "FAIL"),
                _fmt(float(r.sim_capacity_req_per_s), ".2f")]
+        caps.append(row[15])
+        if r.verified and int(r.sim_capacity_probes) > 0:
+            # what the search cost: probes, seed-runs simulated, runs stopped early
+            row[15] += f" [{int(r.sim_capacity_probes)}p/{int(r.sim_capacity_seed_runs)}r/" \
+                       f"{int(r.sim_capacity_stopped_runs)}s]"
+            searched = True
         rows.append(row + [_axis_cell(r, c) for c, _ in extra])
         if not r.verified:
             na["run"] = True
         else:
             na["tpot"] |= row[13] == "n/a"
-            na["capacity"] |= row[15] == "n/a"
+            na["capacity"] |= caps[-1] == "n/a"
     n, nf, nv, npass = len(df), int(df["feasible"].sum()), int(df["verified"].sum()), int(df["sim_passed"].sum())
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
                                   "$/M eff", "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms",
                                   "verified", "sim max req/s"] + [h for _, h in extra], disable_numparse=True))
-    cells = {c for row in rows for c in row[11:16]}
+    cells = {c for row in rows for c in row[11:15]} | set(caps)
     why = [text for key, text in (
         ("run", "not simulated (verified 'not run')"),
         ("tpot", "no measured request with more than one output token (TPOT)"),
@@ -166,6 +172,10 @@ def cli_sweep(args) -> int:
          "capacity not searched (sim max req/s; --capacity searches it for each simulated point)")) if na[key]]
     if why:
         print("note: n/a = not applicable: " + ", ".join(why))
+    if searched:
+        print("note: sim max req/s [Np/Mr/Ks]: the capacity search took N probes and M seed-runs, K of which "
+              "stopped early (a run ends once enough of its measured requests surely missed the SLO to fail "
+              "its probe)")
     if "inf" in cells:
         print("note: inf = infinite: more than 10% of the measured requests never got that token (P90), or no "
               "capacity probe failed (sim max req/s)")

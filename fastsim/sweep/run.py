@@ -277,7 +277,8 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     workers : int, optional
         Start a local Dask cluster of this many worker processes instead.
     progress : bool, optional
-        Show a tqdm bar on stderr (default: when stderr is a terminal).
+        Show a tqdm bar on stderr (default: when stderr is a terminal); with ``capacity`` it says
+        how many probes and seed-runs a search took on average, and the share of runs stopped early.
     chunk_points, chunk_verify : int
         A chunk closes at this many points, or at this many points to simulate; with
         ``capacity``, only where no capacity family (the points that differ only in their
@@ -384,6 +385,7 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
         from tqdm import tqdm
         bar = tqdm(total=int(todo.shape[0]), unit="point", desc="sweep", file=sys.stderr, leave=False)
     results = []
+    cost = np.zeros(4, np.int64)        # capacity searches, probes, seed-runs, runs stopped early
 
     def finish(rows, sim):
         nonlocal part
@@ -402,6 +404,14 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
             part += 1
         results.append(chunk)
         if bar is not None:
+            if s.capacity and sim is not None:
+                probes = np.asarray(sim["sim_capacity_probes"])
+                cost += [int(np.count_nonzero(probes)), int(probes.sum()), int(np.sum(sim["sim_capacity_seed_runs"])),
+                         int(np.sum(sim["sim_capacity_stopped_runs"]))]
+                if cost[0]:
+                    bar.set_postfix_str(f"capacity: {cost[1] / cost[0]:.1f} probes, {cost[2] / cost[0]:.0f} seed-runs "
+                                        f"a search, {cost[3] / max(cost[2], 1):.0%} of runs stopped early",
+                                        refresh=False)
             bar.update(len(rows))
 
     try:

@@ -62,7 +62,8 @@ COLUMNS = (
     ("sim_attainment", "float64"), ("sim_ttft_p90_s", "float64"), ("sim_tpot_p90_s", "float64"),
     ("sim_overloaded", "bool"), ("sim_passed", "bool"),
     ("sim_capacity_req_per_s", "float64"), ("sim_capacity_ci95_lo_req_per_s", "float64"),
-    ("sim_capacity_ci95_hi_req_per_s", "float64"),
+    ("sim_capacity_ci95_hi_req_per_s", "float64"), ("sim_capacity_probes", "int64"),
+    ("sim_capacity_seed_runs", "int64"), ("sim_capacity_stopped_runs", "int64"),
 )
 _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):])
 
@@ -81,7 +82,9 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: 8: a scenario's figures are those of the requests within the model's context, as the screen's
 #: (``Demand.within_context``): served means, sizing for the served rate, infeasible when fewer than
 #: 90% fit (version 7 priced the untruncated lengths: heavy tails sized far too many instances).
-TABLE_VERSION = 8
+#: 9: the capacity search's cost per point: ``sim_capacity_probes``, ``sim_capacity_seed_runs``,
+#: ``sim_capacity_stopped_runs``.
+TABLE_VERSION = 9
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -479,7 +482,8 @@ def _empty_sim(n: int) -> dict:
             "sim_rejected": np.zeros(n, np.int64), "sim_attainment": nan.copy(), "sim_ttft_p90_s": nan.copy(),
             "sim_tpot_p90_s": nan.copy(), "sim_overloaded": np.zeros(n, bool), "sim_passed": np.zeros(n, bool),
             "sim_capacity_req_per_s": nan.copy(), "sim_capacity_ci95_lo_req_per_s": nan.copy(),
-            "sim_capacity_ci95_hi_req_per_s": nan.copy()}
+            "sim_capacity_ci95_hi_req_per_s": nan.copy(), "sim_capacity_probes": np.zeros(n, np.int64),
+            "sim_capacity_seed_runs": np.zeros(n, np.int64), "sim_capacity_stopped_runs": np.zeros(n, np.int64)}
 
 
 def _frame(cols: dict) -> pd.DataFrame:

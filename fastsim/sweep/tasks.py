@@ -270,4 +270,7 @@ def _run_task(task: _Task) -> dict:
                 out["sim_capacity_req_per_s"][i] = r.rate_req_per_s
                 out["sim_capacity_ci95_lo_req_per_s"][i] = r.ci95[0]
                 out["sim_capacity_ci95_hi_req_per_s"][i] = r.ci95[1]
+                out["sim_capacity_probes"][i] = len(r.probes)
+                out["sim_capacity_seed_runs"][i] = r.seed_runs
+                out["sim_capacity_stopped_runs"][i] = r.stopped_runs
     return out
