@@ -1,13 +1,17 @@
 """Standard benchmarks of the simulator (``fastsim bench``); the workloads stay fixed across releases.
 
-Three measurements, all warm (the kernels are compiled or loaded from the numba cache first):
+Four measurements, all warm (the kernels are compiled or loaded from the numba cache first):
 
 - one 600-s chat run: Llama-3.1-70B on 2 x B200 FP8 TP1 colocated instances, chunk 512, Poisson
   arrivals at 20 req/s (:func:`fastsim.workload.synthesize`, seed 2024), one thread;
 - a parallel grid: the same plan at 8 rates from 10 to 38 req/s x 16 seeds (128 runs of 600 s,
   common random numbers from seed 7), metrics only, on one thread and on all threads;
 - the plain-Python reference (:mod:`fastsim.sim.reference`) on the first 60 s of the chat
-  workload, compared per simulated request with the 600-s kernel run.
+  workload, compared per simulated request with the 600-s kernel run;
+- a capacity sweep (:func:`fastsim.sweep.run_sweep` with ``capacity=True``): chat on B200 FP8 at
+  TP 1 and 2 and 1 to 8 colocated instances, every feasible configuration verified and searched
+  for its maximum sustainable rate at 16 seeds x 600 s to 1% (:data:`CAPACITY_AXES`), on all
+  threads: configurations per second, and the probes and seed-runs a search took.
 
 Times are medians of repeated wall-clock measurements (``time.perf_counter``).
 """
@@ -18,8 +22,9 @@ import time
 
 import numpy as np
 
-__all__ = ["CHAT_RATE_REQ_PER_S", "GRID_RATES_REQ_PER_S", "GRID_SEEDS", "HORIZON_S", "REFERENCE_HORIZON_S",
-           "standard_plan", "chat_workload", "grid_workloads", "run_benchmarks", "bench_notes", "render_benchmarks"]
+__all__ = ["CAPACITY_AXES", "CAPACITY_SEEDS", "CAPACITY_TOL", "CHAT_RATE_REQ_PER_S", "GRID_RATES_REQ_PER_S",
+           "GRID_SEEDS", "HORIZON_S", "REFERENCE_HORIZON_S", "standard_plan", "chat_workload", "grid_workloads",
+           "run_benchmarks", "bench_notes", "render_benchmarks"]
 
 HORIZON_S = 600.0
 CHAT_RATE_REQ_PER_S = 20.0
@@ -28,10 +33,16 @@ GRID_RATES_REQ_PER_S = tuple(float(x) for x in np.linspace(10.0, 38.0, 8))
 GRID_SEEDS = 16
 GRID_SEED = 7
 REFERENCE_HORIZON_S = 60.0
+#: The capacity sweep's grid (its feasible points are verified and searched) and its settings.
+CAPACITY_AXES = {"scenario": "chat", "gpu": "B200", "precision": "FP8", "mode": "colocated", "tp": [1, 2],
+                 "instances": list(range(1, 9))}
+CAPACITY_SEEDS = 16
+CAPACITY_TOL = 0.01
 # --quick: the same plan and rates on shorter horizons and fewer seeds (a smoke test, not a figure)
-_QUICK = dict(horizon_s=60.0, grid_seeds=2, reference_horizon_s=5.0, repeat_single=3, repeat_grid=1)
+_QUICK = dict(horizon_s=60.0, grid_seeds=2, reference_horizon_s=5.0, repeat_single=3, repeat_grid=1,
+              capacity_seeds=8, capacity_instances=[2, 3])
 _FULL = dict(horizon_s=HORIZON_S, grid_seeds=GRID_SEEDS, reference_horizon_s=REFERENCE_HORIZON_S,
-             repeat_single=41, repeat_grid=9)
+             repeat_single=41, repeat_grid=9, capacity_seeds=CAPACITY_SEEDS, capacity_instances=None)
 
 
 def standard_plan(catalog=None):
@@ -129,7 +140,10 @@ def run_benchmarks(quick: bool = False) -> dict:
         ``parallel_speedup`` (1 thread / all threads), ``grid_requests_per_s_per_core``,
         ``reference_requests``, ``reference_s``, ``reference_us_per_request``,
         ``kernel_us_per_request``, ``reference_ratio`` (reference / kernel cost per request),
-        ``quick``.
+        ``capacity_configs`` (configurations of the capacity sweep), ``capacity_seeds``,
+        ``capacity_sweep_s`` (its wall time), ``capacity_configs_per_s``,
+        ``capacity_probes_per_search``, ``capacity_seed_runs_per_search``,
+        ``capacity_stopped_fraction`` (runs stopped early / runs), ``quick``.
     """
     import numba
 
@@ -175,6 +189,7 @@ def run_benchmarks(quick: bool = False) -> dict:
     ref_s = time.perf_counter() - t0
     ref_us = ref_s / max(k, 1) * 1e6
     kern_us = single / max(w.n, 1) * 1e6
+    cap = _capacity_sweep(horizon, cfg)
     return {
         "threads": threads,
         "horizon_s": horizon,
@@ -192,7 +207,37 @@ def run_benchmarks(quick: bool = False) -> dict:
         "reference_us_per_request": ref_us,
         "kernel_us_per_request": kern_us,
         "reference_ratio": ref_us / kern_us if kern_us > 0 else math.nan,
+        **cap,
         "quick": bool(quick),
+    }
+
+
+def _capacity_sweep(horizon_s: float, cfg: dict) -> dict:
+    """Time the capacity sweep of :data:`CAPACITY_AXES` (``capacity_*`` keys of :func:`run_benchmarks`).
+
+    A small sweep of the same axes (two points, 2 seeds x 30 s) runs first, untimed, so that
+    the kernels and the sweep's code paths are warm.
+    """
+    from .sweep import run_sweep
+    axes = dict(CAPACITY_AXES)
+    if cfg["capacity_instances"] is not None:
+        axes["instances"] = cfg["capacity_instances"]
+    kw = dict(verify="all", capacity=True, capacity_tol=CAPACITY_TOL, progress=False)
+    run_sweep(dict(axes, tp=1, instances=[2, 3]), seeds=2, horizon_s=30.0, **kw)
+    t0 = time.perf_counter()
+    df = run_sweep(axes, seeds=cfg["capacity_seeds"], horizon_s=horizon_s, **kw)
+    sweep_s = time.perf_counter() - t0
+    done = df[df["verified"]]
+    n = int(len(done))
+    runs = int(done["sim_capacity_seed_runs"].sum())
+    return {
+        "capacity_configs": n,
+        "capacity_seeds": int(cfg["capacity_seeds"]),
+        "capacity_sweep_s": sweep_s,
+        "capacity_configs_per_s": n / sweep_s if sweep_s > 0 else math.nan,
+        "capacity_probes_per_search": float(done["sim_capacity_probes"].mean()) if n else math.nan,
+        "capacity_seed_runs_per_search": runs / n if n else math.nan,
+        "capacity_stopped_fraction": float(done["sim_capacity_stopped_runs"].sum()) / runs if runs else math.nan,
     }
 
 
@@ -256,6 +301,12 @@ def render_benchmarks(res: dict, fmt: str = "table") -> str:
         ["vs plain-Python reference", f"{res['reference_ratio']:,.0f}x",
          f"{res['reference_us_per_request']:.1f} vs {res['kernel_us_per_request']:.3f} us per request"],
     ]
+    if "capacity_configs_per_s" in res:
+        rows.append(["capacity sweep", f"{res['capacity_configs_per_s']:.2f} configurations/s",
+                     f"{res['capacity_configs']} configurations x {res['capacity_seeds']} seeds x "
+                     f"{res['horizon_s']:g} s to {CAPACITY_TOL:.0%}: {res['capacity_sweep_s']:.1f} s; "
+                     f"{res['capacity_probes_per_search']:.1f} probes, {res['capacity_seed_runs_per_search']:.0f} "
+                     f"seed-runs a search, {res['capacity_stopped_fraction']:.0%} of runs stopped early"])
     out = [tabulate(rows, headers=["measure", "value", "detail"], disable_numparse=True)]
     out += ["note: " + n for n in notes]
     return "\n".join(out) + "\n"

@@ -14,7 +14,9 @@ RES = {"threads": 2, "horizon_s": 60.0, "chat_requests": 1200, "chat_run_ms": 12
        "requests_per_s_per_core": 96000.0, "grid_runs": 16, "grid_requests": 19000, "grid_s_1_thread": 0.4,
        "grid_s_all_threads": 0.25, "parallel_speedup": 1.6, "grid_requests_per_s_per_core": 38000.0,
        "reference_requests": 100, "reference_s": 0.5, "reference_us_per_request": 5000.0,
-       "kernel_us_per_request": 10.4, "reference_ratio": math.nan, "quick": True}
+       "kernel_us_per_request": 10.4, "reference_ratio": math.nan, "capacity_configs": 2, "capacity_seeds": 8,
+       "capacity_sweep_s": 4.0, "capacity_configs_per_s": 0.5, "capacity_probes_per_search": 3.5,
+       "capacity_seed_runs_per_search": 30.0, "capacity_stopped_fraction": 0.125, "quick": True}
 
 
 def test_csv_is_the_json_record_as_one_row_with_notes():
@@ -38,6 +40,9 @@ def test_table_and_unknown_format():
     out = render_benchmarks(dict(RES, reference_ratio=480.0), "table")
     assert "parallel speed-up" in out and out.rstrip().endswith("note: --quick: short horizons, not comparable "
                                                                   "with a full run")
+    line = next(x for x in out.splitlines() if x.startswith("capacity sweep"))
+    assert "0.50 configurations/s" in line and "2 configurations x 8 seeds x 60 s to 1%: 4.0 s" in line
+    assert "3.5 probes, 30 seed-runs a search, 12% of runs stopped early" in line
     assert "note:" not in render_benchmarks(dict(RES, quick=False, reference_ratio=480.0))
     with pytest.raises(ValueError, match="table, json or csv"):
         render_benchmarks(RES, "xml")

@@ -26,6 +26,8 @@ def add_parser(sub):
     sp.add_argument("--horizon", type=_positive("--horizon"), help="simulated seconds (default 600)")
     sp.add_argument("--seed", type=_nonneg_int("--seed"), help="root seed (default 0)")
     sp.add_argument("--capacity", action="store_true", help="also bisect each verified point for its max sustainable rate")
+    sp.add_argument("--tol", type=_positive("--tol"), metavar="FRACTION",
+                    help="relative tolerance of the --capacity search (default 0.02, or the grid file's capacity_tol)")
     sp.add_argument("--out", metavar="FILE", help="write the table: .parquet (needs pyarrow), .csv, .jsonl/.json (JSON Lines)")
     sp.add_argument("--resume", action="store_true", help="keep the points already in --out and do the rest")
     sp.add_argument("--plot", metavar="DIR", help="write Pareto plots (PNG) to this directory, one per question")

@@ -69,6 +69,12 @@ def cli_sweep(args) -> int:
     if args.capacity:
         kw["capacity"] = True
         flagged.add("capacity")
+    if getattr(args, "tol", None) is not None:
+        if not (args.capacity or kw.get("capacity")):
+            raise FastsimInputError("--tol", args.tol, "only with --capacity (it is the capacity search's relative "
+                                    "tolerance): drop it, or add --capacity")
+        kw["capacity_tol"] = args.tol
+        flagged.add("capacity_tol")
     if "chunk_tokens" in kw:
         kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
     if getattr(args, "calibration", None):
@@ -78,7 +84,7 @@ def cli_sweep(args) -> int:
     def field(key):
         """The name of a setting where it was given: its flag, or its key in the grid file."""
         flags = {"top_k": "--top-k", "capacity": "--capacity", "verify": "--verify", "seeds": "--seeds",
-                 "horizon_s": "--horizon", "seed": "--seed"}
+                 "horizon_s": "--horizon", "seed": "--seed", "capacity_tol": "--tol"}
         return flags[key] if key in flagged else f"[sweep] {key} in {args.grid}" if key in file_settings else key
 
     if kw.get("verify", "none") == "none":
