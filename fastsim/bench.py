@@ -8,10 +8,11 @@ Four measurements, all warm (the kernels are compiled or loaded from the numba c
   common random numbers from seed 7), metrics only, on one thread and on all threads;
 - the plain-Python reference (:mod:`fastsim.sim.reference`) on the first 60 s of the chat
   workload, compared per simulated request with the 600-s kernel run;
-- a capacity sweep (:func:`fastsim.sweep.run_sweep` with ``capacity=True``): chat on B200 FP8 at
-  TP 1 and 2 and 1 to 8 colocated instances, every feasible configuration verified and searched
-  for its maximum sustainable rate at 16 seeds x 600 s to 1% (:data:`CAPACITY_AXES`), on all
-  threads: configurations per second, and the probes and seed-runs a search took.
+- a capacity sweep: chat on B200 FP8 at TP 1 and 2 and 1 to 8 colocated instances
+  (:data:`CAPACITY_AXES`), every configuration that serves the scenario's rate searched for its
+  maximum sustainable rate at 16 seeds x 600 s to 1%, together, as ``fastsim sweep --capacity``
+  searches them, on all threads: configurations per second, and the probes and seed-runs a
+  search took.
 
 Times are medians of repeated wall-clock measurements (``time.perf_counter``).
 """
@@ -213,31 +214,40 @@ def run_benchmarks(quick: bool = False) -> dict:
 
 
 def _capacity_sweep(horizon_s: float, cfg: dict) -> dict:
-    """Time the capacity sweep of :data:`CAPACITY_AXES` (``capacity_*`` keys of :func:`run_benchmarks`).
+    """Time the capacity searches of :data:`CAPACITY_AXES` (``capacity_*`` keys of :func:`run_benchmarks`).
 
-    A small sweep of the same axes (two points, 2 seeds x 30 s) runs first, untimed, so that
-    the kernels and the sweep's code paths are warm.
+    The configurations are the analytic plans of the grid that serve the chat scenario's rate
+    (:func:`fastsim.analytic.plan_for` at each TP and instance count; those that do not, the
+    sweep's infeasible rows, are left out), searched together as ``fastsim sweep --capacity``
+    searches a chunk (:func:`fastsim.search.max_sustainable_rates`, warm starts and sequential
+    probes on). A small search of two of them (2 seeds x 30 s) runs first, untimed.
     """
-    from .sweep import run_sweep
-    axes = dict(CAPACITY_AXES)
-    if cfg["capacity_instances"] is not None:
-        axes["instances"] = cfg["capacity_instances"]
-    kw = dict(verify="all", capacity=True, capacity_tol=CAPACITY_TOL, progress=False)
-    run_sweep(dict(axes, tp=1, instances=[2, 3]), seeds=2, horizon_s=30.0, **kw)
+    from .analytic import Demand, plan_for
+    from .catalog import default_catalog
+    from .search import SLO, max_sustainable_rates
+    cat = default_catalog()
+    a = CAPACITY_AXES
+    chat = cat.scenario(a["scenario"])
+    counts = cfg["capacity_instances"] or a["instances"]
+    plans = [plan_for(chat.model, Demand.from_scenario(chat), gpu=a["gpu"], precision=a["precision"], tp=tp,
+                      instances=n, catalog=cat) for tp in a["tp"] for n in counts]
+    plans = [p for p in plans if p.capacity_req_per_s >= chat.rate_req_per_s]
+    slo = SLO(chat.ttft_s, chat.tpot_s)
+    max_sustainable_rates(plans[:2], chat, slo, seeds=2, horizon_s=30.0, rel_tol=CAPACITY_TOL)
     t0 = time.perf_counter()
-    df = run_sweep(axes, seeds=cfg["capacity_seeds"], horizon_s=horizon_s, **kw)
+    res = max_sustainable_rates(plans, chat, slo, seeds=cfg["capacity_seeds"], horizon_s=horizon_s,
+                                rel_tol=CAPACITY_TOL)
     sweep_s = time.perf_counter() - t0
-    done = df[df["verified"]]
-    n = int(len(done))
-    runs = int(done["sim_capacity_seed_runs"].sum())
+    n = len(res)
+    runs = sum(r.seed_runs for r in res)
     return {
         "capacity_configs": n,
         "capacity_seeds": int(cfg["capacity_seeds"]),
         "capacity_sweep_s": sweep_s,
         "capacity_configs_per_s": n / sweep_s if sweep_s > 0 else math.nan,
-        "capacity_probes_per_search": float(done["sim_capacity_probes"].mean()) if n else math.nan,
+        "capacity_probes_per_search": sum(len(r.probes) for r in res) / n if n else math.nan,
         "capacity_seed_runs_per_search": runs / n if n else math.nan,
-        "capacity_stopped_fraction": float(done["sim_capacity_stopped_runs"].sum()) / runs if runs else math.nan,
+        "capacity_stopped_fraction": sum(r.stopped_runs for r in res) / runs if runs else math.nan,
     }
 
 
