@@ -545,13 +545,14 @@ def _cmd_capacity_counts(args):
     shared = [t for t in results[0].notes if all(t in r.notes for r in results)]
     records, rows, tagged = [], [], [(None, t) for t in list(notes) + shared]
     for i, (n, plan, res) in enumerate(zip(counts, plans, results)):
-        seed_runs = int(sum(res.probe_seeds))
+        seed_runs = res.seed_runs       # the runs simulated: the probes' seeds, and stopped runs run again
         rec = {key: n}
         if disagg:
             rec["prefill_instances"] = plan.prefill_instances
         rec.update(gpus=plan.gpus, plan=plan.describe(), **res.to_dict())
         del rec["notes"]        # the output's notes hold them, tagged with the count
         rec["seed_runs"] = seed_runs
+        rec["stopped_runs"] = res.stopped_runs
         records.append(_add_screen_verdict(rec, screen_why))
         lo, hi = res.bracket
         c0, c1 = res.ci95
@@ -582,16 +583,17 @@ def _cmd_capacity_counts(args):
     notes += _legend("count", [(n, r["null_reasons"]) for n, r in zip(counts, records)], shown)
     legend_end = len(notes)
     seeds_word = f"{args.seeds} seed{'s' if args.seeds > 1 else ''}"
-    test = (f"a probe first ran {FIRST_SEEDS} of its {args.seeds} seeds and stopped there when a sequential test "
-            f"was sure of the verdict all {args.seeds} would give (one-sided level {EARLY_STOP_ALPHA:g} per "
-            "criterion; seed-runs: the runs simulated)" if args.seeds > FIRST_SEEDS else
+    test = (f"a probe ran its {args.seeds} seeds {FIRST_SEEDS} at a time and stopped when its misses surely "
+            f"failed it or a sequential test was sure of the verdict all {args.seeds} would give (one-sided level "
+            f"{EARLY_STOP_ALPHA:g} per criterion), a run stopping once enough of its requests surely missed the SLO "
+            "to fail its probe (seed-runs: the runs simulated)" if args.seeds > FIRST_SEEDS else
             f"every probe ran {'all ' if args.seeds > 1 else ''}{seeds_word} (the sequential test looks first at "
             f"{FIRST_SEEDS} seeds, so it needs more --seeds)")
     together = (f"the {len(counts)} counts were searched together: the smallest from its analytic capacity, each "
-                "larger one from its analytic capacity times the simulated / analytic ratio of the smaller counts "
-                "(the trend of the last two)" if len(counts) > 1 else "the count was searched from its analytic "
-                "capacity")
-    notes.append(f"{together}, galloping then bisecting to --tol {args.tol:g}; {test}; where no probe contradicts "
+                "larger one about its analytic capacity times the simulated / analytic ratio of the smaller counts "
+                "(the trend of the last two), its first two probes --tol apart about it" if len(counts) > 1
+                else "the count was searched from its analytic capacity")
+    notes.append(f"{together}, galloping then interpolating to --tol {args.tol:g}; {test}; where no probe contradicts "
                  f"its bracket, each answer equals the one-plan search's (--{key.replace('_', '-')} N without "
                  f"--instance-counts{', with --policy lecture' if plan_notes else ''}) to within --tol")
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
