@@ -174,8 +174,8 @@ def _drive(bis, run):
         nxt = bis.next_probe()
         if nxt is None:
             return bis.result()
-        rate, s0, s1 = nxt
-        bis.feed(rate, [run(rate, s) for s in range(s0, s1)])
+        rate, seeds, _ = nxt
+        bis.feed(rate, [run(rate, s) for s in seeds], seeds)
 
 
 def _contradicted(rate, seed):

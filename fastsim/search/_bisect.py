@@ -563,7 +563,9 @@ class _Bisection:
         rates, met_a, mea_a, over_a = self._arrays()
         rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0])
         S = self.S
-        idx = np.stack([rng.integers(0, S, S) for _ in range(self.bootstrap)])
+        # one (B, S) draw: the same indices as B draws of S in turn (numpy's bounded integers
+        # consume the generator element by element), drawn at once
+        idx = rng.integers(0, S, (self.bootstrap, S))
         return _capacities_from(rates, met_a, mea_a, over_a, idx, self.slo.attainment, self.horizon_s)
 
     def result(self) -> "CapacityResult":
