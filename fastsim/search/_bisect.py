@@ -298,7 +298,8 @@ class _Bisection:
     depends only on the probes' verdicts, so both give the same answer for a plan.
 
     Search: the bracket grows or shrinks by 1.25x from the first rate until it straddles the
-    answer (or, given ``step0``, by steps of ``step0`` that double each time: galloping), then
+    answer (or, given ``step0``, by steps of ``step0`` that double each time: galloping, with a
+    secant jump once two probes on one side tell the attainment's slope, :meth:`_secant`), then
     bisects to ``rel_tol`` (a galloping search interpolates instead, :meth:`_regula_falsi`; at
     most ``max_probes`` probes), never above ``max_rate``. Interval:
     the bootstrap over seeds of the probes' results; a resample that fails at every probed rate
@@ -464,7 +465,7 @@ class _Bisection:
             elif self.step is None:
                 self.r = hi / 1.25 if lo is None else lo * 1.25
             else:       # galloping from a warm start: the step doubles until the verdict turns
-                self.r = hi / (1.0 + self.step) if lo is None else lo * (1.0 + self.step)
+                self.r = self._secant(lo, hi)
                 self.step *= 2.0
             if self.r > self.max_rate:
                 if lo is not None and lo >= self.max_rate:      # passed at the largest rate there is
@@ -474,6 +475,38 @@ class _Bisection:
                 self.r = self.max_rate
         else:
             self._boot_step()
+
+    def _secant(self, lo, hi) -> float:
+        """The next gallop of a search without a bracket yet (``lo`` or ``hi`` None).
+
+        The gallop's step from the nearest probe (``hi / (1 + step)`` or ``lo x (1 + step)``),
+        unless the two probes nearest the crossing on that side both have an attainment strictly
+        between 0.5% and 99.9% on the target's far side: then the secant of the log-odds of the
+        attainment against the log of the rate through them gives the crossing ``c``, and the
+        next probe aims just across it (``c (1 - rel_tol / 2)`` from above, ``c (1 + rel_tol /
+        2)`` from below: a bracket about ``c`` on the verdict), kept between one ``rel_tol`` and
+        two steps from the nearest probe.
+        """
+        above = lo is None
+        near = hi if above else lo
+        gallop = near / (1.0 + self.step) if above else near * (1.0 + self.step)
+        target = self.slo.attainment
+        side = [(p[0], p[1]) for p in self.probes if (not p[3]) == above and 0.005 < p[1] < 0.999
+                and (p[1] < target if above else p[1] > target)]
+        if len(side) < 2:
+            return gallop
+        (r1, a1), (r2, a2) = sorted(side, reverse=not above)[:2]
+
+        def logit(x):
+            return math.log(x / (1.0 - x))
+        x1, x2 = math.log(r1), math.log(r2)
+        if x1 == x2 or not (logit(a1) - logit(a2)) * (x1 - x2) < 0:
+            return gallop           # the attainment must fall as the rate rises
+        c = math.exp(x1 + (logit(target) - logit(a1)) * (x1 - x2) / (logit(a1) - logit(a2)))
+        tol = self.rel_tol
+        if above:
+            return min(max(c * (1.0 - 0.5 * tol), near / (1.0 + 2.0 * self.step)), near / (1.0 + tol))
+        return max(min(c * (1.0 + 0.5 * tol), near * (1.0 + 2.0 * self.step)), near * (1.0 + tol))
 
     def _regula_falsi(self, lo: float, hi: float, passed: bool) -> float:
         """The next rate inside a bracket ``(lo, hi)`` wider than ``rel_tol``: interpolated, not halved.
