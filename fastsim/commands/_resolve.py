@@ -361,6 +361,11 @@ def _synthetic_workloads(args, scenario, rate):
         if not getattr(args, "session_turns", None):
             raise FastsimInputError("--session-gap", args.session_gap, "with --session-turns only")
         pre["session_gap_s"] = args.session_gap
+    policy = getattr(args, "policy", "lecture")
+    if pre and policy != "lecture":
+        # the ids match at the engine's KV block / page, so hits count in its units (SGLang: tokens)
+        from ..sim.policy import ENGINE_BLOCK_TOKENS
+        pre["prefix_block_tokens"] = ENGINE_BLOCK_TOKENS[policy]
     try:
         return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
     except FastsimInputError as exc:

@@ -116,7 +116,7 @@ def run(args):
         horizon = args.horizon
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
-    notes = list(notes) + enotes
+    notes = list(notes) + enotes + _prefix_note(wls, ekw)
     priced, unotes = (plan, []) if isinstance(source, W.Workload) else \
         _priced_for_workloads(args, cat, model, plan, demand, wls)
     notes = list(notes) + unotes
@@ -314,6 +314,20 @@ def _utilisation(result, plan, horizon_s):
     with np.errstate(divide="ignore", invalid="ignore"):
         u = np.where(caps > 0, counts / horizon_s / np.where(caps > 0, caps, 1.0), np.nan)
     return [float(x) for x in u]
+
+
+def _prefix_note(wls, ekw) -> list:
+    """A note on the prefix blocks a run's cache matches (their size sets the unit of the hits)."""
+    pol = ekw.get("policy")
+    pre = next((w.prefix for w in wls if getattr(w, "prefix", None) is not None), None)
+    if pol is None or pre is None or not pol.prefix_caching:
+        return []
+    bt = pre.block_tokens
+    what = ("each request's prompt and answer (an answer is cached when its request finishes, and the next "
+            "turn hits it)" if pre.spans_output else "the prompts only (a trace's ids do not cover the outputs)")
+    unit = ("the engine's own" if bt == pol.block_tokens
+            else f"a multiple of the engine's {pol.block_tokens}-token blocks")
+    return [f"prefix cache: ids of {bt}-token blocks over {what}; hits count in whole {bt}-token blocks ({unit})"]
 
 
 def _variant_flags(args) -> list:
@@ -563,7 +577,7 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
             notes.append(_arrival_note(args, demand.rate_req_per_s))
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
-    notes = list(notes) + enotes
+    notes = list(notes) + enotes + _prefix_note(wls, ekw)
     engine = "policy" in ekw
     results = [simulate_drained(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, ttft_slo_s=demand.ttft_s,
                                 tpot_slo_s=demand.tpot_s, max_context_tokens=model.max_context_tokens,
