@@ -206,8 +206,8 @@ def row(t, p, o, h=None):
     return r
 
 
-def test_mooncake_rows_sorted_with_their_blocks_and_rows_without_ids(tmp_path):
-    p = write_jsonl(tmp_path, [row(2000, 1000, 5, [0, 1]), row(0, 600, 3, [0, 2]), row(1000, 10, 4)])
+def test_mooncake_rows_keep_their_blocks_and_rows_without_ids(tmp_path):
+    p = write_jsonl(tmp_path, [row(0, 600, 3, [0, 2]), row(1000, 10, 4), row(2000, 1000, 5, [0, 1])])
     w = read_trace(p)
     assert w.arrival_s.tolist() == [0.0, 1.0, 2.0]
     assert w.prompt_tokens.tolist() == [600, 10, 1000]
@@ -216,6 +216,18 @@ def test_mooncake_rows_sorted_with_their_blocks_and_rows_without_ids(tmp_path):
     assert prefix_reuse_bound(w) == 512 / 1610
     assert read_trace(write_jsonl(tmp_path, [row(0, 5, 1), row(1, 6, 1)], "none.jsonl")).prefix is None
     assert blocks_of(read_trace(write_jsonl(tmp_path, [row(0, 5, 1, []), row(1, 6, 1)], "e.jsonl"))) == [[], []]
+
+
+@pytest.mark.parametrize("ts, line, value, allowed", [
+    ([0, 2000, 1000], 3, 1000, "a time >= the previous row's (line 2: 2000)"),
+    ([-5, 0, 1], 1, -5, "a time >= 0 (milliseconds from the trace's start)"),
+])
+def test_mooncake_timestamps_negative_or_backwards_are_refused(tmp_path, ts, line, value, allowed):
+    """The first row whose timestamp is negative or earlier than the previous row's is named, with its value."""
+    p = write_jsonl(tmp_path, [row(t, 600, 3, [0]) for t in ts])
+    e = _err(read_trace, p)
+    assert e.field == f"{p}, line {line}, timestamp" and e.value == value
+    assert e.allowed.startswith(allowed)
 
 
 def test_mooncake_dropped_rows_keep_blocks_aligned(tmp_path):

@@ -68,6 +68,12 @@ def _resolve_workload(args, cat):
         if hasattr(args, "offline") and (burst or args.offline):
             # an offline burst: every request at t = 0, served until the last finishes (no rate)
             return _offline_trace(args, cat, wl, notes, q, burst)
+        if burst and wl.n >= 2:
+            # a command that sizes or searches for a rate: a burst has none to size for
+            raise FastsimInputError("--trace", args.trace, f"a trace whose requests arrive over a span of time (its "
+                                    f"{wl.n:,} requests all arrive at one instant: an offline burst, with no rate to "
+                                    "plan or search for; fastsim simulate --trace FILE --instances N serves it as "
+                                    "the burst it is)")
         if wl.n < 2:
             raise FastsimInputError("--trace", args.trace, "a trace with at least two requests at distinct "
                                     f"times (it has {wl.n}), so that it has a rate")

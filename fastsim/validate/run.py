@@ -44,8 +44,6 @@ ONLINE_SEED = 0
 #: Duration (s) of an ``online`` row without ``num_requests``: ``ceil(rate x STAGE_S)`` requests
 #: (at least 100), a steady stage long enough for its mean and tail to settle.
 STAGE_S = 600.0
-#: KV block of the shared-prefix ids (vLLM's 16-token block, :func:`fastsim.workload.synthesize`'s default).
-_PREFIX_BLOCK = 16
 
 
 class RowResult(NamedTuple):
@@ -229,11 +227,15 @@ def _workload(m):
     out = np.full(n, m.output_tokens, dtype=np.int64)
     prefix = None
     if m.shared_prefix_tokens:
+        # the shared prompt's ids at the engine's KV block or page (vLLM 16 tokens, SGLang 1), so its
+        # hits count in the engine's units; the ids cover the prompts (no request holds another's answer)
+        from ..sim.policy import ENGINE_BLOCK_TOKENS
         from ..workload import PrefixBlocks
-        k = m.shared_prefix_tokens // _PREFIX_BLOCK
+        bt = ENGINE_BLOCK_TOKENS[ENGINE_POLICY[m.engine]]
+        k = m.shared_prefix_tokens // bt
         if k:
             ids = np.arange(k, dtype=np.int64)
-            prefix = PrefixBlocks(_PREFIX_BLOCK, np.arange(n + 1, dtype=np.int64) * k, np.tile(ids, n))
+            prefix = PrefixBlocks(bt, np.arange(n + 1, dtype=np.int64) * k, np.tile(ids, n))
     return arrival, prompt, out, prefix, notes
 
 

@@ -319,6 +319,9 @@ def _compose_prompts(u: np.ndarray, o: np.ndarray, turn: np.ndarray, prev: np.nd
         r = _segment_arange(c)
         ids[np.repeat(offsets[m], c) + r] = ids[np.repeat(offsets[prev[m]], c) + r]
         t += 1
+    # read-only already: the Workload keeps these arrays instead of copying them (they can be large)
+    offsets.flags.writeable = False
+    ids.flags.writeable = False
     return p, PrefixBlocks(bt, offsets, ids, spans_output=True)
 
 
