@@ -23,12 +23,17 @@ from .errors import FastsimInputError
 from .stepmodel import StepConstants, resolve_constants
 
 __all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_constants", "FORMAT_VERSION",
-           "CONSTANTS"]
+           "CONSTANTS", "ENGINES"]
 
 #: Version of the calibration file format written by :meth:`Calibration.to_toml`.
 FORMAT_VERSION = 1
 #: The constants a calibration may set (``memory_utilization`` is not a timing constant).
-CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
+CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s", "fp8_compute_factor",
+             "fp4_compute_factor")
+#: The step-model v2 constants, written to a file only when they differ from their default (1.0).
+_V2_CONSTANTS = ("fp8_compute_factor", "fp4_compute_factor")
+#: Engines a calibration may be tagged with (the serving engine its measurements ran on).
+ENGINES = ("trtllm", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -78,10 +83,17 @@ class Calibration:
         (``*``, precision), then (``*``, ``*``). A pair no entry matches keeps the defaults.
     source : str
         What the constants were fitted to (free text, written to the file).
+    engine : str
+        The serving engine the measurements ran on (``trtllm``, ``vllm``, ``sglang``), or ``""``
+        (kernel profiles, or not said). A per-step overhead, a scheduler's host cost and an
+        all-reduce implementation are the engine's own: constants fitted on one engine are not
+        another's, and :func:`fastsim.validate.run_measurements` applies a tagged calibration to
+        its engine's rows only.
     """
 
     entries: tuple = ()
     source: str = ""
+    engine: str = ""
 
     def step_constants(self, gpu: str, precision: str, tp: int = 0) -> StepConstants:
         """The constants for a GPU, precision and tensor-parallel group.
@@ -124,12 +136,17 @@ class Calibration:
                "# Units: eta_* are fractions of the catalog peak (FLOP/s, HBM bytes/s, NVLink bytes/s);",
                "# alpha_s is seconds per ring hop of an all-reduce; overhead_s is seconds per step.",
                f"format_version = {FORMAT_VERSION}",
-               f"source = {_toml_str(self.source)}", ""]
+               f"source = {_toml_str(self.source)}"]
+        if self.engine:
+            out.append(f"engine = {_toml_str(self.engine)}   # the serving engine the measurements ran on")
+        out.append("")
         for e in self.entries:
             out += ["[[constants]]", f"gpu = {_toml_str(e.gpu)}", f"precision = {_toml_str(e.precision)}"]
             if e.tp:
                 out.append(f"tp = {int(e.tp)}   # only steps whose all-reduce spans {int(e.tp)} GPUs")
             for name in CONSTANTS:
+                if name in _V2_CONSTANTS and getattr(e.constants, name) == 1.0:
+                    continue
                 out.append(f"{name} = {_toml_float(getattr(e.constants, name))}")
             out.append("fitted = [" + ", ".join(_toml_str(n) for n in e.fitted) + "]   # the others are defaults")
             iv = ", ".join(f"{n} = [{_toml_float(lo)}, {_toml_float(hi)}]" for n, lo, hi in e.interval95
@@ -173,8 +190,9 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         A TOML file: ``format_version = 1``, optional ``source``, and ``[[constants]]`` tables
         with ``gpu`` and ``precision`` (catalog names or ``"*"``) and any of ``eta_compute``,
         ``eta_bw``, ``eta_nvlink`` (fractions in (0, 1]), ``alpha_s``, ``overhead_s`` (seconds,
-        >= 0); omitted constants keep their defaults. ``fitted`` and ``interval95`` are
-        informative.
+        >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0); omitted constants keep
+        their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
+        ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional
         GPU and precision names are checked against it (default: the built-in catalog).
 
@@ -198,9 +216,12 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         raise FastsimInputError("--calibration", where, f"a readable calibration file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FastsimInputError("--calibration", where, f"a TOML calibration file ({exc})") from None
-    bad = set(doc) - {"format_version", "source", "constants"}
+    bad = set(doc) - {"format_version", "source", "engine", "constants"}
     if bad:
-        raise FastsimInputError(f"{where}: key", sorted(bad)[0], "format_version, source, [[constants]]")
+        raise FastsimInputError(f"{where}: key", sorted(bad)[0], "format_version, source, engine, [[constants]]")
+    engine = doc.get("engine", "")
+    if engine != "" and engine not in ENGINES:
+        raise FastsimInputError(f"{where}: engine", engine, "one of " + ", ".join(ENGINES))
     if doc.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
         raise FastsimInputError(f"{where}: format_version", doc.get("format_version"), str(FORMAT_VERSION))
     tables = doc.get("constants", [])
@@ -254,4 +275,4 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         entries.append(CalibrationEntry(names[0], names[1], const, tuple(fitted),
                                         tuple((k, float(v[0]), float(v[1])) for k, v in iv.items()), tp))
     src = doc.get("source", "")
-    return Calibration(tuple(entries), str(src))
+    return Calibration(tuple(entries), str(src), engine)

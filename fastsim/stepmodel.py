@@ -101,6 +101,14 @@ class StepConstants:
         Fixed per-step overhead (s), default 1e-3 (CUDA graphs assumed).
     memory_utilization : float
         Fraction of HBM the engine may use (vLLM ``gpu_memory_utilization``), default 0.9.
+    fp8_compute_factor, fp4_compute_factor : float
+        Step model v2: the fraction of ``eta_compute`` a GEMM reaches on the FP8 (FP4) peak, so
+        that an FP8 (FP4) step's compute efficiency is ``eta_compute x factor`` of that peak
+        (default 1.0, SPEC §3's one efficiency for every precision). Low-precision GEMMs reach a
+        smaller fraction of their peak than BF16 ones (scaling, de-quantisation and a tile shape
+        tuned for the larger dtype: NVIDIA's published FP8 / FP4 GEMM throughput is below the
+        datasheet's 2x / 4x of BF16); the factors are fitted to serving measurements
+        (:func:`fastsim.calibrate.fit_measurements`). ``eta_compute x factor`` must stay <= 1.
     """
 
     eta_compute: float = 0.6
@@ -109,6 +117,8 @@ class StepConstants:
     eta_nvlink: float = 0.85
     overhead_s: float = 1e-3
     memory_utilization: float = 0.9
+    fp8_compute_factor: float = 1.0
+    fp4_compute_factor: float = 1.0
 
     def __post_init__(self):
         for f in fields(self):
@@ -119,6 +129,27 @@ class StepConstants:
             v = getattr(self, name)
             if not (0.0 < v <= 1.0):
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
+        for name in ("fp8_compute_factor", "fp4_compute_factor"):
+            v = getattr(self, name)
+            if not (0.0 < v and v * self.eta_compute <= 1.0):
+                raise FastsimInputError(name, v, f"a factor > 0 with eta_compute ({self.eta_compute:g}) x factor <= 1")
+
+    def compute_efficiency(self, flops_key: str) -> float:
+        """The achieved fraction of a precision's peak FLOP/s: ``eta_compute``, times
+        ``fp8_compute_factor`` / ``fp4_compute_factor`` for the FP8 / FP4 peaks (class docstring).
+
+        Parameters
+        ----------
+        flops_key : str
+            A precision's peak key (``bf16``, ``fp8``, ``fp4``; :attr:`fastsim.catalog.Precision.flops_key`).
+
+        Returns
+        -------
+        float
+            A fraction in (0, 1]; exactly ``eta_compute`` for BF16 and for factors of 1.0.
+        """
+        f = {"fp8": self.fp8_compute_factor, "fp4": self.fp4_compute_factor}.get(flops_key, 1.0)
+        return self.eta_compute if f == 1.0 else self.eta_compute * f
 
 
 def resolve_constants(constants, gpu: GPU, precision: Precision, tp: int = 0) -> StepConstants:
@@ -352,7 +383,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_LAYERS] = model.layers
     p[P_HIDDEN] = model.hidden
     p[P_NVLINK] = _link_bw(gpu, tp_attn)
-    p[P_ETA_C] = constants.eta_compute
+    p[P_ETA_C] = constants.compute_efficiency(precision.flops_key)
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
     p[P_ETA_NV] = constants.eta_nvlink
