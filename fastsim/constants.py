@@ -29,9 +29,10 @@ __all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_const
 FORMAT_VERSION = 1
 #: The constants a calibration may set (``memory_utilization`` is not a timing constant).
 CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s", "fp8_compute_factor",
-             "fp4_compute_factor")
-#: The step-model v2 constants, written to a file only when they differ from their default (1.0).
-_V2_CONSTANTS = ("fp8_compute_factor", "fp4_compute_factor")
+             "fp4_compute_factor", "eta_kv")
+#: The step-model v2 constants and their defaults: written to a file only when they differ from it
+#: (``eta_kv`` None: the KV read at ``eta_bw``, SPEC §3).
+_V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None}
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
 ENGINES = ("trtllm", "vllm", "sglang")
 
@@ -145,7 +146,7 @@ class Calibration:
             if e.tp:
                 out.append(f"tp = {int(e.tp)}   # only steps whose all-reduce spans {int(e.tp)} GPUs")
             for name in CONSTANTS:
-                if name in _V2_CONSTANTS and getattr(e.constants, name) == 1.0:
+                if name in _V2_CONSTANTS and getattr(e.constants, name) == _V2_CONSTANTS[name]:
                     continue
                 out.append(f"{name} = {_toml_float(getattr(e.constants, name))}")
             out.append("fitted = [" + ", ".join(_toml_str(n) for n in e.fitted) + "]   # the others are defaults")
@@ -190,7 +191,8 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         A TOML file: ``format_version = 1``, optional ``source``, and ``[[constants]]`` tables
         with ``gpu`` and ``precision`` (catalog names or ``"*"``) and any of ``eta_compute``,
         ``eta_bw``, ``eta_nvlink`` (fractions in (0, 1]), ``alpha_s``, ``overhead_s`` (seconds,
-        >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0); omitted constants keep
+        >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
+        (0, 1]; omitted: ``eta_bw``'s); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional

@@ -8,7 +8,7 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
 
     weight read = (dense matmul bytes / tp + routed-expert bytes / G x touched(n)) / (eta_bw x HBM B/s)
                   touched(n) = 1 - (1 - k/E)^n      (expected fraction of experts a step touches, SPEC §10)
-    KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_bw x HBM B/s)
+    KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_kv x HBM B/s)   (eta_kv = eta_bw in SPEC §3)
     compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
     all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
     all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_link x link B/s)]
@@ -44,7 +44,7 @@ from .layouts import LAYOUTS, layout_degrees
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
-    "PARAM_NAMES",
+    "PARAM_NAMES", "P_ETA_KV",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -73,13 +73,14 @@ __all__ = [
  P_EP_BW,         # link bandwidth of the expert group (bytes/s)
  P_WINDOW,        # sliding window (tokens; 0 = none)
  P_SLIDE_FRAC,    # fraction of the layers that slide
- ) = range(29)
-N_PARAMS = 29
+ P_ETA_KV,        # achieved fraction of HBM bandwidth on the paged KV read (step model v2; SPEC §3: eta_bw)
+ ) = range(30)
+N_PARAMS = 30
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
-               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC")
+               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
@@ -108,7 +109,15 @@ class StepConstants:
         smaller fraction of their peak than BF16 ones (scaling, de-quantisation and a tile shape
         tuned for the larger dtype: NVIDIA's published FP8 / FP4 GEMM throughput is below the
         datasheet's 2x / 4x of BF16); the factors are fitted to serving measurements
-        (:func:`fastsim.calibrate.fit_measurements`). ``eta_compute x factor`` must stay <= 1.
+        (:func:`fastsim.validate.fit.fit_measurements`). ``eta_compute x factor`` must stay <= 1.
+    eta_kv : float or None
+        Step model v2: the achieved fraction of HBM bandwidth on the decode attention's KV read,
+        or None (default) for ``eta_bw``'s (SPEC §3 reads KV and weights alike). A paged KV read
+        gathers 16- to 64-token blocks scattered over the pool, one per sequence and layer, where a
+        weight read streams contiguous matrices, and it reaches a smaller fraction of the bandwidth
+        (Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention", SOSP
+        2023, §7.2: the paged kernel's overhead over a contiguous read); fitted to serving
+        measurements like the others.
     """
 
     eta_compute: float = 0.6
@@ -119,9 +128,14 @@ class StepConstants:
     memory_utilization: float = 0.9
     fp8_compute_factor: float = 1.0
     fp4_compute_factor: float = 1.0
+    eta_kv: float | None = None
 
     def __post_init__(self):
+        if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
+            raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
         for f in fields(self):
+            if f.name == "eta_kv":
+                continue
             v = getattr(self, f.name)
             if not (v >= 0.0) or v != v:
                 raise FastsimInputError(f.name, v, "a finite number >= 0")
@@ -133,6 +147,11 @@ class StepConstants:
             v = getattr(self, name)
             if not (0.0 < v and v * self.eta_compute <= 1.0):
                 raise FastsimInputError(name, v, f"a factor > 0 with eta_compute ({self.eta_compute:g}) x factor <= 1")
+
+    @property
+    def kv_efficiency(self) -> float:
+        """The KV read's fraction of HBM bandwidth (float): ``eta_kv``, or ``eta_bw`` when it is None."""
+        return self.eta_bw if self.eta_kv is None else float(self.eta_kv)
 
     def compute_efficiency(self, flops_key: str) -> float:
         """The achieved fraction of a precision's peak FLOP/s: ``eta_compute``, times
@@ -404,6 +423,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_EP_BW] = _link_bw(gpu, g)
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
+    p[P_ETA_KV] = constants.kv_efficiency
     return p
 
 
@@ -453,7 +473,7 @@ def _parts(c, n_tokens, kv_tokens, attn_flops):
     # c: the packed parameters, indexable by P_* (a float64 vector, or a list of column arrays)
     d_bw = c[P_ETA_BW] * c[P_HBM_BW]
     weight_s = (c[P_WDENSE] + c[P_WEXP] * (1.0 - (1.0 - c[P_KFRAC]) ** n_tokens)) / d_bw
-    kv_s = kv_tokens * c[P_KVPG] / c[P_DP] / d_bw
+    kv_s = kv_tokens * c[P_KVPG] / c[P_DP] / (c[P_ETA_KV] * c[P_HBM_BW])
     compute_s = (2.0 * c[P_MATMUL] * n_tokens + attn_flops) / c[P_GPUS] / (c[P_ETA_C] * c[P_PEAK])
     tp = c[P_TP]
     g = c[P_GPUS]

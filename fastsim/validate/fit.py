@@ -1,7 +1,7 @@
 """Step-model constants fitted to serving measurements through the simulator, with cross-validation.
 
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
-``eta_compute``, ``eta_bw``, ``overhead_s`` and the FP8 / FP4 compute factors of the precisions
+``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s`` and the FP8 / FP4 compute factors of the precisions
 the rows use) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
@@ -41,7 +41,7 @@ from .summary import group_stats
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
-FITTABLE = ("eta_compute", "eta_bw", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
+FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
             "eta_nvlink")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
@@ -49,7 +49,7 @@ FITTABLE = ("eta_compute", "eta_bw", "overhead_s", "fp8_compute_factor", "fp4_co
 #: of peak (cuBLAS and DeepGEMM FP8 GEMMs run at 1.3-1.9x their BF16 speed on a 2x peak), FP4 at
 #: least 0.3 of it (CUTLASS NVFP4 GEMMs at 2-3x BF16 on a 4x peak); a fit pinned at a bound says
 #: the error lies in another term.
-BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
+BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
           "eta_nvlink": (0.05, 1.0)}
 _LOSS = "cauchy"
@@ -186,8 +186,8 @@ def _calibration(engine, names, entries, source=""):
 
 
 def default_names(measurements, catalog) -> tuple:
-    """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``overhead_s``,
-    and the FP8 / FP4 compute factor of each low-precision peak the rows run on.
+    """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
+    ``overhead_s``, and the FP8 / FP4 compute factor of each low-precision peak the rows run on.
 
     Parameters
     ----------
@@ -204,7 +204,7 @@ def default_names(measurements, catalog) -> tuple:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
-    return ("eta_compute", "eta_bw", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+    return ("eta_compute", "eta_bw", "eta_kv", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
 
 
 def _subsample(rows, max_runs):
@@ -278,7 +278,7 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter):
         out = np.log(pred / real)
         return np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
 
-    x0 = np.log([getattr(start, n) for n in names])
+    x0 = np.log([start.kv_efficiency if n == "eta_kv" else getattr(start, n) for n in names])
     lo = np.log([BOUNDS[n][0] for n in names])
     hi = np.log([BOUNDS[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
