@@ -23,16 +23,18 @@ from .errors import FastsimInputError
 from .stepmodel import StepConstants, resolve_constants
 
 __all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_constants", "FORMAT_VERSION",
-           "CONSTANTS", "ENGINES"]
+           "CONSTANTS", "FILE_CONSTANTS", "ENGINES"]
 
 #: Version of the calibration file format written by :meth:`Calibration.to_toml`.
 FORMAT_VERSION = 1
-#: The constants a calibration may set (``memory_utilization`` is not a timing constant).
-CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s", "fp8_compute_factor",
-             "fp4_compute_factor", "eta_kv")
+#: SPEC §3's timing constants, the ones the kernel-profile and step fits set.
+CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
 #: The step-model v2 constants and their defaults: written to a file only when they differ from it
 #: (``eta_kv`` None: the KV read at ``eta_bw``, SPEC §3).
-_V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None}
+_V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
+                 "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9}
+#: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
+FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
 ENGINES = ("trtllm", "vllm", "sglang")
 
@@ -145,10 +147,11 @@ class Calibration:
             out += ["[[constants]]", f"gpu = {_toml_str(e.gpu)}", f"precision = {_toml_str(e.precision)}"]
             if e.tp:
                 out.append(f"tp = {int(e.tp)}   # only steps whose all-reduce spans {int(e.tp)} GPUs")
-            for name in CONSTANTS:
+            for name in FILE_CONSTANTS:
                 if name in _V2_CONSTANTS and getattr(e.constants, name) == _V2_CONSTANTS[name]:
                     continue
-                out.append(f"{name} = {_toml_float(getattr(e.constants, name))}")
+                v = getattr(e.constants, name)
+                out.append(f"{name} = {_toml_str(v) if isinstance(v, str) else _toml_float(v)}")
             out.append("fitted = [" + ", ".join(_toml_str(n) for n in e.fitted) + "]   # the others are defaults")
             iv = ", ".join(f"{n} = [{_toml_float(lo)}, {_toml_float(hi)}]" for n, lo, hi in e.interval95
                            if math.isfinite(lo) and math.isfinite(hi))
@@ -192,7 +195,8 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         with ``gpu`` and ``precision`` (catalog names or ``"*"``) and any of ``eta_compute``,
         ``eta_bw``, ``eta_nvlink`` (fractions in (0, 1]), ``alpha_s``, ``overhead_s`` (seconds,
         >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
-        (0, 1]; omitted: ``eta_bw``'s); omitted constants keep
+        (0, 1]; omitted: ``eta_bw``'s), ``kv_memory`` (``spec``, ``vllm``, ``trtllm``),
+        ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``; omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional
@@ -230,7 +234,7 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
     if not isinstance(tables, list):
         raise FastsimInputError(f"{where}: constants", tables, "[[constants]] tables")
     entries, seen = [], set()
-    allowed = {"gpu", "precision", "tp", "fitted", "interval95", *CONSTANTS}
+    allowed = {"gpu", "precision", "tp", "fitted", "interval95", *FILE_CONSTANTS}
     for i, t in enumerate(tables, 1):
         at = f"{where}: [[constants]] {i}"
         bad = set(t) - allowed
@@ -255,9 +259,14 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
                                     "one table per GPU, precision and tp")
         seen.add((*names, tp))
         kw = {}
-        for name in CONSTANTS:
+        for name in FILE_CONSTANTS:
             if name in t:
                 v = t[name]
+                if name == "kv_memory":
+                    if not isinstance(v, str):
+                        raise FastsimInputError(f"{at}: {name}", v, "a string: spec, vllm or trtllm")
+                    kw[name] = v
+                    continue
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise FastsimInputError(f"{at}: {name}", v, "a number")
                 kw[name] = float(v)
@@ -266,10 +275,10 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         except FastsimInputError as exc:
             raise FastsimInputError(f"{at}: {exc.field}", exc.value, exc.allowed) from None
         fitted = t.get("fitted", [])
-        if not isinstance(fitted, list) or any(f not in CONSTANTS for f in fitted):
-            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(CONSTANTS))
+        if not isinstance(fitted, list) or any(f not in FILE_CONSTANTS for f in fitted):
+            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(FILE_CONSTANTS))
         iv = t.get("interval95", {})
-        ok = isinstance(iv, dict) and all(k in CONSTANTS and isinstance(v, list) and len(v) == 2
+        ok = isinstance(iv, dict) and all(k in FILE_CONSTANTS and isinstance(v, list) and len(v) == 2
                                           and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
                                           for k, v in iv.items())
         if not ok:

@@ -44,7 +44,7 @@ from .layouts import LAYOUTS, layout_degrees
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
-    "PARAM_NAMES", "P_ETA_KV",
+    "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -84,6 +84,10 @@ PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
+#: The KV-pool sizing rules of :attr:`StepConstants.kv_memory`.
+KV_MEMORY_RULES = ("spec", "vllm", "trtllm")
+
+
 @dataclass(frozen=True)
 class StepConstants:
     """Efficiencies and fixed costs of the step model (SPEC §3); all are calibratable.
@@ -118,6 +122,25 @@ class StepConstants:
         (Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention", SOSP
         2023, §7.2: the paged kernel's overhead over a contiguous read); fitted to serving
         measurements like the others.
+    kv_memory : str
+        How the KV pool is sized (:data:`KV_MEMORY_RULES`): ``"spec"`` (default, SPEC §3:
+        ``G x memory_utilization x hbm_bytes - weights``), or an engine's own rule, which starts
+        from the memory the driver reports (:attr:`fastsim.catalog.GPU.reported_hbm_bytes`), sets
+        aside ``reserved_bytes_per_gpu`` and counts the embedding and LM head at BF16 under 8-bit
+        and 4-bit weights (ModelOpt, compressed-tensors and vLLM's online FP8 leave them
+        unquantised):
+
+        - ``"vllm"`` (also SGLang's ``mem_fraction_static``): ``G x (memory_utilization x
+          reported - reserved) - weights`` (vLLM ``gpu_memory_utilization`` bounds weights,
+          activations and KV together: ``vllm/v1/worker/gpu_worker.py``,
+          ``Worker.determine_available_memory``);
+        - ``"trtllm"``: ``memory_utilization x (G x (reported - reserved) - weights)`` (TensorRT-LLM's
+          ``kv_cache_config.free_gpu_memory_fraction`` is a fraction of the memory left free once
+          the weights and runtime buffers are loaded: ``tensorrt_llm/_torch/pyexecutor/_util.py``,
+          ``KvCacheCreator``).
+    reserved_bytes_per_gpu : float
+        Bytes per GPU the engine's activations, CUDA graphs and communication buffers hold
+        outside the KV pool under an engine rule (default 0; ignored by ``"spec"``).
     """
 
     eta_compute: float = 0.6
@@ -129,12 +152,16 @@ class StepConstants:
     fp8_compute_factor: float = 1.0
     fp4_compute_factor: float = 1.0
     eta_kv: float | None = None
+    kv_memory: str = "spec"
+    reserved_bytes_per_gpu: float = 0.0
 
     def __post_init__(self):
+        if self.kv_memory not in KV_MEMORY_RULES:
+            raise FastsimInputError("kv_memory", self.kv_memory, "one of " + ", ".join(KV_MEMORY_RULES))
         if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
             raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
         for f in fields(self):
-            if f.name == "eta_kv":
+            if f.name in ("eta_kv", "kv_memory"):
                 continue
             v = getattr(self, f.name)
             if not (v >= 0.0) or v != v:
@@ -338,7 +365,22 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     tp_attn = g // dp
     routed = model.routed_expert_params * precision.weight_bytes * (expert_share(model, g, ep) * g)
     dense = model.total_params - model.routed_expert_params
-    budget = g * constants.memory_utilization * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
+    u = constants.memory_utilization
+    if constants.kv_memory == "spec":
+        budget = g * u * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
+    else:
+        # the engines' rules (StepConstants.kv_memory): the reported memory, a reserve, and the
+        # embedding and LM head at BF16 under weights below 2 bytes
+        wb = precision.weight_bytes
+        emb = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+        # (a quantised checkpoint's own bytes per weight already count its BF16 modules)
+        extra = emb * (2.0 - wb) * dp if wb < 2.0 and not model.checkpoint_precision else 0.0
+        weights = dense * wb * dp + routed + extra
+        rep, res = gpu.reported_hbm_bytes, constants.reserved_bytes_per_gpu
+        if constants.kv_memory == "vllm":
+            budget = g * (u * rep - res) - weights
+        else:
+            budget = u * (g * (rep - res) - weights)
     return budget / (g * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn) / dp)
 
 

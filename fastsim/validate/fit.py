@@ -38,11 +38,12 @@ from ..errors import FastsimInputError
 from .run import run_key, run_measurements
 from .summary import group_stats
 
-__all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names"]
+__all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
+           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
-            "eta_nvlink")
+            "eta_nvlink", "reserved_bytes_per_gpu")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -51,7 +52,16 @@ FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor
 #: the error lies in another term.
 BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
-          "eta_nvlink": (0.05, 1.0)}
+          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10)}
+#: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
+#: and compute factors stay those of the ``"*"`` fit.
+GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
+#: The engines' KV-pool rules (:attr:`fastsim.stepmodel.StepConstants.kv_memory`) a fit starts from,
+#: with 2 GiB per GPU set aside for activations, CUDA graphs and communication buffers (vLLM's
+#: profiling run at 8,192 batched tokens on an 8B model peaks near 1.5 GiB of activations, its CUDA
+#: graphs take about 0.5 GiB): SGLang sizes its pool as vLLM does (``mem_fraction_static``).
+ENGINE_KV_MEMORY = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
+ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -278,7 +288,7 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter):
         out = np.log(pred / real)
         return np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
 
-    x0 = np.log([start.kv_efficiency if n == "eta_kv" else getattr(start, n) for n in names])
+    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
     lo = np.log([BOUNDS[n][0] for n in names])
     hi = np.log([BOUNDS[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
@@ -313,12 +323,16 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
         for g in sorted(by_gpu):
             if len(by_gpu[g]) < min_gpu_rows:
                 continue
+            g_names = tuple(n for n in names if n in GPU_FITTED)
+            if not g_names:
+                break
             try:
-                c, iv, used_g, _, _ = _fit(_subsample(by_gpu[g], max_runs), cat, c_all, names, max_nfev, threads,
-                                           counter)
+                c, iv, used_g, _, _ = _fit(_subsample(by_gpu[g], None if max_runs is None else max(max_runs // 2, 4)),
+                                           cat, c_all, g_names, max(max_nfev // 2, 1), threads, counter)
             except FastsimInputError:
                 continue                                   # too few expressed rows on this GPU
             if len(used_g) >= min_gpu_rows:
+                iv = tuple(x for x in iv_all if x[0] not in g_names) + iv
                 entries.append(FitEntry(g, c, iv, len(used_g)))
     return entries
 
@@ -329,8 +343,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     """Fit step-model constants to one engine's measurements through the simulator (module docstring).
 
     The ``"*"`` entry is fitted on every row; a GPU with at least ``min_gpu_rows`` rows gets an
-    entry of its own, fitted on its rows (an engine's kernels and runtime differ per GPU: vLLM on
-    MI300X runs far below the roofline its datasheet gives).
+    entry of its own, its efficiencies (:data:`GPU_FITTED`) refitted on its rows from the ``"*"``
+    fit with half the runs and evaluations (an engine's kernels differ per GPU: vLLM on MI300X
+    runs far below the roofline its datasheet gives).
 
     Parameters
     ----------
@@ -344,7 +359,10 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         Constants to fit, among :data:`FITTABLE` (default: :func:`default_names`).
     start : StepConstants, optional
         The starting point of the ``"*"`` fits and the value of every constant not fitted
-        (default: SPEC §3's).
+        (default: SPEC §3's timing constants with the engine's KV-pool rule,
+        :data:`ENGINE_KV_MEMORY`, and :data:`ENGINE_RESERVED_BYTES` set aside). The figures the
+        fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
+        ``held_out["start"]``).
     max_runs : int or None
         At most this many runs per fit (a subsample, module docstring); None: every run.
     max_nfev : int
@@ -374,7 +392,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if engine not in ENGINES:
         raise FastsimInputError("engine", engine, "one of " + ", ".join(ENGINES))
     cat = catalog if catalog is not None else default_catalog()
-    start = start if start is not None else StepConstants()
+    if start is None:
+        start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES)
+    baseline = StepConstants()
     rows = [m for m in measurements if m.engine == engine]
     if not rows:
         raise FastsimInputError("engine", engine, "an engine with rows in the measurements")
@@ -390,7 +410,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows)
     cal = _calibration(engine, names, entries)
     res_fit = run_measurements(rows, cat, cal, threads=threads)
-    res_0 = run_measurements(rows, cat, start, threads=threads)
+    res_0 = run_measurements(rows, cat, baseline, threads=threads)
     counter[0] += 2
     ok = [i for i, (a, b) in enumerate(zip(res_fit, res_0)) if a.predicted is not None and b.predicted is not None]
     in_sample = {"start": _stats(_log_ratios([res_0[i] for i in ok])[2]),
