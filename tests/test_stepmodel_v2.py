@@ -69,3 +69,27 @@ def test_policy_kernels_match_the_reference_with_eta_kv(name):
     arr, P, O = _workload(7)
     pol = engine_policy(name, max_num_batched_tokens=256, max_num_seqs=16)
     check_policy_against_reference(p, 2, arr, P, O, pol, horizon=12.0)
+
+
+def test_the_engines_kv_pool_rules_by_hand():
+    """Llama-3.1-8B FP8 on one H100: SPEC §3's pool, vLLM's and TensorRT-LLM's (StepConstants.kv_memory)."""
+    from fastsim.stepmodel import kv_budget_tokens
+    fp8 = CAT.precision("FP8")
+    per_token = 32 * 8 * 128 * 2 * 1.0                     # layers x KV heads x head dim x (K, V) x 1 byte
+    assert M.kv_bytes_per_token_per_gpu(1, 1) == per_token
+    weights = M.total_params * 1.0
+    bf16_extra = 128256 * 4096 * 2 * (2.0 - 1.0)           # untied embedding and LM head kept at BF16
+    reported = 81559 * 2 ** 20                             # nvidia-smi's 81,559 MiB
+    assert G.reported_hbm_bytes == reported and G.hbm_bytes == 80e9
+    res = 2 * 2 ** 30
+    spec = kv_budget_tokens(M, fp8, G, 1)
+    assert spec == pytest.approx((0.9 * 80e9 - weights) / per_token, rel=1e-12)
+    vllm = kv_budget_tokens(M, fp8, G, 1, StepConstants(kv_memory="vllm", reserved_bytes_per_gpu=res))
+    assert vllm == pytest.approx((0.9 * reported - res - weights - bf16_extra) / per_token, rel=1e-12)
+    trt = kv_budget_tokens(M, fp8, G, 1, StepConstants(kv_memory="trtllm", reserved_bytes_per_gpu=res))
+    assert trt == pytest.approx(0.9 * (reported - res - weights - bf16_extra) / per_token, rel=1e-12)
+    # a BF16 deployment keeps its embedding at BF16 anyway: no extra
+    bf = kv_budget_tokens(M, BF16, G, 1, StepConstants(kv_memory="vllm"))
+    assert bf == pytest.approx((0.9 * reported - 2.0 * M.total_params) / (2 * per_token), rel=1e-12)
+    with pytest.raises(FastsimInputError, match="kv_memory"):
+        StepConstants(kv_memory="sglang")

@@ -148,3 +148,31 @@ def test_fp8_and_fp4_compute_factors_scale_only_their_peaks():
     with pytest.raises(FastsimInputError, match="fp4_compute_factor"):
         StepConstants(fp4_compute_factor=0.0)
     assert math.isclose(c.compute_efficiency("fp8"), 0.45)
+
+
+def test_fitted_calibrations_are_engine_tagged_files(tmp_path):
+    from fastsim.validate import fitted_calibrations
+    with pytest.raises(FastsimInputError, match="none there"):
+        fitted_calibrations(tmp_path)
+    Calibration((CalibrationEntry("*", "*", StepConstants(eta_kv=0.5)),), "t", "trtllm").write(tmp_path / "trtllm.toml")
+    cals = fitted_calibrations(tmp_path)
+    assert [c.engine for c in cals] == ["trtllm"] and cals[0].entries[0].constants.eta_kv == 0.5
+    Calibration((CalibrationEntry("*", "*", StepConstants()),), "t").write(tmp_path / "untagged.toml")
+    with pytest.raises(FastsimInputError, match="engine tag"):
+        fitted_calibrations(tmp_path)
+
+
+def test_validate_refuses_fitted_constants_with_a_calibration(tmp_path, capsys):
+    cal = tmp_path / "c.toml"
+    Calibration((CalibrationEntry("*", "*", StepConstants()),), "t").write(cal)
+    assert main(["validate", "--constants", "fitted", "--calibration", str(cal), "--only", "S1"]) == 2
+    assert "--constants" in capsys.readouterr().err
+
+
+def test_v2_constants_round_trip_through_a_calibration_file(tmp_path):
+    c = StepConstants(eta_kv=0.55, fp8_compute_factor=0.8, kv_memory="trtllm", reserved_bytes_per_gpu=2e9)
+    p = tmp_path / "v2.toml"
+    Calibration((CalibrationEntry("H100", "*", c),), "t", "trtllm").write(p)
+    text = p.read_text(encoding="utf-8")
+    assert 'kv_memory = "trtllm"' in text and "eta_kv = 0.55" in text and "fp4_compute_factor" not in text
+    assert load_calibration(p).entries[0].constants == c

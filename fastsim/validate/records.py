@@ -20,7 +20,7 @@ from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
 __all__ = ["Measurement", "read_measurements", "ENGINES", "BENCHMARKS", "METRICS", "STATS", "COLUMNS", "OPTIONAL_COLUMNS", "KV_CACHE_DTYPES",
-           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG", "is_shipped_set"]
+           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG", "SHIPPED_CALIBRATIONS", "fitted_calibrations", "is_shipped_set"]
 
 #: Engines of the schema, each simulated on the fastsim policy of its name (:mod:`fastsim.sim.policy`).
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -47,6 +47,46 @@ _DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
 #: The measurement set shipped with fastsim, and the user GPU entries its rows need.
 SHIPPED_MEASUREMENTS = _DATA / "measurements.csv"
 SHIPPED_CATALOG = _DATA / "gpus_custom.toml"
+#: The calibrations fitted to the shipped set (one engine-tagged file per engine: ``fastsim calibrate
+#: --measurements``), which ``fastsim validate --constants fitted`` uses; see the folder's README.
+SHIPPED_CALIBRATIONS = _DATA.parent / "calibrations"
+
+
+def fitted_calibrations(folder=None, catalog=None) -> tuple:
+    """The engine-tagged calibrations fitted to the shipped measurement set.
+
+    Parameters
+    ----------
+    folder : str or os.PathLike, optional
+        Default :data:`SHIPPED_CALIBRATIONS`.
+    catalog : Catalog, optional
+        Checks the files' GPU names (default: the built-in catalog plus the shipped set's GPUs).
+
+    Returns
+    -------
+    tuple of fastsim.constants.Calibration
+        One per ``*.toml`` file, in name order, each tagged with its engine.
+
+    Raises
+    ------
+    FastsimInputError
+        No calibration file in the folder, a file without an ``engine`` tag, or a file
+        :func:`fastsim.constants.load_calibration` refuses.
+    """
+    from ..catalog import load_catalog
+    from ..constants import load_calibration
+    folder = Path(folder) if folder is not None else SHIPPED_CALIBRATIONS
+    cat = catalog if catalog is not None else load_catalog([str(SHIPPED_CATALOG)])
+    files = sorted(folder.glob("*.toml"))
+    if not files:
+        raise FastsimInputError("--constants", "fitted", f"calibration files in {folder.name}/ (none there)")
+    out = []
+    for f in files:
+        cal = load_calibration(f, cat)
+        if not cal.engine:
+            raise FastsimInputError(f"{f.name}: engine", "", "an engine tag (trtllm, vllm or sglang)")
+        out.append(cal)
+    return tuple(out)
 
 
 def is_shipped_set(path) -> bool:
