@@ -153,7 +153,7 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     model = catalog.model(model) if isinstance(model, str) else model
     if isinstance(max_instances, bool) or int(max_instances) != max_instances or max_instances < 1:
         raise FastsimInputError("max_instances", max_instances, "an integer >= 1")
-    slo = SLO(demand.ttft_s, demand.tpot_s)
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
     grid = screen(model, demand, catalog=catalog, options=options)
     kw = dict(horizon_s=horizon_s, catalog=catalog, constants=options.constants, model=model, engine=engine,
               rejection_budget=rejection_budget)
