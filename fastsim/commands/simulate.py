@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
+                                _arrival_cv,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
                                 _notes_out, _positive, _read_plan_json, _seeds)
 from ..errors import FastsimInputError
@@ -164,7 +165,8 @@ def run(args):
     if len(results) > 1:
         # the verdict over all seeds together, as `plan` and `capacity` judge a plan
         from ..search import SLO, _pooled
-        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon, model.max_context_tokens)
+        slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
+        v = _pooled(results, slo, (0.2, 0.8), horizon, model.max_context_tokens)
         pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                   "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
                   "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
@@ -254,10 +256,7 @@ def _profile_workloads(args, scenario, prof, demand):
     """(workloads, horizon, notes) of ``simulate --profile``: one per seed, the scenario's lengths."""
     from ._resolve import _fixed_scenario
     from .. import workload as W
-    if args.arrival == "gamma" and args.cv is None:
-        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
-    if args.arrival == "poisson" and args.cv not in (None, 1.0):
-        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    cv = _arrival_cv(args)
     for flag, v in (("--shared-prefix", getattr(args, "shared_prefix", None)),
                     ("--session-turns", getattr(args, "session_turns", None)),
                     ("--session-gap", getattr(args, "session_gap", None))):
@@ -268,7 +267,6 @@ def _profile_workloads(args, scenario, prof, demand):
         scenario = _fixed_scenario(scenario, kind)
     else:
         raise FastsimInputError("--lengths", kind, "lognormal, fixed or fixed:P,O with --profile")
-    cv = 1.0 if args.cv is None else args.cv
     args.seeds = 1 if args.seeds is None else args.seeds
     notes = [prof.describe() + (f" ({prof.source.rsplit('; ', 1)[-1]})" if args.rate_scale not in (None, 1.0)
                                 else "")]
