@@ -17,7 +17,7 @@ import sys
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
                                 _arrival_cv,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
-                                _notes_out, _positive, _seeds)
+                                _notes_out, _pct, _positive, _seeds)
 from ..errors import FastsimInputError
 
 #: ``fastsim capacity --help``: the two searches.
@@ -84,7 +84,8 @@ def run(args):
     table = args.format == "table"
     screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
-        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
+        P = _pct(demand.slo_percentile)
+        print(f"{plan.describe()} on {model.name}; {P} TTFT <= {demand.ttft_s:g} s, {P} TPOT <= {demand.tpot_s * 1e3:g} ms; "
               f"{args.seeds} seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
         print(_PROBE_HEAD, flush=True)
     live = _ProbeProgress(table)
@@ -532,8 +533,9 @@ def _cmd_capacity_counts(args):
     screen_why = (_screen_infeasible(plans[0], model, demand, cat, _constants(args))
                   if not plans[0].capacity_req_per_s > 0 else "")
     if table:
-        print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; P90 TTFT <= "
-              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} "
+        P = _pct(demand.slo_percentile)
+        print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; {P} TTFT <= "
+              f"{demand.ttft_s:g} s, {P} TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} "
               f"seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
     live = _RoundProgress(len(plans))
     try:
@@ -688,7 +690,8 @@ def _cmd_capacity_trace(args):
     table = args.format == "table"
     screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
-        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= "
+        P = _pct(demand.slo_percentile)
+        print(f"{plan.describe()} on {model.name}; {P} TTFT <= {demand.ttft_s:g} s, {P} TPOT <= "
               f"{demand.tpot_s * 1e3:g} ms; trace {source.name}: {source.n:,} requests over "
               f"{source.duration_s:,.1f} s ({source.mean_rate_req_per_s:.3f} req/s), each probe one replay at "
               "time scale s (arrival times / s)"
