@@ -227,7 +227,23 @@ class SeedWorkloads:
         self._drawn: list = []
 
     def first(self, n: int) -> list:
-        """The first ``n`` workloads (``n`` from 1 to :attr:`max_seeds`), drawn once each."""
+        """The first ``n`` workloads, each drawn once and kept.
+
+        Parameters
+        ----------
+        n : int
+            From 1 to :attr:`max_seeds`.
+
+        Returns
+        -------
+        list of (arrival_s, prompt_tokens, output_tokens)
+            Child ``i``'s workload at position ``i``.
+
+        Raises
+        ------
+        FastsimInputError
+            ``n`` out of range.
+        """
         if not 1 <= n <= self.max_seeds:
             raise FastsimInputError("n", n, f"an integer from 1 to {self.max_seeds}")
         while len(self._drawn) < n:
