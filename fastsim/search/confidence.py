@@ -58,8 +58,8 @@ def wilson_interval(successes, trials, z: float = WILSON_Z95) -> tuple:
 
     and the interval is ``[centre - half, centre + half]`` (Wilson 1927; the form of GuideLLM's
     ``wilson_interval``, ``src/guidellm/benchmark/profiles/goodput.py``), clipped to [0, 1] against
-    rounding. Unlike the normal interval it stays inside [0, 1] and is not zero-width at
-    ``p = 1``, where SLO attainments live.
+    rounding (exactly 0 at ``successes = 0``, 1 at ``successes = trials``). Unlike the normal
+    interval it stays inside [0, 1] and is not zero-width at ``p = 1``, where SLO attainments live.
 
     Parameters
     ----------
@@ -99,7 +99,8 @@ def wilson_interval(successes, trials, z: float = WILSON_Z95) -> tuple:
     den = 1.0 + z2 / n
     centre = (p + z2 / (2.0 * n)) / den
     half = zf * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the ends are exactly 0 at k = 0 and exactly 1 at k = n (the closed form; rounding leaves ~1e-17)
+    return (0.0 if k == 0.0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def attainment_verdict(met, measured, target: float) -> tuple:

@@ -71,7 +71,7 @@ class SLO:
     def percentile(self) -> float:
         """The percentile at which TTFT and TPOT are judged (float, 50 to 100): ``100 x attainment``
         (SPEC §1: a P90 SLO passes at attainment >= 0.90; ``--slo-percentile P`` sets ``P / 100``)."""
-        return 100.0 * self.attainment
+        return round(100.0 * self.attainment, 9)
 
 
 @dataclass(frozen=True)
