@@ -373,3 +373,20 @@ def test_plan_arrival_gamma_is_refused_with_a_trace(capsys):
         plan_deployment("llama-3.1-8b", Demand.from_scenario(default_catalog().scenario("chat")), "chat",
                         arrival="gamma", cv=0.0)
     assert e.value.field == "cv"
+
+
+def test_from_plan_carries_the_slo_percentile(capsys, tmp_path):
+    rc, out, _ = run(capsys, "plan", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8", "--tp", "1",
+                     "--mode", "colocated", "--top-k", "1", "--seeds", "2", "--horizon", "300", "--slo-percentile",
+                     "99", "--format", "json")
+    assert rc == 0
+    f = tmp_path / "plans.json"
+    f.write_text(out)
+    sim = ["simulate", "--scenario", "chat", "--from-plan", str(f), "--horizon", "300", "--format", "json"]
+    rc, out, _ = run(capsys, *sim)
+    assert rc == 0 and json.loads(out)["runs"][0]["slo_percentile"] == 99.0
+    rc, out, _ = run(capsys, *sim, "--slo-percentile", "95")          # given on the command line: it applies
+    assert rc == 0 and json.loads(out)["runs"][0]["slo_percentile"] == 95.0
+    rc, out, _ = run(capsys, "fleet", "--profile", "m-small", "--from-plan", str(f), "--days", "0.1", "--capacity",
+                     "1=8", "--no-spares", "--format", "json")
+    assert rc == 0 and json.loads(out)["settings"]["attainment_target"] == 0.99
