@@ -163,7 +163,7 @@ def cli_sweep(args) -> int:
                       "target, so the seeds doubled until it did not, up to 4 x --seeds; a point passes when the "
                       "interval clears the target (fastsim.search.confidence)")
     if len(refuted):
-        judged.append(f"{len(refuted):,} point{'s' if len(refuted) != 1 else ''} fail although the attainment "
+        judged.append(f"{len(refuted):,} point{'s fail' if len(refuted) != 1 else ' fails'} although the attainment "
                       "passes: the point's own simulated capacity's 95% interval lies below its rate (sim_reason)")
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
