@@ -116,7 +116,10 @@ class PlannedDeployment:
             ``spec_draft`` when the screen considered speculative decoding, and
             ``prefix_hit_fraction`` when it was not 0; the prefill side's GPU, precision and
             price of a heterogeneous plan; and a
-            ``verification`` dict (None when not verified); non-finite P90s become None. Each
+            ``verification`` dict (None when not verified; with the attainment's 95% Wilson interval
+            ``attainment_ci95_lo`` / ``_hi``, the seeds asked for, ``runs_asked``, beside those run,
+            and, when the SLO percentile is not 90, ``ttft_at_percentile_s`` / ``tpot_at_percentile_s``
+            and a top-level ``slo_percentile``); non-finite P90s become None. Each
             dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
             value is +inf) or ``not applicable`` (no value exists). Every field that makes the
             plan is there: :func:`plan_from_record` rebuilds the same plan from it.

@@ -107,8 +107,11 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     model : Model or str
     demand : Demand
         Rate, SLOs and length statistics (the screen's).
-    workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
-        One per seed (:func:`fastsim.search.verify`); every configuration sees the same ones.
+    workloads : sequence of (arrival_s, prompt_tokens, output_tokens), or SeedWorkloads
+        One per seed (:func:`fastsim.search.verify`); every configuration sees the same ones. A
+        :class:`fastsim.search.SeedWorkloads` (the planner's) lets a count whose attainment the 95%
+        Wilson bound cannot decide run more seeds; a count passes only when the bound clears the
+        target (:mod:`fastsim.search.confidence`).
     horizon_s : float
         Arrival window simulated (s).
     catalog, options
