@@ -264,9 +264,9 @@ def _run_task(task: _Task) -> dict:
                 for i, nrun in owners:
                     runs = pending.pop(i, ([], 0))[0] + list(res[start:start + nrun])
                     start += nrun
-                    v = _pooled(runs, SLO(float(task.ttft[i]), float(task.tpot[i]), att), window, hz,
-                                int(task.max_ctx[i]), runs_asked=s.seeds)
                     trace = task.sources[task.src[i]].kind == "trace"
+                    v = _pooled(runs, SLO(float(task.ttft[i]), float(task.tpot[i]), att), window, hz,
+                                int(task.max_ctx[i]), runs_asked=1 if trace else s.seeds)
                     if next_seed_count(len(runs), s.seeds, v.decided, not trace):
                         pending[i] = (runs, len(runs))
                     else:
