@@ -59,7 +59,7 @@ from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, step_time_nb)
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
 
@@ -276,6 +276,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     hid = p[P_HIDDEN]
     overhead = p[P_OVERHEAD]
     d_bw = p[P_ETA_BW] * p[P_HBM_BW]
+    d_kv = p[P_ETA_KV] * p[P_HBM_BW]     # the KV read's divisor (d_bw's value under SPEC §3's constants)
     wdense = p[P_WDENSE]
     wexp = p[P_WEXP]
     keep = 1.0 - p[P_KFRAC]
@@ -542,7 +543,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             kvf = float(ctx) - f * 0.0
                             attn = c4g * kvf
                             kvb = kvf * kvpg
-                            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                            kv_time = (kvb / dp if div_dp else kvb) / d_kv
                             num = mm + attn
                             comp_s = (num / g if div_g else num) / d_c
                             aw = weight_s + kv_time
@@ -668,7 +669,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     kvf = float(ctx) - f * 0.0
                     attn = c4g * kvf
                     kvb = kvf * kvpg
-                    kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                    kv_time = (kvb / dp if div_dp else kvb) / d_kv
                     num = mm + attn
                     comp_s = (num / g if div_g else num) / d_c
                     aw = weight_s + kv_time
@@ -1425,7 +1426,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             else:
                 weight_s = weight_c
             kvb = kvf * kvpg
-            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+            kv_time = (kvb / dp if div_dp else kvb) / d_kv
             num = matmul2 * ntf + attn
             comp_s = (num / g if div_g else num) / d_c
             if comm_fixed:
