@@ -40,12 +40,13 @@ in one loop on local copies of the instance's state (a tight inner loop while no
 nobody waits and the blocks fit, evicting as needed); a boundary whose schedule does not
 qualify continues in the general code with its step completed.
 
-SGLang's admission room (the free KV minus each running request's ``float(min(O - g, clip)) x
-ratio``, in batch order, minus the pieces and admissions of the step) only decides comparisons
-with a waiting request's needs. With no running output above the clip the reservations sum to
-``ratio x`` an exact integer (a running sum), so the room is known to within the rounding of its
-operations; a comparison outside 9 times that bound is the reference's, else (or with outputs over
-the clip) the room is computed by the reference's operations in its order.
+SGLang's admission room (the free KV in tokens, free blocks x ``bt``, minus each running
+request's ``float(min(O - g, clip)) x ratio``, in batch order, minus the pieces and admissions of
+the step) only decides comparisons with a waiting request's needs. With no running output above
+the clip the reservations sum to ``ratio x`` an exact integer (a running sum), so the room is
+known to within the rounding of its operations; a comparison outside 9 times that bound is the
+reference's, else (or with outputs over the clip) the room is computed by the reference's
+operations in its order.
 
 Step time: :func:`fastsim.stepmodel.step_time_nb`'s expression with its step-independent parts
 computed once (the same values; exact shortcuts as in ``_kernels``). Helpers that take arrays cost
