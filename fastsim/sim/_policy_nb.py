@@ -188,14 +188,7 @@ def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext
             _cache_rest_nb(r, e0, b0, min(boff[r + 1] - b0, comp[r] // bth), nxb, bids, eref, eown, own, nref, bpb)
         if private:
             nfull = min(min(boff[r + 1] - b0, prompt[r] // bth), comp[r] // bth)
-            while nxb[r] < nfull:
-                bid = bids[b0 + nxb[r]]
-                if eref[e0 + bid] < 0:
-                    eref[e0 + bid] = 1
-                    eown[e0 + bid] = r
-                    own[r] -= bpb
-                    nref[r] += 1
-                nxb[r] += 1
+            _cache_rest_nb(r, e0, b0, nfull, nxb, bids, eref, eown, own, nref, bpb)
         for j in range(nxb[r] - 1, -1, -1):
             bid = bids[b0 + j]
             if j < hh[r] or eown[e0 + bid] == r:
