@@ -247,7 +247,7 @@ def section_fitted(recs, summ, shipped=True, **_):
                 iv = "not identified" if lo is None or lo != lo else f"{lo:.4g} - {hi:.4g}"
                 cons.append([e["gpu"], e["rows"], n, f"{v:.4g}", iv])
         lines += ["", f"{engine}, fitted constants (95% intervals from the Jacobian, conditional on the model's "
-                      "form):", "", table(["GPU", "rows", "constant", "fitted", "95% interval"], cons)]
+                      "form):", "", table(["GPU", "rows fitted", "constant", "fitted", "95% interval"], cons)]
     return "\n".join(lines)
 
 
