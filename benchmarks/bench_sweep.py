@@ -72,7 +72,8 @@ def test_bench_verify_1200_configs_4_seeds_600s(benchmark, warm):
     grid = SW.make_grid(VERIFY_AXES)
     df = benchmark.pedantic(SW.run_sweep, args=(grid,), kwargs=dict(verify="all", seeds=4, horizon_s=horizon),
                             rounds=1, iterations=1)
-    assert df.verified.sum() == 1200 and (df.sim_runs[df.verified] == 4).all()
+    # 4 seeds each, doubled (to 8, then 16) where the Wilson bound cannot decide the pass (fastsim.search.confidence)
+    assert df.verified.sum() == 1200 and df.sim_runs[df.verified].isin([4, 8, 16]).all()
     if not benchmark.disabled:
         assert benchmark.stats.stats.median <= 30.0 * 1200 / 1000
 

@@ -31,8 +31,9 @@ Where each stage lives, in the order data flows through ``fastsim plan`` (each p
    profiles (SPEC §6).
 7. :mod:`fastsim.sim`: the discrete-event simulator: inputs, the lecture's scheduler, the vLLM
    and SGLang policies, numba kernels, plain-Python references (SPEC §6).
-8. :mod:`fastsim.search`: verification, repair, horizon floors and the maximum sustainable rate
-   (SPEC §7).
+8. :mod:`fastsim.search`: verification (a pass is sure: the Wilson bound on the pooled
+   attainment and the seeds it adds, ``search/confidence.py``), repair, horizon floors and the
+   maximum sustainable rate (SPEC §7).
 9. :mod:`fastsim.verified` and :mod:`fastsim.planner`: every configuration verified at its
    cheapest passing count, ranked by verified cost; :mod:`fastsim.emit` writes launch commands,
    checked against the engines' start-up rules (:mod:`fastsim.engine_rules`).

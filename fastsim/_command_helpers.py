@@ -46,6 +46,22 @@ def _positive(flag):
     return _number(flag, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
+def _slo_percentile(text):
+    """``--slo-percentile``: a number from 50 to 99.9 (argparse type; the error names the flag and the range)."""
+    from .plans import SLO_PERCENTILE_RANGE
+    lo, hi = SLO_PERCENTILE_RANGE
+    return _number("--slo-percentile", lambda v: lo <= v <= hi,
+                   f"a percentile from {lo:g} to {hi:g} (default 90: P90 TTFT and TPOT)")(text)
+
+
+def _add_slo_percentile(sp):
+    """``--slo-percentile P``: the percentile at which TTFT and TPOT are judged (default 90)."""
+    sp.add_argument("--slo-percentile", type=_slo_percentile, default=None, metavar="P",
+                    help="judge TTFT and TPOT at this percentile, 50 to 99.9 (default 90): a plan passes when P%% "
+                         "of its measured requests meet both targets, and the screen checks latency with the P-th "
+                         "percentile lengths")
+
+
 def _int_at_least(lo):
     """An argparse type: an integer >= ``lo``."""
     def conv(text):
@@ -212,6 +228,7 @@ def _add_workload(sp, require_slo=False):
     sp.add_argument("--rate", type=_positive("--rate"), help="target rate in req/s (rescales a trace's time axis)")
     sp.add_argument("--ttft", type=_positive("--ttft"), help="P90 TTFT target in seconds")
     sp.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
+    _add_slo_percentile(sp)
 
 def _add_trace_reading(sp):
     """--time-unit and --skip-invalid: how a trace file is read."""
@@ -260,10 +277,35 @@ def _add_arrival_args(sp, prefixes: bool = True):
     sp.add_argument("--routing", choices=("least-loaded", "round-robin", "prefix-aware"), default="least-loaded",
                     help="request routing across instances (default: fewest outstanding tokens; prefix-aware: "
                          "most cached prefix blocks, SGLang router rules, with --policy vllm or sglang)")
+    _add_arrival_flags(sp)
+    _add_engine_args(sp, prefixes=prefixes)
+
+def _add_arrival_flags(sp):
+    """``--arrival`` and ``--cv``: the arrival process of synthetic workloads (read with :func:`_arrival_cv`)."""
     sp.add_argument("--arrival", choices=("poisson", "gamma"), default="poisson",
                     help="arrival process of synthetic workloads (gamma: burstier with --cv > 1)")
     sp.add_argument("--cv", type=_positive("--cv"), help="inter-arrival coefficient of variation (with --arrival gamma)")
-    _add_engine_args(sp, prefixes=prefixes)
+
+
+def _arrival_cv(args) -> float:
+    """The inter-arrival coefficient of variation of ``--arrival`` / ``--cv``, checked: 1 for Poisson.
+
+    Raises
+    ------
+    FastsimInputError
+        ``--arrival gamma`` without ``--cv``, or a ``--cv`` other than 1 with Poisson arrivals.
+    """
+    if args.arrival == "gamma" and args.cv is None:
+        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
+    if args.arrival == "poisson" and args.cv not in (None, 1.0):
+        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    return 1.0 if args.cv is None else float(args.cv)
+
+
+def _pct(percentile) -> str:
+    """The label of an SLO percentile: ``P90``, ``P99``, ``P99.9``."""
+    return f"P{float(90.0 if percentile is None else percentile):g}"
+
 
 def _add_engine_args(sp, prefixes: bool):
     g = sp.add_argument_group("engine policy (colocated plans)")

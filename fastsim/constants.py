@@ -23,12 +23,20 @@ from .errors import FastsimInputError
 from .stepmodel import StepConstants, resolve_constants
 
 __all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_constants", "FORMAT_VERSION",
-           "CONSTANTS"]
+           "CONSTANTS", "FILE_CONSTANTS", "ENGINES"]
 
 #: Version of the calibration file format written by :meth:`Calibration.to_toml`.
 FORMAT_VERSION = 1
-#: The constants a calibration may set (``memory_utilization`` is not a timing constant).
+#: SPEC §3's timing constants, the ones the kernel-profile and step fits set.
 CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
+#: The step-model v2 constants and their defaults: written to a file only when they differ from it
+#: (``eta_kv`` None: the KV read at ``eta_bw``, SPEC §3).
+_V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
+                 "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9}
+#: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
+FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
+#: Engines a calibration may be tagged with (the serving engine its measurements ran on).
+ENGINES = ("trtllm", "vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -78,10 +86,17 @@ class Calibration:
         (``*``, precision), then (``*``, ``*``). A pair no entry matches keeps the defaults.
     source : str
         What the constants were fitted to (free text, written to the file).
+    engine : str
+        The serving engine the measurements ran on (``trtllm``, ``vllm``, ``sglang``), or ``""``
+        (kernel profiles, or not said). A per-step overhead, a scheduler's host cost and an
+        all-reduce implementation are the engine's own: constants fitted on one engine are not
+        another's, and :func:`fastsim.validate.run_measurements` applies a tagged calibration to
+        its engine's rows only.
     """
 
     entries: tuple = ()
     source: str = ""
+    engine: str = ""
 
     def step_constants(self, gpu: str, precision: str, tp: int = 0) -> StepConstants:
         """The constants for a GPU, precision and tensor-parallel group.
@@ -124,13 +139,19 @@ class Calibration:
                "# Units: eta_* are fractions of the catalog peak (FLOP/s, HBM bytes/s, NVLink bytes/s);",
                "# alpha_s is seconds per ring hop of an all-reduce; overhead_s is seconds per step.",
                f"format_version = {FORMAT_VERSION}",
-               f"source = {_toml_str(self.source)}", ""]
+               f"source = {_toml_str(self.source)}"]
+        if self.engine:
+            out.append(f"engine = {_toml_str(self.engine)}   # the serving engine the measurements ran on")
+        out.append("")
         for e in self.entries:
             out += ["[[constants]]", f"gpu = {_toml_str(e.gpu)}", f"precision = {_toml_str(e.precision)}"]
             if e.tp:
                 out.append(f"tp = {int(e.tp)}   # only steps whose all-reduce spans {int(e.tp)} GPUs")
-            for name in CONSTANTS:
-                out.append(f"{name} = {_toml_float(getattr(e.constants, name))}")
+            for name in FILE_CONSTANTS:
+                if name in _V2_CONSTANTS and getattr(e.constants, name) == _V2_CONSTANTS[name]:
+                    continue
+                v = getattr(e.constants, name)
+                out.append(f"{name} = {_toml_str(v) if isinstance(v, str) else _toml_float(v)}")
             out.append("fitted = [" + ", ".join(_toml_str(n) for n in e.fitted) + "]   # the others are defaults")
             iv = ", ".join(f"{n} = [{_toml_float(lo)}, {_toml_float(hi)}]" for n, lo, hi in e.interval95
                            if math.isfinite(lo) and math.isfinite(hi))
@@ -173,8 +194,11 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         A TOML file: ``format_version = 1``, optional ``source``, and ``[[constants]]`` tables
         with ``gpu`` and ``precision`` (catalog names or ``"*"``) and any of ``eta_compute``,
         ``eta_bw``, ``eta_nvlink`` (fractions in (0, 1]), ``alpha_s``, ``overhead_s`` (seconds,
-        >= 0); omitted constants keep their defaults. ``fitted`` and ``interval95`` are
-        informative.
+        >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
+        (0, 1]; omitted: ``eta_bw``'s), ``kv_memory`` (``spec``, ``vllm``, ``trtllm``),
+        ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``; omitted constants keep
+        their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
+        ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional
         GPU and precision names are checked against it (default: the built-in catalog).
 
@@ -198,16 +222,19 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         raise FastsimInputError("--calibration", where, f"a readable calibration file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FastsimInputError("--calibration", where, f"a TOML calibration file ({exc})") from None
-    bad = set(doc) - {"format_version", "source", "constants"}
+    bad = set(doc) - {"format_version", "source", "engine", "constants"}
     if bad:
-        raise FastsimInputError(f"{where}: key", sorted(bad)[0], "format_version, source, [[constants]]")
+        raise FastsimInputError(f"{where}: key", sorted(bad)[0], "format_version, source, engine, [[constants]]")
+    engine = doc.get("engine", "")
+    if engine != "" and engine not in ENGINES:
+        raise FastsimInputError(f"{where}: engine", engine, "one of " + ", ".join(ENGINES))
     if doc.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
         raise FastsimInputError(f"{where}: format_version", doc.get("format_version"), str(FORMAT_VERSION))
     tables = doc.get("constants", [])
     if not isinstance(tables, list):
         raise FastsimInputError(f"{where}: constants", tables, "[[constants]] tables")
     entries, seen = [], set()
-    allowed = {"gpu", "precision", "tp", "fitted", "interval95", *CONSTANTS}
+    allowed = {"gpu", "precision", "tp", "fitted", "interval95", *FILE_CONSTANTS}
     for i, t in enumerate(tables, 1):
         at = f"{where}: [[constants]] {i}"
         bad = set(t) - allowed
@@ -232,9 +259,14 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
                                     "one table per GPU, precision and tp")
         seen.add((*names, tp))
         kw = {}
-        for name in CONSTANTS:
+        for name in FILE_CONSTANTS:
             if name in t:
                 v = t[name]
+                if name == "kv_memory":
+                    if not isinstance(v, str):
+                        raise FastsimInputError(f"{at}: {name}", v, "a string: spec, vllm or trtllm")
+                    kw[name] = v
+                    continue
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise FastsimInputError(f"{at}: {name}", v, "a number")
                 kw[name] = float(v)
@@ -243,10 +275,10 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         except FastsimInputError as exc:
             raise FastsimInputError(f"{at}: {exc.field}", exc.value, exc.allowed) from None
         fitted = t.get("fitted", [])
-        if not isinstance(fitted, list) or any(f not in CONSTANTS for f in fitted):
-            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(CONSTANTS))
+        if not isinstance(fitted, list) or any(f not in FILE_CONSTANTS for f in fitted):
+            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(FILE_CONSTANTS))
         iv = t.get("interval95", {})
-        ok = isinstance(iv, dict) and all(k in CONSTANTS and isinstance(v, list) and len(v) == 2
+        ok = isinstance(iv, dict) and all(k in FILE_CONSTANTS and isinstance(v, list) and len(v) == 2
                                           and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
                                           for k, v in iv.items())
         if not ok:
@@ -254,4 +286,4 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         entries.append(CalibrationEntry(names[0], names[1], const, tuple(fitted),
                                         tuple((k, float(v[0]), float(v[1])) for k, v in iv.items()), tp))
     src = doc.get("source", "")
-    return Calibration(tuple(entries), str(src))
+    return Calibration(tuple(entries), str(src), engine)

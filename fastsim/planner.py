@@ -71,6 +71,8 @@ class PlannedDeployment:
     #: The screen's plans of other layouts that are the same deployment for the step model
     #: (:func:`fastsim.verified.same_deployment_key`): simulated once, listed once.
     same_as: tuple = ()
+    #: The percentile the targets are judged at (:attr:`fastsim.plans.Demand.slo_percentile`).
+    slo_percentile: float = 90.0
 
     @property
     def layout_labels(self) -> list:
@@ -114,7 +116,10 @@ class PlannedDeployment:
             ``spec_draft`` when the screen considered speculative decoding, and
             ``prefix_hit_fraction`` when it was not 0; the prefill side's GPU, precision and
             price of a heterogeneous plan; and a
-            ``verification`` dict (None when not verified); non-finite P90s become None. Each
+            ``verification`` dict (None when not verified; with the attainment's 95% Wilson interval
+            ``attainment_ci95_lo`` / ``_hi``, the seeds asked for, ``runs_asked``, beside those run,
+            and, when the SLO percentile is not 90, ``ttft_at_percentile_s`` / ``tpot_at_percentile_s``
+            and a top-level ``slo_percentile``); non-finite P90s become None. Each
             dict has ``null_reasons``: field -> why it is None, starting with ``infinite`` (the
             value is +inf) or ``not applicable`` (no value exists). Every field that makes the
             plan is there: :func:`plan_from_record` rebuilds the same plan from it.
@@ -146,6 +151,8 @@ class PlannedDeployment:
                  price_usd_per_gpu_hour=p.price_usd_per_gpu_hour, usd_per_hour=p.price_usd_per_hour,
                  rate_req_per_s=self.rate_req_per_s,
                  ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
+        if self.slo_percentile != 90.0:      # the targets are judged at another percentile than P90
+            d["slo_percentile"] = self.slo_percentile
         if self.same_as:      # other layouts the step model cannot tell from this one
             d["same_deployment_layouts"] = list(dict.fromkeys([p.layout] + [q.layout for q in self.same_as]))
         if self.screen_view is not None:
@@ -170,11 +177,18 @@ class PlannedDeployment:
                 "unrepairable_reason": r.reason or None,
                 "rejected_in_context_requests": v.rejected_in_context,
                 "fail_reason": v.reason or None,
+                # the 95% Wilson interval of the attainment: a pass needs its lower end at the target
+                "attainment_ci95_lo": v.attainment_ci95_lo, "attainment_ci95_hi": v.attainment_ci95_hi,
+                "runs_asked": v.runs_asked or v.runs,
             }
+            if self.slo_percentile != 90.0:
+                ver.update(ttft_at_percentile_s=v.ttft_at_percentile_s, tpot_at_percentile_s=v.tpot_at_percentile_s)
 
             def explain(k, x):
                 if k in ("ttft_p90_s", "tpot_p90_s"):
                     return percentile_reason(k[:4].upper(), 0.9, x, v.measured)
+                if k in ("ttft_at_percentile_s", "tpot_at_percentile_s"):
+                    return percentile_reason(k[:4].upper(), self.slo_percentile / 100.0, x, v.measured)
                 if k == "repaired_from_instances":
                     return "not applicable: the plan passed as planned (or no instance count can pass)"
                 if k == "unrepairable_reason":
@@ -378,16 +392,20 @@ def _screen_kind(options: ScreenOptions) -> str:
     return "queueing" if options.queueing else "lecture"
 
 
-def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int):
+def _workloads_for(source, demand: Demand, seeds: int, horizon_s: float, seed: int, arrival: str = "poisson",
+                   cv: float = 1.0):
+    """(workloads, horizon) of a verification: a trace once, or the synthetic workloads of ``seeds``
+    children of ``seed`` (:class:`fastsim.search.SeedWorkloads`: an undecided verdict draws more)."""
     from . import workload as W
+    from .search import SeedWorkloads
     if isinstance(source, W.Workload):
         # the last request of a trace arrives exactly at its end: keep it inside the half-open window
         return [source], float(np.nextafter(source.duration_s, np.inf))
-    out = []
-    for s in W.seeds_for(seed, seeds):
-        w = W.synthesize(source, demand.rate_req_per_s, horizon_s, s)
-        out.append((w.arrival_s, w.prompt_tokens, w.output_tokens))
-    return out, horizon_s
+
+    def make(s):
+        w = W.synthesize(source, demand.rate_req_per_s, horizon_s, s, arrival=arrival, cv=cv)
+        return w.arrival_s, w.prompt_tokens, w.output_tokens
+    return SeedWorkloads(make, seed, seeds), horizon_s
 
 
 def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 10, seeds: int = 8,
@@ -395,7 +413,8 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                     catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
                     max_added: int | None = None, progress=None, engine: dict | None = None,
                     rejection_budget: float = 0.0, search: str = "verified", spec_policy: str | None = None,
-                    on_total=None, max_gpus: dict | None = None) -> PlanReport:
+                    on_total=None, max_gpus: dict | None = None, arrival: str = "poisson",
+                    cv: float = 1.0) -> PlanReport:
     """Find the cheapest deployments that pass their SLOs in simulation.
 
     The pipeline of SPEC §5 and §7: analytic screen (:func:`fastsim.analytic.screen`), then the
@@ -406,15 +425,19 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     model : Model or str
         A model or a catalog name / ``config.json`` path.
     demand : Demand
-        Rate, P90 targets and the length statistics for the screen.
+        Rate, targets, the SLO percentile (:attr:`Demand.slo_percentile`, 90 by default: a plan
+        passes when that share of its measured requests meet both targets) and the length
+        statistics for the screen.
     source : Scenario, str or fastsim.workload.Workload
-        What the simulator replays: a scenario or its name (synthetic Poisson arrivals and
-        lognormal lengths at ``demand.rate_req_per_s``, ``seeds`` runs of ``horizon_s`` seconds)
-        or a trace (its own arrivals and lengths, one run).
+        What the simulator replays: a scenario or its name (synthetic arrivals, Poisson or
+        ``arrival``, and lognormal lengths at ``demand.rate_req_per_s``, ``seeds`` runs of
+        ``horizon_s`` seconds) or a trace (its own arrivals and lengths, one run).
     top_k : int
         Feasible analytic plans to verify (>= 1).
     seeds : int
-        Seeds per verification for synthetic workloads (>= 1).
+        Seeds per verification for synthetic workloads (>= 1); a verification whose attainment
+        the 95% Wilson bound cannot decide adds seeds, doubling up to 4 x ``seeds``
+        (:mod:`fastsim.search.confidence`).
     horizon_s : float
         Simulated arrival window per run (s), 600 by default (lecture §2.3, lesson three).
     verify : bool
@@ -459,6 +482,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         GPUs available per GPU type (catalog names): a plan that uses more of a type (at its
         final count; each side of a heterogeneous plan on its own GPU) is left out of the
         deployments, with a note (:func:`gpu_budget_excess`).
+    arrival : {"poisson", "gamma"}
+        Arrival process of the synthetic workloads (:func:`fastsim.workload.synthesize`);
+        refused with a trace, which has its own arrivals.
+    cv : float
+        Inter-arrival coefficient of variation with ``gamma`` (> 0; 1 for ``poisson``).
 
     Returns
     -------
@@ -491,9 +519,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
         raise refused
     spec_engine = _spec_engine(spec_policy, engine, seed)
     max_gpus = _check_budget(max_gpus, catalog)
+    arrival, cv = _check_arrival(arrival, cv, source)
     if search == "verified" and verify:
         return _plan_verified_report(model, demand, source, int(top_k), int(seeds), float(horizon_s), seed, catalog,
-                                     options, progress, engine, rejection_budget, spec_engine, on_total, max_gpus)
+                                     options, progress, engine, rejection_budget, spec_engine, on_total, max_gpus,
+                                     arrival, cv)
     from .verified import verification_engine
     grid = screen(model, demand, catalog=catalog, options=options)
     served = demand.within_context(model.max_context_tokens)     # the cost's output tokens, as the screen's
@@ -501,11 +531,11 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
     if max_gpus:       # the screen's plans within the budget (a repair may still exceed it: left out below)
         feas = feas[[not gpu_budget_excess(p, max_gpus) for p in feas.plan]]
     feas = _distinct_rows(feas, int(top_k), model, catalog, options)
-    slo = SLO(demand.ttft_s, demand.tpot_s)
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
     deployments = []
     workloads = None
     if verify and len(feas):
-        workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed)
+        workloads, sim_horizon = _workloads_for(source, demand, int(seeds), float(horizon_s), seed, arrival, cv)
     prefixes = getattr(source, "prefix", None) is not None
     if on_total is not None:
         on_total(len(feas))
@@ -524,7 +554,8 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
                                              float(row.efficiency_usd_per_million_output_tokens),
                                              demand.rate_req_per_s, served.mean_output_tokens,
                                              demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
-                                             served_fraction=served.served_fraction, same_as=same))
+                                             served_fraction=served.served_fraction, same_as=same,
+                                             slo_percentile=demand.slo_percentile))
     order = sorted(range(len(deployments)), key=lambda i: (
         not (deployments[i].repair is None or deployments[i].repair.passed),
         deployments[i].usd_per_million_output_tokens, i))
@@ -539,6 +570,19 @@ def plan_deployment(model: Model | str, demand: Demand, source, *, top_k: int = 
              f"{'their' if len(ix) > 1 else 'its'} figures are the analytic screen's" for why, ix in skipped.items()]
     notes += _shared_notes(final, engine) + budget_notes
     return PlanReport(final, grid, demand, notes)
+
+
+def _check_arrival(arrival, cv, source):
+    """``(arrival, cv)`` checked: ``poisson`` (cv 1) or ``gamma`` with a cv > 0, synthetic workloads only."""
+    from . import workload as W
+    if arrival not in ("poisson", "gamma"):
+        raise FastsimInputError("arrival", arrival, "poisson or gamma")
+    require_positive("cv", cv)
+    if arrival == "poisson" and cv != 1.0:
+        raise FastsimInputError("cv", cv, "1 for Poisson arrivals (or arrival gamma)")
+    if arrival != "poisson" and isinstance(source, W.Workload):
+        raise FastsimInputError("arrival", arrival, "poisson with a trace (it replays its own arrivals)")
+    return arrival, float(cv)
 
 
 def gpu_budget_excess(plan: Plan, max_gpus: dict) -> str:
@@ -644,10 +688,11 @@ def _shared_notes(shown, engine) -> list:
 
 
 def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, catalog, options, progress, engine,
-                          rejection_budget, spec_engine=None, on_total=None, max_gpus=None) -> PlanReport:
+                          rejection_budget, spec_engine=None, on_total=None, max_gpus=None, arrival="poisson",
+                          cv=1.0) -> PlanReport:
     """:func:`plan_deployment` with ``search="verified"``."""
     from .verified import plan_verified
-    workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed)
+    workloads, sim_horizon = _workloads_for(source, demand, seeds, horizon_s, seed, arrival, cv)
     prefixes = getattr(source, "prefix", None) is not None
     out = plan_verified(model, demand, workloads, sim_horizon, catalog=catalog, options=options, engine=engine,
                         rejection_budget=rejection_budget, progress=progress, prefixes=prefixes,
@@ -660,7 +705,8 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
         if view == "not simulated":
             unsimulated.append((PlannedDeployment(sp, None, cost, eff, demand.rate_req_per_s, served.mean_output_tokens,
                                                   demand.ttft_s, demand.tpot_s, screen=_screen_kind(options),
-                                                  served_fraction=served.served_fraction, same_as=same), why))
+                                                  served_fraction=served.served_fraction, same_as=same,
+                                                  slo_percentile=demand.slo_percentile), why))
             continue
         if rr is None:
             pruned.append(why)
@@ -669,7 +715,7 @@ def _plan_verified_report(model, demand, source, top_k, seeds, horizon_s, seed, 
                                              demand.ttft_s, demand.tpot_s, screen_view=view,
                                              screen_reason=why if view == "missed" else "",
                                              screen=_screen_kind(options), served_fraction=served.served_fraction,
-                                             same_as=same))
+                                             same_as=same, slo_percentile=demand.slo_percentile))
     grid = screen(model, demand, catalog=catalog, options=options)
     n_verified = len(deployments)
     deployments, budget_notes = _within_budget(deployments, max_gpus)

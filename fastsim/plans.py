@@ -22,7 +22,69 @@ from .layouts import LAYOUTS, instance_label, layout_degrees
 from .specdec import SpecDecoding, spec_decoding
 from .stepmodel import StepConstants
 
-__all__ = ["Demand", "ScreenOptions", "Plan"]
+__all__ = ["Demand", "ScreenOptions", "Plan", "SLO_PERCENTILE_RANGE", "check_slo_percentile", "ttft_tail_for"]
+
+#: The SLO percentiles fastsim judges (``--slo-percentile``): from the median to P99.9.
+SLO_PERCENTILE_RANGE = (50.0, 99.9)
+
+
+def check_slo_percentile(value, field: str = "slo_percentile") -> float:
+    """An SLO percentile, checked: the float ``value`` from 50 to 99.9.
+
+    SPEC §1 judges TTFT and TPOT at P90 and passes a plan when the attainment (the share of the
+    measured requests that meet both targets) is >= 0.90; at percentile P the attainment target
+    is ``P / 100`` and the screen's latency lengths are the P-th percentiles (SPEC §5's rule at P).
+
+    Parameters
+    ----------
+    value : float
+        The percentile.
+    field : str
+        The name the error gives (a flag, ``--slo-percentile``, or a key).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    FastsimInputError
+        ``value`` not a number from 50 to 99.9 (booleans, strings and NaN refused).
+    """
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    f = float(value) if ok else float("nan")
+    lo, hi = SLO_PERCENTILE_RANGE
+    if not lo <= f <= hi:
+        raise FastsimInputError(field, value, f"a percentile from {lo:g} to {hi:g} (90: P90 TTFT and TPOT, "
+                                "attainment >= 0.90)")
+    return f
+
+
+def ttft_tail_for(percentile: float, default: float = 2.3) -> float:
+    """The queueing screen's tail factor at an SLO percentile: the P-th percentile of an
+    exponential wait is ``ln(1 / (1 - P / 100))`` times its mean (2.3 ~ ln 10 at P90, the
+    :attr:`ScreenOptions.ttft_tail` default, kept as it is at 90).
+
+    Parameters
+    ----------
+    percentile : float
+        From 50 to 99.9 (:func:`check_slo_percentile`).
+    default : float
+        The factor at P90.
+
+    Returns
+    -------
+    float
+        ``default`` at 90; ``ln(100 / (100 - P))`` otherwise (4.61 at P99, 0.69 at P50).
+
+    Raises
+    ------
+    FastsimInputError
+        As :func:`check_slo_percentile`.
+    """
+    import math
+    p = check_slo_percentile(percentile)
+    return float(default) if p == 90.0 else math.log(100.0 / (100.0 - p))
 
 
 @dataclass(frozen=True)
@@ -52,12 +114,15 @@ class Demand:
     context_tokens : float, optional
         The context the means and the work-weighted prompt are truncated at (None: not
         truncated). Set by :meth:`within_context`.
+    slo_percentile : float, default 90.0
+        The percentile at which TTFT and TPOT are judged, 50 to 99.9 (:func:`check_slo_percentile`):
+        a plan passes when :attr:`slo_attainment` of the measured requests meet both targets.
 
     Raises
     ------
     FastsimInputError
-        A rate, target, mean or quantile that is not a finite number > 0, or a
-        ``served_fraction`` outside [0, 1].
+        A rate, target, mean or quantile that is not a finite number > 0, a
+        ``served_fraction`` outside [0, 1], or a ``slo_percentile`` outside [50, 99.9].
     """
 
     rate_req_per_s: float
@@ -72,8 +137,10 @@ class Demand:
     output_dist: LengthDist | None = None
     served_fraction: float = 1.0
     context_tokens: float | None = None
+    slo_percentile: float = 90.0
 
     def __post_init__(self):
+        object.__setattr__(self, "slo_percentile", check_slo_percentile(self.slo_percentile))
         if self.work_prompt_tokens is None:
             object.__setattr__(self, "work_prompt_tokens", self.mean_prompt_tokens)
         for name in ("rate_req_per_s", "ttft_s", "tpot_s", "mean_prompt_tokens", "mean_output_tokens",
@@ -82,6 +149,11 @@ class Demand:
         f = self.served_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float, np.integer, np.floating)) or not 0.0 <= f <= 1.0:
             raise FastsimInputError("served_fraction", f, "a number from 0 to 1 (share of requests within the context)")
+
+    @property
+    def slo_attainment(self) -> float:
+        """The attainment a plan needs (float): ``slo_percentile / 100``, 0.9 by default (SPEC §1)."""
+        return self.slo_percentile / 100.0
 
     @property
     def served_rate_req_per_s(self) -> float:
@@ -135,7 +207,7 @@ class Demand:
 
     @classmethod
     def from_scenario(cls, scenario: Scenario, *, rate_req_per_s=None, ttft_s=None, tpot_s=None,
-                      latency_quantile: float | None = 0.9) -> "Demand":
+                      latency_quantile: float | None = 0.9, slo_percentile: float = 90.0) -> "Demand":
         """Demand of a scenario; ``latency_quantile=None`` screens with mean lengths (lesson one).
 
         The figures are the untruncated distributions'; the screen
@@ -151,6 +223,8 @@ class Demand:
         latency_quantile : float or None
             Quantile of the length distributions used for the latency checks (0.9, SPEC §5);
             None uses the means.
+        slo_percentile : float
+            The percentile the targets are judged at (90; :attr:`slo_percentile`).
 
         Returns
         -------
@@ -159,7 +233,7 @@ class Demand:
         Raises
         ------
         FastsimInputError
-            An override that is not a finite number > 0.
+            An override that is not a finite number > 0, or a percentile outside [50, 99.9].
         """
         q = latency_quantile
         return cls(
@@ -170,12 +244,12 @@ class Demand:
             latency_prompt_tokens=scenario.prompt.mean if q is None else scenario.prompt.quantile(q),
             latency_output_tokens=scenario.output.mean if q is None else scenario.output.quantile(q),
             work_prompt_tokens=scenario.prompt.work_mean,
-            prompt_dist=scenario.prompt, output_dist=scenario.output,
+            prompt_dist=scenario.prompt, output_dist=scenario.output, slo_percentile=slo_percentile,
         )
 
     @classmethod
     def from_lengths(cls, prompt_tokens, output_tokens, *, rate_req_per_s, ttft_s, tpot_s,
-                     latency_quantile: float | None = 0.9) -> "Demand":
+                     latency_quantile: float | None = 0.9, slo_percentile: float = 90.0) -> "Demand":
         """Demand from empirical lengths (a trace): means and quantiles taken from the data itself.
 
         Parameters
@@ -189,6 +263,8 @@ class Demand:
         latency_quantile : float or None
             Quantile of the data used for the latency checks (``numpy.quantile``, linear
             interpolation); None uses the means.
+        slo_percentile : float
+            The percentile the targets are judged at (90; :attr:`slo_percentile`).
 
         Returns
         -------
@@ -209,7 +285,7 @@ class Demand:
                    mean_prompt_tokens=float(p.mean()), mean_output_tokens=float(o.mean()),
                    latency_prompt_tokens=float(p.mean() if q is None else np.quantile(p, q)),
                    latency_output_tokens=float(o.mean() if q is None else np.quantile(o, q)),
-                   work_prompt_tokens=float((p * p).mean() / p.mean()))
+                   work_prompt_tokens=float((p * p).mean() / p.mean()), slo_percentile=slo_percentile)
 
 
 @dataclass(frozen=True)

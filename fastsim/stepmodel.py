@@ -8,7 +8,7 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
 
     weight read = (dense matmul bytes / tp + routed-expert bytes / G x touched(n)) / (eta_bw x HBM B/s)
                   touched(n) = 1 - (1 - k/E)^n      (expected fraction of experts a step touches, SPEC §10)
-    KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_bw x HBM B/s)
+    KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_kv x HBM B/s)   (eta_kv = eta_bw in SPEC §3)
     compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
     all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
     all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_link x link B/s)]
@@ -44,7 +44,7 @@ from .layouts import LAYOUTS, layout_degrees
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
-    "PARAM_NAMES",
+    "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -73,14 +73,19 @@ __all__ = [
  P_EP_BW,         # link bandwidth of the expert group (bytes/s)
  P_WINDOW,        # sliding window (tokens; 0 = none)
  P_SLIDE_FRAC,    # fraction of the layers that slide
- ) = range(29)
-N_PARAMS = 29
+ P_ETA_KV,        # achieved fraction of HBM bandwidth on the paged KV read (step model v2; SPEC §3: eta_bw)
+ ) = range(30)
+N_PARAMS = 30
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
-               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC")
+               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
+
+
+#: The KV-pool sizing rules of :attr:`StepConstants.kv_memory`.
+KV_MEMORY_RULES = ("spec", "vllm", "trtllm")
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,41 @@ class StepConstants:
         Fixed per-step overhead (s), default 1e-3 (CUDA graphs assumed).
     memory_utilization : float
         Fraction of HBM the engine may use (vLLM ``gpu_memory_utilization``), default 0.9.
+    fp8_compute_factor, fp4_compute_factor : float
+        Step model v2: the fraction of ``eta_compute`` a GEMM reaches on the FP8 (FP4) peak, so
+        that an FP8 (FP4) step's compute efficiency is ``eta_compute x factor`` of that peak
+        (default 1.0, SPEC §3's one efficiency for every precision). Low-precision GEMMs reach a
+        smaller fraction of their peak than BF16 ones (scaling, de-quantisation and a tile shape
+        tuned for the larger dtype: NVIDIA's published FP8 / FP4 GEMM throughput is below the
+        datasheet's 2x / 4x of BF16); the factors are fitted to serving measurements
+        (:func:`fastsim.validate.fit.fit_measurements`). ``eta_compute x factor`` must stay <= 1.
+    eta_kv : float or None
+        Step model v2: the achieved fraction of HBM bandwidth on the decode attention's KV read,
+        or None (default) for ``eta_bw``'s (SPEC §3 reads KV and weights alike). A paged KV read
+        gathers 16- to 64-token blocks scattered over the pool, one per sequence and layer, where a
+        weight read streams contiguous matrices, and it reaches a smaller fraction of the bandwidth
+        (Kwon et al., "Efficient Memory Management for LLM Serving with PagedAttention", SOSP
+        2023, §7.2: the paged kernel's overhead over a contiguous read); fitted to serving
+        measurements like the others.
+    kv_memory : str
+        How the KV pool is sized (:data:`KV_MEMORY_RULES`): ``"spec"`` (default, SPEC §3:
+        ``G x memory_utilization x hbm_bytes - weights``), or an engine's own rule, which starts
+        from the memory the driver reports (:attr:`fastsim.catalog.GPU.reported_hbm_bytes`), sets
+        aside ``reserved_bytes_per_gpu`` and counts the embedding and LM head at BF16 under 8-bit
+        and 4-bit weights (ModelOpt, compressed-tensors and vLLM's online FP8 leave them
+        unquantised):
+
+        - ``"vllm"`` (also SGLang's ``mem_fraction_static``): ``G x (memory_utilization x
+          reported - reserved) - weights`` (vLLM ``gpu_memory_utilization`` bounds weights,
+          activations and KV together: ``vllm/v1/worker/gpu_worker.py``,
+          ``Worker.determine_available_memory``);
+        - ``"trtllm"``: ``memory_utilization x (G x (reported - reserved) - weights)`` (TensorRT-LLM's
+          ``kv_cache_config.free_gpu_memory_fraction`` is a fraction of the memory left free once
+          the weights and runtime buffers are loaded: ``tensorrt_llm/_torch/pyexecutor/_util.py``,
+          ``KvCacheCreator``).
+    reserved_bytes_per_gpu : float
+        Bytes per GPU the engine's activations, CUDA graphs and communication buffers hold
+        outside the KV pool under an engine rule (default 0; ignored by ``"spec"``).
     """
 
     eta_compute: float = 0.6
@@ -109,9 +149,20 @@ class StepConstants:
     eta_nvlink: float = 0.85
     overhead_s: float = 1e-3
     memory_utilization: float = 0.9
+    fp8_compute_factor: float = 1.0
+    fp4_compute_factor: float = 1.0
+    eta_kv: float | None = None
+    kv_memory: str = "spec"
+    reserved_bytes_per_gpu: float = 0.0
 
     def __post_init__(self):
+        if self.kv_memory not in KV_MEMORY_RULES:
+            raise FastsimInputError("kv_memory", self.kv_memory, "one of " + ", ".join(KV_MEMORY_RULES))
+        if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
+            raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
         for f in fields(self):
+            if f.name in ("eta_kv", "kv_memory"):
+                continue
             v = getattr(self, f.name)
             if not (v >= 0.0) or v != v:
                 raise FastsimInputError(f.name, v, "a finite number >= 0")
@@ -119,6 +170,32 @@ class StepConstants:
             v = getattr(self, name)
             if not (0.0 < v <= 1.0):
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
+        for name in ("fp8_compute_factor", "fp4_compute_factor"):
+            v = getattr(self, name)
+            if not (0.0 < v and v * self.eta_compute <= 1.0):
+                raise FastsimInputError(name, v, f"a factor > 0 with eta_compute ({self.eta_compute:g}) x factor <= 1")
+
+    @property
+    def kv_efficiency(self) -> float:
+        """The KV read's fraction of HBM bandwidth (float): ``eta_kv``, or ``eta_bw`` when it is None."""
+        return self.eta_bw if self.eta_kv is None else float(self.eta_kv)
+
+    def compute_efficiency(self, flops_key: str) -> float:
+        """The achieved fraction of a precision's peak FLOP/s: ``eta_compute``, times
+        ``fp8_compute_factor`` / ``fp4_compute_factor`` for the FP8 / FP4 peaks (class docstring).
+
+        Parameters
+        ----------
+        flops_key : str
+            A precision's peak key (``bf16``, ``fp8``, ``fp4``; :attr:`fastsim.catalog.Precision.flops_key`).
+
+        Returns
+        -------
+        float
+            A fraction in (0, 1]; exactly ``eta_compute`` for BF16 and for factors of 1.0.
+        """
+        f = {"fp8": self.fp8_compute_factor, "fp4": self.fp4_compute_factor}.get(flops_key, 1.0)
+        return self.eta_compute if f == 1.0 else self.eta_compute * f
 
 
 def resolve_constants(constants, gpu: GPU, precision: Precision, tp: int = 0) -> StepConstants:
@@ -288,7 +365,22 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     tp_attn = g // dp
     routed = model.routed_expert_params * precision.weight_bytes * (expert_share(model, g, ep) * g)
     dense = model.total_params - model.routed_expert_params
-    budget = g * constants.memory_utilization * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
+    u = constants.memory_utilization
+    if constants.kv_memory == "spec":
+        budget = g * u * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
+    else:
+        # the engines' rules (StepConstants.kv_memory): the reported memory, a reserve, and the
+        # embedding and LM head at BF16 under weights below 2 bytes
+        wb = precision.weight_bytes
+        emb = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+        # (a quantised checkpoint's own bytes per weight already count its BF16 modules)
+        extra = emb * (2.0 - wb) * dp if wb < 2.0 and not model.checkpoint_precision else 0.0
+        weights = dense * wb * dp + routed + extra
+        rep, res = gpu.reported_hbm_bytes, constants.reserved_bytes_per_gpu
+        if constants.kv_memory == "vllm":
+            budget = g * (u * rep - res) - weights
+        else:
+            budget = u * (g * (rep - res) - weights)
     return budget / (g * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn) / dp)
 
 
@@ -352,7 +444,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_LAYERS] = model.layers
     p[P_HIDDEN] = model.hidden
     p[P_NVLINK] = _link_bw(gpu, tp_attn)
-    p[P_ETA_C] = constants.eta_compute
+    p[P_ETA_C] = constants.compute_efficiency(precision.flops_key)
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
     p[P_ETA_NV] = constants.eta_nvlink
@@ -373,6 +465,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_EP_BW] = _link_bw(gpu, g)
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
+    p[P_ETA_KV] = constants.kv_efficiency
     return p
 
 
@@ -422,7 +515,7 @@ def _parts(c, n_tokens, kv_tokens, attn_flops):
     # c: the packed parameters, indexable by P_* (a float64 vector, or a list of column arrays)
     d_bw = c[P_ETA_BW] * c[P_HBM_BW]
     weight_s = (c[P_WDENSE] + c[P_WEXP] * (1.0 - (1.0 - c[P_KFRAC]) ** n_tokens)) / d_bw
-    kv_s = kv_tokens * c[P_KVPG] / c[P_DP] / d_bw
+    kv_s = kv_tokens * c[P_KVPG] / c[P_DP] / (c[P_ETA_KV] * c[P_HBM_BW])
     compute_s = (2.0 * c[P_MATMUL] * n_tokens + attn_flops) / c[P_GPUS] / (c[P_ETA_C] * c[P_PEAK])
     tp = c[P_TP]
     g = c[P_GPUS]

@@ -107,8 +107,11 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     model : Model or str
     demand : Demand
         Rate, SLOs and length statistics (the screen's).
-    workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
-        One per seed (:func:`fastsim.search.verify`); every configuration sees the same ones.
+    workloads : sequence of (arrival_s, prompt_tokens, output_tokens), or SeedWorkloads
+        One per seed (:func:`fastsim.search.verify`); every configuration sees the same ones. A
+        :class:`fastsim.search.SeedWorkloads` (the planner's) lets a count whose attainment the 95%
+        Wilson bound cannot decide run more seeds; a count passes only when the bound clears the
+        target (:mod:`fastsim.search.confidence`).
     horizon_s : float
         Arrival window simulated (s).
     catalog, options
@@ -153,7 +156,7 @@ def plan_verified(model: Model | str, demand: Demand, workloads, horizon_s: floa
     model = catalog.model(model) if isinstance(model, str) else model
     if isinstance(max_instances, bool) or int(max_instances) != max_instances or max_instances < 1:
         raise FastsimInputError("max_instances", max_instances, "an integer >= 1")
-    slo = SLO(demand.ttft_s, demand.tpot_s)
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
     grid = screen(model, demand, catalog=catalog, options=options)
     kw = dict(horizon_s=horizon_s, catalog=catalog, constants=options.constants, model=model, engine=engine,
               rejection_budget=rejection_budget)

@@ -197,7 +197,7 @@ def _horizon_check(model, demand: Demand, source, catalog: Catalog, options: Scr
     sc = source
     P = float(sc.prompt.mean) if hasattr(sc, "prompt") else float(demand.mean_prompt_tokens)
     O = float(sc.output.mean) if hasattr(sc, "output") else float(demand.mean_output_tokens)
-    slo = SLO(demand.ttft_s, demand.tpot_s)
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
     floors = [(p, horizon_floor(p, P, O, slo, catalog=catalog, constants=options.constants, model=model))
               for p in plans]
     short = [(p, f) for p, f in floors if horizon_s < f.min_horizon_s]

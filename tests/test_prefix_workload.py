@@ -32,12 +32,17 @@ def _err(fn, *a, **k) -> FastsimInputError:
 
 
 def reference_bound(wl: Workload) -> float:
-    """The reuse bound by its definition, one request and one block at a time."""
+    """The reuse bound by its definition, one request and one block at a time.
+
+    A block becomes available once full in the request that lists it: within the prompt, or with
+    ``spans_output`` within the first P + O - 1 tokens (an earlier answer serves a later prompt).
+    """
     pb = wl.prefix
     bt = pb.block_tokens
     seen, hit = set(), 0
     for i in range(wl.n):
         p = int(wl.prompt_tokens[i])
+        kv = p + int(wl.output_tokens[i]) - 1 if pb.spans_output else p
         b = [int(x) for x in pb.ids[pb.offsets[i]:pb.offsets[i + 1]]]
         run = 0
         for j in range(min(len(b), (p - 1) // bt)):
@@ -45,7 +50,7 @@ def reference_bound(wl: Workload) -> float:
                 break
             run += 1
         hit += run * bt
-        seen.update(x for j, x in enumerate(b) if (j + 1) * bt <= p)
+        seen.update(x for j, x in enumerate(b) if (j + 1) * bt <= kv)
     return hit / int(wl.prompt_tokens.sum())
 
 
@@ -201,8 +206,8 @@ def row(t, p, o, h=None):
     return r
 
 
-def test_mooncake_rows_sorted_with_their_blocks_and_rows_without_ids(tmp_path):
-    p = write_jsonl(tmp_path, [row(2000, 1000, 5, [0, 1]), row(0, 600, 3, [0, 2]), row(1000, 10, 4)])
+def test_mooncake_rows_keep_their_blocks_and_rows_without_ids(tmp_path):
+    p = write_jsonl(tmp_path, [row(0, 600, 3, [0, 2]), row(1000, 10, 4), row(2000, 1000, 5, [0, 1])])
     w = read_trace(p)
     assert w.arrival_s.tolist() == [0.0, 1.0, 2.0]
     assert w.prompt_tokens.tolist() == [600, 10, 1000]
@@ -211,6 +216,18 @@ def test_mooncake_rows_sorted_with_their_blocks_and_rows_without_ids(tmp_path):
     assert prefix_reuse_bound(w) == 512 / 1610
     assert read_trace(write_jsonl(tmp_path, [row(0, 5, 1), row(1, 6, 1)], "none.jsonl")).prefix is None
     assert blocks_of(read_trace(write_jsonl(tmp_path, [row(0, 5, 1, []), row(1, 6, 1)], "e.jsonl"))) == [[], []]
+
+
+@pytest.mark.parametrize("ts, line, value, allowed", [
+    ([0, 2000, 1000], 3, 1000, "a time >= the previous row's (line 2: 2000)"),
+    ([-5, 0, 1], 1, -5, "a time >= 0 (milliseconds from the trace's start)"),
+])
+def test_mooncake_timestamps_negative_or_backwards_are_refused(tmp_path, ts, line, value, allowed):
+    """The first row whose timestamp is negative or earlier than the previous row's is named, with its value."""
+    p = write_jsonl(tmp_path, [row(t, 600, 3, [0]) for t in ts])
+    e = _err(read_trace, p)
+    assert e.field == f"{p}, line {line}, timestamp" and e.value == value
+    assert e.allowed.startswith(allowed)
 
 
 def test_mooncake_dropped_rows_keep_blocks_aligned(tmp_path):
@@ -296,7 +313,11 @@ def test_resampled_without_blocks_and_repeated_rows_share_blocks():
 # ---------------------------------------------------------------------------------------------
 
 def reference_sessions(u, o, rate, n_sys, turns, bt, gap):
-    """The documented rule, one request at a time: (P, list of block id lists)."""
+    """The documented rule, one request at a time: (P, list of block id lists).
+
+    A row lists the blocks of the request's first P + O - 1 tokens (prompt, then the answer
+    tokens that get KV); a later turn repeats every full one of the previous turn's.
+    """
     n = len(u)
     s_slots = max(1, int(round(rate * gap))) if turns > 1 else 1
     k0 = n_sys // bt
@@ -310,8 +331,8 @@ def reference_sessions(u, o, rate, n_sys, turns, bt, gap):
         else:
             j = i - s_slots
             pi = p[j] + int(o[j]) + int(u[i])
-            kept = blocks[j][:p[j] // bt]
-        nb = -(-pi // bt)
+            kept = blocks[j][:(p[j] + int(o[j]) - 1) // bt]
+        nb = -(-(pi + int(o[i]) - 1) // bt)
         fresh = list(range(next_id, next_id + nb - len(kept)))
         next_id += len(fresh)
         p.append(pi)
@@ -334,7 +355,7 @@ def test_synthesize_prefix_matches_the_documented_rule(rate, seed, n_sys, turns,
         return
     p, blocks = reference_sessions(base.prompt_tokens, base.output_tokens, rate, n_sys, turns, bt, gap)
     assert w.prompt_tokens.tolist() == p
-    assert w.prefix.block_tokens == bt
+    assert w.prefix.block_tokens == bt and w.prefix.spans_output
     assert blocks_of(w) == blocks
     # an id names its whole prefix: one position and one predecessor per id
     where = {}
@@ -354,7 +375,8 @@ def test_shared_system_prompt_exact():
     w = synthesize(DISTS, 4.0, 30.0, 11, shared_prefix_tokens=100, prefix_block_tokens=16)
     assert np.array_equal(w.prompt_tokens, base.prompt_tokens + 100)
     assert all(w.prefix.blocks(i)[:6].tolist() == list(range(6)) for i in range(w.n))   # floor(100/16) = 6
-    assert np.array_equal(w.prefix.blocks_per_request(), -(-w.prompt_tokens // 16))
+    # each row spans prompt and answer: the blocks of its first P + O - 1 tokens
+    assert np.array_equal(w.prefix.blocks_per_request(), -(-(w.prompt_tokens + w.output_tokens - 1) // 16))
     # every request after the first hits the 6 system blocks (96 tokens), nothing more
     assert prefix_reuse_bound(w) == 96 * (w.n - 1) / w.prompt_tokens.sum()
     assert "100-token system prompt" in w.source and "blocks of 16 tokens" in w.source
@@ -367,8 +389,13 @@ def test_sessions_small_exact():
     assert w.n >= 9
     # request: slot, turn -> P: 0:(0,0)10 1:(1,0)10 2:(2,0)10 3:(0,1)23 4:(1,0)10 5:(2,1)23 6:(0,0)10 7:(1,1)23
     assert w.prompt_tokens[:8].tolist() == [10, 10, 10, 23, 10, 23, 10, 23]
-    assert blocks_of(w)[:4] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 1, 9, 10, 11, 12]]
-    assert blocks_of(w)[5] == [6, 7] + list(range(16, 20))
+    # a first turn's 10 + 3 - 1 = 12 tokens with KV are 3 full blocks; turn 1 (23 + 3 - 1 = 25
+    # tokens, 7 blocks) repeats all 3, the answer's included, and adds 4
+    assert blocks_of(w)[:4] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 1, 2, 9, 10, 11, 12]]
+    assert blocks_of(w)[5] == [6, 7, 8] + list(range(16, 20))
+    # turn 1 hits its previous turn's 12 tokens (the cap floor(22 / 4) = 5 blocks is not reached)
+    assert set(w.prompt_tokens.tolist()) == {10, 23}
+    assert prefix_reuse_bound(w) == 12 * int((w.prompt_tokens == 23).sum()) / int(w.prompt_tokens.sum())
     assert "2 turns" in w.source and "3 concurrent slots" in w.source
 
 

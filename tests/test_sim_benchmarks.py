@@ -217,6 +217,18 @@ def test_a_trace_at_one_instant_is_an_offline_burst(capsys, tmp_path):
     assert a["output_tokens_per_s"] == pytest.approx(benchmark_figures(r).output_tokens_per_s, rel=1e-12)
 
 
+@pytest.mark.parametrize("cmd", ["plan", "capacity"])
+def test_a_trace_at_one_instant_has_no_rate_to_plan_or_search_for(capsys, tmp_path, cmd):
+    """``vllm bench serve --request-rate inf`` sends every request at once: plan and capacity say so in one line."""
+    burst = _trace(tmp_path / "burst.csv", [5.0] * 30)
+    rc, out, err = run(capsys, cmd, "--trace", burst, "--model", "llama-3.1-8b", "--ttft", "1", "--tpot", "0.05",
+                       "--gpu", "H100", "--precision", "FP8")
+    assert rc == 2 and err.count("\n") == 1
+    assert f"error: --trace: got '{burst}'; allowed: a trace whose requests arrive over a span of time (its 30 " \
+           "requests all arrive at one instant: an offline burst" in err
+    assert "rate_req_per_s" not in err and "simulate --trace FILE --instances N" in err
+
+
 def test_a_trace_replay_that_drains_finishes_every_request(capsys, tmp_path):
     # 100 requests in 10 s on one instance: the plain replay stops at the last arrival with some unfinished
     trace = _trace(tmp_path / "t.csv", [i * 0.1 for i in range(100)], p=2000, o=400)

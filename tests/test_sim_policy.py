@@ -26,10 +26,11 @@ D8 = step_params(CAT.model("llama-3.1-8b"), CAT.gpu("H100"), CAT.precision("FP8"
 
 
 class Blocks:
-    """A minimal prefix-block holder (block_tokens, offsets, ids)."""
+    """A minimal prefix-block holder (block_tokens, offsets, ids, spans_output)."""
 
-    def __init__(self, block_tokens, offsets, ids):
+    def __init__(self, block_tokens, offsets, ids, spans_output=False):
         self.block_tokens, self.offsets, self.ids = block_tokens, np.asarray(offsets), np.asarray(ids)
+        self.spans_output = spans_output
 
 
 def _with_kv(p, kv_tokens, window=0, slide=0.0):
@@ -47,8 +48,9 @@ def check_policy_against_reference(p, n_instances, arr, P, O, pol, *, horizon, r
     res = simulate(plan, arr, P, O, horizon_s=horizon, ttft_slo_s=1.0, tpot_slo_s=0.1, policy=pol,
                    routing=routing, prefix=prefix, spec=spec, p_draft=p_draft, spec_seed=seed,
                    max_context_tokens=max_context)
-    off, ids, bth, nid, private = prefix_for_run(prefix, np.asarray(P, dtype=np.int64), pol, plan.p)
-    c, cf = _config_rows(pol, plan.p, n_instances, max_context, 0, bth, nid, spec, seed, private)
+    off, ids, bth, nid, private, spans = prefix_for_run(prefix, np.asarray(P, dtype=np.int64), pol, plan.p,
+                                                        np.asarray(O, dtype=np.int64))
+    c, cf = _config_rows(pol, plan.p, n_instances, max_context, 0, bth, nid, spec, seed, private, spans)
     ref = simulate_policy_reference(arr, P, O, off, ids, p=plan.p, n_instances=n_instances, cfg=cfg_dict(c, cf),
                                     horizon=horizon, dt=1.0, max_context=max_context, routing=routing,
                                     p_draft=p_draft)
@@ -70,21 +72,26 @@ def check_policy_against_reference(p, n_instances, arr, P, O, pol, *, horizon, r
     return res, ref
 
 
-def _session_blocks(rng, n, P, bth, n_roots):
-    """Prefix ids that share leading blocks: each request extends one of a few chains."""
+def _session_blocks(rng, n, P, bth, n_roots, O=None):
+    """Prefix ids that share leading blocks: each request extends one of a few chains.
+
+    With ``O`` the rows span the output (the blocks of each request's first P + O - 1 tokens), so a
+    request's prompt blocks can be another's generated ones, as a chat's next turn holds its
+    previous answer.
+    """
     chains = [[] for _ in range(n_roots)]
     nxt = 0
     off = [0]
     ids = []
     for i in range(n):
-        nb = -(-int(P[i]) // bth)
+        nb = -(-(int(P[i]) + (int(O[i]) - 1 if O is not None else 0)) // bth)
         ch = chains[int(rng.integers(n_roots))]
         while len(ch) < nb:
             ch.append(nxt)
             nxt += 1
         ids.extend(ch[:nb])
         off.append(len(ids))
-    return Blocks(bth, off, ids)
+    return Blocks(bth, off, ids, spans_output=O is not None)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -110,7 +117,10 @@ def test_kernel_matches_reference(seed, name, caching, spec, routing, window):
         bt = int(rng.choice([1, 2, 4, 8, 16]))
     pol = engine_policy(name, max_num_batched_tokens=int(rng.integers(8, 400)),
                         max_num_seqs=int(rng.integers(1, 40)), block_tokens=bt, prefix_caching=caching)
-    prefix = _session_blocks(rng, n, P, bth, int(rng.integers(1, 4))) if caching or rng.random() < 0.5 else None
+    prefix = None
+    if caching or rng.random() < 0.5:
+        # half the time the rows span the output (a later prompt holds an earlier answer)
+        prefix = _session_blocks(rng, n, P, bth, int(rng.integers(1, 4)), O if rng.random() < 0.5 else None)
     sp = None
     pd = None
     if spec:

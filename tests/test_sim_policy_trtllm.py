@@ -179,7 +179,9 @@ def test_kernel_matches_reference(seed, chunked, caching, spec, routing, window)
     pol = engine_policy("trtllm", max_num_batched_tokens=int(rng.integers(max(bt, 8), 400)),
                         max_num_seqs=int(rng.integers(1, 40)), block_tokens=bt, prefix_caching=caching,
                         chunked_context=chunked)
-    prefix = _session_blocks(rng, n, P, bth, int(rng.integers(1, 4))) if caching or rng.random() < 0.5 else None
+    prefix = None
+    if caching or rng.random() < 0.5:
+        prefix = _session_blocks(rng, n, P, bth, int(rng.integers(1, 4)), O if rng.random() < 0.5 else None)
     sp = pd = None
     if spec:
         from fastsim.specdec import SpecDecoding

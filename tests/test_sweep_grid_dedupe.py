@@ -326,24 +326,27 @@ def test_cli_counts_distinct_plans(capsys):
 
 
 def test_resume_of_a_table_of_the_previous_version_is_refused(tmp_path):
-    """Columns were added with table version 9 (the capacity search's probes and runs), figures changed with table version 8 (a scenario priced within the model's context), ids with 7 (a disaggregated plan's id, whatever the spelling of its
+    """Columns were added with table version 10 (the capacity search's probes and runs), verdicts and
+    columns changed with 9 (a pass surely clears the target: the Wilson bound, seeds added;
+    sim_reason and the attainment's interval), figures with 8 (a scenario priced
+    within the model's context), ids with 7 (a disaggregated plan's id, whatever the spelling of its
     sides), cells with 6 (an infeasible row's chunk and counts), row sets with 5 (an MoE TP1 plan
     once, not once per layout), ids and row sets with 4: a table written before is not resumed."""
-    assert TABLE_VERSION == 9
+    assert TABLE_VERSION == 10
     axes = dict(BASE, mode="colocated", tp=[1, 2])
     out = str(tmp_path / "t.csv")
     SW.run_sweep(axes, out=out)
     meta = json.loads(open(out + ".sweep.json").read())
-    assert meta["table_version"] == 9
-    meta["table_version"] = 8
+    assert meta["table_version"] == 10
+    meta["table_version"] = 9
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     before = open(out).read()
     with pytest.raises(FastsimInputError) as e:
         SW.run_sweep(axes, out=out, resume=True)
-    assert e.value.field == "--resume" and "table version 8, this is 9" in e.value.allowed
+    assert e.value.field == "--resume" and "table version 9, this is 10" in e.value.allowed
     assert open(out).read() == before
-    meta["table_version"] = 9                                              # the same sidecar of this version resumes
+    meta["table_version"] = 10                                             # the same sidecar of this version resumes
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True), SW.read_table(out))

@@ -354,5 +354,6 @@ def test_a_missing_column_error_says_what_the_file_has_and_what_it_lacks(tmp_pat
     with pytest.raises(FastsimInputError) as exc:
         read_measurements(p)
     assert exc.value.value == "id, engine, model"
-    missing = [c for c in COLUMNS if c not in ("id", "engine", "model", "engine_version", "source", "note")]
+    missing = [c for c in COLUMNS if c not in ("id", "engine", "model", "engine_version", "source", "note",
+                                               "kv_cache_dtype")]
     assert exc.value.allowed.startswith("every column of the schema; missing: " + ", ".join(missing) + " (")

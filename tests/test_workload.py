@@ -111,16 +111,35 @@ def test_csv_roundtrip_and_crlf_bom(tmp_path):
     assert w.output_tokens.tolist() == [44, 109]
 
 
-def test_csv_unsorted_is_stably_sorted(tmp_path):
+def test_csv_timestamps_that_go_back_are_refused_naming_the_first_row(tmp_path):
+    """A trace lists requests in arrival order: a row earlier than the one before it is refused, not reordered."""
     p = write(tmp_path, "u.csv", HEADER
-              + "2023-11-16 18:00:02.5,10,1\n"
               + "2023-11-16 18:00:01.0,20,2\n"
+              + "2023-11-16 18:00:02.5,10,1\n"
               + "2023-11-16 18:00:02.5,30,3\n"
               + "2023-11-16 18:00:01.0,40,4\n")
-    w = read_trace(p)
-    assert w.arrival_s.tolist() == [0.0, 0.0, 1.5, 1.5]
-    assert w.prompt_tokens.tolist() == [20, 40, 10, 30]
-    assert w.output_tokens.tolist() == [2, 4, 1, 3]
+    with pytest.raises(FastsimInputError) as exc:
+        read_trace(p)
+    e = exc.value
+    assert e.field == f"{p}, line 5, TIMESTAMP" and e.value == "2023-11-16 18:00:01.0"
+    assert e.allowed.startswith("a time >= the previous row's (line 4: '2023-11-16 18:00:02.5')")
+    assert str(e).count("\n") == 0
+    # equal times are requests sent at once: kept, in file order
+    w = read_trace(write(tmp_path, "eq.csv", HEADER + "2023-11-16 18:00:01.0,20,2\n"
+                         + "2023-11-16 18:00:01.0,40,4\n" + "2023-11-16 18:00:02.5,10,1\n"))
+    assert w.arrival_s.tolist() == [0.0, 0.0, 1.5] and w.prompt_tokens.tolist() == [20, 40, 10]
+
+
+@pytest.mark.parametrize("rows, line, value, allowed", [
+    ("-1.5,10,1\n0,20,2\n", 2, "-1.5", "a time >= 0 (seconds from the trace's start)"),
+    ("3,10,1\n2.5,20,2\n", 3, "2.5", "a time >= the previous row's (line 2: '3')"),
+])
+def test_csv_numeric_timestamps_negative_or_backwards(tmp_path, rows, line, value, allowed):
+    p = write(tmp_path, "n.csv", HEADER + rows)
+    with pytest.raises(FastsimInputError) as exc:
+        read_trace(p)
+    assert exc.value.field == f"{p}, line {line}, TIMESTAMP" and exc.value.value == value
+    assert exc.value.allowed.startswith(allowed)
 
 
 def test_csv_numeric_seconds_and_column_order(tmp_path):
@@ -132,8 +151,8 @@ def test_csv_numeric_seconds_and_column_order(tmp_path):
 
 
 def test_jsonl_by_content_and_extension(tmp_path):
-    rows = ('{"timestamp": 3000, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n'
-            '{"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [1]}\n')
+    rows = ('{"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [1]}\n'
+            '{"timestamp": 3000, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n')
     for name in ("m.jsonl", "m.log"):
         w = read_trace(write(tmp_path, name, rows))
         assert w.arrival_s.tolist() == [0.0, 3.0]
@@ -490,5 +509,5 @@ def test_csv_mixed_timestamp_line_counts_blank_lines(tmp_path):
 
 def test_csv_all_date_times_or_all_numbers_still_read(tmp_path):
     assert read_trace(write(tmp_path, "d.csv", HEADER + GOOD_ROWS)).n == 2
-    w = read_trace(write(tmp_path, "n.csv", HEADER + "1700000000,1,1\n1700000002.5,2,2\n1.7e9,3,3\n"))
+    w = read_trace(write(tmp_path, "n.csv", HEADER + "1700000000,1,1\n1.7e9,3,3\n1700000002.5,2,2\n"))
     assert w.arrival_s.tolist() == [0.0, 0.0, 2.5]

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fastsim.validate import (SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, diagnose, optimism,  # noqa: E402
-                              plot_validation, read_measurements, run_measurements, summarize)
+from fastsim.validate import (SHIPPED_CALIBRATIONS, SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, diagnose,  # noqa: E402
+                              optimism, plot_validation, read_measurements, run_measurements, summarize)
 from fastsim.validate.run import ONLINE_SEED, STAGE_S  # noqa: E402
 
 #: The sections of the document, in order: (key, heading).
@@ -28,6 +28,7 @@ SECTIONS = (
     ("summary", "## Summary"),
     ("errors", "## Errors per metric, engine and source"),
     ("optimism", "## Where fastsim is optimistic"),
+    ("fitted", "## Constants fitted to these rows, cross-validated"),
     ("scatter", "## Predicted against measured"),
     ("worst", "## The ten worst rows, each with a one-change diagnosis"),
     ("peers", "## Published accuracy of other simulators"),
@@ -194,6 +195,62 @@ def section_worst(recs, summ, results=(), cat=None, **_):
         table(["id", "engine", "figure", "real", "fastsim", "ratio", "best single change"], rows)])
 
 
+def _pct(g):
+    return "n/a" if not g or g.get("median_abs_pct_error") is None else \
+        f"{g['median_abs_pct_error']:.1f}% ({g['geomean_ratio']:.3f}, {g['rows']:,} rows)"
+
+
+def section_fitted(recs, summ, shipped=True, **_):
+    """The fits of tools/make_fit.py (fastsim/data/calibrations/fit-report.json): in-sample and held-out errors."""
+    import json
+    lines = [HEADING["fitted"], ""]
+    report = SHIPPED_CALIBRATIONS / "fit-report.json"
+    if not shipped or not report.is_file():
+        return "\n".join(lines + ["No fit of these rows (`python tools/make_fit.py` fits the shipped set)."])
+    rep = json.loads(report.read_text(encoding="utf-8"))
+    lines += [
+        "`python tools/make_fit.py` fits step model v2's constants per engine through the simulator "
+        "(`fastsim calibrate --measurements FILE.csv --engine E`; `fastsim.validate.fit`): each evaluation runs "
+        "every training row as its benchmark ran; least squares on the log ratio (Cauchy loss, so a few rows the "
+        "model cannot express do not drag the rest), a `*` entry for the engine and one per GPU with 20 rows or "
+        "more (its efficiencies refitted), starting from SPEC §3's timing constants with the engine's KV-pool "
+        "rule. Leave one source out: each source family's rows are run with the constants fitted on the other "
+        "families only, and the held-out figures below are over those runs, never over rows a fit saw. A fit "
+        "ships (`fastsim/data/calibrations/<engine>.toml`, used by `fastsim validate --constants fitted`) if and "
+        "only if its held-out error is below SPEC §3's on the same rows. Planning commands keep SPEC §3's "
+        "constants unless given `--calibration`.", ""]
+    rows = []
+    for engine in sorted(rep):
+        d = rep[engine]
+        if "held_out" not in d:
+            rows.append([engine, "n/a", "n/a", "n/a", "n/a", "not shipped: " + d["reason"]])
+            continue
+        rows.append([engine, _pct(d["in_sample"]["start"]), _pct(d["in_sample"]["fitted"]),
+                     _pct(d["held_out"]["start"]), _pct(d["held_out"]["fitted"]),
+                     ("shipped" if d["shipped"] else "not shipped") + ": " + d["reason"]])
+    lines.append(table(["engine", "in sample, SPEC §3", "in sample, fitted", "held out, SPEC §3", "held out, fitted",
+                        "decision"], rows))
+    for engine in sorted(rep):
+        d = rep[engine]
+        if "held_out" not in d:
+            continue
+        lines += ["", f"{engine}, held out per metric and per source family (median abs. error, geometric-mean "
+                      "ratio, rows):", ""]
+        lines.append(table(["held out", "SPEC §3", "fitted"],
+                           [[m, _pct(v["start"]), _pct(v["fitted"])] for m, v in sorted(d["held_out"]["per_metric"].items())]
+                           + [[f"family {f['family']}", "", _pct(f)] for f in d["folds"]]))
+        cons = []
+        for e in d["entries"]:
+            for n in d["names"]:
+                lo, hi = e["interval95"].get(n, [None, None])
+                v = e["constants"][n]
+                iv = "not identified" if lo is None or lo != lo else f"{lo:.4g} - {hi:.4g}"
+                cons.append([e["gpu"], e["rows"], n, f"{v:.4g}", iv])
+        lines += ["", f"{engine}, fitted constants (95% intervals from the Jacobian, conditional on the model's "
+                      "form):", "", table(["GPU", "rows fitted", "constant", "fitted", "95% interval"], cons)]
+    return "\n".join(lines)
+
+
 def section_peers(recs, summ, **_):
     return "\n".join([HEADING["peers"], "",
                       "Each figure is the simulator's own, on the engines and GPUs it was fitted or profiled on; "
@@ -219,7 +276,7 @@ def section_rows(recs, summ, **_):
 
 
 BUILDERS = {"how": section_how, "summary": section_summary, "errors": section_errors, "optimism": section_optimism,
-            "scatter": section_scatter, "worst": section_worst, "peers": section_peers,
+            "scatter": section_scatter, "fitted": section_fitted, "worst": section_worst, "peers": section_peers,
             "unexpressed": section_unexpressed, "rows": section_rows}
 
 
@@ -230,8 +287,9 @@ def build(measurements=SHIPPED_MEASUREMENTS, catalogs=None, plot_name="validatio
              "Generated by `python tools/make_validation.py` from `fastsim/data/measurements/measurements.csv` (the "
              "measurements, their sources and licences: `fastsim/data/measurements/README.md`); do not edit by hand. "
              "The same rows, run by hand: `fastsim validate` (`--format json` for every field)."]
+    shipped = Path(measurements).resolve() == Path(SHIPPED_MEASUREMENTS).resolve()
     for key, _ in SECTIONS:
-        parts += ["", BUILDERS[key](recs, summ, results=results, cat=cat, plot_name=plot_name)]
+        parts += ["", BUILDERS[key](recs, summ, results=results, cat=cat, plot_name=plot_name, shipped=shipped)]
     if plot_path is not None:
         plot_validation(recs, plot_path)
     return "\n".join(parts) + "\n"

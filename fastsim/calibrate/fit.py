@@ -26,7 +26,7 @@ import pandas as pd
 from ..catalog import GPU, Catalog, Precision, default_catalog
 from ..constants import CONSTANTS, Calibration, CalibrationEntry
 from ..errors import FastsimInputError
-from ..stepmodel import (N_PARAMS, P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_NV, P_OVERHEAD, StepConstants,
+from ..stepmodel import (N_PARAMS, P_ALPHA, P_ETA_BW, P_ETA_C, P_ETA_KV, P_ETA_NV, P_OVERHEAD, StepConstants,
                          decode_attn_flops, prefill_attn_flops, step_params, step_time)
 from .readers import ELEMENTWISE_OPS, MATMUL_OPS, read_profiles, read_step_measurements
 
@@ -337,6 +337,8 @@ def fit_steps(measurements: pd.DataFrame, catalog: Catalog | None = None) -> lis
             Q = P.copy()
             for k, j in cols.items():
                 Q[:, j] = v[k]
+            if c.eta_kv is None:            # the KV read at eta_bw's efficiency (SPEC §3)
+                Q[:, P_ETA_KV] = v["eta_bw"]
             return step_time(Q, n, kv, attn)
         meas = d.step_s.to_numpy(np.float64)
         v, iv, ok, mod = _least_squares(model, meas, tuple(names), start,

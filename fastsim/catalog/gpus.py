@@ -43,6 +43,12 @@ class GPU:
     gpus_per_node : int
         GPUs that share one NVLink domain: 8 in an HGX/DGX node (the default), 72 in a GB200
         NVL72 rack (SPEC §10).
+    hbm_bytes_reported : float
+        The memory the driver reports, which the engines size their KV pools from (bytes;
+        ``nvidia-smi``'s MiB x 2^20: H100 SXM 81,559 MiB, H200 143,771 MiB, A100 80GB 81,920 MiB),
+        where it differs from the datasheet's ``hbm_bytes``; 0 (default): ``hbm_bytes``. Used by
+        the engines' memory rules of :class:`fastsim.stepmodel.StepConstants` (``kv_memory``),
+        never by SPEC §3's.
 
     Raises
     ------
@@ -63,6 +69,12 @@ class GPU:
     source: str = ""
     default_grid: bool = True
     gpus_per_node: int = 8
+    hbm_bytes_reported: float = 0.0
+
+    @property
+    def reported_hbm_bytes(self) -> float:
+        """``hbm_bytes_reported``, or ``hbm_bytes`` when it is 0 (float, bytes)."""
+        return float(self.hbm_bytes_reported) if self.hbm_bytes_reported else float(self.hbm_bytes)
 
     def __post_init__(self):
         if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
@@ -74,5 +86,9 @@ class GPU:
                   "price_usd_per_hour", "power_w"):
             _pos("gpu", self.name, f, getattr(self, f))
         _pos("gpu", self.name, "gpus_per_node", self.gpus_per_node, integer=True)
+        v = self.hbm_bytes_reported
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or v > 0) or v != v or v == float("inf"):
+            raise FastsimInputError(f"gpu.{self.name}.hbm_bytes_reported", v, "a finite number of bytes > 0, or 0 "
+                                    "(hbm_bytes)")
         if not isinstance(self.default_grid, bool):
             raise FastsimInputError(f"gpu.{self.name}.default_grid", self.default_grid, "true or false")

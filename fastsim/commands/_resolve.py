@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from .._command_helpers import (_constants, _read_plan_json, _read_trace, _record_model)
+from .._command_helpers import (_arrival_cv, _constants, _read_plan_json, _read_trace, _record_model)
 from ..errors import FastsimInputError
 
 
@@ -44,7 +44,15 @@ def _resolve_workload(args, cat):
                 continue
             if getattr(args, attr, None) is None and isinstance(planned.get(key), (int, float)) and planned[key] > 0:
                 setattr(args, attr, float(planned[key]))
-    q = None if getattr(args, "mean_lengths", False) else 0.9
+        if getattr(args, "slo_percentile", None) is None and planned.get("slo_percentile") is not None:
+            # the plan was made for targets at another percentile than P90: they apply here too
+            from ..plans import check_slo_percentile
+            args.slo_percentile = check_slo_percentile(planned["slo_percentile"], "--from-plan slo_percentile")
+    pct = getattr(args, "slo_percentile", None)
+    pct = 90.0 if pct is None else float(pct)
+    if hasattr(args, "slo_percentile"):
+        args.slo_percentile = pct
+    q = None if getattr(args, "mean_lengths", False) else pct / 100.0
     notes = []
     if args.tpot is not None and args.tpot > 1.0:
         notes.append(f"--tpot {args.tpot:g} s per output token is unusually large: targets are in seconds "
@@ -67,7 +75,13 @@ def _resolve_workload(args, cat):
         burst = wl.n >= 1 and not wl.duration_s > 0
         if hasattr(args, "offline") and (burst or args.offline):
             # an offline burst: every request at t = 0, served until the last finishes (no rate)
-            return _offline_trace(args, cat, wl, notes, q, burst)
+            return _offline_trace(args, cat, wl, notes, q, burst, pct)
+        if burst and wl.n >= 2:
+            # a command that sizes or searches for a rate: a burst has none to size for
+            raise FastsimInputError("--trace", args.trace, f"a trace whose requests arrive over a span of time (its "
+                                    f"{wl.n:,} requests all arrive at one instant: an offline burst, with no rate to "
+                                    "plan or search for; fastsim simulate --trace FILE --instances N serves it as "
+                                    "the burst it is)")
         if wl.n < 2:
             raise FastsimInputError("--trace", args.trace, "a trace with at least two requests at distinct "
                                     f"times (it has {wl.n}), so that it has a rate")
@@ -83,7 +97,7 @@ def _resolve_workload(args, cat):
         notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} tokens "
                      "(prompt + output)" + (": they are rejected and counted, not truncated" if too_long else ""))
         demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=wl.mean_rate_req_per_s,
-                                     ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
+                                     ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q, slo_percentile=pct)
         return model, demand, wl, notes
     if not str(getattr(args, "lengths", "")).startswith("trace:"):
         for flag, v in (("--time-unit", getattr(args, "time_unit", None)),
@@ -94,7 +108,7 @@ def _resolve_workload(args, cat):
     scen = cat.scenario(args.scenario or "chat")
     model = cat.model(args.model or scen.model)
     demand = Demand.from_scenario(scen, rate_req_per_s=args.rate, ttft_s=args.ttft, tpot_s=args.tpot,
-                                  latency_quantile=q)
+                                  latency_quantile=q, slo_percentile=pct)
     if planned is not None:
         differ = [f"{what} {a:g} (the scenario's {b:g})" for what, a, b in (
             ("rate", demand.rate_req_per_s, scen.rate_req_per_s), ("P90 TTFT s", demand.ttft_s, scen.ttft_s),
@@ -105,7 +119,7 @@ def _resolve_workload(args, cat):
     return model, demand, scen, notes
 
 
-def _offline_trace(args, cat, wl, notes, q, burst):
+def _offline_trace(args, cat, wl, notes, q, burst, pct=90.0):
     """(model, demand, workload, notes) of a trace served as an offline burst (every request at t = 0).
 
     A trace whose timestamps are all equal is one already; ``--offline`` makes one of any trace.
@@ -130,7 +144,7 @@ def _offline_trace(args, cat, wl, notes, q, burst):
         notes.append(f"{too_long:,} requests exceed {model.name}'s context of {model.max_context_tokens:,} tokens "
                      "(prompt + output): they are rejected and counted, not truncated")
     demand = Demand.from_lengths(wl.prompt_tokens, wl.output_tokens, rate_req_per_s=float(wl.n),
-                                 ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q)
+                                 ttft_s=args.ttft, tpot_s=args.tpot, latency_quantile=q, slo_percentile=pct)
     args._offline_burst = True
     return model, demand, wl, notes
 
@@ -201,11 +215,7 @@ def _benchmark_workloads(args, scenario, rate):
     seeds = W.seeds_for(args.seed, args.seeds)
     if args.offline:
         return [W.offline_requests(args.requests, lengths, s) for s in seeds]
-    if args.arrival == "gamma" and args.cv is None:
-        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
-    if args.arrival == "poisson" and args.cv not in (None, 1.0):
-        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
-    cv = 1.0 if args.cv is None else args.cv
+    cv = _arrival_cv(args)
     return [W.online_requests(args.requests, rate, lengths, s, arrival=args.arrival, cv=cv) for s in seeds]
 
 
@@ -337,11 +347,7 @@ def _options(args):
 def _synthetic_workloads(args, scenario, rate):
     """One workload per seed for ``simulate``: --arrival / --cv and --lengths applied."""
     from .. import workload as W
-    if args.arrival == "gamma" and args.cv is None:
-        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
-    if args.arrival == "poisson" and args.cv not in (None, 1.0):
-        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
-    cv = 1.0 if args.cv is None else args.cv
+    cv = _arrival_cv(args)
     seeds = W.seeds_for(args.seed, args.seeds)
     kind = args.lengths
     if kind.startswith("trace:"):
@@ -361,6 +367,11 @@ def _synthetic_workloads(args, scenario, rate):
         if not getattr(args, "session_turns", None):
             raise FastsimInputError("--session-gap", args.session_gap, "with --session-turns only")
         pre["session_gap_s"] = args.session_gap
+    policy = getattr(args, "policy", "lecture")
+    if pre and policy != "lecture":
+        # the ids match at the engine's KV block / page, so hits count in its units (SGLang: tokens)
+        from ..sim.policy import ENGINE_BLOCK_TOKENS
+        pre["prefix_block_tokens"] = ENGINE_BLOCK_TOKENS[policy]
     try:
         return [W.synthesize(scenario, rate, args.horizon, s, arrival=args.arrival, cv=cv, **pre) for s in seeds]
     except FastsimInputError as exc:

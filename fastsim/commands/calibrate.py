@@ -57,6 +57,19 @@ def add_parser(sub):
                     help="--serving: request draws simulated per rate (default 2)")
     sp.add_argument("--seed", type=int, default=0, help="--serving: seed of the simulated requests (default 0)")
     sp.add_argument("--out", metavar="FILE.toml", help="write the calibration file here")
+    sp.add_argument("--measurements", metavar="FILE.csv",
+                    help="serving measurements in fastsim validate's schema (e.g. fastsim/data/measurements/"
+                    "measurements.csv): fits the constants of one --engine through the simulator, every row run as "
+                    "its benchmark ran, with leave-one-source-out cross-validation")
+    sp.add_argument("--engine", choices=("trtllm", "vllm", "sglang"),
+                    help="--measurements: the engine whose rows are fitted (the calibration is tagged with it)")
+    sp.add_argument("--fit", metavar="NAME,...",
+                    help="--measurements: constants to fit (default: eta_compute, eta_bw, eta_kv, overhead_s and the "
+                    "FP8 / FP4 compute factors of the precisions the rows use)")
+    sp.add_argument("--max-runs", type=_int_at_least(2), default=150,
+                    help="--measurements: at most this many runs per fit, spread over the source families "
+                    "(default 150; held-out rows always run in full)")
+    sp.add_argument("--no-cv", action="store_true", help="--measurements: skip the leave-one-source-out folds")
     sp.add_argument("--plot", metavar="FILE.png", help="measured vs modelled times")
     sp.add_argument("--detail", action="store_true",
                     help="also fit each profiled model x TP and each all-reduce size on its own")
@@ -89,6 +102,12 @@ def run(args) -> int:
     from ..calibrate import calibrate, plot_calibration
     _check_plot(args)
     cat = _command_catalog(args)
+    if getattr(args, "measurements", None):
+        from ._calibrate_measured import run_measured
+        return run_measured(args, cat)
+    for flag in ("engine", "fit"):
+        if getattr(args, flag, None) is not None:
+            raise FastsimInputError("--" + flag, getattr(args, flag), "with --measurements only")
     if getattr(args, "serving", None):
         return _run_serving(args, cat)
     for flag in ("model", "input_tokens", "output_tokens", "max_num_batched_tokens", "max_num_seqs"):

@@ -15,8 +15,9 @@ import math
 import sys
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
+                                _arrival_cv,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
-                                _notes_out, _positive, _seeds)
+                                _notes_out, _pct, _positive, _seeds)
 from ..errors import FastsimInputError
 
 #: ``fastsim capacity --help``: the two searches.
@@ -28,7 +29,8 @@ CAPACITY_DESCRIPTION = (
     "over the trace's span at that scale (or over --horizon seconds when shorter; the requests after it "
     "are counted as excluded), 4 scales per round in parallel; a trace is one realisation, so the "
     "bracket is the only interval; --rate centres the first round. A probe passes when the attainment "
-    "over the measured requests (middle 60% of the horizon) is >= 0.90 and the run is not overloaded. "
+    "over the measured requests (middle 60% of the horizon) is >= 0.90 (P / 100 with --slo-percentile P) and the "
+    "run is not overloaded. "
     "With --instance-counts (e.g. 1-4 or 1,2,4,8): the same plan at each instance count (decode instances "
     "of a disaggregated plan), searched together: each count starts from its smaller counts' simulated / "
     "analytic ratio and a probe stops running seeds once a sequential test is sure of its verdict; where "
@@ -68,7 +70,7 @@ def add_parser(sub):
 def run(args):
     """Run ``fastsim capacity``: the one-plan rate search, or ``--instance-counts`` or ``--trace``; the exit status."""
     from ._resolve import _screen_infeasible
-    from ..search import SLO, check_rate_hint, max_sustainable_rate
+    from ..search import check_rate_hint, max_sustainable_rate
     if args.instance_counts is not None:
         return _cmd_capacity_counts(args)
     _check_plot(args)
@@ -79,22 +81,20 @@ def run(args):
     cat, model, demand, source, notes, plan = _capacity_setup(args)
     plan, engine = _capacity_engine(args, plan, model, cat, notes, demand)
     _capacity_horizon_check(args, plan, source.prompt.mean, source.output.mean, demand, cat, model)
-    if args.arrival == "gamma" and args.cv is None:
-        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
-    if args.arrival == "poisson" and args.cv not in (None, 1.0):
-        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    cv = _arrival_cv(args)
     table = args.format == "table"
     screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
-        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; "
+        P = _pct(demand.slo_percentile)
+        print(f"{plan.describe()} on {model.name}; {P} TTFT <= {demand.ttft_s:g} s, {P} TPOT <= {demand.tpot_s * 1e3:g} ms; "
               f"{args.seeds} seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
         print(_PROBE_HEAD, flush=True)
     live = _ProbeProgress(table)
     try:
-        res = max_sustainable_rate(plan, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
+        res = max_sustainable_rate(plan, source, _slo(demand), seeds=args.seeds,
                                    horizon_s=args.horizon, rel_tol=args.tol, seed=args.seed, catalog=cat, model=model,
                                    rate_hint_req_per_s=args.rate, routing=args.routing, arrival=args.arrival,
-                                   cv=1.0 if args.cv is None else args.cv, on_probe_start=live.start,
+                                   cv=cv, on_probe_start=live.start,
                                    on_runs=live.runs if live.bar_wanted else None, on_probe=live.done,
                                    engine=engine,
                                    constants=_constants(args))
@@ -106,6 +106,12 @@ def run(args):
         from ..plots import plot_capacity
         plot_capacity(res, args.plot, title=plan.describe())
     return 0
+
+
+def _slo(demand):
+    """The SLO of a demand: its targets at its percentile (``--slo-percentile``, P90 by default)."""
+    from ..search import SLO
+    return SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
 
 
 # ---------------------------------------------------------------------------- one plan, synthetic arrivals
@@ -219,8 +225,8 @@ def _capacity_horizon_check(args, plan, prompt_tokens, output_tokens, demand, ca
 
     Returns the :class:`fastsim.search.HorizonFloor` (the trace search bounds ``--rate`` by it too).
     """
-    from ..search import SLO, horizon_floor
-    floor = horizon_floor(plan, prompt_tokens, output_tokens, SLO(demand.ttft_s, demand.tpot_s), catalog=cat,
+    from ..search import horizon_floor
+    floor = horizon_floor(plan, prompt_tokens, output_tokens, _slo(demand), catalog=cat,
                           constants=_constants(args), model=model)
     if args.horizon is not None and args.horizon < floor.min_horizon_s:
         raise floor.refusal("--horizon", args.horizon)
@@ -497,7 +503,7 @@ def _cmd_capacity_counts(args):
     """
     from ._resolve import _screen_infeasible
     from dataclasses import replace
-    from ..search import EARLY_STOP_ALPHA, FIRST_SEEDS, SLO, max_sustainable_rates
+    from ..search import EARLY_STOP_ALPHA, FIRST_SEEDS, max_sustainable_rates
     counts = _instance_counts(args.instance_counts)
     _refuse_with_counts(args)
     cat, model, demand, source, notes, base = _capacity_setup(args)
@@ -528,12 +534,13 @@ def _cmd_capacity_counts(args):
     screen_why = (_screen_infeasible(plans[0], model, demand, cat, _constants(args))
                   if not plans[0].capacity_req_per_s > 0 else "")
     if table:
-        print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; P90 TTFT <= "
-              f"{demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} "
+        P = _pct(demand.slo_percentile)
+        print(f"{_plan_without_count(base)} on {model.name}; {label} {_counts_text(counts)}; {P} TTFT <= "
+              f"{demand.ttft_s:g} s, {P} TPOT <= {demand.tpot_s * 1e3:g} ms; {args.seeds} "
               f"seed{'s' if args.seeds > 1 else ''} x {args.horizon:g} s per probe", flush=True)
     live = _RoundProgress(len(plans))
     try:
-        results = max_sustainable_rates(plans, source, SLO(demand.ttft_s, demand.tpot_s), seeds=args.seeds,
+        results = max_sustainable_rates(plans, source, _slo(demand), seeds=args.seeds,
                                         horizon_s=args.horizon, rel_tol=args.tol, seeds_root=args.seed, catalog=cat,
                                         constants=_constants(args), models=model, routing=args.routing,
                                         on_round=live)
@@ -648,7 +655,7 @@ def _scale_summary(res, screen_why: str = "") -> str:
 def _cmd_capacity_trace(args):
     """``capacity --trace``: bisection on the trace's time scale (:func:`fastsim.search.max_sustainable_scale`)."""
     from ._resolve import _plan_from_args, _resolve_workload, _screen_infeasible
-    from ..search import MAX_REPLAY_SPAN_S, SLO, check_rate_hint, max_sustainable_scale
+    from ..search import MAX_REPLAY_SPAN_S, check_rate_hint, max_sustainable_scale
     cat = _command_catalog(args)
     hint_rate = args.rate
     if hint_rate is not None:       # an equivalent rate (fastsim.search.MAX_RATE_REQ_PER_S)
@@ -686,7 +693,8 @@ def _cmd_capacity_trace(args):
     table = args.format == "table"
     screen_why = _screen_infeasible(plan, model, demand, cat, _constants(args)) if not plan.capacity_req_per_s > 0 else ""
     if table:
-        print(f"{plan.describe()} on {model.name}; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= "
+        P = _pct(demand.slo_percentile)
+        print(f"{plan.describe()} on {model.name}; {P} TTFT <= {demand.ttft_s:g} s, {P} TPOT <= "
               f"{demand.tpot_s * 1e3:g} ms; trace {source.name}: {source.n:,} requests over "
               f"{source.duration_s:,.1f} s ({source.mean_rate_req_per_s:.3f} req/s), each probe one replay at "
               "time scale s (arrival times / s)"
@@ -699,7 +707,7 @@ def _cmd_capacity_trace(args):
         count[0] += 1
         if table:
             print(_scale_row(count[0], p), flush=True)
-    res = max_sustainable_scale(plan, source, SLO(demand.ttft_s, demand.tpot_s), horizon_s=args.horizon,
+    res = max_sustainable_scale(plan, source, _slo(demand), horizon_s=args.horizon,
                                 rel_tol=args.tol, scale_hint=scale_hint, catalog=cat, model=model,
                                 routing=args.routing, on_probe=shown,
                                 engine=engine, constants=_constants(args))

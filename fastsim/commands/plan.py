@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
-from .._command_helpers import (_add_calibration, _add_common, _add_engine_args, _add_workload, _command_catalog,
-                                _constants, _distinct, _emit, _fmt, _fraction, _int_list, _legend, _notes_out,
-                                _pos_int, _positive, _tp, _seeds)
+from .._command_helpers import (_add_arrival_flags, _add_calibration, _add_common, _add_engine_args, _add_workload,
+                                _arrival_cv, _command_catalog, _constants, _distinct, _emit, _fmt, _fraction,
+                                _int_list, _legend, _notes_out, _pct, _pos_int, _positive, _tp, _seeds)
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -89,6 +89,7 @@ def add_parser(sub):
                          "max_sustainable_rates, the lecture policy, --seeds runs of --horizon s per probe) and its "
                          "headroom over the target rate; costs a capacity search per plan, several verifications' "
                          "worth of simulation each (about 2 to 10 probes)")
+    _add_arrival_flags(sp)
     _add_engine_args(sp, prefixes=False)
     _add_calibration(sp)
     sp.set_defaults(func=run)
@@ -98,6 +99,7 @@ def run(args):
     """Run ``fastsim plan``: screen, verify and rank the deployments, print them; the exit status."""
     from ._resolve import _engine_dict, _resolve_workload
     from ..analytic import ScreenOptions
+    from ..plans import ttft_tail_for
     cat = _command_catalog(args)
     unused = []
     if args.no_verify:
@@ -107,6 +109,9 @@ def run(args):
         args.horizon = None
     if args.headroom and args.no_verify:
         raise FastsimInputError("--headroom", True, "without --no-verify (the headroom is searched in simulation)")
+    cv = _arrival_cv(args)
+    if args.no_verify and args.arrival != "poisson":
+        unused.append("--arrival")
     model, demand, source, notes = _resolve_workload(args, cat)
     if model.checkpoint_note:
         notes = list(notes) + [model.checkpoint_note]       # a quantised checkpoint: its one precision
@@ -154,7 +159,7 @@ def run(args):
                          layouts=tuple(args.layout) if args.layout else None,
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
                          constants=_constants(args), queueing=args.screen == "queueing",
-                         heterogeneous=args.heterogeneous, **spec_kw)
+                         heterogeneous=args.heterogeneous, ttft_tail=ttft_tail_for(demand.slo_percentile), **spec_kw)
     for g in opts.gpus or ():
         cat.gpu(g)
     max_gpus = None
@@ -196,13 +201,16 @@ def run(args):
                                   "its defaults for each plan's GPU" + (", overridden" if len(engine) > 2 else ""))
                                + "; fastsim.sim.policy); disaggregated plans are not simulated under it"]
     d = demand
-    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, P90 TTFT <= {d.ttft_s:g} s, P90 TPOT <= {d.tpot_s * 1e3:g} ms; "
-            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / P90 {d.latency_prompt_tokens:,.0f}, "
-               f"output mean {d.mean_output_tokens:,.0f} / P90 {d.latency_output_tokens:,.0f} tokens"
+    P = _pct(d.slo_percentile)
+    head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, {P} TTFT <= {d.ttft_s:g} s, {P} TPOT <= {d.tpot_s * 1e3:g} ms; "
+            + (f"prompt mean {d.mean_prompt_tokens:,.0f} / {P} {d.latency_prompt_tokens:,.0f}, "
+               f"output mean {d.mean_output_tokens:,.0f} / {P} {d.latency_output_tokens:,.0f} tokens"
                if not args.mean_lengths else
                f"latency screened with MEAN lengths (prompt {d.mean_prompt_tokens:,.0f}, output "
-               f"{d.mean_output_tokens:,.0f} tokens), not P90: a P90 SLO checked with mean lengths "
+               f"{d.mean_output_tokens:,.0f} tokens), not {P}: a {P} SLO checked with mean lengths "
                "selects plans whose longer requests miss it, whatever their size"))
+    if args.arrival != "poisson":
+        head += f"; gamma arrivals (cv {cv:g})"
     if spec is not None:
         head += (f"; speculative decoding screened: alpha {spec.alpha:g}, draft {spec.draft}, gamma "
                  + "/".join(str(g) for g in (0,) + tuple(dict.fromkeys(opts.spec_gammas))) + " (0 = off)")
@@ -233,10 +241,14 @@ def run(args):
                              progress=bar.update if bar else None, engine=engine,
                              rejection_budget=args.rejection_budget, search=args.search,
                              on_total=_bar_total(bar) if bar else None, max_gpus=max_gpus,
-                             spec_policy="vllm")   # speculative plans: a policy that simulates them
+                             spec_policy="vllm",   # speculative plans: a policy that simulates them
+                             arrival=args.arrival, cv=cv)
     if bar:
         bar.close()
     report.notes.extend(notes)
+    caps = _headroom_capacities(args, report, cat, model, demand, source, opts, cv) if args.headroom else None
+    if caps is not None:
+        caps = _refuted_by_capacity(report, caps, demand)
     records = [d.to_dict() for d in report.deployments]
     if model.source.startswith("config.json at "):
         # a config.json model: its name is not a catalog name, so record where it came from
@@ -244,7 +256,7 @@ def run(args):
         for r in records:
             r["model_path"] = model.source[len("config.json at "):]
     if args.headroom:
-        _add_headroom(args, report, records, cat, model, demand, source, opts)
+        _add_headroom(args, report, records, caps, demand)
     if getattr(args, "calibration", None):
         report.notes.extend(_calibration_notes(args.calibration, opts.constants, report.deployments))
     rows = []
@@ -265,14 +277,17 @@ def run(args):
                      _fmt(r["analytic_usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["efficiency_usd_per_million_output_tokens"], ".3f"),
                      _fmt(r["capacity_req_per_s"], ".1f"),
-                     _fmt(v.get("attainment"), ".3f"), _fmt(raw.ttft_p90_s if raw else None, ".3f"),
-                     _fmt(raw.tpot_p90_s * 1e3 if raw else None, ".1f"),
+                     _fmt(v.get("attainment"), ".3f"), _fmt(_at(raw, "ttft", d.slo_percentile), ".3f"),
+                     _fmt(_at(raw, "tpot", d.slo_percentile) * 1e3 if raw else None, ".1f"),
                      "not run" if not v else ("pass" if v["passed"] else "FAIL"),
                      "no" if rep is None else f"{rep} -> {v['instances_after_repair']}",
                      "not run" if not v else f"{v['rejected_requests']:,}"])
 
+    labels = (_PLAN_LABELS if demand.slo_percentile == 90.0 else
+              {"ttft_at_percentile_s": f"TTFT {P}", "tpot_at_percentile_s": f"TPOT {P}"})
     report.notes.extend(_legend("plan", [(i, (r["verification"] or {}).get("null_reasons", {}))
-                                         for i, r in enumerate(records, 1)], _PLAN_LABELS))
+                                         for i, r in enumerate(records, 1)], labels))
+    report.notes.extend(_seed_notes(report.deployments))
     launches = _emit_launch(args, report, records, cat, model) if args.emit else []
     if not records:
         reasons = report.grid["reason"].value_counts() if len(report.grid) else {}
@@ -283,12 +298,14 @@ def run(args):
     for i, d in enumerate(report.deployments, 1):
         r = d.repair
         if r is not None and not r.passed:
-            report.notes.append(f"plan {i} fails verification: " + (r.reason or "attainment below 0.90"))
+            report.notes.append(f"plan {i} fails verification: " + (r.reason or f"attainment below "
+                                                                          f"{demand.slo_attainment:g}"))
         elif r is not None and r.verification.rejected:
             report.notes.append(f"plan {i} passes but rejects {r.verification.rejected:,} requests "
                                 "(longer than the model's context or an instance's KV cache)")
     headers = ["#", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out", "$/M analytic", "$/M eff",
-               "analytic capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms", "verified", "repaired", "rejected"]
+               "analytic capacity req/s", "attainment", f"TTFT {P} s", f"TPOT {P} ms", "verified", "repaired",
+               "rejected"]
     if args.no_verify:  # analytic ranking only: drop the simulation columns
         headers = headers[:11]
         rows = [r[:11] for r in rows]
@@ -313,28 +330,90 @@ def run(args):
     return 0
 
 
-def _add_headroom(args, report, records, cat, model, demand, source, opts) -> None:
-    """``--headroom``: each shown plan's simulated capacity (:func:`fastsim.search.max_sustainable_rates`,
-    batched, the lecture policy) and headroom over the target rate, into its record, with a note."""
-    from ..search import SLO, max_sustainable_rates, unsimulated_reason
-    slo = SLO(demand.ttft_s, demand.tpot_s)
-    idx, plans = [], []
-    for i, (d, r) in enumerate(zip(report.deployments, records)):
+def _at(v, kind: str, percentile: float):
+    """A verification's TTFT or TPOT at the SLO percentile (the P90 by default; None when not run)."""
+    if v is None:
+        return None
+    if percentile == 90.0:
+        return v.ttft_p90_s if kind == "ttft" else v.tpot_p90_s
+    return v.ttft_at_percentile_s if kind == "ttft" else v.tpot_at_percentile_s
+
+
+def _seed_notes(deployments) -> list:
+    """A note naming the plans whose verification added seeds (the Wilson bound could not decide at
+    --seeds: :mod:`fastsim.search.confidence`), with the seeds each ran."""
+    added = [f"{i} ({d.repair.verification.runs})" for i, d in enumerate(deployments, 1)
+             if d.repair is not None and d.repair.verification.runs_asked
+             and d.repair.verification.runs > d.repair.verification.runs_asked]
+    if not added:
+        return []
+    asked = next(d.repair.verification.runs_asked for d in deployments
+                 if d.repair is not None and d.repair.verification.runs_asked)
+    return [f"plan{'s' if len(added) > 1 else ''} {', '.join(added)}: verified on more seeds than the {asked} asked "
+            "(seeds run in brackets): at --seeds the 95% Wilson interval of the pooled attainment held the target, "
+            "so the seeds doubled until it did not, up to 4 x --seeds; a pass is one whose interval clears the "
+            "target (fastsim.search.confidence)"]
+
+
+def _headroom_capacities(args, report, cat, model, demand, source, opts, cv) -> list:
+    """``--headroom``: each shown plan's simulated capacity (a :class:`~fastsim.search.CapacityResult`, or
+    the reason it has none, a str), from :func:`fastsim.search.max_sustainable_rates` (batched, the
+    lecture policy, Poisson arrivals) or, with ``--arrival gamma``, :func:`fastsim.search.max_sustainable_rate`
+    per plan on those arrivals."""
+    from ..search import SLO, max_sustainable_rate, max_sustainable_rates, unsimulated_reason
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
+    out, idx, plans = [], [], []
+    for i, d in enumerate(report.deployments):
         why = unsimulated_reason(d.plan)
+        out.append(why)
+        if not why:
+            idx.append(i)
+            plans.append(d.plan)
+    if args.arrival == "poisson":
+        res = max_sustainable_rates(plans, source, slo, seeds=args.seeds, horizon_s=args.horizon,
+                                    seeds_root=args.seed, catalog=cat, constants=opts.constants,
+                                    models=[model] * len(plans)) if plans else []
+    else:
+        res = [max_sustainable_rate(p, source, slo, seeds=args.seeds, horizon_s=args.horizon, seed=args.seed,
+                                    catalog=cat, constants=opts.constants, model=model, arrival=args.arrival, cv=cv)
+               for p in plans]
+    for i, c in zip(idx, res):
+        out[i] = c
+    return out
+
+
+def _refuted_by_capacity(report, caps, demand) -> list:
+    """A passing plan whose own simulated capacity's 95% interval lies below the target rate does not pass
+    (:func:`fastsim.search.capacity_refutation`): its verification is marked failed with that reason and
+    it moves among the failing plans. Reorders ``report.deployments``; returns ``caps`` in the new order."""
+    from dataclasses import replace
+    from ..search import capacity_refutation
+    deps = list(report.deployments)
+    for i, (d, c) in enumerate(zip(deps, caps)):
+        if isinstance(c, str) or d.repair is None or not d.repair.passed:
+            continue
+        why = capacity_refutation(c.ci95, demand.rate_req_per_s)
         if why:
+            v = replace(d.repair.verification, passed=False, reason=why)
+            deps[i] = replace(d, repair=replace(d.repair, passed=False, verification=v, reason=why))
+    failing = [d.repair is not None and not d.repair.passed for d in deps]
+    order = sorted(range(len(deps)), key=lambda i: failing[i])     # stable: the rest keep their order
+    report.deployments = [deps[i] for i in order]
+    return [caps[i] for i in order]
+
+
+def _add_headroom(args, report, records, caps, demand) -> None:
+    """``--headroom``: each shown plan's simulated capacity (``caps``, :func:`_headroom_capacities`) and
+    headroom over the target rate, into its record, with a note."""
+    for r, c in zip(records, caps):
+        if isinstance(c, str):
             r["simulated_capacity_req_per_s"] = r["headroom"] = r["simulated_capacity_ci95_req_per_s"] = None
             r.setdefault("null_reasons", {}).update(
                 simulated_capacity_ci95_req_per_s="not applicable: no simulated capacity",
                 simulated_capacity_req_per_s=f"not applicable: the capacity search runs the lecture policy, which "
-                                             f"cannot simulate this plan ({why})",
+                                             f"cannot simulate this plan ({c})",
                 headroom="not applicable: no simulated capacity")
-        else:
-            idx.append(i)
-            plans.append(d.plan)
-    res = max_sustainable_rates(plans, source, slo, seeds=args.seeds, horizon_s=args.horizon, seeds_root=args.seed,
-                                catalog=cat, constants=opts.constants, models=[model] * len(plans)) if plans else []
-    for i, c in zip(idx, res):
-        r = records[i]
+            continue
         cap = c.rate_req_per_s
         ok = cap == cap
         r["simulated_capacity_req_per_s"] = float(cap) if ok else None
@@ -346,10 +425,13 @@ def _add_headroom(args, report, records, cat, model, demand, source, opts) -> No
         if not ok:
             r.setdefault("null_reasons", {}).update(simulated_capacity_req_per_s="not applicable: the capacity "
                                                     "search found no rate", headroom="not applicable: no capacity")
+    how = ("fastsim.search.max_sustainable_rates, lecture policy" if args.arrival == "poisson" else
+           f"fastsim.search.max_sustainable_rate per plan, lecture policy, gamma arrivals cv {args.cv:g}")
     report.notes.append("--headroom: sim capacity req/s is the most requests per second each plan sustains in "
-                        f"simulation (fastsim.search.max_sustainable_rates, lecture policy, {args.seeds} seeds x "
+                        f"simulation ({how}, {args.seeds} seeds x "
                         f"{args.horizon:g} s per probe); headroom = sim capacity / {demand.rate_req_per_s:g} req/s - 1; "
-                        "the analytic capacity is the screen's (SPEC §5)")
+                        "the analytic capacity is the screen's (SPEC §5); a plan whose simulated capacity's 95% "
+                        "interval lies below the target rate does not pass (fastsim.search.capacity_refutation)")
 
 
 def _calibration_notes(path, calibration, deployments) -> list:

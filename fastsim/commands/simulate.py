@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
+                                _arrival_cv,
                                 _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
-                                _notes_out, _positive, _read_plan_json, _seeds)
+                                _notes_out, _pct, _positive, _read_plan_json, _seeds)
 from ..errors import FastsimInputError
 
 #: ``fastsim simulate --help``: what its columns mean.
@@ -116,7 +117,7 @@ def run(args):
         horizon = args.horizon
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
-    notes = list(notes) + enotes
+    notes = list(notes) + enotes + _prefix_note(wls, ekw)
     priced, unotes = (plan, []) if isinstance(source, W.Workload) else \
         _priced_for_workloads(args, cat, model, plan, demand, wls)
     notes = list(notes) + unotes
@@ -126,10 +127,16 @@ def run(args):
                         prefix=getattr(w, "prefix", None) if "policy" in ekw else None, **ekw) for w in wls]
     engine = "policy" in ekw
     from .._output import null_reasons
+    from ..search import SLO, _pooled, attainment_verdict
+    slo = SLO(demand.ttft_s, demand.tpot_s, demand.slo_attainment)
+    pct = demand.slo_percentile
     records = []
     util_why = None
     for i, r in enumerate(results):
         m = r.metrics
+        # the verdict of one run: its attainment surely at the target (95% Wilson bound), not overloaded
+        verdict, lo, hi = attainment_verdict(round(m.attainment * m.measured) if m.measured else 0, int(m.measured),
+                                             slo.attainment)
         rec = {"seed_index": i, "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                "horizon_s": horizon, "requests": int(m.n_requests), "measured": int(m.measured),
                "attainment": m.attainment, "ttft_p50_s": m.ttft_p50_s, "ttft_p90_s": m.ttft_p90_s,
@@ -139,7 +146,9 @@ def run(args):
                "busy_fraction": [float(x) for x in m.utilisation],
                "utilisation": (_utilisation(r, priced, horizon) if priced is not None
                                else [math.nan] * len(m.utilisation)), "mean_batch": [float(x) for x in m.mean_batch],
-               "passed": bool(m.attainment >= 0.9 and not m.overloaded),
+               "passed": bool(verdict == "pass" and not m.overloaded),
+               "attainment_ci95_lo": lo, "attainment_ci95_hi": hi,
+               "decided": bool(verdict != "undecided" or m.overloaded),
                "policy": m.policy, "preemptions": int(m.preemptions),
                "cached_prompt_tokens": int(m.cached_prompt_tokens),
                "cache_hit_fraction": m.cache_hit_fraction,
@@ -147,6 +156,10 @@ def run(args):
                                                    [float(x) for x in m.cache_hit_fraction_per_instance]),
                "spec_tokens_per_round": m.spec_tokens_per_round}
         rec.update(_means_record(measured_means(r, horizon)), drained=False)
+        if pct != 90.0:       # TTFT and TPOT at the SLO's percentile, as the pooled verdict reads them
+            one = _pooled([r], slo, (0.2, 0.8), horizon)
+            rec.update(slo_percentile=pct, ttft_at_percentile_s=one.ttft_at_percentile_s,
+                       tpot_at_percentile_s=one.tpot_at_percentile_s)
         if util_why is None and not all(math.isfinite(u) for u in rec["utilisation"]):
             util_why = (unotes[0].split(": ", 1)[1] if priced is None and unotes else
                         _screen_infeasible(priced, model, demand, cat, _constants(args)))
@@ -158,18 +171,21 @@ def run(args):
              _fmt(r["throughput_tokens_per_s"], ",.0f"), r["rejected"], r["unfinished"],
              "yes" if r["overloaded"] else "no", " ".join(f"{u:.2f}" for u in r["busy_fraction"]),
              " ".join(_fmt(u, ".2f") for u in r["utilisation"]),
-             "pass" if r["passed"] else "FAIL"] + ([r["preemptions"], _fmt(r["cache_hit_fraction"], ".3f"),
-                                                    _fmt(r["spec_tokens_per_round"], ".2f")] if engine else [])
-            for r in records]
+             _verdict_cell(r)] + ([r["preemptions"], _fmt(r["cache_hit_fraction"], ".3f"),
+                                   _fmt(r["spec_tokens_per_round"], ".2f")] if engine else [])
+            + _percentile_cells(r, pct) for r in records]
     if len(results) > 1:
         # the verdict over all seeds together, as `plan` and `capacity` judge a plan
-        from ..search import SLO, _pooled
-        v = _pooled(results, SLO(demand.ttft_s, demand.tpot_s), (0.2, 0.8), horizon, model.max_context_tokens)
+        v = _pooled(results, slo, (0.2, 0.8), horizon, model.max_context_tokens)
         pooled = {"seed_index": "all", "plan": plan.describe(), "rate_req_per_s": demand.rate_req_per_s,
                   "horizon_s": horizon, "requests": sum(r["requests"] for r in records), "measured": v.measured,
                   "attainment": v.attainment, "ttft_p90_s": v.ttft_p90_s, "tpot_p90_s": v.tpot_p90_s,
                   "rejected": v.rejected, "unfinished": sum(r["unfinished"] for r in records),
-                  "overloaded": v.overloaded, "passed": v.passed}
+                  "overloaded": v.overloaded, "passed": v.passed, "attainment_ci95_lo": v.attainment_ci95_lo,
+                  "attainment_ci95_hi": v.attainment_ci95_hi, "decided": v.decided}
+        if pct != 90.0:
+            pooled.update(slo_percentile=pct, ttft_at_percentile_s=v.ttft_at_percentile_s,
+                          tpot_at_percentile_s=v.tpot_at_percentile_s)
         pooled.update(_means_record(measured_means(_concatenated(results), horizon)))
         if engine:
             rounds = [m.spec_tokens_per_round for m in (r.metrics for r in results)]
@@ -181,14 +197,21 @@ def run(args):
         rows.append(["all", pooled["requests"], v.measured, _fmt(v.attainment, ".3f"), "", _fmt(v.ttft_p90_s, ".3f"),
                      "", _fmt(v.tpot_p90_s * 1e3, ".1f")] + _mean_cells(pooled) + ["", v.rejected,
                      sum(r["unfinished"] for r in records[:-1]), "yes" if v.overloaded else "no", "", "",
-                     "pass" if v.passed else "FAIL"] + ([v.preemptions, _fmt(v.cache_hit_fraction, ".3f"),
-                                                         _fmt(pooled["spec_tokens_per_round"], ".2f")]
-                                                        if engine else []))
+                     _verdict_cell(pooled)] + ([v.preemptions, _fmt(v.cache_hit_fraction, ".3f"),
+                                                _fmt(pooled["spec_tokens_per_round"], ".2f")] if engine else [])
+                    + _percentile_cells(pooled, pct))
         notes = list(notes) + ["row 'all' pools the seeds: attainment over all measured requests, overload "
                                "judged on the mean backlog slope (as plan and capacity judge a plan)"]
     headers = ["seed", "requests", "measured", "attainment", "TTFT P50 s", "TTFT P90 s", "TTFT P99 s",
                "TPOT P90 ms", "TTFT mean s", "TPOT mean ms", "ITL mean ms", "E2E mean s", "tokens/s", "rejected", "unfinished", "overloaded", "busy fraction", "utilisation",
-               "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else [])
+               "SLO"] + (["preemptions", "cache hit", "tokens/round"] if engine else []) + (
+                   [f"TTFT {_pct(pct)} s"] if pct not in (50.0, 90.0, 99.0) else []) + (
+                   [f"TPOT {_pct(pct)} ms"] if pct != 90.0 else [])
+    if any(not r["passed"] and not r["decided"] for r in records):
+        notes = list(notes) + [
+            f"SLO unsure: the attainment's 95% Wilson interval holds the target {slo.attainment:g} (a verdict on "
+            "these runs would be a coin toss); more seeds decide it (--seeds; fastsim plan adds them itself, "
+            "fastsim.search.confidence)"]
     if engine:
         notes = list(notes) + [
             "preemptions: requests preempted (vllm) or retracted (sglang) and recomputed later; cache hit: prompt "
@@ -204,8 +227,9 @@ def run(args):
                      else f"{demand.rate_req_per_s:g} req/s" + ("" if isinstance(source, W.Workload)
                                                                  else f", {_arrival_words(args)}"))
         print(f"{plan.describe()} on {model.name}: {rate_text}, {horizon:g} s; "
-              f"P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
-    notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _SIM_LABELS)
+              f"{_pct(pct)} TTFT <= {demand.ttft_s:g} s, {_pct(pct)} TPOT <= {demand.tpot_s * 1e3:g} ms")
+    labels = dict(_SIM_LABELS, ttft_at_percentile_s=f"TTFT {_pct(pct)}", tpot_at_percentile_s=f"TPOT {_pct(pct)}")
+    notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], labels)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
     if args.plot:
@@ -213,6 +237,33 @@ def run(args):
         plot_simulation(results, args.plot, ttft_slo_s=demand.ttft_s, tpot_slo_s=demand.tpot_s, horizon_s=horizon,
                         title=f"{plan.describe()}, {demand.rate_req_per_s:g} req/s")
     return 0
+
+
+def _percentile_cells(rec, pct: float) -> list:
+    """The table's cells of TTFT and TPOT at an SLO percentile other than 90 (TTFT only where the P50 /
+    P90 / P99 columns do not already show it)."""
+    cells = []
+    if pct not in (50.0, 90.0, 99.0):
+        cells.append(_fmt(rec["ttft_at_percentile_s"], ".3f"))
+    if pct != 90.0:
+        x = rec["tpot_at_percentile_s"]
+        cells.append(_fmt(x * 1e3 if x is not None else None, ".1f"))
+    return cells
+
+
+def _sure_pass(met, measured, target: float) -> bool:
+    """Whether an attainment of ``met`` of ``measured`` requests surely reaches ``target`` (its 95% Wilson
+    interval's lower end, :func:`fastsim.search.attainment_verdict`)."""
+    from ..search import attainment_verdict
+    return attainment_verdict(round(float(met)), int(measured), target)[0] == "pass"
+
+
+def _verdict_cell(rec) -> str:
+    """The SLO cell of a run (or of the pooled row): ``pass``, ``FAIL``, or ``unsure`` when the attainment's
+    95% Wilson interval holds the target (:func:`fastsim.search.attainment_verdict`)."""
+    if rec["passed"]:
+        return "pass"
+    return "FAIL" if rec.get("decided", True) else "unsure"
 
 
 def _arrival_words(args) -> str:
@@ -254,10 +305,7 @@ def _profile_workloads(args, scenario, prof, demand):
     """(workloads, horizon, notes) of ``simulate --profile``: one per seed, the scenario's lengths."""
     from ._resolve import _fixed_scenario
     from .. import workload as W
-    if args.arrival == "gamma" and args.cv is None:
-        raise FastsimInputError("--cv", None, "a coefficient of variation > 0 (required with --arrival gamma)")
-    if args.arrival == "poisson" and args.cv not in (None, 1.0):
-        raise FastsimInputError("--cv", args.cv, "1 for Poisson arrivals (or --arrival gamma)")
+    cv = _arrival_cv(args)
     for flag, v in (("--shared-prefix", getattr(args, "shared_prefix", None)),
                     ("--session-turns", getattr(args, "session_turns", None)),
                     ("--session-gap", getattr(args, "session_gap", None))):
@@ -268,7 +316,6 @@ def _profile_workloads(args, scenario, prof, demand):
         scenario = _fixed_scenario(scenario, kind)
     else:
         raise FastsimInputError("--lengths", kind, "lognormal, fixed or fixed:P,O with --profile")
-    cv = 1.0 if args.cv is None else args.cv
     args.seeds = 1 if args.seeds is None else args.seeds
     notes = [prof.describe() + (f" ({prof.source.rsplit('; ', 1)[-1]})" if args.rate_scale not in (None, 1.0)
                                 else "")]
@@ -314,6 +361,20 @@ def _utilisation(result, plan, horizon_s):
     with np.errstate(divide="ignore", invalid="ignore"):
         u = np.where(caps > 0, counts / horizon_s / np.where(caps > 0, caps, 1.0), np.nan)
     return [float(x) for x in u]
+
+
+def _prefix_note(wls, ekw) -> list:
+    """A note on the prefix blocks a run's cache matches (their size sets the unit of the hits)."""
+    pol = ekw.get("policy")
+    pre = next((w.prefix for w in wls if getattr(w, "prefix", None) is not None), None)
+    if pol is None or pre is None or not pol.prefix_caching:
+        return []
+    bt = pre.block_tokens
+    what = ("each request's prompt and answer (an answer is cached when its request finishes, and the next "
+            "turn hits it)" if pre.spans_output else "the prompts only (a trace's ids do not cover the outputs)")
+    unit = ("the engine's own" if bt == pol.block_tokens
+            else f"a multiple of the engine's {pol.block_tokens}-token blocks")
+    return [f"prefix cache: ids of {bt}-token blocks over {what}; hits count in whole {bt}-token blocks ({unit})"]
 
 
 def _variant_flags(args) -> list:
@@ -425,6 +486,8 @@ def _sim_reason(rec, utilisation_why: str = ""):
             return "not applicable: an offline run sends every request at t = 0"
         if k == "utilisation" and drained:
             return "not applicable: a run that drains has no steady rate to compare with the analytic capacity"
+        if k in ("ttft_at_percentile_s", "tpot_at_percentile_s"):
+            return percentile_reason(k[:4].upper(), rec["slo_percentile"] / 100.0, v, rec["measured"])
         if k.startswith(("ttft_p", "tpot_p")):
             return percentile_reason(k[:4].upper(), int(k[6:8]) / 100.0, v, rec["measured"])
         if k == "utilisation":
@@ -563,7 +626,7 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
             notes.append(_arrival_note(args, demand.rate_req_per_s))
     plan, sp, ekw, enotes = _engine_setup(args, plan, model, cat, demand,
                                           prefixes=any(getattr(w, "prefix", None) is not None for w in wls))
-    notes = list(notes) + enotes
+    notes = list(notes) + enotes + _prefix_note(wls, ekw)
     engine = "policy" in ekw
     results = [simulate_drained(sp, w.arrival_s, w.prompt_tokens, w.output_tokens, ttft_slo_s=demand.ttft_s,
                                 tpot_slo_s=demand.tpot_s, max_context_tokens=model.max_context_tokens,
@@ -572,18 +635,18 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
                                                 else demand.rate_req_per_s)
     records = []
     for i, (w, r) in enumerate(zip(wls, results)):
-        records.append(_drained_record(i, plan, bench, rate, r, benchmark_figures(r), engine))
+        records.append(_drained_record(i, plan, bench, rate, r, benchmark_figures(r), engine, demand.slo_attainment))
     if len(results) > 1:
         f = benchmark_figures(_concatenated(results))
         seeds = [benchmark_figures(r) for r in results]
-        pooled = _drained_record("all", plan, bench, rate, None, f, engine)
+        pooled = _drained_record("all", plan, bench, rate, None, f, engine, demand.slo_attainment)
         pooled.update(_pooled_throughput(seeds))
         ms = [r.metrics for r in results]
         meas = sum(m.measured for m in ms)
         pooled.update(measured=int(meas),
                       attainment=(sum(m.attainment * m.measured for m in ms) / meas if meas else math.nan),
                       unfinished=0, overloaded=False, preemptions=sum(int(m.preemptions) for m in ms))
-        pooled["passed"] = bool(pooled["attainment"] >= 0.9)
+        pooled["passed"] = _sure_pass(sum(m.attainment * m.measured for m in ms), meas, demand.slo_attainment)
         for k in ("busy_fraction", "utilisation", "mean_batch", "throughput_tokens_per_s", "cache_hit_fraction",
                   "cache_hit_fraction_per_instance", "spec_tokens_per_round", "cached_prompt_tokens"):
             pooled.pop(k, None)
@@ -618,7 +681,8 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
         print(f"{plan.describe()} on {model.name}: {bench} benchmark, {wls[0].n:,} requests"
               + ("" if bench == "offline" else f" at {rate:.4g} req/s")
               + (f", {_arrival_words(args)}" if bench == "online" else "")
-              + f"; P90 TTFT <= {demand.ttft_s:g} s, P90 TPOT <= {demand.tpot_s * 1e3:g} ms")
+              + f"; {_pct(demand.slo_percentile)} TTFT <= {demand.ttft_s:g} s, "
+              f"{_pct(demand.slo_percentile)} TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _DRAIN_LABELS)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
@@ -664,7 +728,7 @@ def _last_finish(results) -> float:
     return max(ends) if ends else 0.0
 
 
-def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
+def _drained_record(seed_index, plan, bench, rate, result, f, engine, target: float = 0.9) -> dict:
     """One record of a run that drains: the keys of a horizon run's record, and the clients' figures ``f``.
 
     The percentile keys are the clients' (over the finished requests), as are the means; the
@@ -680,7 +744,8 @@ def _drained_record(seed_index, plan, bench, rate, result, f, engine) -> dict:
                    unfinished=int(m.unfinished), overloaded=bool(m.overloaded),
                    busy_fraction=[float(b / f.makespan_s) if f.makespan_s > 0 else math.nan for b in result.busy_s],
                    utilisation=[math.nan] * len(m.utilisation),
-                   mean_batch=[float(x) for x in m.mean_batch], passed=bool(m.attainment >= 0.9),
+                   mean_batch=[float(x) for x in m.mean_batch],
+                   passed=_sure_pass(m.attainment * m.measured if m.measured else 0.0, m.measured, target),
                    policy=m.policy, preemptions=int(m.preemptions), cached_prompt_tokens=int(m.cached_prompt_tokens),
                    cache_hit_fraction=m.cache_hit_fraction,
                    cache_hit_fraction_per_instance=(None if m.cache_hit_fraction_per_instance is None else

@@ -4,8 +4,8 @@ The flags are parsed here; :func:`fastsim.sweep.cli_sweep` runs the sweep and pr
 """
 from __future__ import annotations
 
-from .._command_helpers import (_add_calibration, _add_common, _add_trace_reading, _check_plot, _nonneg_int,
-                                _pos_int, _positive, _seeds)
+from .._command_helpers import (_add_calibration, _add_common, _add_slo_percentile, _add_trace_reading, _check_plot,
+                                _nonneg_int, _pos_int, _positive, _seeds)
 
 
 def add_parser(sub):
@@ -22,12 +22,15 @@ def add_parser(sub):
     sp.add_argument("--verify", choices=("none", "top-k-per-scenario", "all"),
                     help="points to simulate (default none, or the grid file's)")
     sp.add_argument("--top-k", type=_pos_int("--top-k"), help="points per scenario group for top-k-per-scenario (default 3)")
-    sp.add_argument("--seeds", type=_seeds, help="simulation seeds per point (default 4)")
+    sp.add_argument("--seeds", type=_seeds, help="simulation seeds per point (default 4; a point whose attainment the "
+                    "95%% Wilson bound cannot decide gets more, doubling up to 4 x --seeds)")
     sp.add_argument("--horizon", type=_positive("--horizon"), help="simulated seconds (default 600)")
     sp.add_argument("--seed", type=_nonneg_int("--seed"), help="root seed (default 0)")
-    sp.add_argument("--capacity", action="store_true", help="also bisect each verified point for its max sustainable rate")
+    sp.add_argument("--capacity", action="store_true", help="also bisect each verified point for its max sustainable "
+                    "rate (a point whose capacity's 95%% interval lies below its rate then does not pass)")
     sp.add_argument("--tol", type=_positive("--tol"), metavar="FRACTION",
                     help="relative tolerance of the --capacity search (default 0.02, or the grid file's capacity_tol)")
+    _add_slo_percentile(sp)
     sp.add_argument("--out", metavar="FILE", help="write the table: .parquet (needs pyarrow), .csv, .jsonl/.json (JSON Lines)")
     sp.add_argument("--resume", action="store_true", help="keep the points already in --out and do the rest")
     sp.add_argument("--plot", metavar="DIR", help="write Pareto plots (PNG) to this directory, one per question")

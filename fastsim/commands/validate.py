@@ -8,7 +8,7 @@ the geometric-mean ratio per metric, engine and source family (a table, JSON or 
 """
 from __future__ import annotations
 
-from .._command_helpers import _add_calibration, _check_plot, _command_catalog, _fmt
+from .._command_helpers import _check_plot, _command_catalog, _fmt
 from ..errors import FastsimInputError
 
 __all__ = ["add_parser", "run"]
@@ -35,7 +35,12 @@ def add_parser(sub):
     sp.add_argument("--format", choices=("table", "json", "csv"), default="table", help="output format")
     sp.add_argument("--catalog", action="append", default=[], metavar="FILE",
                     help="TOML/JSON file adding or overriding GPUs, precisions, models (repeatable)")
-    _add_calibration(sp)
+    sp.add_argument("--calibration", action="append", default=[], metavar="FILE.toml",
+                    help="step-model constants from `fastsim calibrate` (repeatable: a file tagged with an engine "
+                    "applies to that engine's rows, an untagged one to every other row)")
+    sp.add_argument("--constants", choices=("lecture", "fitted"), default="lecture",
+                    help="lecture (default): SPEC §3's constants; fitted: the calibrations fitted to the shipped set "
+                    "(fastsim/data/calibrations/, one per engine; rows of an engine without one keep SPEC §3's)")
     sp.add_argument("--plot", metavar="FILE.png", help="predicted against real, log-log, coloured by engine")
     sp.add_argument("--engine", action="append", choices=_ENGINES, metavar="ENGINE",
                     help="only the rows of this engine: trtllm, vllm or sglang (repeatable)")
@@ -87,7 +92,6 @@ def run(args) -> int:
     """
     import sys
     from pathlib import Path
-    from .._command_helpers import _constants
     from .._output import csv_frame, dumps
     from ..validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, is_shipped_set, read_measurements, validate
     _check_plot(args)
@@ -99,7 +103,18 @@ def run(args) -> int:
             args.catalog = [str(SHIPPED_CATALOG)] + list(args.catalog)
         notes.append("the shipped measurement set, read with its user GPU entries (gpus_custom.toml beside it)")
     cat = _command_catalog(args)
-    constants = _constants(args)
+    if args.constants == "fitted" and args.calibration:
+        raise FastsimInputError("--constants", "fitted", "lecture with --calibration (the files give the constants)")
+    if args.constants == "fitted":
+        from ..validate import fitted_calibrations
+        constants = fitted_calibrations(catalog=cat)
+        notes.append("step constants: the calibrations fitted to the shipped set (" + ", ".join(
+            f"{c.engine}" for c in constants) + "; fastsim/data/calibrations/); other engines' rows on SPEC §3's")
+    elif args.calibration:
+        from ..constants import load_calibration
+        constants = [load_calibration(f, catalog=cat) for f in args.calibration]
+    else:
+        constants = None
     ms = read_measurements(path, cat)
     if args.only:
         ids = {m.id for m in ms}
@@ -116,7 +131,7 @@ def run(args) -> int:
     doc = report.to_dict()
     notes += doc["notes"]
     if args.calibration:
-        notes.append(f"step constants from {args.calibration}")
+        notes.append("step constants from " + ", ".join(args.calibration))
     left = doc["summary"]["not_expressed"]
     if left:
         why = "; ".join(f"{h}: {n:,}" for h, n in doc["summary"]["not_expressed_reasons"].items())

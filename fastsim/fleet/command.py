@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from .._command_helpers import (_catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive,
-                               _read_plan_json, _record_model, _tp)
+                                _read_plan_json, _record_model, _slo_percentile, _tp)
 from ..errors import FastsimInputError
 from . import strategies as S
 
@@ -122,8 +122,11 @@ def add_fleet_args(sp, add_common, add_calibration):
                    help="instead of --rate: multiply the profile's own rates by F (1 = as shipped)")
     w.add_argument("--ttft", type=_positive("--ttft"), help="P90 TTFT target in seconds")
     w.add_argument("--tpot", type=_positive("--tpot"), help="P90 TPOT target in seconds")
-    w.add_argument("--attainment", type=_unit("--attainment"), default=0.9,
-                   help="attainment target per window and overall (default 0.9)")
+    w.add_argument("--attainment", type=_unit("--attainment"), default=None,
+                   help="attainment target per window and overall (default 0.9, or P / 100 with --slo-percentile)")
+    w.add_argument("--slo-percentile", type=_slo_percentile, default=None, metavar="P",
+                   help="judge TTFT and TPOT at this percentile, 50 to 99.9 (default 90): the attainment target is "
+                        "P / 100 and the instance is sized with the P-th percentile lengths")
     w.add_argument("--days", type=_positive("--days"), help="simulate the profile's first D days only")
     w.add_argument("--horizon", type=_positive("--horizon"), help="simulate the profile's first S seconds only")
     w.add_argument("--seed", type=int, default=0, help="seed of the arrivals, the failures and the capacity runs")
@@ -272,8 +275,20 @@ def _inputs(args):
                                  f", and the profile's peak is the scenario's rate ({scen.rate_req_per_s:g} req/s); "
                                  "--rate sets the peak for this model"))
     scen = replace(scen, model=model.name) if model.name != scen.model else scen
-    slo = SLO(ttft or scen.ttft_s, tpot or scen.tpot_s, args.attainment)
-    demand = Demand.from_scenario(scen, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+    pct = args.slo_percentile
+    if pct is None and pd is not None and pd.get("slo_percentile") is not None:
+        # the plan was made for targets at another percentile: they apply here too
+        from ..plans import check_slo_percentile
+        pct = check_slo_percentile(pd["slo_percentile"], "--from-plan slo_percentile")
+        notes.append(f"--from-plan: the plan's targets are judged at P{pct:g}, as here")
+    if pct is not None and args.attainment is not None and not math.isclose(args.attainment, pct / 100.0):
+        raise FastsimInputError("--attainment", args.attainment, f"no value with --slo-percentile {pct:g} (its "
+                                f"attainment target is {pct / 100.0:g}), or {pct / 100.0:g}")
+    attainment = args.attainment if args.attainment is not None else 0.9 if pct is None else pct / 100.0
+    slo = SLO(ttft or scen.ttft_s, tpot or scen.tpot_s, attainment)
+    demand = Demand.from_scenario(scen, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s,
+                                  latency_quantile=(90.0 if pct is None else pct) / 100.0,
+                                  slo_percentile=90.0 if pct is None else pct)
     plan = plan_for(model, demand, gpu=gpu, precision=prec, tp=tp, instances=1, chunk_tokens=chunk, catalog=cat,
                     layout=layout, options=ScreenOptions(constants=_constants(args)))
     if plan_price is not None and not math.isclose(plan_price, plan.price_usd_per_gpu_hour):

@@ -1,8 +1,10 @@
 """Verification and repair of plans in simulation, and the capacity searches (SPEC section 7; lecture §2.3).
 
 :func:`verify` simulates a plan on a set of workloads (one per seed, common random numbers) at
-the target rate and pools the measured requests; a plan passes when its SLO attainment is >= 0.90
-and the runs, judged together, are not overloaded (:func:`pooled_overload`). :func:`repair` adds
+the target rate and pools the measured requests; a plan passes when its SLO attainment surely
+reaches the target (0.90 for a P90 SLO; the 95% Wilson interval's lower end, seeds added while it
+cannot decide: :mod:`fastsim.search.confidence`) and the runs, judged together, are not
+overloaded (:func:`pooled_overload`). :func:`repair` adds
 whole instances, on the failing side for disaggregated plans (decode when TPOT fails, prefill when
 TTFT fails), until the plan passes, and says so when no count can pass: a request that alone, on
 an idle instance, misses its SLO is not helped by more machines. :func:`max_sustainable_rate`
@@ -17,6 +19,8 @@ The package, in the order a verification and then a capacity search run:
   :class:`ScaleProbe`, :class:`TraceCapacityResult`;
 - :mod:`fastsim.search.adapter`: :func:`sim_plan`, the planner's plan as the simulator's, and an
   engine setting as the simulator's keywords;
+- :mod:`fastsim.search.confidence`: the Wilson bound on a pooled attainment, the seeds an
+  undecided verification adds (:class:`SeedWorkloads`), and the capacity that refutes a pass;
 - :mod:`fastsim.search.verify`: :func:`verify` and its pooling, :func:`repair`,
   :func:`lone_request_check`, :func:`horizon_floor`, and :func:`unsimulated_reason`;
 - :mod:`fastsim.search.checks`: what a capacity search checks before its first probe
@@ -32,6 +36,8 @@ from __future__ import annotations
 
 from .adapter import sim_plan
 from .checks import MAX_RATE_REQ_PER_S, check_plan_instances, check_rate_hint
+from .confidence import (MAX_SEED_FACTOR, SeedWorkloads, attainment_verdict, capacity_refutation, next_seed_count,
+                         wilson_interval)
 from .rate import max_sustainable_rate, max_sustainable_rates
 from .records import (SLO, CapacityResult, HorizonFloor, RepairResult, ScaleProbe, TraceCapacityResult,
                       Verification)
@@ -54,9 +60,10 @@ from .rate import (_BATCH_REQUESTS, _HALF_WIDTH_SIBLINGS, _STEP_COLD, EARLY_STOP
                    FIRST_SEEDS, _family_count, _family_key, _predicted_ratio)
 from .records import _Replay, _RunFigures  # noqa: F401
 from .scale import _SCALE_STEP, _figures_at, _figures_of, _replay_horizon  # noqa: F401
-from .verify import _instances, _lone_times, _p90, _pooled, _rejection_budget  # noqa: F401
+from .verify import _instances, _lone_times, _p90, _pooled, _quantile, _rejection_budget  # noqa: F401
 
 __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", "verify", "repair",
            "lone_request_check", "max_sustainable_rate", "pooled_overload", "max_sustainable_scale",
            "TraceCapacityResult", "ScaleProbe", "MAX_REPLAY_SPAN_S", "MAX_RATE_REQ_PER_S", "HorizonFloor",
-           "horizon_floor", "check_rate_hint", "check_plan_instances"]
+           "horizon_floor", "check_rate_hint", "check_plan_instances", "wilson_interval", "attainment_verdict",
+           "next_seed_count", "capacity_refutation", "SeedWorkloads", "MAX_SEED_FACTOR"]

@@ -30,14 +30,15 @@ from ..errors import FastsimInputError
 
 @dataclass(frozen=True)
 class SLO:
-    """P90 latency targets and the pass threshold (SPEC §1: a plan passes at attainment >= 0.90).
+    """Latency targets and the pass threshold (SPEC §1: a P90 SLO passes at attainment >= 0.90).
 
     Attributes
     ----------
     ttft_s, tpot_s : float
-        TTFT and TPOT targets (s), each a finite number > 0.
+        TTFT and TPOT targets (s), each a finite number > 0, judged at :attr:`percentile`.
     attainment : float
-        Fraction of measured requests that must meet both targets, in (0, 1] (0.90).
+        Fraction of measured requests that must meet both targets, in (0, 1] (0.90 for the
+        default P90 SLO; ``P / 100`` for ``--slo-percentile P``).
 
     Raises
     ------
@@ -66,6 +67,12 @@ class SLO:
                                         f"{name[:4].upper()} target)")
             object.__setattr__(self, name, f)
 
+    @property
+    def percentile(self) -> float:
+        """The percentile at which TTFT and TPOT are judged (float, 50 to 100): ``100 x attainment``
+        (SPEC §1: a P90 SLO passes at attainment >= 0.90; ``--slo-percentile P`` sets ``P / 100``)."""
+        return round(100.0 * self.attainment, 9)
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -78,8 +85,10 @@ class Verification:
     ttft_p90_s, tpot_p90_s : float
         P90 over the pooled measured requests (inf when a measured request never got a token).
     passed : bool
-        ``attainment >= SLO.attainment``, the runs, judged together, not overloaded, and no more
-        requests that fit the model's context rejected than the rejection budget allows.
+        The attainment surely meets ``SLO.attainment`` (its 95% Wilson interval's lower end is
+        >= the target, :mod:`fastsim.search.confidence`), the runs, judged together, are not
+        overloaded, and no more requests that fit the model's context are rejected than the
+        rejection budget allows.
     overloaded : bool
         The runs, judged together by :func:`pooled_overload`, show the number of requests in
         the system growing without bound.
@@ -105,6 +114,21 @@ class Verification:
         fails (0 by default: a plan that cannot serve a valid request does not pass).
     reason : str
         Why the plan fails ("" when it passes): each failed criterion, in words.
+    attainment_ci95_lo, attainment_ci95_hi : float
+        The 95% Wilson score interval of ``attainment`` over the pooled counts
+        (:func:`fastsim.search.confidence.wilson_interval`); a pass needs its lower end >= the
+        target (:func:`~fastsim.search.confidence.attainment_verdict`). NaN when not computed.
+    decided : bool
+        Whether the verdict is sure: the interval lies wholly on one side of the target, or another
+        criterion (overload, rejections) fails the plan. An undecided verification does not pass;
+        :func:`fastsim.search.verify` adds seeds to decide it (:mod:`fastsim.search.confidence`).
+    runs_asked : int
+        Seeds asked for (``runs`` exceeds it when seeds were added); 0 when not recorded.
+    slo_percentile : float
+        The SLO's percentile (:attr:`SLO.percentile`, 90 by default).
+    ttft_at_percentile_s, tpot_at_percentile_s : float
+        TTFT and TPOT at that percentile over the pooled measured requests (equal to the P90s at
+        90; NaN when not computed).
     """
 
     attainment: float
@@ -122,6 +146,13 @@ class Verification:
     rejected_in_context: int = 0
     rejection_budget: float = 0.0
     reason: str = ""
+    attainment_ci95_lo: float = float("nan")
+    attainment_ci95_hi: float = float("nan")
+    decided: bool = True
+    runs_asked: int = 0
+    slo_percentile: float = 90.0
+    ttft_at_percentile_s: float = float("nan")
+    tpot_at_percentile_s: float = float("nan")
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict.

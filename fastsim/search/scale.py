@@ -259,7 +259,8 @@ def max_sustainable_scale(plan: Plan, trace, slo: SLO, *, horizon_s: float | Non
             k = int(np.searchsorted(t, h, side="right"))
             pre = None
             if wl.prefix is not None:
-                pre = W.PrefixBlocks(wl.prefix.block_tokens, wl.prefix.offsets[:k + 1], wl.prefix.ids)
+                off = wl.prefix.offsets[:k + 1]
+                pre = wl.prefix._replace(offsets=off, ids=wl.prefix.ids[:int(off[-1])])
             wls.append(_Replay(t[:k], P[:k], O[:k], pre))
             kept.append(k)
         H = max(hz)

@@ -2,7 +2,9 @@
 
 :func:`verify` simulates a plan on a set of workloads (one per seed, common random numbers) at
 the target rate and pools the measured requests (``_pooled``); a plan passes when its SLO
-attainment is >= 0.90 and the runs, judged together, are not overloaded (:func:`pooled_overload`).
+attainment surely reaches the target (0.90 for a P90 SLO: the 95% Wilson interval's lower end, with
+seeds added while the interval holds the target, :mod:`fastsim.search.confidence`) and the runs,
+judged together, are not overloaded (:func:`pooled_overload`).
 :func:`repair` adds whole instances, on the failing side for disaggregated plans (decode when TPOT
 fails, prefill when TTFT fails), until the plan passes, and says so when no count can pass: a
 request that alone, on an idle instance, misses its SLO is not helped by more machines
@@ -64,10 +66,15 @@ def pooled_overload(metrics, horizon_s: float) -> bool:
 
 def _p90(a: np.ndarray) -> float:
     """P90 by linear interpolation with +inf allowed, the same arithmetic as the simulator's kernel."""
+    return _quantile(a, 0.9)
+
+
+def _quantile(a: np.ndarray, q: float) -> float:
+    """The ``q`` quantile by linear interpolation with +inf allowed (the kernel's arithmetic at 0.9)."""
     n = a.size
     if n == 0:
         return float("nan")
-    pos = 0.9 * (n - 1)
+    pos = q * (n - 1)
     lo = int(np.floor(pos))
     frac = pos - lo
     srt = np.sort(a)
@@ -79,14 +86,18 @@ def _p90(a: np.ndarray) -> float:
     return float(x + (y - x) * frac)
 
 
-def _pooled(results, slo: SLO, measure_window, horizon_s, max_context_tokens=None, rejection_budget: float = 0.0):
+def _pooled(results, slo: SLO, measure_window, horizon_s, max_context_tokens=None, rejection_budget: float = 0.0,
+            runs_asked: int = 0):
     """The :class:`Verification` of runs judged together (SPEC §7).
 
     ``max_context_tokens`` (the model's) separates the rejections: a request rejected although
     its prompt + output fits the context is one the plan's instances cannot hold, and more of
     them than ``rejection_budget`` x requests fails the plan. Without it (None) rejections count
-    only as misses.
+    only as misses. The attainment passes only when its 95% Wilson interval's lower end reaches
+    the target (:func:`fastsim.search.confidence.attainment_verdict`): the one rule of ``plan``,
+    ``simulate`` and the sweep.
     """
+    from .confidence import attainment_verdict
     ttft_all, tpot_all = [], []
     met = measured = rejected = requests = in_ctx = 0
     overloaded = pooled_overload([r.metrics for r in results], horizon_s) if results else False
@@ -114,16 +125,22 @@ def _pooled(results, slo: SLO, measure_window, horizon_s, max_context_tokens=Non
     tpot_all = np.concatenate(tpot_all) if tpot_all else np.empty(0)
     q = _p90
     att = met / measured if measured else 0.0
+    verdict, lo, hi = attainment_verdict(met, measured, slo.attainment)
     ms = [r.metrics for r in results]
     policy = ms[0].policy if ms else "lecture"
     cached = sum(m.cached_prompt_tokens for m in ms)
     admitted = sum(m.prompt_tokens_admitted for m in ms)
     caching = any(m.cache_hit_fraction_per_instance is not None for m in ms)
     why = []
-    if att < slo.attainment:
+    if verdict == "fail" or att < slo.attainment:
         why.append(f"attainment {att:.3f} below {slo.attainment:g}")
+    elif verdict == "undecided":
+        why.append(f"attainment {att:.3f} is not surely >= {slo.attainment:g}: its 95% Wilson interval "
+                   f"{lo:.4f}-{hi:.4f} over {measured:,} measured requests holds the target")
+    decided = verdict != "undecided"
     if overloaded:
         why.append("overloaded (the queue grows without bound)")
+    decided = decided or overloaded or in_ctx > rejection_budget * requests
     if in_ctx > rejection_budget * requests:
         why.append(f"rejects {in_ctx:,} of {requests:,} requests that fit the model's context (an instance's KV "
                    "cache cannot hold them)" + (f"; the rejection budget allows {rejection_budget:g} of the requests"
@@ -133,7 +150,11 @@ def _pooled(results, slo: SLO, measure_window, horizon_s, max_context_tokens=Non
                         runs=len(results), measured=measured, rejected=rejected, requests=requests,
                         policy=policy, preemptions=sum(int(m.preemptions) for m in ms),
                         cache_hit_fraction=cached / admitted if caching and admitted else float("nan"),
-                        rejected_in_context=in_ctx, rejection_budget=float(rejection_budget), reason="; ".join(why))
+                        rejected_in_context=in_ctx, rejection_budget=float(rejection_budget), reason="; ".join(why),
+                        attainment_ci95_lo=lo, attainment_ci95_hi=hi, decided=bool(decided),
+                        runs_asked=int(runs_asked or len(results)), slo_percentile=slo.percentile,
+                        ttft_at_percentile_s=_quantile(ttft_all, slo.attainment),
+                        tpot_at_percentile_s=_quantile(tpot_all, slo.attainment))
 
 
 def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalog | None = None,
@@ -145,10 +166,15 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     Parameters
     ----------
     plan : Plan
-    workloads : sequence of (arrival_s, prompt_tokens, output_tokens)
+    workloads : sequence of (arrival_s, prompt_tokens, output_tokens), or SeedWorkloads
         One per seed: ``ndarray(float64) of shape (n,)`` ascending arrival times (s) and two
-        ``ndarray(int64) of shape (n,)`` token counts.
+        ``ndarray(int64) of shape (n,)`` token counts. A
+        :class:`~fastsim.search.confidence.SeedWorkloads` (what the planner passes) can grow: an
+        undecided verdict (the attainment's 95% Wilson interval holds the target) doubles the
+        seeds, up to :data:`~fastsim.search.confidence.MAX_SEED_FACTOR` x the seeds asked for
+        (:func:`~fastsim.search.confidence.next_seed_count`); a plain sequence is judged as it is.
     slo : SLO
+        Targets and the attainment a pass needs (its percentile: :attr:`SLO.percentile`).
     horizon_s : float
         Arrival window simulated (s).
     catalog : Catalog, optional
@@ -181,7 +207,8 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     -------
     Verification
         Pooled over the runs; ``attainment`` is 0 when nothing was measured; ``reason`` says
-        why it fails.
+        why it fails (an attainment still undecided after the seeds it may add fails: a pass is
+        sure, :mod:`fastsim.search.confidence`).
 
     Raises
     ------
@@ -197,14 +224,37 @@ def verify(plan: Plan, workloads, slo: SLO, *, horizon_s: float, catalog: Catalo
     if drain_s:
         require_positive("drain_s", drain_s)
     rejection_budget = _rejection_budget(rejection_budget)
+    from .confidence import MAX_SEED_FACTOR, SeedWorkloads, next_seed_count
     sp, ekw = _simulated(plan, engine, catalog, constants, model)
     total = horizon_s + drain_s
     window = (measure_window[0] * horizon_s / total, measure_window[1] * horizon_s / total)
-    # every seed in one parallel kernel call; results are identical to one simulate() per seed
-    results = simulate_batch([sp], list(workloads), horizon_s=total, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
-                             max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
-                             measure_window=window, full=True)
-    return _pooled(results, slo, window, total, model.max_context_tokens, rejection_budget)
+
+    def run(wls):
+        # every seed in one parallel kernel call; results are identical to one simulate() per seed
+        return simulate_batch([sp], list(wls), horizon_s=total, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s,
+                              max_context_tokens=model.max_context_tokens, routing=routing, **ekw,
+                              measure_window=window, full=True)
+
+    grows = isinstance(workloads, SeedWorkloads)
+    wls = list(workloads)
+    asked = len(wls)
+    results = run(wls)
+    v = _pooled(results, slo, window, total, model.max_context_tokens, rejection_budget, asked)
+    while True:
+        n = next_seed_count(len(wls), asked, v.decided, grows)
+        if not n:
+            break
+        more = workloads.first(n)[len(wls):]
+        results = list(results) + list(run(more))
+        wls = wls + more
+        v = _pooled(results, slo, window, total, model.max_context_tokens, rejection_budget, asked)
+    if not v.decided:
+        from dataclasses import replace
+        tail = (f"; still so at {len(wls)} seeds ({MAX_SEED_FACTOR} x the {asked} asked, the most a verification "
+                "adds)" if grows else "; no seeds to add (a trace replays once; a fixed set of workloads is judged "
+                "as it is)")
+        v = replace(v, reason=v.reason + tail)
+    return v
 
 
 def _rejection_budget(v) -> float:
@@ -311,7 +361,8 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     """Verify a plan and add instances until it passes (SPEC §7).
 
     Colocated plans gain one instance at a time; disaggregated plans gain a decode instance when
-    the TPOT P90 misses its target, a prefill instance when the TTFT P90 does (both when both do).
+    the TPOT at the SLO's percentile (P90 by default) misses its target, a prefill instance when the
+    TTFT does (both when both do).
     Before adding anything, a request of the latency-quantile lengths is checked alone on an idle
     instance: if it already misses the SLO, no count can pass and the plan is reported unrepairable.
 
@@ -375,8 +426,9 @@ def repair(plan: Plan, workloads, slo: SLO, *, horizon_s: float, latency_prompt_
     cur = plan
     for _ in range(max_added):
         if cur.mode == "disaggregated":
-            add_d = v.tpot_p90_s > slo.tpot_s or not (v.ttft_p90_s > slo.ttft_s)
-            add_p = v.ttft_p90_s > slo.ttft_s
+            # the side whose latency at the SLO's percentile misses (the P90s by default)
+            add_d = v.tpot_at_percentile_s > slo.tpot_s or not (v.ttft_at_percentile_s > slo.ttft_s)
+            add_p = v.ttft_at_percentile_s > slo.ttft_s
             cur = cur.with_instances(prefill_instances=cur.prefill_instances + int(add_p),
                                      decode_instances=cur.decode_instances + int(add_d))
         else:

@@ -50,7 +50,7 @@ from numba import njit
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
                          P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
-                         P_WEXP)
+                         P_WEXP, P_ETA_KV)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
@@ -87,8 +87,10 @@ N_ICOLS = 30
  # the sliding fraction f of the KV read (0.0 without a window)
  F_SLIDE,
  # the time of the boundary at which the instance last went idle (nothing admitted)
- F_IDLE_T) = range(22)
-N_FCOLS = 22
+ F_IDLE_T,
+ # eta_kv x HBM B/s: the KV read's divisor (equal to F_D_BW under SPEC §3's constants)
+ F_D_KV) = range(23)
+N_FCOLS = 23
 
 # int64 columns of the per-run table.
 (R_WORK, R_N_REQ, R_INST_OFF, R_N_INST, R_N_ENTRY, R_WHEEL_OFF, R_WHEEL_LEN, R_SAMP_OFF,
@@ -316,6 +318,7 @@ def _step_consts_nb(pp, fst, i):
     a2a_a = fst[i, F_A2A_A]
     a2a_b = fst[i, F_A2A_B]
     d_ep = fst[i, F_D_EP]
+    d_kv = fst[i, F_D_KV]
     # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
     # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
     # ar_b == 0 and no all-to-all the communication is the same signed zero product
@@ -330,7 +333,8 @@ def _step_consts_nb(pp, fst, i):
     comm_c = (n_ar * (ar_a + ar_b * (1.0 / dp * hid * 2.0) / d_nv)
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
-                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c)
+                         ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
+                         d_kv)
 
 
 @njit(cache=True, inline="always")
@@ -341,13 +345,13 @@ def _step_s_nb(n_tok, kvf, attn, parts):
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
         weight_s = weight_c
     kvb = kvf * kvpg
-    kv_time = (kvb / dp if div_dp else kvb) / d_bw
+    kv_time = (kvb / dp if div_dp else kvb) / d_kv
     num = matmul2 * n_tok + attn
     comp_s = (num / g if div_g else num) / d_c
     if comm_fixed:
@@ -367,7 +371,7 @@ def _step_nd_nb(n_tok, parts):
     only, so a plain call (no reference counting).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -401,6 +405,7 @@ def init_row_nb(i, pp, ist, fst):
     tp = pp[i, P_TP]
     g = pp[i, P_GPUS]
     fst[i, F_D_BW] = pp[i, P_ETA_BW] * pp[i, P_HBM_BW]
+    fst[i, F_D_KV] = pp[i, P_ETA_KV] * pp[i, P_HBM_BW]
     fst[i, F_WDENSE] = pp[i, P_WDENSE]
     fst[i, F_WEXP] = pp[i, P_WEXP]
     fst[i, F_KEEP] = 1.0 - pp[i, P_KFRAC]
@@ -534,7 +539,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     d_dp = d_parts[1]
     d_kvpg = d_parts[3]
     d_over = d_parts[5]
-    d_bw = d_parts[9]
+    d_kv = d_parts[26]
     d_dc = d_parts[11]
     d_divs = d_parts[20] or d_parts[21]
     # contiguous copies of every instance's next boundary time and outstanding tokens, kept
@@ -1021,7 +1026,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                             kvf = float(ctx) - d_slide * float(ex)
                         else:
                             kvf = float(ctx)
-                        kv_time = kvf * d_kvpg / d_dp / d_bw
+                        kv_time = kvf * d_kvpg / d_dp / d_kv
                         comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                         aw = w_s + kv_time
                         dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
@@ -1049,7 +1054,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 ex += npast
                                 kvf = float(ctx) - d_slide * float(ex)
-                                kv_time = kvf * d_kvpg / d_dp / d_bw
+                                kv_time = kvf * d_kvpg / d_dp / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                                 aw = w_s + kv_time
                                 dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
@@ -1067,7 +1072,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 tokens_out += nd
                                 ctx += nd
                                 kvf = float(ctx)
-                                kv_time = kvf * d_kvpg / d_dp / d_bw
+                                kv_time = kvf * d_kvpg / d_dp / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                                 aw = w_s + kv_time
                                 dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
@@ -1085,7 +1090,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 tokens_out += nd
                                 ctx += nd
                                 kvf = float(ctx)
-                                kv_time = kvf * d_kvpg / d_bw
+                                kv_time = kvf * d_kvpg / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_dc
                                 aw = w_s + kv_time
                                 dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over

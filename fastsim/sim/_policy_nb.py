@@ -40,12 +40,13 @@ in one loop on local copies of the instance's state (a tight inner loop while no
 nobody waits and the blocks fit, evicting as needed); a boundary whose schedule does not
 qualify continues in the general code with its step completed.
 
-SGLang's admission room (the free KV minus each running request's ``float(min(O - g, clip)) x
-ratio``, in batch order, minus the pieces and admissions of the step) only decides comparisons
-with a waiting request's needs. With no running output above the clip the reservations sum to
-``ratio x`` an exact integer (a running sum), so the room is known to within the rounding of its
-operations; a comparison outside 9 times that bound is the reference's, else (or with outputs over
-the clip) the room is computed by the reference's operations in its order.
+SGLang's admission room (the free KV in tokens, free blocks x ``bt``, minus each running
+request's ``float(min(O - g, clip)) x ratio``, in batch order, minus the pieces and admissions of
+the step) only decides comparisons with a waiting request's needs. With no running output above
+the clip the reservations sum to ``ratio x`` an exact integer (a running sum), so the room is
+known to within the rounding of its operations; a comparison outside 9 times that bound is the
+reference's, else (or with outputs over the clip) the room is computed by the reference's
+operations in its order.
 
 Step time: :func:`fastsim.stepmodel.step_time_nb`'s expression with its step-independent parts
 computed once (the same values; exact shortcuts as in ``_kernels``). Helpers that take arrays cost
@@ -59,7 +60,7 @@ from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, step_time_nb)
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
 
@@ -73,8 +74,8 @@ ROUTE_PREFIX_AWARE = 2
 # int64 configuration row of a run (set by the wrapper)
 (C_KIND, C_BUDGET, C_MAX_SEQS, C_BT, C_CACHING, C_BTH, C_GAMMA, C_CLIP, C_RETRACT, C_ROUTING, C_N_INST,
  C_MAX_CONTEXT, C_NB_TOTAL, C_SEED, C_ROUTE_ABS, C_WINDOW, C_SLIDE_L, C_N_LAYERS, C_N_BLOCK_IDS,
- C_PRIVATE, C_CHUNK_UNIT, C_WHOLE_CONTEXT) = range(22)
-N_CCOLS = 22
+ C_PRIVATE, C_CHUNK_UNIT, C_WHOLE_CONTEXT, C_SPANS) = range(23)
+N_CCOLS = 23
 # float64 configuration row of a run
 (CF_ALPHA, CF_RATIO_INIT, CF_RATIO_MIN, CF_RATIO_DECAY, CF_ROUTE_REL, CF_ROUTE_THR, CF_SLIDE) = range(7)
 N_CFCOLS = 7
@@ -152,28 +153,43 @@ def _take_hits_nb(i, r, h, e0, boff, bids, eref, lprev, lnext, lhead, ltail, cfr
         eref[e0 + bid] += 1
 
 
+@njit(cache=True, inline="always")
+def _cache_rest_nb(r, e0, b0, upto, nxb, bids, eref, eown, own, nref, bpb):
+    """Make request ``r``'s listed blocks ``nxb[r] .. upto - 1`` cache entries (those not cached yet).
+
+    The blocks that hold generated tokens (rows that span the output): at the request's finish,
+    and under ``vllm`` at its preemption. Inlined where it is called.
+    """
+    while nxb[r] < upto:
+        bid = bids[b0 + nxb[r]]
+        if eref[e0 + bid] < 0:
+            eref[e0 + bid] = 1
+            eown[e0 + bid] = r
+            own[r] -= bpb
+            nref[r] += 1
+        nxb[r] += 1
+
+
 @njit(cache=True)
 def _release_nb(i, r, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext, lhead, ltail, cfree, free,
-                own, nref, bpb, private, bth, prompt, comp):
-    """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail) and free its blocks.
+                own, nref, bpb, private, bth, prompt, comp, keep_out):
+    """Drop request ``r``'s cache references (an entry nobody references joins the LRU tail, the request's last
+    block first) and free its blocks.
 
     For the rare paths (preemption, retraction): a call costs reference counts on every array it is
     passed, so the finishes, which are frequent, have this code written out in place. With private
-    blocks, the request's computed full prompt blocks become cache entries here, at its preemption.
+    blocks, the request's computed full prompt blocks become cache entries here, at its preemption;
+    with ``keep_out`` (vllm, rows that span the output) so do its computed full blocks of
+    generated tokens.
     """
     if caching:
         b0 = boff[r]
+        if keep_out:
+            _cache_rest_nb(r, e0, b0, min(boff[r + 1] - b0, comp[r] // bth), nxb, bids, eref, eown, own, nref, bpb)
         if private:
             nfull = min(min(boff[r + 1] - b0, prompt[r] // bth), comp[r] // bth)
-            while nxb[r] < nfull:
-                bid = bids[b0 + nxb[r]]
-                if eref[e0 + bid] < 0:
-                    eref[e0 + bid] = 1
-                    eown[e0 + bid] = r
-                    own[r] -= bpb
-                    nref[r] += 1
-                nxb[r] += 1
-        for j in range(nxb[r]):
+            _cache_rest_nb(r, e0, b0, nfull, nxb, bids, eref, eown, own, nref, bpb)
+        for j in range(nxb[r] - 1, -1, -1):
             bid = bids[b0 + j]
             if j < hh[r] or eown[e0 + bid] == r:
                 if j >= hh[r]:
@@ -232,6 +248,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     bt = cfg[C_BT]
     caching = cfg[C_CACHING] != 0
     private = cfg[C_PRIVATE] != 0
+    # rows that span the output: their blocks past the prompt's full ones become cache entries at
+    # the finish (and under vllm at a preemption), and every listed block can be hit
+    spans = cfg[C_SPANS] != 0
     bth = cfg[C_BTH]
     bpb = bth // bt if bth > 0 else 0
     gamma = cfg[C_GAMMA]
@@ -247,6 +266,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     SL = cfg[C_SLIDE_L]
     NL = cfg[C_N_LAYERS]
     H = cfg[C_N_BLOCK_IDS] if caching else 0
+    keep_out = spans and kind == VLLM
     # trtllm: chunks cut short are rounded down to this many tokens; contexts run whole (no chunking)
     unit = cfg[C_CHUNK_UNIT]
     whole = cfg[C_WHOLE_CONTEXT] != 0
@@ -276,6 +296,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     hid = p[P_HIDDEN]
     overhead = p[P_OVERHEAD]
     d_bw = p[P_ETA_BW] * p[P_HBM_BW]
+    d_kv = p[P_ETA_KV] * p[P_HBM_BW]     # the KV read's divisor (d_bw's value under SPEC §3's constants)
     wdense = p[P_WDENSE]
     wexp = p[P_WEXP]
     keep = 1.0 - p[P_KFRAC]
@@ -436,7 +457,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         nbl = boff[r + 1] - b0
                         cap = 0
                         if caching:
-                            cap = min(min(nbl, P // bth), (ntok[r] - 1) // bth)
+                            cap = min(nbl if spans else min(nbl, P // bth), (ntok[r] - 1) // bth)
                         for i in range(ni):
                             hcount = 0
                             while hcount < cap and eref[i * ecap + bids[b0 + hcount]] >= 0:
@@ -542,7 +563,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             kvf = float(ctx) - f * 0.0
                             attn = c4g * kvf
                             kvb = kvf * kvpg
-                            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                            kv_time = (kvb / dp if div_dp else kvb) / d_kv
                             num = mm + attn
                             comp_s = (num / g if div_g else num) / d_c
                             aw = weight_s + kv_time
@@ -598,7 +619,10 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             unf[i] -= 1
                             if caching:
                                 b0 = boff[r]
-                                for j in range(nxb[r]):
+                                if spans:
+                                    _cache_rest_nb(r, e0, b0, min(boff[r + 1] - b0, comp[r] // bth), nxb, bids, eref,
+                                                   eown, own, nref, bpb)
+                                for j in range(nxb[r] - 1, -1, -1):
                                     bid = bids[b0 + j]
                                     if j < hh[r] or eown[e0 + bid] == r:
                                         if j >= hh[r]:
@@ -668,7 +692,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     kvf = float(ctx) - f * 0.0
                     attn = c4g * kvf
                     kvb = kvf * kvpg
-                    kv_time = (kvb / dp if div_dp else kvb) / d_bw
+                    kv_time = (kvb / dp if div_dp else kvb) / d_kv
                     num = mm + attn
                     comp_s = (num / g if div_g else num) / d_c
                     aw = weight_s + kv_time
@@ -753,7 +777,10 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         unf[i] -= 1
                         if caching:
                             b0 = boff[r]
-                            for j in range(nxb[r]):
+                            if spans:
+                                _cache_rest_nb(r, e0, b0, min(boff[r + 1] - b0, comp[r] // bth), nxb, bids, eref,
+                                               eown, own, nref, bpb)
+                            for j in range(nxb[r] - 1, -1, -1):
                                 bid = bids[b0 + j]
                                 if j < hh[r] or eown[e0 + bid] == r:
                                     if j >= hh[r]:
@@ -838,7 +865,10 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             unf[i] -= 1
                             if caching:
                                 b0 = boff[r]
-                                for j in range(nxb[r]):
+                                if spans:
+                                    _cache_rest_nb(r, e0, b0, min(boff[r + 1] - b0, comp[r] // bth), nxb, bids, eref,
+                                                   eown, own, nref, bpb)
+                                for j in range(nxb[r] - 1, -1, -1):
                                     bid = bids[b0 + j]
                                     if j < hh[r] or eown[e0 + bid] == r:
                                         if j >= hh[r]:
@@ -945,7 +975,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if output[v] > clip:
                                 nbig[i] -= 1
                             _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
-                                        lhead, ltail, cfree, free, own, nref, bpb, private, bth, prompt, comp)
+                                        lhead, ltail, cfree, free, own, nref, bpb, private, bth, prompt, comp,
+                                        keep_out)
                             comp[v] = 0
                             hh[v] = 0
                             nxb[v] = 0
@@ -977,7 +1008,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             h = 0
                             if caching:
                                 b0 = boff[r]
-                                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                                nl = boff[r + 1] - b0
+                                cap = min(nl if spans else min(nl, P // bth), (ntok[r] - 1) // bth)
                                 while h < cap and eref[e0 + bids[b0 + h]] >= 0:
                                     h += 1
                             evb = 0
@@ -1108,7 +1140,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             h = 0
                             if caching:
                                 b0 = boff[r]
-                                cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                                nl = boff[r + 1] - b0
+                                cap = min(nl if spans else min(nl, P // bth), (ntok[r] - 1) // bth)
                                 while h < cap and eref[e0 + bids[b0 + h]] >= 0:
                                     h += 1
                             ext = ntok[r] - h * bth
@@ -1196,7 +1229,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                         h = 0
                         if caching:
                             b0 = boff[r]
-                            cap = min(min(boff[r + 1] - b0, P // bth), (ntok[r] - 1) // bth)
+                            nl = boff[r + 1] - b0
+                            cap = min(nl if spans else min(nl, P // bth), (ntok[r] - 1) // bth)
                             while h < cap and eref[e0 + bids[b0 + h]] >= 0:
                                 h += 1
                         ext = ntok[r] - h * bth
@@ -1205,7 +1239,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if eref[e0 + bids[boff[r] + j]] == 0:
                                 evb += bpb
                         resv = min(output[r] - gen[r], clip)
-                        lhs = float(ext + resv) + float(evb)
+                        lhs = float(ext + resv) + float(evb * bt)
                         if not have_rt:
                             # the admission room ``rem_total`` of the reference (the free KV at the
                             # start of the step, minus each running request's reservation
@@ -1221,8 +1255,8 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if not apx:
                                 if nbig[i] == 0:
                                     apx = True
-                                    rt_a = float(free0) - ratio[i] * float(mog0) - float(xsum)
-                                    bnd = float(free0) + ratio[i] * float(mog0) + float(xsum)
+                                    rt_a = float(free0 * bt) - ratio[i] * float(mog0) - float(xsum)
+                                    bnd = float(free0 * bt) + ratio[i] * float(mog0) + float(xsum)
                                     err_n = nrun0 + npcs + 8
                                 else:
                                     exact = True
@@ -1235,7 +1269,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             if exact:
                                 have_rt = True
                                 apx = False
-                                rem_total = float(free0)
+                                rem_total = float(free0 * bt)
                                 c = fc[i]
                                 fend = nF[i] + hol[i]
                                 for k in range(nrun0 + hol[i]):
@@ -1316,7 +1350,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                         r = rbuf[r0 + k]
                                         if gen[r] >= 1 and comp[r] == ntok[r] - 1:
                                             ndd += 1
-                                    if not (first_iter or free[i] < ndd * rsteps * per):
+                                    if not (first_iter or free[i] * bt < ndd * rsteps * per):
                                         break
                                     first_iter = False
                                     kv_ = 0
@@ -1336,7 +1370,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                         nbig[i] -= 1
                                     _release_nb(i, v, e0, caching, boff, bids, nxb, hh, eown, eref, lprev, lnext,
                                                 lhead, ltail, cfree, free, own, nref, bpb, private, bth, prompt,
-                                                comp)
+                                                comp, False)
                                     comp[v] = 0
                                     hh[v] = 0
                                     nxb[v] = 0
@@ -1425,7 +1459,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
             else:
                 weight_s = weight_c
             kvb = kvf * kvpg
-            kv_time = (kvb / dp if div_dp else kvb) / d_bw
+            kv_time = (kvb / dp if div_dp else kvb) / d_kv
             num = matmul2 * ntf + attn
             comp_s = (num / g if div_g else num) / d_c
             if comm_fixed:

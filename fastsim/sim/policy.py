@@ -40,14 +40,15 @@ blocks the queue). A step that would run nothing after a preemption is scheduled
 ``python/sglang/srt/managers/``). Prefill steps take priority (SGLang's default, without
 ``--enable-mixed-chunk``): a decode step runs only when no prefill step can be formed. A prefill step continues the prompt being chunked and
 admits waiting requests FCFS within ``chunked_prefill_size`` tokens (the last one chunked, then
-stop), fewer than ``max_running_requests`` running, and an admission budget: the free KV minus,
+stop), fewer than ``max_running_requests`` running, and an admission budget: the free KV in tokens
+(free pages x ``page_size``, as ``PrefillAdder.rem_total_tokens`` counts it) minus,
 for each running request, ``min(O - generated, 4096) x new_token_ratio``; a new request needs its
 uncached prompt plus ``min(O - generated, 4096)`` (the client's ``max_tokens`` is taken to be the
 request's real output length, the most optimistic reading). Without a prefill step, every decode
 runs one token (``gamma + 1`` with speculation); when their KV does not fit, requests are
 retracted, fewest generated tokens first (ties: the longest prompt, then the latest admitted),
-until the rest have room for 20 more steps (at least one, never the last), to the BACK of the
-queue, and ``new_token_ratio = min(1, (generated + 20 x running) / sum of O)`` over the rest;
+until the rest have room for 20 more steps (free tokens >= 20 x decodes; at least one, never the
+last), to the BACK of the queue, and ``new_token_ratio = min(1, (generated + 20 x running) / sum of O)`` over the rest;
 else the ratio decays by ``(0.7 - 0.098) / 600`` per decode step down to 0.098 (SGLang's
 ``init_new_token_ratio = 0.7``, ``min_new_token_ratio_factor = 0.14``, 600 decay steps).
 
@@ -75,20 +76,38 @@ left after the weights, fastsim's budget is ``StepConstants.memory_utilization``
 the weights: about 0.1 x the weights smaller).
 
 Prefix caching (vLLM automatic prefix caching; SGLang RadixAttention; TensorRT-LLM block reuse). Requests carry prefix block
-ids (:class:`fastsim.workload.PrefixBlocks`: Mooncake's ``hash_ids``, one per 512 tokens, or a
-synthetic shared prefix). A full prompt block computed by a request becomes a cache entry of its
-instance (unless one with that id exists), referenced by it; at admission a request hits the
-longest run of its leading full blocks found in the cache (at most ``ntok - 1`` tokens: one token
-is always computed), references them and skips their prefill (the chunk's attention over them is
-still computed and their KV still read). Entries nobody references stay cached in the free KV, in
-an LRU list; an allocation that needs their blocks evicts the least recently released first. A
-request that finishes or is preempted drops its references. Counted: the prompt tokens each
-request took from the cache at its first admission. Block ids must identify the whole prefix up to
-the block (as Mooncake's do). A workload without block ids gets private ones (256-token blocks, no
-two requests sharing one), which become cache entries when their request is preempted: it then takes
-its own prompt back from the cache if the blocks were not evicted meanwhile, as in the engines (not
-counted as hits; blocks of finished requests, which nobody could hit, are not kept). Not modelled: output tokens are never cached (the trace gives no
-ids for them), nor prefixes within a block. Prefix caching with a sliding-window model is refused.
+ids (:class:`fastsim.workload.PrefixBlocks`: Mooncake's ``hash_ids``, one per 512 tokens of the prompt, or a
+synthetic system prompt and multi-turn sessions, whose rows span the output). A full prompt block
+computed by a request becomes a cache entry of its instance (unless one with that id exists),
+referenced by it; with rows that span the output, so do its full blocks of generated tokens, at
+its finish and, under ``vllm``, at its preemption (vLLM caches every full block it computes, the
+generated ones included: ``KVCacheManager.allocate_slots`` caches ``min(num_computed_tokens +
+num_new_tokens, request.num_tokens)`` tokens' full blocks, ``vllm/v1/core/kv_cache_manager.py``,
+whose hashes ``get_request_block_hasher`` chains over all the request's tokens,
+``vllm/v1/core/kv_cache_utils.py``; SGLang inserts ``(origin_input_ids + output_ids)[:-1]``, page
+aligned, at the finish, ``RadixCache.cache_finished_req`` in
+``python/sglang/srt/mem_cache/radix_cache.py``, and a retracted request keeps only its cached
+prompt, ``ScheduleBatch.retract_decode``). At admission a request hits the longest run of its
+leading full blocks found in the cache (at most ``ntok - 1`` tokens: one token is always computed;
+a preempted request's generated blocks count), references them and skips their prefill (the
+chunk's attention over them is still computed and their KV still read). Hits match at the ids'
+block size, which must be a multiple of the engine's KV block; the command line draws synthetic
+ids at the engine's own block (vLLM 16 tokens, SGLang's page of 1 token, TensorRT-LLM 32), so hits
+count in its units. Entries nobody references stay cached in the free KV, in an LRU list; an
+allocation that needs their blocks evicts the least recently released first. A request that
+finishes or is preempted drops its references last block first, so its tail is evicted before its
+head and a later request keeps the longest prefix (vLLM's ``KVCacheManager.free`` frees "in
+reverse order so that the tail blocks are evicted first"; SGLang's ``RadixCache.evict`` evicts
+leaves first). Counted: the prompt tokens each request took from
+the cache at its first admission. Block ids must identify the whole prefix up to the block (as
+Mooncake's do). A workload without block ids gets private ones (256-token blocks, no two requests
+sharing one), which become cache entries when their request is preempted: it then takes its own
+prompt back from the cache if the blocks were not evicted meanwhile, as in the engines (not counted
+as hits; blocks of finished requests, which nobody could hit, are not kept). Not modelled: a
+request's generated blocks are not hit by another request while it still runs under ``vllm``
+(which caches them as they are computed): only a later request that holds the answer in its
+prompt could, and a chat sends its next turn after the answer; prefixes within a block; a trace's
+outputs (its ids cover the prompts). Prefix caching with a sliding-window model is refused.
 
 Routing ``prefix-aware`` (SGLang router ``cache_aware``, its defaults ``balance_abs_threshold = 64``,
 ``balance_rel_threshold = 1.5``, ``cache_threshold = 0.3``): with ``u_i`` the unfinished requests
@@ -139,6 +158,12 @@ __all__ = ["POLICIES", "ROUTINGS", "EnginePolicy", "engine_policy", "policy_defa
 POLICIES = ("lecture", "vllm", "sglang", "trtllm")
 #: The engine policies (every name of :data:`POLICIES` but the lecture's).
 ENGINES = ("vllm", "sglang", "trtllm")
+#: Tokens per KV block (page) of each engine by default, the granularity of its prefix-cache hits:
+#: vLLM ``CacheConfig.block_size`` 16 (``vllm/config/cache.py``); SGLang ``ServerArgs.page_size``
+#: 1 (``python/sglang/srt/server_args.py``; its radix cache matches page-aligned keys,
+#: ``RadixCache.match_prefix`` in ``python/sglang/srt/mem_cache/radix_cache.py``); TensorRT-LLM
+#: ``KvCacheConfig.tokens_per_block`` 32 (``tensorrt_llm/llmapi/llm_args.py``).
+ENGINE_BLOCK_TOKENS = {"vllm": 16, "sglang": 1, "trtllm": 32}
 #: Routing rules of the engine-policy simulator.
 ROUTINGS = {"least-loaded": PK.ROUTE_LEAST_LOADED, "round-robin": PK.ROUTE_ROUND_ROBIN,
             "prefix-aware": PK.ROUTE_PREFIX_AWARE}
@@ -226,17 +251,17 @@ def policy_defaults(name: str, gpu_memory_bytes: float, *, kv_budget_tokens: flo
     gib = float(gpu_memory_bytes) / _GIB
     if name == "vllm":
         big = gib >= 70.0
-        return EnginePolicy("vllm", 8192 if big else 2048, 1024 if big else 256, 16, True,
+        return EnginePolicy("vllm", 8192 if big else 2048, 1024 if big else 256, ENGINE_BLOCK_TOKENS["vllm"], True,
                             "vLLM V1 defaults (EngineArgs.get_batch_defaults, OpenAI server; block_size 16)")
     if name == "sglang":
         chunk = 2048 if gib < 35.0 else (8192 if gib < 160.0 else 16384)
         kv = max(float(kv_budget_tokens), 0.0)
         seqs = min(max(int(kv / max(int(context_tokens), 1) * 512), 2048), 4096)
-        return EnginePolicy("sglang", chunk, seqs, 1, True,
+        return EnginePolicy("sglang", chunk, seqs, ENGINE_BLOCK_TOKENS["sglang"], True,
                             "SGLang defaults (ServerArgs chunked_prefill_size by GPU memory; page_size 1; "
                             "max_running_requests from the KV pool)")
     if name == "trtllm":
-        return EnginePolicy("trtllm", 8192, 2048, 32, False,
+        return EnginePolicy("trtllm", 8192, 2048, ENGINE_BLOCK_TOKENS["trtllm"], False,
                             "TensorRT-LLM PyTorch-backend defaults (BaseLlmArgs max_num_tokens 8192, max_batch_size "
                             "2048; KvCacheConfig tokens_per_block 32; GUARANTEED_NO_EVICT; chunked context and "
                             "block reuse off as in trtllm-bench)", False)
@@ -327,18 +352,28 @@ def _check_policy(policy) -> EnginePolicy:
 PRIVATE_BLOCK_TOKENS = 256
 
 
-def _prefix_arrays(prefix, prompt: np.ndarray, field: str = "prefix"):
-    """``(offsets, dense ids, block_tokens, distinct ids)`` of a workload's prefix blocks (or none)."""
+def _prefix_arrays(prefix, prompt: np.ndarray, field: str = "prefix", output: np.ndarray | None = None):
+    """``(offsets, dense ids, block_tokens, distinct ids, spans output)`` of a workload's prefix blocks (or none).
+
+    A row that spans the output (``prefix.spans_output``) may list the blocks of the request's first
+    ``P + O - 1`` tokens (``output`` is then needed), else those of its prompt.
+    """
     n = prompt.shape[0]
     if prefix is None:
-        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64), 0, 0
+        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64), 0, 0, False
     try:
         off = np.ascontiguousarray(prefix.offsets, dtype=np.int64)
         ids = np.asarray(prefix.ids, dtype=np.int64)
         bt = prefix.block_tokens
+        spans = getattr(prefix, "spans_output", False)
     except (AttributeError, TypeError, ValueError):
         raise FastsimInputError(field, type(prefix).__name__, "a fastsim.workload.PrefixBlocks (block_tokens, "
                                 "offsets, ids) or None") from None
+    if not isinstance(spans, (bool, np.bool_)):
+        raise FastsimInputError(f"{field}.spans_output", spans, "True or False")
+    spans = bool(spans)
+    if spans and output is None:
+        raise FastsimInputError(f"{field}.spans_output", True, "False here (no output lengths to bound the rows)")
     if isinstance(bt, bool) or not isinstance(bt, (int, np.integer)) or bt < 1:
         raise FastsimInputError(f"{field}.block_tokens", bt, "an integer >= 1")
     if off.shape != (n + 1,):
@@ -347,19 +382,25 @@ def _prefix_arrays(prefix, prompt: np.ndarray, field: str = "prefix"):
         raise FastsimInputError(f"{field}.offsets", "not a CSR of the ids", "0, non-decreasing, ending at len(ids)")
     if ids.size and ids.min() < 0:
         raise FastsimInputError(f"{field}.ids", int(ids.min()), "ids >= 0")
-    most = -(-prompt // int(bt))
+    if spans:
+        most = -(-(prompt + np.asarray(output, dtype=np.int64) - 1) // int(bt))
+        what = "ceil((P + O - 1) / {bt}) = {m} blocks for its {p}-token prompt and {o}-token output"
+    else:
+        most = -(-prompt // int(bt))
+        what = "ceil(P / {bt}) = {m} blocks for its {p}-token prompt"
     over = np.flatnonzero(np.diff(off) > most)
     if over.size:
         i = int(over[0])
+        o_i = int(output[i]) if output is not None else 0
         raise FastsimInputError(f"{field} (request {i})", f"{int(off[i + 1] - off[i])} blocks",
-                                f"at most ceil(P / {int(bt)}) = {int(most[i])} blocks for its {int(prompt[i])}-token "
-                                "prompt (are these the blocks of another workload?)")
+                                "at most " + what.format(bt=int(bt), m=int(most[i]), p=int(prompt[i]), o=o_i)
+                                + " (are these the blocks of another workload?)")
     top = int(ids.max()) + 1 if ids.size else 0
     if top <= 2 * ids.size + 1024:
         # ids already nearly dense (Mooncake's count up from 0): used as they are, no sort
-        return off, np.ascontiguousarray(ids), int(bt), top
+        return off, np.ascontiguousarray(ids), int(bt), top, spans
     uniq, dense = np.unique(ids, return_inverse=True)
-    return off, np.ascontiguousarray(dense.astype(np.int64)), int(bt), int(uniq.shape[0])
+    return off, np.ascontiguousarray(dense.astype(np.int64)), int(bt), int(uniq.shape[0]), spans
 
 
 def _private_prefix(prompt: np.ndarray):
@@ -371,28 +412,30 @@ def _private_prefix(prompt: np.ndarray):
     nb = prompt // PRIVATE_BLOCK_TOKENS
     off = np.zeros(prompt.shape[0] + 1, np.int64)
     np.cumsum(nb, out=off[1:])
-    return off, np.arange(int(off[-1]), dtype=np.int64), PRIVATE_BLOCK_TOKENS, int(off[-1]), True
+    return off, np.arange(int(off[-1]), dtype=np.int64), PRIVATE_BLOCK_TOKENS, int(off[-1]), True, False
 
 
-def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray):
+def prefix_for_run(prefix, prompt: np.ndarray, pol: EnginePolicy, p: np.ndarray, output: np.ndarray | None = None):
     """The prefix arrays a run uses: the workload's blocks, or private ones (:func:`_private_prefix`).
 
     Private blocks only with prefix caching on, no sliding window (whose cached blocks are not
     modelled: there a preempted request recomputes its whole prompt) and a policy that preempts
-    (not ``trtllm``).
+    (not ``trtllm``). ``output`` (the requests' output tokens) bounds rows that span the output.
 
     Returns
     -------
     tuple
-        ``(offsets, dense ids, block tokens, distinct ids, private)``.
+        ``(offsets, dense ids, block tokens, distinct ids, private, spans output)``.
     """
     if prefix is None and pol.prefix_caching and pol.name != "trtllm" and kv_window(p)[0] == NO_WINDOW:
         return _private_prefix(prompt)
-    return _prefix_arrays(prefix, prompt) + (False,)
+    off, ids, bt, nid, spans = _prefix_arrays(prefix, prompt, output=output)
+    return off, ids, bt, nid, False, spans
 
 
 def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context: int, routing: int,
-                 prefix_block_tokens: int, n_ids: int, spec, seed: int, private: bool = False):
+                 prefix_block_tokens: int, n_ids: int, spec, seed: int, private: bool = False,
+                 spans_output: bool = False):
     """The kernel's int64 and float64 configuration rows of one run."""
     w, s, lay, f = kv_window(p)
     bt = int(pol.block_tokens)
@@ -431,6 +474,7 @@ def _config_rows(pol: EnginePolicy, p: np.ndarray, n_instances: int, max_context
     trt = pol.name == "trtllm"
     c[PK.C_CHUNK_UNIT] = bt if trt and pol.chunked_context else 0
     c[PK.C_WHOLE_CONTEXT] = 1 if trt and not pol.chunked_context else 0
+    c[PK.C_SPANS] = 1 if caching and spans_output else 0
     cf = np.zeros(PK.N_CFCOLS, np.float64)
     cf[PK.CF_ALPHA] = alpha
     cf[PK.CF_RATIO_INIT] = 0.7
@@ -453,7 +497,7 @@ def cfg_dict(c: np.ndarray, cf: np.ndarray) -> dict:
                 route_abs=int(c[PK.C_ROUTE_ABS]), route_rel=float(cf[PK.CF_ROUTE_REL]),
                 route_cache_thr=float(cf[PK.CF_ROUTE_THR]), nb_total=int(c[PK.C_NB_TOTAL]),
                 private=bool(c[PK.C_PRIVATE]), chunk_unit=int(c[PK.C_CHUNK_UNIT]),
-                whole_context=bool(c[PK.C_WHOLE_CONTEXT]))
+                whole_context=bool(c[PK.C_WHOLE_CONTEXT]), spans_output=bool(c[PK.C_SPANS]))
 
 
 def _spec_check(spec, p_draft):
@@ -505,9 +549,9 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
             raise FastsimInputError("plan.max_batch", pl.max_batch, f"0 under the {pol.name} policy (its batch cap "
                                     f"is max_num_seqs, now {pol.max_num_seqs}: engine_policy(..., max_num_seqs=N), "
                                     "--max-num-seqs on the command line)")
-        off, ids, bth, nid, private = prefix_for_run(pre, w[1], pol, pl.p)
+        off, ids, bth, nid, private, spans = prefix_for_run(pre, w[1], pol, pl.p, w[2])
         c, cf = _config_rows(pol, pl.p, pl.n_instances, max_context, ROUTINGS[routing], bth, nid, spec, spec_seed,
-                             private)
+                             private, spans)
         rows.append((pl, w, off, ids, c, cf))
     if R == 1 or full:
         return pol, spec, [_policy_run(*r[:6], pd, rf, n_samp, full) for r in rows], n_samp

@@ -138,6 +138,9 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
     kind, B, S, bt = cfg["kind"], cfg["budget"], cfg["max_seqs"], cfg["block_tokens"]
     caching, bth = cfg["caching"], cfg["prefix_block_tokens"]
     private = cfg.get("private", False)
+    # rows that span the output: every listed block can be hit; the blocks past the prompt's full
+    # ones become cache entries at the finish and, under vllm, at a preemption
+    spans = cfg.get("spans_output", False)
     unit, whole = cfg.get("chunk_unit", 0), cfg.get("whole_context", False)
     bpb = bth // bt if bth > 0 else 0
     gamma, alpha, seed = cfg["gamma"], cfg["alpha"], cfg["seed"]
@@ -155,8 +158,11 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
     def nfull(r):
         return min(len(r.blocks), r.P // bth) if caching else 0
 
+    def nlisted(r):
+        return len(r.blocks) if spans else nfull(r)
+
     def hits(inst, r):
-        cap = min(nfull(r), (r.ntok - 1) // bth) if caching else 0
+        cap = min(nlisted(r), (r.ntok - 1) // bth) if caching else 0
         h = 0
         while h < cap and r.blocks[h] in inst.entries:
             h += 1
@@ -177,7 +183,8 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
             inst.free += bpb
 
     def release(inst, r):
-        for j in range(r.nxt_blk):
+        # last block first: the tail joins the LRU list before the head, so it is evicted first
+        for j in reversed(range(r.nxt_blk)):
             bid = r.blocks[j]
             if j < r.h:
                 unref(inst, bid)
@@ -195,6 +202,9 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
         if private:
             # private blocks become cache entries when their request is preempted
             make_entries(inst, r, min(nfull(r), r.computed // bth))
+        if caching and spans and kind == VLLM:
+            # vLLM caches every full block it computed, generated tokens included
+            make_entries(inst, r, min(len(r.blocks), r.computed // bth))
         release(inst, r)
         r.computed = 0
         r.h = 0
@@ -374,7 +384,8 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
     def schedule_sglang(inst):
         # a prefill step when a chunked prompt is in progress or the queue head can be admitted
         budget = B
-        rem_total = float(inst.free)
+        # SGLang counts its admission room in tokens (``PrefillAdder.rem_total_tokens``): free pages x page size
+        rem_total = float(inst.free * bt)
         for r in inst.running:
             rem_total -= float(min(r.O - r.g, cfg["clip"])) * inst.ratio
         for r in inst.running:
@@ -398,7 +409,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
             h = hits(inst, r)
             ext = r.ntok - h * bth
             ev = evictable(inst, r, h)
-            if float(ext + min(r.O - r.g, cfg["clip"])) + float(ev) > rem_total:
+            if float(ext + min(r.O - r.g, cfg["clip"])) + float(ev * bt) > rem_total:
                 break
             x = min(ext, budget)
             need = nb(h * bth + x) - h * bpb
@@ -406,7 +417,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
                 break
             admit(inst, r, h, x)
             budget -= x
-            rem_total -= float(ext + min(r.O - r.g, cfg["clip"])) + float(ev)
+            rem_total -= float(ext + min(r.O - r.g, cfg["clip"])) + float(ev * bt)
             if x < ext:
                 break
         if inst.stepped:
@@ -421,7 +432,7 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
             first_iter = True
             while len(inst.running) > 1:
                 nd = sum(1 for r in inst.running if is_decoder(r))
-                if not (first_iter or inst.free < nd * cfg["retract_steps"] * per):
+                if not (first_iter or inst.free * bt < nd * cfg["retract_steps"] * per):
                     break
                 first_iter = False
                 v = inst.running[0]
@@ -536,6 +547,9 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
             if not private:
                 make_entries(inst, r, min(nfull(r), r.computed // bth) if caching else 0)
             if r.status == FINISHED:
+                if caching and spans:
+                    # the finished request's full blocks of generated tokens become cache entries
+                    make_entries(inst, r, min(len(r.blocks), r.computed // bth))
                 release(inst, r)
                 inst.running.remove(r)
                 inst.unfinished -= 1

@@ -62,7 +62,7 @@ def cli_sweep(args) -> int:
     kw = dict(file_settings)
     flagged = set()
     for flag, key in (("verify", "verify"), ("top_k", "top_k"), ("seeds", "seeds"), ("horizon", "horizon_s"),
-                      ("seed", "seed")):
+                      ("seed", "seed"), ("slo_percentile", "slo_percentile")):
         if getattr(args, flag) is not None:
             kw[key] = getattr(args, flag)
             flagged.add(key)
@@ -84,7 +84,8 @@ def cli_sweep(args) -> int:
     def field(key):
         """The name of a setting where it was given: its flag, or its key in the grid file."""
         flags = {"top_k": "--top-k", "capacity": "--capacity", "verify": "--verify", "seeds": "--seeds",
-                 "horizon_s": "--horizon", "seed": "--seed", "capacity_tol": "--tol"}
+                 "horizon_s": "--horizon", "seed": "--seed", "slo_percentile": "--slo-percentile",
+                 "capacity_tol": "--tol"}
         return flags[key] if key in flagged else f"[sweep] {key} in {args.grid}" if key in file_settings else key
 
     if kw.get("verify", "none") == "none":
@@ -166,6 +167,17 @@ def cli_sweep(args) -> int:
             na["tpot"] |= row[13] == "n/a"
             na["capacity"] |= caps[-1] == "n/a"
     n, nf, nv, npass = len(df), int(df["feasible"].sum()), int(df["verified"].sum()), int(df["sim_passed"].sum())
+    more = df[df["verified"] & (df["sim_runs"] > settings.seeds)] if nv and settings.seeds else df.iloc[:0]
+    refuted = df[df["verified"] & df["sim_reason"].str.startswith("its simulated capacity")] if nv else df.iloc[:0]
+    judged = []
+    if len(more):
+        judged.append(f"{len(more):,} simulated point{'s' if len(more) != 1 else ''} ran more seeds than the "
+                      f"{settings.seeds} asked (sim_runs): the 95% Wilson interval of the pooled attainment held the "
+                      "target, so the seeds doubled until it did not, up to 4 x --seeds; a point passes when the "
+                      "interval clears the target (fastsim.search.confidence)")
+    if len(refuted):
+        judged.append(f"{len(refuted):,} point{'s fail' if len(refuted) != 1 else ' fails'} although the attainment "
+                      "passes: the point's own simulated capacity's 95% interval lies below its rate (sim_reason)")
     print(f"{n:,} points: {nf:,} analytically feasible, {nv:,} simulated, {npass:,} passed")
     print(tabulate(rows, headers=["workload", "req/s", "GPU", "prec", "mode", "TP", "inst", "GPUs", "$/M out",
                                   "$/M eff", "capacity req/s", "attainment", "TTFT P90 s", "TPOT P90 ms",
@@ -185,6 +197,11 @@ def cli_sweep(args) -> int:
     if "inf" in cells:
         print("note: inf = infinite: more than 10% of the measured requests never got that token (P90), or no "
               "capacity probe failed (sim max req/s)")
+    for text in judged:
+        print("note: " + text)
+    if settings.slo_percentile != 90.0:
+        print(f"note: targets judged at P{settings.slo_percentile:g} (--slo-percentile): a point passes when "
+              f"{settings.slo_percentile:g}% of its measured requests meet both; the TTFT / TPOT columns are the P90s")
     if len(rows) < n:
         print("note: " + _rows_note(len(rows), n, nf, nv, args.rows, bool(args.out)))
     for note in read_notes:

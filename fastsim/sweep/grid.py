@@ -76,6 +76,12 @@ class SweepSettings:
         1 to :data:`MAX_TOKENS_OR_BATCH`, at least one.
     constants : StepConstants
         Step-model constants (SPEC §3), for the screen and the simulator.
+    slo_percentile : float
+        The percentile at which TTFT and TPOT are judged, 50 to 99.9 (default 90,
+        :func:`fastsim.plans.check_slo_percentile`): the screen's latency lengths are that
+        percentile of the length distributions, its prefill tail factor
+        :func:`fastsim.plans.ttft_tail_for`, and a point passes when that share of its measured
+        requests meet both targets (surely: the 95% Wilson bound, :mod:`fastsim.search.confidence`).
 
     Raises
     ------
@@ -85,7 +91,8 @@ class SweepSettings:
         ``none`` (nothing would be searched); a non-numeric or non-positive ``horizon_s``;
         ``capacity_tol`` outside (0, 1); ``chunk_tokens`` empty, repeating a size, or holding
         anything but integers from 1 to :data:`MAX_TOKENS_OR_BATCH` (``512.0`` included); margin
-        or tail that :class:`fastsim.analytic.ScreenOptions` rejects.
+        or tail that :class:`fastsim.analytic.ScreenOptions` rejects; a ``slo_percentile`` outside
+        [50, 99.9].
     """
 
     verify: str = "none"
@@ -99,8 +106,11 @@ class SweepSettings:
     ttft_tail: float = 2.3
     chunk_tokens: tuple = (256, 512, 1024, 2048)
     constants: StepConstants = field(default_factory=StepConstants)
+    slo_percentile: float = 90.0
 
     def __post_init__(self):
+        from ..plans import check_slo_percentile
+        object.__setattr__(self, "slo_percentile", check_slo_percentile(self.slo_percentile))
         if self.verify not in ("none", "top-k-per-scenario", "all"):
             raise FastsimInputError("verify", self.verify, "none, top-k-per-scenario or all")
         for name, lo in (("top_k", 1), ("seeds", 1), ("seed", 0)):

@@ -109,7 +109,8 @@ def _question_file(q: dict, with_model: bool) -> str:
     return "_".join(parts) + ".png"
 
 
-def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PLOTS) -> list:
+def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PLOTS,
+               slo_percentile: float = 90.0) -> list:
     """Pareto plots of a sweep table, one PNG per question (matplotlib, Agg backend).
 
     A question is one model x workload x rate x TTFT target x TPOT target x price of the table
@@ -132,6 +133,9 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
         Directory to write (created if needed).
     max_plots : int or None, default 12
         Plot only the first questions in grid order (None: all). Select rows to plot others.
+    slo_percentile : float, default 90
+        The percentile the sweep judged its targets at (:attr:`SweepSettings.slo_percentile`),
+        named in each title.
 
     Returns
     -------
@@ -210,8 +214,8 @@ def plot_sweep(df: pd.DataFrame, out_dir: str, *, max_plots: int | None = MAX_PL
             if ax is axes[0] and drawn.any():
                 ax.legend(fontsize=7)
         head = (f"{q['model']}: " if with_model else "") + (
-            f"{q['workload']} at {q['rate_req_per_s']:g} req/s, P90 TTFT <= {q['ttft_s']:g} s, "
-            f"P90 TPOT <= {q['tpot_s'] * 1e3:g} ms, price {q['price']}")
+            f"{q['workload']} at {q['rate_req_per_s']:g} req/s, P{slo_percentile:g} TTFT <= {q['ttft_s']:g} s, "
+            f"P{slo_percentile:g} TPOT <= {q['tpot_s'] * 1e3:g} ms, price {q['price']}")
         n_inf = int((~feas).sum())
         sub = (f"{int(feas.sum())} feasible configurations ({int(ver.sum())} simulated: {int(passed.sum())} passed, "
                f"{int(failed.sum())} failed), {n_inf} analytically infeasible (not drawn)")

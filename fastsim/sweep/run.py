@@ -429,5 +429,5 @@ def run_sweep(grid, *, catalog: Catalog | None = None, settings: SweepSettings |
     else:
         full = table.iloc[:0]
     if plot_dir:
-        plot_sweep(full, plot_dir, max_plots=max_plots)
+        plot_sweep(full, plot_dir, max_plots=max_plots, slo_percentile=s.slo_percentile)
     return full

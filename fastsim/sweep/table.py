@@ -59,8 +59,9 @@ COLUMNS = (
     ("efficiency_usd_per_million_output_tokens", "float64"), ("output_tokens_per_s_per_gpu", "float64"),
     ("feasible", "bool"), ("reason", "str"),
     ("verified", "bool"), ("sim_runs", "int64"), ("sim_measured", "int64"), ("sim_rejected", "int64"),
-    ("sim_attainment", "float64"), ("sim_ttft_p90_s", "float64"), ("sim_tpot_p90_s", "float64"),
-    ("sim_overloaded", "bool"), ("sim_passed", "bool"),
+    ("sim_attainment", "float64"), ("sim_attainment_ci95_lo", "float64"), ("sim_attainment_ci95_hi", "float64"),
+    ("sim_ttft_p90_s", "float64"), ("sim_tpot_p90_s", "float64"),
+    ("sim_overloaded", "bool"), ("sim_passed", "bool"), ("sim_reason", "str"),
     ("sim_capacity_req_per_s", "float64"), ("sim_capacity_ci95_lo_req_per_s", "float64"),
     ("sim_capacity_ci95_hi_req_per_s", "float64"), ("sim_capacity_probes", "int64"),
     ("sim_capacity_seed_runs", "int64"), ("sim_capacity_stopped_runs", "int64"),
@@ -82,9 +83,12 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: 8: a scenario's figures are those of the requests within the model's context, as the screen's
 #: (``Demand.within_context``): served means, sizing for the served rate, infeasible when fewer than
 #: 90% fit (version 7 priced the untruncated lengths: heavy tails sized far too many instances).
-#: 9: the capacity search's cost per point: ``sim_capacity_probes``, ``sim_capacity_seed_runs``,
+#: 9: a point passes only when its attainment's 95% Wilson interval clears the target (seeds added
+#: while it cannot decide: ``sim_runs`` counts them) and its capacity, when searched, does not
+#: refute the rate; new columns ``sim_attainment_ci95_lo`` / ``_hi`` and ``sim_reason`` (why it fails).
+#: 10: the capacity search's cost per point: ``sim_capacity_probes``, ``sim_capacity_seed_runs``,
 #: ``sim_capacity_stopped_runs``.
-TABLE_VERSION = 9
+TABLE_VERSION = 10
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -162,6 +166,8 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
     reasons = list(_REASONS)
     used = np.zeros((nm, ns), dtype=bool)          # only the (model, source) pairs some point has
     used[mcode, np.arange(ns)[None, :]] = True
+    from ..plans import ttft_tail_for
+    tail = ttft_tail_for(s.slo_percentile, s.ttft_tail)
     for i, src in enumerate(srcs):
         for a, v in enumerate(ttfts):
             ttft[i, a] = v if v is not None else src.ttft_s
@@ -172,7 +178,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
         for k, m in enumerate(models):
             if not used[k, i]:
                 continue
-            mp, mo, lp, lo, wp, f = _served_lengths(src, m)
+            mp, mo, lp, lo, wp, f = _served_lengths(src, m, s.slo_percentile)
             mean_p[k, i], mean_o[k, i], served[k, i] = mp, mo, f
             why = _context_reason(m, lp, lo, f)
             if why:
@@ -181,7 +187,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 ctx_reason[k, i] = reasons.index(why)
             for a in range(len(ttfts)):
                 for b in range(len(tpots)):
-                    demand[k, i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, s.ttft_tail, wp, 0.0)
+                    demand[k, i, a, b] = (mp, mo, lp, lo, ttft[i, a], tpot[i, b], s.tpot_margin, tail, wp, 0.0)
     price = np.zeros((len(A["price"]), len(gpus)))
     for i, pv in enumerate(A["price"]):
         for j, g in enumerate(gpus):
@@ -191,14 +197,29 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                 price[i, j] = pv.get(g.name, g.price_usd_per_hour)
             else:
                 price[i, j] = pv
-    lens = np.array([src.lengths for src in srcs], dtype=np.float64)
+    lens = np.array([_source_lengths(src, s.slo_percentile) for src in srcs], dtype=np.float64)
     return _Tables(models, params, ptab, tps, mcode, demand, rate, ttft, tpot, price,
                    mean_o, mean_p, lens[:, 2].copy(), served, ctx_reason, np.array(reasons, dtype=object))
 
 
-def _served_lengths(src, model) -> tuple:
+def _source_lengths(src, percentile: float = 90.0) -> tuple:
+    """A source's ``lengths`` (mean P, mean O, latency P, latency O, E[P^2] / E[P]) with the latency
+    lengths at the SLO percentile (the grid holds the P90s)."""
+    if percentile == 90.0:
+        return src.lengths
+    q = percentile / 100.0
+    if src.kind == "scenario":
+        lp, lo = src.obj.prompt.quantile(q), src.obj.output.quantile(q)
+    else:
+        lp = float(np.quantile(src.obj.prompt_tokens.astype(np.float64), q))
+        lo = float(np.quantile(src.obj.output_tokens.astype(np.float64), q))
+    mp, mo, _, _, wp = src.lengths
+    return mp, mo, lp, lo, wp
+
+
+def _served_lengths(src, model, percentile: float = 90.0) -> tuple:
     """A source's length figures on a model, as the screen prices them: ``(mean P, mean O, latency P,
-    latency O, E[P^2] / E[P], served fraction)``.
+    latency O, E[P^2] / E[P], served fraction)``, the latency lengths at the SLO ``percentile``.
 
     A scenario's are those of :meth:`fastsim.analytic.Demand.from_scenario` truncated at the
     model's context by :meth:`~fastsim.analytic.Demand.within_context` (the simulator rejects a
@@ -206,10 +227,11 @@ def _served_lengths(src, model) -> tuple:
     empirical lengths either), with served fraction 1.
     """
     if src.kind != "scenario":
-        mp, mo, lp, lo, wp = src.lengths
+        mp, mo, lp, lo, wp = _source_lengths(src, percentile)
         return mp, mo, lp, lo, wp, 1.0
     from ..analytic import Demand
-    d = Demand.from_scenario(src.obj).within_context(model.max_context_tokens)
+    d = Demand.from_scenario(src.obj, latency_quantile=percentile / 100.0,
+                             slo_percentile=percentile).within_context(model.max_context_tokens)
     return (d.mean_prompt_tokens, d.mean_output_tokens, d.latency_prompt_tokens, d.latency_output_tokens,
             d.work_prompt_tokens, d.served_fraction)
 
@@ -479,8 +501,10 @@ def _nullable(values: np.ndarray, valid: np.ndarray) -> pd.arrays.IntegerArray:
 def _empty_sim(n: int) -> dict:
     nan = np.full(n, np.nan)
     return {"verified": np.zeros(n, bool), "sim_runs": np.zeros(n, np.int64), "sim_measured": np.zeros(n, np.int64),
-            "sim_rejected": np.zeros(n, np.int64), "sim_attainment": nan.copy(), "sim_ttft_p90_s": nan.copy(),
+            "sim_rejected": np.zeros(n, np.int64), "sim_attainment": nan.copy(),
+            "sim_attainment_ci95_lo": nan.copy(), "sim_attainment_ci95_hi": nan.copy(), "sim_ttft_p90_s": nan.copy(),
             "sim_tpot_p90_s": nan.copy(), "sim_overloaded": np.zeros(n, bool), "sim_passed": np.zeros(n, bool),
+            "sim_reason": np.full(n, "", dtype=object),
             "sim_capacity_req_per_s": nan.copy(), "sim_capacity_ci95_lo_req_per_s": nan.copy(),
             "sim_capacity_ci95_hi_req_per_s": nan.copy(), "sim_capacity_probes": np.zeros(n, np.int64),
             "sim_capacity_seed_runs": np.zeros(n, np.int64), "sim_capacity_stopped_runs": np.zeros(n, np.int64)}

@@ -180,80 +180,123 @@ def _ints(col: pd.Series) -> np.ndarray:
 def _run_task(task: _Task) -> dict:
     """Simulate the points of a task: batches of (configuration x seed) runs, one kernel call each.
 
+    Each point is judged as ``fastsim plan`` judges a plan (:func:`fastsim.search._pooled`, the
+    95% Wilson bound of :mod:`fastsim.search.confidence`); a point the bound cannot decide gets
+    more seeds, doubling up to ``MAX_SEED_FACTOR x seeds`` (:func:`fastsim.search.next_seed_count`;
+    a trace is replayed once), in further batches of the undecided points only. With the
+    capacity search, a point whose capacity's 95% interval lies below its rate does not pass
+    (:func:`fastsim.search.capacity_refutation`).
+
     Returns a dict of simulation columns (arrays aligned with ``task.points``) plus ``point``.
     """
     from .. import workload as W
-    from ..search import SLO, _pooled
+    from ..search import SLO, MAX_SEED_FACTOR, _pooled, capacity_refutation, next_seed_count
     from ..sim import ColocatedPlan, DisaggregatedPlan, simulate_batch
     s = task.settings
     k = task.points.shape[0]
     out = _empty_sim(k)
     out["point"] = task.points
     window = (0.2, 0.8)
+    att = s.slo_percentile / 100.0
     wl_cache: dict = {}
 
-    def workloads(i):
+    def workloads(i, n=None):
+        """The point's first ``n`` workloads (``s.seeds`` by default; a trace: its one replay) and horizon."""
         src = task.sources[task.src[i]]
         key = (int(task.src[i]), float(task.rate[i]))
         if key not in wl_cache:
             if src.kind == "trace":
                 wl = src.obj if key[1] == src.rate_req_per_s else src.obj.rescaled(key[1])
                 wl_cache[key] = ([(wl.arrival_s, wl.prompt_tokens, wl.output_tokens)],
-                                 float(np.nextafter(wl.duration_s, np.inf)))
+                                 float(np.nextafter(wl.duration_s, np.inf)), None)
             else:
-                kids = W.seeds_for(_workload_seed(s.seed, src.label), s.seeds)
-                ws = [W.synthesize(src.obj, key[1], s.horizon_s, kid) for kid in kids]
-                wl_cache[key] = ([(w.arrival_s, w.prompt_tokens, w.output_tokens) for w in ws], s.horizon_s)
-        return wl_cache[key]
+                kids = W.seeds_for(_workload_seed(s.seed, src.label), MAX_SEED_FACTOR * s.seeds)
+                wl_cache[key] = ([], s.horizon_s, kids)
+        wls, hz, kids = wl_cache[key]
+        if kids is None:
+            return wls, hz
+        n = s.seeds if n is None else n
+        while len(wls) < n:
+            w = W.synthesize(src.obj, key[1], s.horizon_s, kids[len(wls)])
+            wls.append((w.arrival_s, w.prompt_tokens, w.output_tokens))
+        return wls[:n], hz
 
-    # group runs by (horizon, max context): simulate_batch takes one of each per call
-    groups: dict = {}
-    for i in range(k):
-        wls, hz = workloads(i)
-        groups.setdefault((hz, int(task.max_ctx[i])), []).append(i)
-    for (hz, ctx), idx in groups.items():
-        batch_plans, batch_works, owners = [], [], []
-        n_req = 0
+    def plan_of(i):
+        if task.mode[i]:
+            return DisaggregatedPlan(task.p_b[i], int(task.n_b[i]), task.p_a[i], int(task.n_a[i]),
+                                     decode_max_batch=int(task.max_batch[i]))
+        return ColocatedPlan(task.p_a[i], int(task.n_a[i]), int(task.chunk[i]), int(task.max_batch[i]))
 
-        def flush():
-            if not batch_plans:
-                return
-            res = simulate_batch(batch_plans, batch_works, horizon_s=hz, ttft_slo_s=1.0, tpot_slo_s=1.0,
-                                 max_context_tokens=ctx, measure_window=window, full=True)
-            start = 0
-            for i, nrun in owners:
-                v = _pooled(res[start:start + nrun], SLO(float(task.ttft[i]), float(task.tpot[i])), window, hz,
-                            int(task.max_ctx[i]))
-                start += nrun
-                out["verified"][i] = True
-                out["sim_runs"][i] = v.runs
-                out["sim_measured"][i] = v.measured
-                out["sim_rejected"][i] = v.rejected
-                out["sim_attainment"][i] = v.attainment
-                out["sim_ttft_p90_s"][i] = v.ttft_p90_s
-                out["sim_tpot_p90_s"][i] = v.tpot_p90_s
-                out["sim_overloaded"][i] = v.overloaded
-                out["sim_passed"][i] = v.passed
-            batch_plans.clear()
-            batch_works.clear()
-            owners.clear()
+    def record(i, v):
+        out["verified"][i] = True
+        out["sim_runs"][i] = v.runs
+        out["sim_measured"][i] = v.measured
+        out["sim_rejected"][i] = v.rejected
+        out["sim_attainment"][i] = v.attainment
+        out["sim_attainment_ci95_lo"][i] = v.attainment_ci95_lo
+        out["sim_attainment_ci95_hi"][i] = v.attainment_ci95_hi
+        out["sim_ttft_p90_s"][i] = v.ttft_p90_s
+        out["sim_tpot_p90_s"][i] = v.tpot_p90_s
+        out["sim_overloaded"][i] = v.overloaded
+        out["sim_passed"][i] = v.passed
+        out["sim_reason"][i] = v.reason
 
-        for i in idx:
-            if task.mode[i]:
-                plan = DisaggregatedPlan(task.p_b[i], int(task.n_b[i]), task.p_a[i], int(task.n_a[i]),
-                                         decode_max_batch=int(task.max_batch[i]))
-            else:
-                plan = ColocatedPlan(task.p_a[i], int(task.n_a[i]), int(task.chunk[i]), int(task.max_batch[i]))
-            wls, _ = workloads(i)
-            for w in wls:
-                batch_plans.append(plan)
-                batch_works.append(w)
-                n_req += w[0].shape[0]
-            owners.append((i, len(wls)))
-            if n_req >= task.max_requests_per_call:
-                flush()
-                n_req = 0
-        flush()
+    pending: dict = {}      # point -> (its results so far, seeds run): undecided, more seeds to come
+
+    def simulate_points(todo):
+        """Simulate ``todo``, a list of (point, first seed, last seed), in batches; pool and judge each
+        point with its earlier runs; the undecided ones with seeds left stay in ``pending``."""
+        # group runs by (horizon, max context): simulate_batch takes one of each per call
+        groups: dict = {}
+        for i, a, b in todo:
+            _, hz = workloads(i)
+            groups.setdefault((hz, int(task.max_ctx[i])), []).append((i, a, b))
+        for (hz, ctx), idx in groups.items():
+            batch_plans, batch_works, owners = [], [], []
+            n_req = 0
+
+            def flush():
+                if not batch_plans:
+                    return
+                res = simulate_batch(batch_plans, batch_works, horizon_s=hz, ttft_slo_s=1.0, tpot_slo_s=1.0,
+                                     max_context_tokens=ctx, measure_window=window, full=True)
+                start = 0
+                for i, nrun in owners:
+                    runs = pending.pop(i, ([], 0))[0] + list(res[start:start + nrun])
+                    start += nrun
+                    trace = task.sources[task.src[i]].kind == "trace"
+                    v = _pooled(runs, SLO(float(task.ttft[i]), float(task.tpot[i]), att), window, hz,
+                                int(task.max_ctx[i]), runs_asked=1 if trace else s.seeds)
+                    if next_seed_count(len(runs), s.seeds, v.decided, not trace):
+                        pending[i] = (runs, len(runs))
+                    else:
+                        if not v.decided:
+                            from dataclasses import replace
+                            v = replace(v, reason=v.reason + (
+                                "; a trace replays once (no seeds to add)" if trace else
+                                f"; still so at {len(runs)} seeds ({MAX_SEED_FACTOR} x the {s.seeds} asked)"))
+                        record(i, v)
+                batch_plans.clear()
+                batch_works.clear()
+                owners.clear()
+
+            for i, a, b in idx:
+                plan = plan_of(i)
+                wls, _ = workloads(i, b if b else None)
+                wls = wls[a:]
+                for w in wls:
+                    batch_plans.append(plan)
+                    batch_works.append(w)
+                    n_req += w[0].shape[0]
+                owners.append((i, len(wls)))
+                if n_req >= task.max_requests_per_call:
+                    flush()
+                    n_req = 0
+            flush()
+
+    simulate_points([(i, 0, 0) for i in range(k)])
+    while pending:      # the undecided points, with their next seeds
+        simulate_points([(i, ran, next_seed_count(ran, s.seeds, False)) for i, (_, ran) in pending.items()])
     if s.capacity:
         # every point's bisection at once (max_sustainable_rates: one batch of runs per round,
         # the same answers as a max_sustainable_rate call per point)
@@ -262,7 +305,7 @@ def _run_task(task: _Task) -> dict:
         if rows:
             res = max_sustainable_rates(
                 [task.plans[i] for i in rows], [task.sources[task.src[i]].obj for i in rows],
-                [SLO(float(task.ttft[i]), float(task.tpot[i])) for i in rows], seeds=s.seeds,
+                [SLO(float(task.ttft[i]), float(task.tpot[i]), att) for i in rows], seeds=s.seeds,
                 horizon_s=s.horizon_s, rel_tol=s.capacity_tol,
                 seeds_root=[_workload_seed_int(s.seed, task.sources[task.src[i]].label) for i in rows],
                 catalog=task.catalog, constants=s.constants, models=[task.models[i] for i in rows])
@@ -273,4 +316,9 @@ def _run_task(task: _Task) -> dict:
                 out["sim_capacity_probes"][i] = len(r.probes)
                 out["sim_capacity_seed_runs"][i] = r.seed_runs
                 out["sim_capacity_stopped_runs"][i] = r.stopped_runs
+                why = capacity_refutation(r.ci95, float(task.rate[i]))
+                if why and out["sim_passed"][i]:
+                    # the point's own capacity says the rate is more than it sustains: no pass
+                    out["sim_passed"][i] = False
+                    out["sim_reason"][i] = why
     return out

@@ -21,13 +21,13 @@ The command is :mod:`fastsim.commands.validate`; ``tools/make_validation.py`` wr
 """
 from __future__ import annotations
 
-from .records import (BENCHMARKS, ENGINES, METRICS, SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, Measurement,
-                      is_shipped_set, read_measurements)
-from .run import ENGINE_POLICY, ONLINE_SEED, STAGE_S, RowResult, run_measurements, validate
+from .records import (BENCHMARKS, ENGINES, METRICS, SHIPPED_CALIBRATIONS, SHIPPED_CATALOG, SHIPPED_MEASUREMENTS,
+                      Measurement, fitted_calibrations, is_shipped_set, read_measurements)
+from .run import ENGINE_POLICY, ONLINE_SEED, STAGE_S, RowResult, engine_constants, run_measurements, validate
 from .summary import ValidationReport, optimism, summarize
 from .diagnose import Diagnosis, diagnose
 from .plot import plot_validation
 
 __all__ = ["Measurement", "read_measurements", "ENGINES", "BENCHMARKS", "METRICS", "SHIPPED_MEASUREMENTS",
-           "SHIPPED_CATALOG", "is_shipped_set", "RowResult", "validate", "run_measurements", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S",
+           "SHIPPED_CATALOG", "SHIPPED_CALIBRATIONS", "fitted_calibrations", "is_shipped_set", "RowResult", "validate", "run_measurements", "engine_constants", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S",
            "ValidationReport", "summarize", "optimism", "Diagnosis", "diagnose", "plot_validation"]

@@ -19,8 +19,8 @@ from typing import NamedTuple
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
-__all__ = ["Measurement", "read_measurements", "ENGINES", "BENCHMARKS", "METRICS", "STATS", "COLUMNS",
-           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG", "is_shipped_set"]
+__all__ = ["Measurement", "read_measurements", "ENGINES", "BENCHMARKS", "METRICS", "STATS", "COLUMNS", "OPTIONAL_COLUMNS", "KV_CACHE_DTYPES",
+           "SHIPPED_MEASUREMENTS", "SHIPPED_CATALOG", "SHIPPED_CALIBRATIONS", "fitted_calibrations", "is_shipped_set"]
 
 #: Engines of the schema, each simulated on the fastsim policy of its name (:mod:`fastsim.sim.policy`).
 ENGINES = ("trtllm", "vllm", "sglang")
@@ -36,11 +36,57 @@ STATS = ("total", "mean", "p50", "p90", "p99")
 COLUMNS = ("id", "engine", "engine_version", "benchmark", "metric", "stat", "value", "model", "gpu", "precision",
            "tp", "pp", "layout", "instances", "input_tokens", "output_tokens", "num_requests", "rate_req_per_s",
            "trace", "max_batch", "max_num_batched_tokens", "max_num_seqs", "shared_prefix_tokens", "batch",
-           "context_tokens", "source", "note")
+           "context_tokens", "source", "note", "kv_cache_dtype")
+#: Columns a file may leave out (each then blank in every row).
+OPTIONAL_COLUMNS = ("engine_version", "source", "note", "kv_cache_dtype")
+#: ``kv_cache_dtype`` spellings (the engines' flag values) and what each means: ``""`` / ``auto`` the
+#: engine's default for the row's precision (:func:`fastsim.validate.run.engine_kv_dtype`).
+KV_CACHE_DTYPES = {"": "", "auto": "", "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16",
+                   "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 _DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
 #: The measurement set shipped with fastsim, and the user GPU entries its rows need.
 SHIPPED_MEASUREMENTS = _DATA / "measurements.csv"
 SHIPPED_CATALOG = _DATA / "gpus_custom.toml"
+#: The calibrations fitted to the shipped set (one engine-tagged file per engine: ``fastsim calibrate
+#: --measurements``), which ``fastsim validate --constants fitted`` uses; see the folder's README.
+SHIPPED_CALIBRATIONS = _DATA.parent / "calibrations"
+
+
+def fitted_calibrations(folder=None, catalog=None) -> tuple:
+    """The engine-tagged calibrations fitted to the shipped measurement set.
+
+    Parameters
+    ----------
+    folder : str or os.PathLike, optional
+        Default :data:`SHIPPED_CALIBRATIONS`.
+    catalog : Catalog, optional
+        Checks the files' GPU names (default: the built-in catalog plus the shipped set's GPUs).
+
+    Returns
+    -------
+    tuple of fastsim.constants.Calibration
+        One per ``*.toml`` file, in name order, each tagged with its engine.
+
+    Raises
+    ------
+    FastsimInputError
+        No calibration file in the folder, a file without an ``engine`` tag, or a file
+        :func:`fastsim.constants.load_calibration` refuses.
+    """
+    from ..catalog import load_catalog
+    from ..constants import load_calibration
+    folder = Path(folder) if folder is not None else SHIPPED_CALIBRATIONS
+    cat = catalog if catalog is not None else load_catalog([str(SHIPPED_CATALOG)])
+    files = sorted(folder.glob("*.toml"))
+    if not files:
+        raise FastsimInputError("--constants", "fitted", f"calibration files in {folder.name}/ (none there)")
+    out = []
+    for f in files:
+        cal = load_calibration(f, cat)
+        if not cal.engine:
+            raise FastsimInputError(f"{f.name}: engine", "", "an engine tag (trtllm, vllm or sglang)")
+        out.append(cal)
+    return tuple(out)
 
 
 def is_shipped_set(path) -> bool:
@@ -98,6 +144,10 @@ class Measurement(NamedTuple):
         A ``step`` row's decode batch and context per request.
     source, note : str
         Where the figure comes from, and what its mapping assumes.
+    kv_cache_dtype : str
+        ``"bf16"`` or ``"fp8"`` where the run set the KV cache's dtype (vLLM and SGLang
+        ``--kv-cache-dtype``, TensorRT-LLM ``kv_cache_config.dtype``); ``""``: the engine's default
+        for the precision (:func:`fastsim.validate.run.engine_kv_dtype`).
     """
 
     id: str
@@ -127,6 +177,7 @@ class Measurement(NamedTuple):
     context_tokens: int | None = None
     source: str = ""
     note: str = ""
+    kv_cache_dtype: str = ""
 
     @property
     def family(self) -> str:
@@ -202,11 +253,11 @@ def read_measurements(path, catalog=None) -> list:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except Exception as exc:   # noqa: BLE001  (pandas raises several kinds)
         raise FastsimInputError("measurements", str(path), f"a readable CSV ({exc})") from None
-    missing = [c for c in COLUMNS if c not in df.columns and c not in ("engine_version", "source", "note")]
+    missing = [c for c in COLUMNS if c not in df.columns and c not in OPTIONAL_COLUMNS]
     if missing:
         raise FastsimInputError(f"{path.name} columns", ", ".join(map(str, df.columns)),
                                 f"every column of the schema; missing: {', '.join(missing)} (the schema, in any "
-                                f"order: {', '.join(COLUMNS)}; engine_version, source and note may be left out)")
+                                f"order: {', '.join(COLUMNS)}; {', '.join(OPTIONAL_COLUMNS)} may be left out)")
     base = path.parent
     out, seen = [], {}
     for line, rec in enumerate(df.to_dict(orient="records"), start=2):
@@ -264,6 +315,11 @@ def _row(rec: dict, rid: str, fname: str, base: Path, cat) -> Measurement:
                                 else "output_tokens_per_s, ttft_s, itl_s, tpot_s or e2e_s (step_s is the step "
                                 "benchmark's)")
     layout = choice("layout", LAYOUTS)
+    kv_raw = rec.get("kv_cache_dtype", "").strip().lower()
+    if kv_raw not in KV_CACHE_DTYPES:
+        raise FastsimInputError(where("kv_cache_dtype"), rec.get("kv_cache_dtype"),
+                                "empty or auto (the engine's default), " + ", ".join(k for k in KV_CACHE_DTYPES if k
+                                                                                     and k != "auto"))
 
     def number(col, *, integer=False, minimum=1, required=False):
         raw = rec.get(col, "")
@@ -354,4 +410,4 @@ def _row(rec: dict, rid: str, fname: str, base: Path, cat) -> Measurement:
         rate_req_per_s=rate, trace=trace, max_batch=vals["max_batch"],
         max_num_batched_tokens=vals["max_num_batched_tokens"], max_num_seqs=vals["max_num_seqs"],
         shared_prefix_tokens=vals["shared_prefix_tokens"], batch=vals["batch"], context_tokens=vals["context_tokens"],
-        source=rec.get("source", "").strip(), note=rec.get("note", "").strip())
+        source=rec.get("source", "").strip(), note=rec.get("note", "").strip(), kv_cache_dtype=KV_CACHE_DTYPES[kv_raw])

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import FastsimInputError
 
-__all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
+__all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "engine_constants", "engine_kv_dtype", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
 
 #: The fastsim policy each engine's rows run on (:mod:`fastsim.sim.policy`).
 ENGINE_POLICY = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
@@ -44,8 +44,6 @@ ONLINE_SEED = 0
 #: Duration (s) of an ``online`` row without ``num_requests``: ``ceil(rate x STAGE_S)`` requests
 #: (at least 100), a steady stage long enough for its mean and tail to settle.
 STAGE_S = 600.0
-#: KV block of the shared-prefix ids (vLLM's 16-token block, :func:`fastsim.workload.synthesize`'s default).
-_PREFIX_BLOCK = 16
 
 
 class RowResult(NamedTuple):
@@ -112,7 +110,7 @@ def run_key(m) -> tuple:
     """
     return (m.engine, m.benchmark, m.model, m.gpu, m.precision, m.tp, m.pp, m.layout, m.instances, m.input_tokens,
             m.output_tokens, m.num_requests, m.rate_req_per_s, m.trace, m.max_batch, m.max_num_batched_tokens,
-            m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens)
+            m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens, m.kv_cache_dtype)
 
 
 class _ModelRefused(Exception):
@@ -133,6 +131,48 @@ _CONTEXT_RULE = {
     "trtllm": "TensorRT-LLM refuses a request above the max_seq_len it was built for",
 }
 _ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+#: Where each engine's default KV-cache dtype is stated (``kv_cache_dtype`` left at ``auto``).
+_KV_DEFAULT_SOURCE = {
+    "vllm": "vLLM's --kv-cache-dtype auto keeps the KV cache in the model's activation dtype, BF16, whatever the "
+            "weights' quantisation (vllm/config/cache.py, CacheConfig.cache_dtype)",
+    "sglang": "SGLang's --kv-cache-dtype auto uses the model's dtype, BF16 (python/sglang/srt/server_args.py, "
+              "ServerArgs.kv_cache_dtype)",
+    "trtllm": "trtllm-bench sets the KV cache to FP8 for FP8 and NVFP4 checkpoints and leaves it at the model's "
+              "dtype (BF16) for every other (tensorrt_llm/bench/benchmark/utils/general.py, _KV_CACHE_MAP)",
+}
+
+
+def engine_kv_dtype(engine: str, precision) -> str:
+    """The KV-cache dtype an engine runs a precision with when the run leaves it at its default.
+
+    Parameters
+    ----------
+    engine : str
+        ``trtllm``, ``vllm`` or ``sglang``.
+    precision : Precision
+        The row's catalog precision (its ``flops_key`` and ``name`` tell the checkpoint's
+        quantisation).
+
+    Returns
+    -------
+    str
+        ``"bf16"`` or ``"fp8"``: vLLM and SGLang keep BF16 (their ``auto`` is the model's dtype);
+        TensorRT-LLM's trtllm-bench uses FP8 for FP8 and NVFP4 checkpoints and BF16 for the rest
+        (MXFP4 among them). Sources: :data:`_KV_DEFAULT_SOURCE`.
+    """
+    if engine == "trtllm" and precision.name.upper() in ("FP8", "NVFP4"):
+        return "fp8"
+    return "bf16"
+
+
+def _row_precision(m, pr):
+    """The row's precision with the KV bytes its engine ran (the row's ``kv_cache_dtype``, else the default)."""
+    from dataclasses import replace
+    dtype = m.kv_cache_dtype or engine_kv_dtype(m.engine, pr)
+    kv_bytes = 2 if dtype == "bf16" else 1
+    return pr if pr.kv_bytes == kv_bytes else replace(pr, kv_bytes=kv_bytes)
 
 
 def _engine_refusal(engine: str, pol, kv: float, dp: int) -> str | None:
@@ -173,7 +213,7 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
             raise _ModelRefused(f"a model feature fastsim does not model ({_short(m.model)}: "
                                 f"{str(exc).replace(m.model, _short(m.model))})") from None
     model = models[m.model]
-    g, pr = cat.gpu(m.gpu), cat.precision(m.precision)
+    g, pr = cat.gpu(m.gpu), _row_precision(m, cat.precision(m.precision))
     dp, ep = layout_degrees(m.layout, m.tp)
     p = step_params(model, g, pr, m.tp, constants, dp=dp, ep=ep)
     kv = float(p[P_KV_BUDGET_TOKENS])
@@ -229,11 +269,15 @@ def _workload(m):
     out = np.full(n, m.output_tokens, dtype=np.int64)
     prefix = None
     if m.shared_prefix_tokens:
+        # the shared prompt's ids at the engine's KV block or page (vLLM 16 tokens, SGLang 1), so its
+        # hits count in the engine's units; the ids cover the prompts (no request holds another's answer)
+        from ..sim.policy import ENGINE_BLOCK_TOKENS
         from ..workload import PrefixBlocks
-        k = m.shared_prefix_tokens // _PREFIX_BLOCK
+        bt = ENGINE_BLOCK_TOKENS[ENGINE_POLICY[m.engine]]
+        k = m.shared_prefix_tokens // bt
         if k:
             ids = np.arange(k, dtype=np.int64)
-            prefix = PrefixBlocks(_PREFIX_BLOCK, np.arange(n + 1, dtype=np.int64) * k, np.tile(ids, n))
+            prefix = PrefixBlocks(bt, np.arange(n + 1, dtype=np.int64) * k, np.tile(ids, n))
     return arrival, prompt, out, prefix, notes
 
 
@@ -348,6 +392,51 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
     return outs
 
 
+def engine_constants(constants):
+    """The step constants of each engine's rows: a function ``engine -> constants``.
+
+    Parameters
+    ----------
+    constants : None, StepConstants, Calibration, sequence of Calibration, or dict
+        None: SPEC §3's constants for every engine. A :class:`~fastsim.stepmodel.StepConstants`
+        or an untagged calibration (``engine == ""``): every engine. A calibration tagged with an
+        engine (:attr:`fastsim.constants.Calibration.engine`): that engine's rows, the others on
+        SPEC §3's. A sequence of calibrations: each tagged one for its engine, an untagged one for
+        the engines no tagged one names. A dict ``{engine: constants}``, with ``"*"`` for the rest.
+
+    Returns
+    -------
+    callable
+        ``engine (str) -> StepConstants or Calibration``.
+
+    Raises
+    ------
+    FastsimInputError
+        Two calibrations for one engine, two untagged ones, or something else than the above.
+    """
+    from ..constants import Calibration
+    from ..stepmodel import StepConstants
+    if constants is None or isinstance(constants, StepConstants):
+        c = constants if constants is not None else StepConstants()
+        return lambda engine: c
+    if isinstance(constants, dict):
+        table = dict(constants)
+    else:
+        cals = [constants] if isinstance(constants, Calibration) else list(constants)
+        table = {}
+        for cal in cals:
+            if not isinstance(cal, Calibration):
+                raise FastsimInputError("constants", type(cal).__name__,
+                                        "StepConstants, a Calibration, calibrations or a dict engine -> constants")
+            key = cal.engine or "*"
+            if key in table:
+                raise FastsimInputError("calibration", key if key != "*" else "untagged",
+                                        "one calibration per engine (and at most one untagged)")
+            table[key] = cal
+    rest = table.get("*", StepConstants())
+    return lambda engine: table.get(engine, rest)
+
+
 def run_measurements(measurements, catalog=None, constants=None, *, threads: int | None = None) -> list:
     """Run every measurement the way its benchmark ran and read fastsim's figure (module docstring).
 
@@ -360,8 +449,9 @@ def run_measurements(measurements, catalog=None, constants=None, *, threads: int
         From :func:`fastsim.validate.read_measurements`.
     catalog : Catalog, optional
         The catalog the rows were read with (default: the built-in one).
-    constants : StepConstants or Calibration, optional
-        Step-model constants (default: SPEC §3's).
+    constants : StepConstants, Calibration, sequence of Calibration or dict, optional
+        Step-model constants (default: SPEC §3's), as :func:`engine_constants` reads them: a
+        calibration tagged with an engine applies to that engine's rows only.
     threads : int, optional
         Worker threads (default: :func:`fastsim._threads.num_threads`).
 
@@ -377,9 +467,8 @@ def run_measurements(measurements, catalog=None, constants=None, *, threads: int
     """
     from .._threads import num_threads
     from ..catalog import default_catalog
-    from ..stepmodel import StepConstants
     cat = catalog if catalog is not None else default_catalog()
-    constants = constants if constants is not None else StepConstants()
+    for_engine = engine_constants(constants)
     threads = num_threads() if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise FastsimInputError("threads", threads, "an integer >= 1")
@@ -403,7 +492,8 @@ def run_measurements(measurements, catalog=None, constants=None, *, threads: int
     out = [None] * len(measurements)
 
     def work(idx):
-        for i, r in zip(idx, run_group([measurements[i] for i in idx], cat, constants, models=models)):
+        rows = [measurements[i] for i in idx]
+        for i, r in zip(idx, run_group(rows, cat, for_engine(rows[0].engine), models=models)):
             out[i] = r
     if threads == 1 or len(order) == 1:
         for idx in order:

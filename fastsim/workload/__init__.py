@@ -2,17 +2,19 @@
 
 A :class:`Workload` is three aligned arrays, one entry per request: arrival time (s, ascending,
 on a time axis that starts at 0), prompt tokens P and output tokens O (O counts every generated
-token, the first included, so O >= 1). It may also carry the prompt's prefix blocks
-(:class:`PrefixBlocks`: per request, the ids of its ``block_tokens``-token blocks; equal ids are
-equal content), which a simulator of prefix caching reads; :func:`prefix_reuse_bound` gives the
-share of prompt tokens an unbounded cache could serve. Workloads come from
+token, the first included, so O >= 1). It may also carry prefix blocks (:class:`PrefixBlocks`:
+per request, the ids of its ``block_tokens``-token blocks, over its prompt or, with
+``spans_output``, its prompt and answer; equal ids are equal content), which a simulator of prefix
+caching reads; :func:`prefix_reuse_bound` gives the share of prompt tokens an unbounded cache could
+serve. Workloads come from
 
 - real traces: :func:`read_trace` reads the traces shipped with the package (``azure-conv``,
   ``azure-code``: the Azure LLM inference traces; ``mooncake-conv``: the Mooncake conversation
   trace, with its prefix blocks), any CSV in the Azure format, or a Mooncake JSONL file (its
   ``hash_ids`` become prefix blocks of 512 tokens);
 - synthetic draws: :func:`synthesize` (Poisson or gamma arrivals, lognormal or fixed lengths,
-  optionally a shared system prompt and multi-turn sessions with their prefix blocks),
+  optionally a shared system prompt and multi-turn sessions whose next prompt holds the previous
+  answer, with their prefix blocks),
   :func:`synthesize_profile` (arrivals whose rate follows a :class:`RateProfile` over time, from
   :func:`read_rate_profile`: the shipped production profiles or a CSV of per-window rates),
   :func:`synthesize_from_trace` (lengths, and blocks, resampled from a trace),

@@ -270,7 +270,11 @@ def _sessions(n: int, n_slots: int, turns: int) -> tuple:
 
 def _compose_prompts(u: np.ndarray, o: np.ndarray, turn: np.ndarray, prev: np.ndarray,
                      shared_tokens: int, bt: int) -> tuple:
-    """Prompt tokens and prefix blocks of system prompt + sessions (see :func:`synthesize`)."""
+    """Prompt tokens and prefix blocks of system prompt + sessions (see :func:`synthesize`).
+
+    Rows span the output: request i lists the ``ceil((P_i + O_i - 1) / bt)`` blocks of its tokens
+    with KV, and a later turn repeats every full one of the previous turn's (its answer's too).
+    """
     n = u.shape[0]
     p = np.empty(n, dtype=np.int64)
     kept = np.empty(n, dtype=np.int64)   # leading blocks equal to the previous turn's (or the system prompt's)
@@ -285,9 +289,9 @@ def _compose_prompts(u: np.ndarray, o: np.ndarray, turn: np.ndarray, prev: np.nd
             break
         pp = prev[m]
         p[m] = p[pp] + o[pp] + u[m]
-        kept[m] = p[pp] // bt                   # every full block of the previous prompt
+        kept[m] = (p[pp] + o[pp] - 1) // bt     # every full block of the previous prompt and answer
         t += 1
-    nb = -(-p // bt)
+    nb = -(-(p + o - 1) // bt)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(nb, out=offsets[1:])
     total = int(offsets[-1])
@@ -315,7 +319,10 @@ def _compose_prompts(u: np.ndarray, o: np.ndarray, turn: np.ndarray, prev: np.nd
         r = _segment_arange(c)
         ids[np.repeat(offsets[m], c) + r] = ids[np.repeat(offsets[prev[m]], c) + r]
         t += 1
-    return p, PrefixBlocks(bt, offsets, ids)
+    # read-only already: the Workload keeps these arrays instead of copying them (they can be large)
+    offsets.flags.writeable = False
+    ids.flags.writeable = False
+    return p, PrefixBlocks(bt, offsets, ids, spans_output=True)
 
 
 def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=0, *,
@@ -348,10 +355,13 @@ def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=
     session_turns : int, default 1
         Turns T per multi-turn session (>= 1; 1: every request is its own conversation). Turn
         t > 0's prompt is the previous turn's prompt, the previous turn's output and the new
-        user message: ``P_i = P_prev + O_prev + u_i``, so its blocks extend the previous turn's.
+        user message: ``P_i = P_prev + O_prev + u_i``, so its blocks extend the previous turn's,
+        answer included.
     prefix_block_tokens : int, default 16
-        Tokens per prefix block (>= 1), the hashing granularity of the ids (16 is vLLM's KV block
-        size).
+        Tokens per prefix block (>= 1), the granularity at which the ids match: the engine's KV
+        block (vLLM's ``block_size`` 16, TensorRT-LLM's ``tokens_per_block`` 32) or page (SGLang's
+        ``page_size``, 1 by default: the radix cache then matches token by token, one id per
+        token).
     session_gap_s : float, default :data:`SESSION_GAP_S` (120 s)
         Mean time from one turn of a session to its next (s, finite and > 0); it sets the number
         of concurrent sessions, see Notes. Used only when ``session_turns > 1``.
@@ -364,9 +374,10 @@ def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=
         lognormal has the scenario's mean), or the rounded mean for ``fixed``. Enough draws are
         made to pass the horizon (more are drawn if the first batch falls short), so the window is
         never cut short. ``horizon_s`` is recorded on the workload. With ``shared_prefix_tokens``
-        or ``session_turns`` set, prompts are composed as above and ``prefix`` holds each
-        request's ``ceil(P_i / prefix_block_tokens)`` blocks (its last one possibly partial);
-        otherwise ``prefix`` is None.
+        or ``session_turns`` set, prompts are composed as above and ``prefix`` (``spans_output``
+        True) holds the ``ceil((P_i + O_i - 1) / prefix_block_tokens)`` blocks of each request's
+        prompt and answer, the tokens that get KV (its last one possibly partial); otherwise
+        ``prefix`` is None.
 
     Raises
     ------
@@ -397,12 +408,17 @@ def synthesize(scenario_or_dists, rate_req_per_s: float, horizon_s: float, seed=
     :meth:`Workload.exceeding_context`.
 
     Block ids (``prefix_block_tokens`` tokens per block; an id names the whole prefix up to its
-    block): ids ``0 .. floor(N / prefix_block_tokens) - 1`` are the system prompt's full blocks;
-    turn t > 0 repeats the ids of every full block of the previous turn's prompt; every other
-    block (user messages, previous outputs, a block straddling the end of a previous prompt or of
-    the system prompt) is new content and gets the next unused id, request after request. Drawn
-    messages are taken never to repeat, so equal ids are exactly equal content. Outputs are part
-    of the next turn's prompt but get new ids (only prompt blocks are listed).
+    block): a request lists the blocks of its first ``P_i + O_i - 1`` tokens, prompt then answer
+    (the last output token never has KV). Ids ``0 .. floor(N / prefix_block_tokens) - 1`` are the
+    system prompt's full blocks; turn t > 0 repeats the ids of every full block of the previous
+    turn's first ``P_prev + O_prev - 1`` tokens, its answer's included, as a chat client resends
+    the conversation; every other block (user messages, answers, a block straddling the end of the
+    system prompt or of what the previous turn computed) is new content and gets the next unused
+    id, request after request. Drawn messages and answers are taken never to repeat, so equal ids
+    are exactly equal content. An engine caches a finished turn's answer blocks (vLLM hashes full
+    blocks of all of a request's tokens, ``get_request_block_hasher`` in
+    ``vllm/v1/core/kv_cache_utils.py``; SGLang inserts prompt and output at the finish,
+    ``RadixCache.cache_finished_req``), so the next turn hits them.
     """
     wname, pd, od = _dists(scenario_or_dists)
     rate = require_positive("rate_req_per_s", rate_req_per_s)

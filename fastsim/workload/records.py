@@ -38,38 +38,54 @@ def _readonly(a, dtype) -> np.ndarray:
 class PrefixBlocks(NamedTuple):
     """The prefix blocks of every request of a workload (compressed sparse rows), for prefix caching.
 
-    Request i's prompt begins with the blocks ``ids[offsets[i]:offsets[i + 1]]``, in prompt order,
+    Request i's tokens begin with the blocks ``ids[offsets[i]:offsets[i + 1]]``, in token order,
     each ``block_tokens`` tokens long. Equal ids mean equal content, and (as with Mooncake's
     ``hash_ids`` and vLLM's block hashes) an id identifies the whole prefix up to and including its
     block: two requests that list id x at position j share their first ``(j + 1) * block_tokens``
-    prompt tokens. Only a full block, ``(j + 1) * block_tokens <= P``, can be cached and served;
-    a request's last, partial block may be listed (Mooncake lists ``ceil(P / 512)`` ids per
-    request). A request lists at most ``ceil(P / block_tokens)`` blocks; it may list fewer (none
-    when its source has no ids), and the tokens after its listed blocks are content of its own.
+    tokens. Only a full block can be cached and served; a request's last, partial block may be
+    listed (Mooncake lists ``ceil(P / 512)`` ids per request). A request may list fewer blocks
+    than allowed (none when its source has no ids); the tokens after its listed blocks are content
+    of its own.
+
+    A row covers the prompt only (``spans_output`` False, as a trace's ``hash_ids`` do): at most
+    ``ceil(P / block_tokens)`` blocks, of which the full prompt blocks, ``(j + 1) * block_tokens
+    <= P``, can be cached. Or it continues over the request's generated tokens (``spans_output``
+    True, as :func:`synthesize` writes them): the blocks of its first ``P + O - 1`` tokens (the
+    last output token never has KV), at most ``ceil((P + O - 1) / block_tokens)``, every full one
+    of which the engine caches once computed, the answer's included. A chat's next turn (previous
+    prompt + previous answer + new message) then lists the previous turn's blocks and hits its
+    answer too, as vLLM's block hashes chain over all of a request's tokens
+    (``get_request_block_hasher``, ``vllm/v1/core/kv_cache_utils.py``) and SGLang's radix cache
+    inserts ``origin_input_ids + output_ids`` (``RadixCache.cache_finished_req``,
+    ``python/sglang/srt/mem_cache/radix_cache.py``).
 
     Attributes
     ----------
     block_tokens : int
         Tokens per block, >= 1 (:data:`MOONCAKE_BLOCK_TOKENS` = 512 for Mooncake traces; 16, vLLM's
-        KV block size, for :func:`synthesize` by default).
+        KV block size, for :func:`synthesize` by default; 1 to match at SGLang's default page size).
     offsets : ndarray(int64) of shape ``(n + 1,)``
         Row pointers into ``ids``: ``offsets[0] == 0``, non-decreasing, ``offsets[n] == len(ids)``.
     ids : ndarray(int64) of shape ``(nnz,)``
         Block ids, >= 0, request after request (``nnz`` blocks in all).
+    spans_output : bool, default False
+        Whether the rows continue over the requests' generated tokens (see above).
 
     Notes
     -----
     A :class:`Workload` validates its ``prefix`` and stores these arrays read-only (int64, C
     order); every workload derived from another (rescaled, sorted by time, resampled) carries each
-    request's blocks with it. Build one from per-request lists with :meth:`from_lists`.
+    request's blocks with it (a request drawn twice lists the same blocks twice, its answer's
+    included). Build one from per-request lists with :meth:`from_lists`.
     """
 
     block_tokens: int
     offsets: np.ndarray
     ids: np.ndarray
+    spans_output: bool = False
 
     @classmethod
-    def from_lists(cls, block_tokens: int, blocks) -> "PrefixBlocks":
+    def from_lists(cls, block_tokens: int, blocks, spans_output: bool = False) -> "PrefixBlocks":
         """Build from one sequence of block ids per request.
 
         Parameters
@@ -77,7 +93,9 @@ class PrefixBlocks(NamedTuple):
         block_tokens : int
             Tokens per block, >= 1 (checked when a :class:`Workload` receives the blocks).
         blocks : iterable of sequences of int
-            Request i's block ids, in prompt order (an empty sequence: no listed blocks).
+            Request i's block ids, in token order (an empty sequence: no listed blocks).
+        spans_output : bool, default False
+            Whether the rows continue over the generated tokens (class docstring).
 
         Returns
         -------
@@ -97,7 +115,7 @@ class PrefixBlocks(NamedTuple):
                 raise FastsimInputError(f"PrefixBlocks.from_lists blocks[{i}]", _clip(repr(row)),
                                         "a sequence of integer block ids from 0 to 2**63 - 1")
         offsets, ids = _csr(rows)
-        return cls(block_tokens, offsets, ids)
+        return cls(block_tokens, offsets, ids, spans_output)
 
     @property
     def n_requests(self) -> int:
@@ -170,7 +188,7 @@ def _take_prefix(prefix: PrefixBlocks | None, idx: np.ndarray) -> PrefixBlocks |
     offsets = np.zeros(idx.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     pos = np.repeat(starts, counts) + _segment_arange(counts)
-    return PrefixBlocks(prefix.block_tokens, offsets, prefix.ids[pos])
+    return PrefixBlocks(prefix.block_tokens, offsets, prefix.ids[pos], prefix.spans_output)
 
 
 def _prefix_int_array(a, label: str) -> np.ndarray:
@@ -197,11 +215,14 @@ def _prefix_int_array(a, label: str) -> np.ndarray:
     return _readonly(arr, np.int64)
 
 
-def _check_prefix(prefix, p: np.ndarray) -> PrefixBlocks:
-    """Validate a Workload's prefix blocks against its prompt tokens ``p``; read-only int64 arrays."""
+def _check_prefix(prefix, p: np.ndarray, o: np.ndarray) -> PrefixBlocks:
+    """Validate a Workload's prefix blocks against its prompt and output tokens; read-only int64 arrays."""
     if not isinstance(prefix, PrefixBlocks):
         raise FastsimInputError("Workload.prefix", _clip(repr(prefix)),
-                                "None or a PrefixBlocks(block_tokens, offsets, ids)")
+                                "None or a PrefixBlocks(block_tokens, offsets, ids, spans_output=False)")
+    spans = prefix.spans_output
+    if not isinstance(spans, (bool, np.bool_)):
+        raise FastsimInputError("Workload.prefix.spans_output", _clip(repr(spans)), "True or False")
     bt = prefix.block_tokens
     if isinstance(bt, (bool, np.bool_)) or not isinstance(bt, (int, np.integer)) or bt < 1:
         raise FastsimInputError("Workload.prefix.block_tokens", bt, "an integer >= 1 (tokens per block)")
@@ -225,13 +246,18 @@ def _check_prefix(prefix, p: np.ndarray) -> PrefixBlocks:
     if ids.size and ids.min() < 0:
         i = int(np.argmax(ids < 0))
         raise FastsimInputError(f"Workload.prefix.ids[{i}]", int(ids[i]), "a block id >= 0")
-    cap = -(-p // bt)
+    cap = -(-(p + o - 1) // bt) if spans else -(-p // bt)
     if np.any(counts > cap):
         i = int(np.argmax(counts > cap))
-        raise FastsimInputError(f"Workload.prefix.offsets (request {i})", f"{int(counts[i])} blocks",
-                                f"at most ceil(prompt_tokens / block_tokens) = ceil({int(p[i])} / {bt}) = "
-                                f"{int(cap[i])} blocks")
-    return PrefixBlocks(bt, offsets, ids)
+        if spans:
+            allowed = (f"at most ceil((prompt_tokens + output_tokens - 1) / block_tokens) = ceil(({int(p[i])} + "
+                       f"{int(o[i])} - 1) / {bt}) = {int(cap[i])} blocks (spans_output: the blocks of the tokens "
+                       "with KV)")
+        else:
+            allowed = (f"at most ceil(prompt_tokens / block_tokens) = ceil({int(p[i])} / {bt}) = {int(cap[i])} "
+                       "blocks (or spans_output=True for rows that continue over the output)")
+        raise FastsimInputError(f"Workload.prefix.offsets (request {i})", f"{int(counts[i])} blocks", allowed)
+    return PrefixBlocks(bt, offsets, ids, bool(spans))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -260,9 +286,9 @@ class Workload:
         Rows of the trace file that :func:`read_trace` dropped with ``skip_invalid``: (line
         number, why), in file order.
     prefix : PrefixBlocks or None, optional
-        The prefix blocks of each request's prompt (``offsets`` of shape ``(n + 1,)``), for
-        prefix caching; None when the source gives no block ids (then no request is known to
-        share content with another).
+        The prefix blocks of each request's prompt, and with ``spans_output`` of its generated
+        tokens (``offsets`` of shape ``(n + 1,)``), for prefix caching; None when the source gives
+        no block ids (then no request is known to share content with another).
 
     Raises
     ------
@@ -271,8 +297,9 @@ class Workload:
         negative or decreasing, a length below 1, or a horizon before the last arrival. For
         ``prefix``, naming its field: not a PrefixBlocks, ``block_tokens`` not an integer >= 1,
         ``offsets`` not of length n + 1, not starting at 0, decreasing or not ending at
-        ``len(ids)``, an id below 0 or not an integer, or a request listing more than
-        ``ceil(P / block_tokens)`` blocks.
+        ``len(ids)``, an id below 0 or not an integer, ``spans_output`` not a bool, or a request
+        listing more than ``ceil(P / block_tokens)`` blocks (``ceil((P + O - 1) / block_tokens)``
+        with ``spans_output``).
 
     Notes
     -----
@@ -327,7 +354,7 @@ class Workload:
         object.__setattr__(self, "output_tokens", o)
         object.__setattr__(self, "horizon_s", horizon)
         if self.prefix is not None:
-            object.__setattr__(self, "prefix", _check_prefix(self.prefix, p))
+            object.__setattr__(self, "prefix", _check_prefix(self.prefix, p, o))
 
     def __repr__(self) -> str:
         return (f"Workload({self.name!r}, n={self.n}, duration_s={self.duration_s:.1f}, "
@@ -530,11 +557,14 @@ def prefix_reuse_bound(workload: Workload) -> float:
     """The share of all prompt tokens an unbounded prefix cache could serve (an upper bound).
 
     Requests are taken in arrival order (index order, which breaks ties of equal arrival times).
-    Request i hits the longest run of its leading full blocks whose ids appeared, as full blocks
-    (``(j + 1) * block_tokens <= P``), in any earlier request, capped so that at least one
-    prompt token is computed: at most ``floor((P_i - 1) / block_tokens)`` blocks, so its hit
-    tokens are at most ``P_i - 1``. A request's own blocks serve only later requests. Nothing is
-    ever evicted, so no real cache serves more.
+    Request i hits the longest run of its leading full blocks whose ids appeared, as cacheable full
+    blocks, in any earlier request, capped so that at least one prompt token is computed: at most
+    ``floor((P_i - 1) / block_tokens)`` blocks, so its hit tokens are at most ``P_i - 1``. A
+    block is cacheable in the request that lists it when it is full within the prompt
+    (``(j + 1) * block_tokens <= P``), or, with ``spans_output``, within the first ``P + O - 1``
+    tokens (an earlier answer serves a later prompt). A request's own blocks serve only later
+    requests. Nothing is ever evicted, and an earlier request is taken to have finished, so no real
+    cache serves more.
 
     Parameters
     ----------
@@ -575,7 +605,8 @@ def prefix_reuse_bound(workload: Workload) -> float:
     counts = np.diff(pb.offsets)
     row = np.repeat(np.arange(n, dtype=np.int64), counts)
     pos = _segment_arange(counts)                       # block index j within its request
-    full = (pos + 1) * bt <= p[row]
+    kv_tokens = p + workload.output_tokens - 1 if pb.spans_output else p
+    full = (pos + 1) * bt <= kv_tokens[row]
     # first request listing each id as a full block (rows ascend along ids: the first occurrence)
     fids = pb.ids[full]
     uniq, first_at = np.unique(fids, return_index=True)

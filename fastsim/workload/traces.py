@@ -1,7 +1,7 @@
 """Reading request traces: the shipped Azure and Mooncake traces, Azure-format CSV and Mooncake JSONL files.
 
-:func:`read_trace` parses a file into a :class:`~fastsim.workload.records.Workload` (sorted by
-arrival, starting at 0), checking every row and naming the file, line and column of a bad one;
+:func:`read_trace` parses a file into a :class:`~fastsim.workload.records.Workload` (in
+arrival order, starting at 0), checking every row and naming the file, line and column of a bad one;
 :func:`trace_rate_warning` says when the rate implies timestamps read in the wrong unit.
 
 Sources: Azure LLM inference traces 2023 (Patel et al., "Splitwise", ISCA 2024; CC-BY-4.0, see
@@ -22,7 +22,7 @@ from importlib import resources
 import numpy as np
 
 from ..errors import FastsimInputError
-from .records import _INT64_MAX, _O_ALLOWED, _P_ALLOWED, PrefixBlocks, Workload, _clip, _csr, _take_prefix
+from .records import _INT64_MAX, _O_ALLOWED, _P_ALLOWED, PrefixBlocks, Workload, _clip, _csr
 
 __all__ = ["BUILTIN_TRACES", "MOONCAKE_BLOCK_TOKENS", "read_trace", "trace_rate_warning",
            "PLAUSIBLE_RATE_REQ_PER_S"]
@@ -85,9 +85,11 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
     Returns
     -------
     Workload
-        Requests stably sorted by arrival time (each with its prefix blocks), arrival times
-        shifted so that the first is 0, ``horizon_s`` at the last arrival. Built-in traces are
-        read once and cached (the arrays are read-only).
+        Requests in file order (each with its prefix blocks), arrival times shifted so that the
+        first is 0, ``horizon_s`` at the last arrival. Built-in traces are read once and cached
+        (the arrays are read-only). Requests that share a timestamp arrive at the same instant; a
+        trace whose timestamps are all equal is an offline burst (every request at t = 0, as
+        ``vllm bench serve --request-rate inf`` sends them).
 
     Raises
     ------
@@ -96,7 +98,10 @@ def read_trace(name_or_path, *, time_unit: str | None = None, skip_invalid: bool
         (the message lists them), missing or unreadable file, empty file or no rows, missing
         header column, malformed row (wrong number of fields, unparsable timestamp, non-integer
         length, ``hash_ids`` not a list of integers >= 0 or longer than
-        ``ceil(input_length / 512)``), prompt tokens below 1, or output tokens below 1 (a request
+        ``ceil(input_length / 512)``), a numeric timestamp below 0, a timestamp earlier than the
+        previous row's (the first such row is named with its value and the previous row's: a
+        trace lists its requests in arrival order, and fastsim does not reorder it), prompt
+        tokens below 1, or output tokens below 1 (a request
         with 0 output tokens cannot be served: O counts the first token), unless
         ``skip_invalid``; every row dropped; a file that is not valid gzip although it starts like
         one; an unknown ``time_unit``, or one given for date-time timestamps (or, for a built-in
@@ -297,8 +302,26 @@ def _parse_azure_csv(text: str, where: str, name: str, source: str, time_unit=No
         raise FastsimInputError(f"{where}", f"a header and no valid rows ({len(dropped):,} dropped)" if dropped
                                 else "a header and no rows", "at least one request row")
     t_s, unit = _parse_timestamps(ts, lineno, where, header[it], time_unit)
+    _check_order(t_s, ts, lineno, where, header[it], unit)
     return _finish(name, t_s, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, unit,
                    tuple(dropped))
+
+
+def _check_order(t: np.ndarray, raw: list, lineno: list, where: str, col: str, unit) -> None:
+    """Refuse a negative numeric timestamp or one earlier than the previous row's (naming the first such row).
+
+    ``t`` are the parsed times (any offset), ``raw`` the values as written, ``unit`` the unit of
+    numeric timestamps (None for date-times, which cannot be negative).
+    """
+    if unit is not None and t.shape[0] and t.min() < 0:
+        j = int(np.argmax(t < 0))
+        raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", raw[j],
+                                f"a time >= 0 ({'milliseconds' if unit == 'ms' else 'seconds'} from the trace's start)")
+    if t.shape[0] > 1 and np.any(t[1:] < t[:-1]):
+        j = int(np.argmax(t[1:] < t[:-1])) + 1
+        raise FastsimInputError(f"{where}, line {lineno[j]}, {col}", raw[j],
+                                f"a time >= the previous row's (line {lineno[j - 1]}: {raw[j - 1]!r}): rows in "
+                                "arrival order, equal times for requests sent at once")
 
 
 def _drop_invalid(p: int, o: int, pcol: str, ocol: str, where: str, line: int, skip_invalid: bool,
@@ -429,7 +452,7 @@ _HASH_ALLOWED = ("a list of integer block ids >= 0 (one per 512-token block of t
 
 def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_unit: str = "ms",
                           skip_invalid: bool = False) -> Workload:
-    ts, ps, os_, hs, dropped = [], [], [], [], []
+    ts, ps, os_, hs, dropped, lineno = [], [], [], [], [], []
     loads = json.loads
     saw_line = False
     any_hash = False
@@ -475,12 +498,14 @@ def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_un
         ps.append(p)
         os_.append(o)
         hs.append(h)
+        lineno.append(k + 1)
     if not saw_line:
         raise FastsimInputError(f"{where}", "an empty file", "one JSON object per line, at least one")
     if not ts:
         raise FastsimInputError(f"{where}", f"no valid rows ({len(dropped):,} dropped)", "at least one request row")
     t = np.array(ts, dtype=np.float64)
-    t = (t - t.min()) / (1e3 if time_unit == "ms" else 1.0)
+    _check_order(t, ts, lineno, where, "timestamp", time_unit)
+    t = (t - t[0]) / (1e3 if time_unit == "ms" else 1.0)
     prefix = PrefixBlocks(bt, *_csr(hs)) if any_hash else None
     return _finish(name, t, np.array(ps, dtype=np.int64), np.array(os_, dtype=np.int64), source, time_unit,
                    tuple(dropped), prefix)
@@ -488,10 +513,6 @@ def _parse_mooncake_jsonl(text: str, where: str, name: str, source: str, time_un
 
 def _finish(name: str, t_s: np.ndarray, p: np.ndarray, o: np.ndarray, source: str, time_unit=None,
             dropped: tuple = (), prefix: PrefixBlocks | None = None) -> Workload:
-    """The Workload of parsed rows: stably sorted by time (blocks carried along), shifted to start at 0."""
-    if t_s.shape[0] > 1 and np.any(t_s[1:] < t_s[:-1]):
-        order = np.argsort(t_s, kind="stable")
-        t_s, p, o = t_s[order], p[order], o[order]
-        prefix = _take_prefix(prefix, order)
+    """The Workload of parsed rows, in arrival order already (:func:`_check_order`), shifted to start at 0."""
     t_s = t_s - t_s[0]
     return Workload(name, t_s, p, o, source, time_unit=time_unit, dropped=dropped, prefix=prefix)

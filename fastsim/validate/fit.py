@@ -1,0 +1,448 @@
+"""Step-model constants fitted to serving measurements through the simulator, with cross-validation.
+
+:func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
+``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s`` and the FP8 / FP4 compute factors of the precisions
+the rows use) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
+each evaluation runs every training row the way its benchmark ran
+(:func:`fastsim.validate.run_measurements`, the engine's own policy), and
+:func:`scipy.optimize.least_squares` (trust region reflective, on the log of each constant,
+within bounds) minimises a robust sum over rows of the log ratio ``log(fastsim / real)``
+(``loss="soft_l1"``, ``f_scale = 0.1``: a row 10% off weighs as in least squares, a row 10x
+off counts about linearly, so a few rows the model cannot express do not drag the rest).
+
+Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale, ``s^2``
+the residual variance; Bates and Watts 1988, §2.3), back-transformed, so they are asymmetric and
+positive. They are conditional on the model's form: where the form misses systematically they
+are narrow and the cross-validated error is the figure to believe.
+
+Cross-validation: leave one source out. The rows are grouped by source family
+(:attr:`fastsim.validate.Measurement.family`: one published table, one repository's runs); for
+each family, the constants are fitted again on the other families' rows only, from the same
+starting point (SPEC §3's constants), and the held-out family's rows are then run with them. The
+held-out figures (median absolute error, geometric-mean ratio; :func:`fastsim.validate.summary.group_stats`)
+are never from rows a fit saw. An engine with one source family has no held-out figure.
+
+For speed a fit may use a subsample of the training rows' runs (``max_runs``: at most that many
+runs, spread evenly over families and kept in their order, every row of a chosen run kept); the
+held-out rows are always run in full.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import FastsimInputError
+from .run import run_key, run_measurements
+from .summary import group_stats
+
+__all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
+           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES"]
+
+#: Constants :func:`fit_measurements` may fit, in the order reports list them.
+FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
+            "eta_nvlink", "reserved_bytes_per_gpu")
+#: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
+#: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
+#: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
+#: of peak (cuBLAS and DeepGEMM FP8 GEMMs run at 1.3-1.9x their BF16 speed on a 2x peak), FP4 at
+#: least 0.3 of it (CUTLASS NVFP4 GEMMs at 2-3x BF16 on a 4x peak); a fit pinned at a bound says
+#: the error lies in another term.
+BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
+          "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
+          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10)}
+#: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
+#: and compute factors stay those of the ``"*"`` fit.
+GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
+#: The engines' KV-pool rules (:attr:`fastsim.stepmodel.StepConstants.kv_memory`) a fit starts from,
+#: with 2 GiB per GPU set aside for activations, CUDA graphs and communication buffers (vLLM's
+#: profiling run at 8,192 batched tokens on an 8B model peaks near 1.5 GiB of activations, its CUDA
+#: graphs take about 0.5 GiB): SGLang sizes its pool as vLLM does (``mem_fraction_static``).
+ENGINE_KV_MEMORY = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
+ENGINE_RESERVED_BYTES = 2 * 2 ** 30
+_LOSS = "cauchy"
+_F_SCALE = 0.1
+_FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
+
+
+class FoldResult(NamedTuple):
+    """One held-out source family.
+
+    Attributes
+    ----------
+    family : str
+        The family left out.
+    calibration : Calibration
+        Fitted on the other families' rows.
+    rows : int
+        Held-out rows expressed.
+    median_abs_pct_error : float or None
+        Over the held-out rows (percent).
+    geomean_ratio : float or None
+        fastsim / real over the held-out rows.
+    ratios : tuple of (str, str, float)
+        ``(id, metric, ratio)`` per held-out row.
+    """
+
+    family: str
+    calibration: object
+    rows: int
+    median_abs_pct_error: float | None
+    geomean_ratio: float | None
+    ratios: tuple
+
+
+class FitEntry(NamedTuple):
+    """The constants of one GPU (or ``"*"``: every GPU without an entry of its own).
+
+    Attributes
+    ----------
+    gpu : str
+    constants : StepConstants
+    interval95 : tuple of (str, float, float)
+        Per fitted constant; NaN bounds where the rows do not pin it.
+    rows : int
+        Rows the entry's fit used.
+    """
+
+    gpu: str
+    constants: object
+    interval95: tuple
+    rows: int
+
+
+@dataclass(frozen=True)
+class MeasuredFit:
+    """Constants fitted to one engine's measurements, and their cross-validated error.
+
+    Attributes
+    ----------
+    engine : str
+    names : tuple of str
+        The fitted constants.
+    entries : tuple of FitEntry
+        ``"*"`` first (fitted on every row), then one per GPU with at least ``min_gpu_rows`` rows
+        (fitted on that GPU's rows, from the ``"*"`` entry).
+    start : StepConstants
+        Where every fit started; the value of every constant not fitted.
+    in_sample : dict
+        :func:`group_stats` over every row at the start and with the fitted calibration:
+        ``{"start": ..., "fitted": ...}``.
+    folds : tuple of FoldResult
+        One per source family (empty with one family).
+    held_out : dict
+        :func:`group_stats` over every held-out row of every fold, at the start and fitted
+        (``{"start", "fitted"}``), and per metric under ``"per_metric"``.
+    evaluations : int
+        Simulator passes, over every fit.
+    """
+
+    engine: str
+    names: tuple
+    entries: tuple
+    start: object
+    in_sample: dict
+    folds: tuple
+    held_out: dict
+    evaluations: int
+
+    @property
+    def constants(self):
+        """The ``"*"`` entry's constants (StepConstants)."""
+        return self.entries[0].constants
+
+    @property
+    def interval95(self) -> tuple:
+        """The ``"*"`` entry's intervals."""
+        return self.entries[0].interval95
+
+    @property
+    def rows(self) -> int:
+        """Rows the ``"*"`` fit used."""
+        return self.entries[0].rows
+
+    def calibration(self, source: str = ""):
+        """The fit as an engine-tagged calibration: one entry per GPU fitted, and ``*`` for the rest.
+
+        Parameters
+        ----------
+        source : str
+            Free text written to the file (what the constants were fitted to).
+
+        Returns
+        -------
+        fastsim.constants.Calibration
+        """
+        return _calibration(self.engine, self.names, self.entries, source)
+
+    def to_dict(self) -> dict:
+        """The fit as a JSON-ready dict (entries with constants and intervals, in-sample and held-out figures, folds)."""
+        from dataclasses import asdict
+        return {"engine": self.engine, "names": list(self.names),
+                "entries": [{"gpu": e.gpu, "rows": e.rows, "constants": asdict(e.constants),
+                             "interval95": {n: [lo, hi] for n, lo, hi in e.interval95}} for e in self.entries],
+                "start": asdict(self.start), "in_sample": self.in_sample, "held_out": self.held_out,
+                "folds": [{"family": f.family, "rows": f.rows, "median_abs_pct_error": f.median_abs_pct_error,
+                           "geomean_ratio": f.geomean_ratio} for f in self.folds],
+                "evaluations": self.evaluations}
+
+
+def _calibration(engine, names, entries, source=""):
+    from ..constants import Calibration, CalibrationEntry
+    return Calibration(tuple(CalibrationEntry(e.gpu, "*", e.constants, tuple(names), e.interval95) for e in entries),
+                       source, engine)
+
+
+def default_names(measurements, catalog) -> tuple:
+    """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
+    ``overhead_s``, and the FP8 / FP4 compute factor of each low-precision peak the rows run on.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+    catalog : Catalog
+
+    Returns
+    -------
+    tuple of str
+    """
+    keys = set()
+    for m in measurements:
+        try:
+            keys.add(catalog.precision(m.precision).flops_key)
+        except FastsimInputError:
+            pass
+    return ("eta_compute", "eta_bw", "eta_kv", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+
+
+def _subsample(rows, max_runs):
+    """At most ``max_runs`` runs of ``rows`` (every row of a chosen run kept), spread evenly over families."""
+    runs = {}
+    for m in rows:
+        runs.setdefault(run_key(m), []).append(m)
+    if max_runs is None or len(runs) <= max_runs:
+        return list(rows)
+    by_family = {}
+    for key, ms in runs.items():
+        by_family.setdefault(ms[0].family, []).append(key)
+    quota = {f: 0 for f in by_family}
+    left = max_runs
+    while left > 0:                     # round robin over families, each up to its own run count
+        gave = False
+        for f in sorted(by_family):
+            if left and quota[f] < len(by_family[f]):
+                quota[f] += 1
+                left -= 1
+                gave = True
+        if not gave:
+            break
+    keep = set()
+    for f, keys in by_family.items():
+        idx = np.linspace(0, len(keys) - 1, quota[f]).round().astype(int) if quota[f] else []
+        keep.update(keys[i] for i in sorted(set(int(i) for i in idx)))
+    return [m for m in rows if run_key(m) in keep]
+
+
+def _constants_at(start, names, x):
+    """StepConstants with ``names`` set to ``exp(x)``; a compute factor is capped at 1 / eta_compute."""
+    kw = {n: float(math.exp(v)) for n, v in zip(names, x)}
+    eta_c = kw.get("eta_compute", start.eta_compute)
+    for f in _FLOPS_FACTOR.values():
+        if f in kw:
+            kw[f] = min(kw[f], 1.0 / eta_c)
+    return replace(start, **kw)
+
+
+def _log_ratios(results):
+    """``(ids, metrics, log ratios)`` of the expressed results."""
+    ids, metrics, lr = [], [], []
+    for r in results:
+        if r.predicted is not None and r.predicted > 0:
+            ids.append(r.measurement.id)
+            metrics.append(r.measurement.metric)
+            lr.append(math.log(r.predicted / r.measurement.value))
+    return ids, metrics, np.asarray(lr)
+
+
+def _fit(rows, catalog, start, names, max_nfev, threads, counter):
+    """Least squares on ``rows``: (constants, interval95, residuals at the start, at the fit)."""
+    from scipy.optimize import least_squares
+    # the rows every evaluation keeps: those expressed at the start (the fitted constants change
+    # times, not what is expressed)
+    base = run_measurements(rows, catalog, start, threads=threads)
+    counter[0] += 1
+    rows = [m for m, r in zip(rows, base) if r.predicted is not None]
+    if len(rows) < len(names) + 1:
+        raise FastsimInputError("measurements", f"{len(rows)} expressed rows",
+                                f"more expressed rows than fitted constants ({len(names)})")
+    _, _, r0 = _log_ratios([r for r in base if r.predicted is not None])
+    real = np.array([m.value for m in rows])
+
+    def fun(x):
+        c = _constants_at(start, names, x)
+        res = run_measurements(rows, catalog, c, threads=threads)
+        counter[0] += 1
+        pred = np.array([r.predicted if r.predicted is not None and r.predicted > 0 else np.nan for r in res])
+        out = np.log(pred / real)
+        return np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
+
+    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
+    lo = np.log([BOUNDS[n][0] for n in names])
+    hi = np.log([BOUNDS[n][1] for n in names])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    sol = least_squares(fun, x0, bounds=(lo, hi), loss=_LOSS, f_scale=_F_SCALE, diff_step=0.02,
+                        x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
+    c = _constants_at(start, names, sol.x)
+    n, k = sol.fun.size, len(names)
+    s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1)
+    try:
+        cov = np.linalg.inv(sol.jac.T @ sol.jac) * s2
+        sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    except np.linalg.LinAlgError:
+        sd = np.full(k, np.inf)
+    # a constant the rows do not pin (a zero Jacobian column, e.g. at a bound) has no interval: NaN
+    iv = tuple((nm, float(math.exp(v - 1.96 * s)), float(math.exp(v + 1.96 * s))) if math.isfinite(s) and s < 10.0
+               else (nm, math.nan, math.nan) for nm, v, s in zip(names, sol.x, sd))
+    return c, iv, rows, r0, sol.fun
+
+
+def _stats(lr) -> dict:
+    return group_stats(np.exp(lr)) if len(lr) else group_stats([])
+
+
+def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows):
+    """The ``"*"`` entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows."""
+    c_all, iv_all, used, _, _ = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads, counter)
+    entries = [FitEntry("*", c_all, iv_all, len(used))]
+    by_gpu = {}
+    for m in rows:
+        by_gpu.setdefault(m.gpu.upper(), []).append(m)
+    if len(by_gpu) > 1:
+        for g in sorted(by_gpu):
+            if len(by_gpu[g]) < min_gpu_rows:
+                continue
+            g_names = tuple(n for n in names if n in GPU_FITTED)
+            if not g_names:
+                break
+            try:
+                c, iv, used_g, _, _ = _fit(_subsample(by_gpu[g], None if max_runs is None else max(max_runs // 2, 4)),
+                                           cat, c_all, g_names, max(max_nfev // 2, 1), threads, counter)
+            except FastsimInputError:
+                continue                                   # too few expressed rows on this GPU
+            if len(used_g) >= min_gpu_rows:
+                iv = tuple(x for x in iv_all if x[0] not in g_names) + iv
+                entries.append(FitEntry(g, c, iv, len(used_g)))
+    return entries
+
+
+def fit_measurements(measurements, catalog=None, *, engine: str, names=None, start=None, max_runs: int | None = 150,
+                     max_nfev: int = 40, min_gpu_rows: int = 20, cross_validate: bool = True,
+                     threads: int | None = None) -> MeasuredFit:
+    """Fit step-model constants to one engine's measurements through the simulator (module docstring).
+
+    The ``"*"`` entry is fitted on every row; a GPU with at least ``min_gpu_rows`` rows gets an
+    entry of its own, its efficiencies (:data:`GPU_FITTED`) refitted on its rows from the ``"*"``
+    fit with half the runs and evaluations (an engine's kernels differ per GPU: vLLM on MI300X
+    runs far below the roofline its datasheet gives).
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        From :func:`fastsim.validate.read_measurements`; only ``engine``'s rows are used.
+    catalog : Catalog, optional
+        The catalog the rows were read with (default: the built-in one).
+    engine : str
+        ``trtllm``, ``vllm`` or ``sglang``.
+    names : sequence of str, optional
+        Constants to fit, among :data:`FITTABLE` (default: :func:`default_names`).
+    start : StepConstants, optional
+        The starting point of the ``"*"`` fits and the value of every constant not fitted
+        (default: SPEC §3's timing constants with the engine's KV-pool rule,
+        :data:`ENGINE_KV_MEMORY`, and :data:`ENGINE_RESERVED_BYTES` set aside). The figures the
+        fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
+        ``held_out["start"]``).
+    max_runs : int or None
+        At most this many runs per fit (a subsample, module docstring); None: every run.
+    max_nfev : int
+        Most evaluations of one least-squares fit (each a simulator pass over its rows).
+    min_gpu_rows : int
+        Rows a GPU needs for an entry of its own (>= 2).
+    cross_validate : bool
+        Leave-one-source-out folds (one fit per source family, per-GPU entries included) after
+        the full fit.
+    threads : int, optional
+        As in :func:`fastsim.validate.run_measurements`.
+
+    Returns
+    -------
+    MeasuredFit
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown engine or constant; fewer expressed rows than constants; bad ``max_runs``,
+        ``max_nfev`` or ``min_gpu_rows``.
+    """
+    from ..catalog import default_catalog
+    from ..constants import ENGINES
+    from ..errors import require_count
+    from ..stepmodel import StepConstants
+    if engine not in ENGINES:
+        raise FastsimInputError("engine", engine, "one of " + ", ".join(ENGINES))
+    cat = catalog if catalog is not None else default_catalog()
+    if start is None:
+        start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES)
+    baseline = StepConstants()
+    rows = [m for m in measurements if m.engine == engine]
+    if not rows:
+        raise FastsimInputError("engine", engine, "an engine with rows in the measurements")
+    names = tuple(names) if names is not None else default_names(rows, cat)
+    for n in names:
+        if n not in FITTABLE:
+            raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
+    if max_runs is not None:
+        max_runs = require_count("max_runs", max_runs, len(names) + 1)
+    max_nfev = require_count("max_nfev", max_nfev, 1)
+    min_gpu_rows = require_count("min_gpu_rows", min_gpu_rows, 2)
+    counter = [0]
+    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows)
+    cal = _calibration(engine, names, entries)
+    res_fit = run_measurements(rows, cat, cal, threads=threads)
+    res_0 = run_measurements(rows, cat, baseline, threads=threads)
+    counter[0] += 2
+    ok = [i for i, (a, b) in enumerate(zip(res_fit, res_0)) if a.predicted is not None and b.predicted is not None]
+    in_sample = {"start": _stats(_log_ratios([res_0[i] for i in ok])[2]),
+                 "fitted": _stats(_log_ratios([res_fit[i] for i in ok])[2])}
+    folds = []
+    held_start, held_fit, held_metric = [], [], {}
+    families = sorted({m.family for m in rows})
+    if cross_validate and len(families) > 1:
+        for fam in families:
+            out_idx = [i for i, m in enumerate(rows) if m.family == fam]
+            rest = [m for m in rows if m.family != fam]
+            try:
+                ent_f = _fit_entries(rest, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows)
+            except FastsimInputError:
+                continue                                   # too few rows left to fit: no fold
+            cal_f = _calibration(engine, names, ent_f)
+            res_f = run_measurements([rows[i] for i in out_idx], cat, cal_f, threads=threads)
+            counter[0] += 1
+            pairs = [(a, res_0[i]) for a, i in zip(res_f, out_idx)
+                     if a.predicted is not None and res_0[i].predicted is not None]
+            ids, metrics, lr_f = _log_ratios([a for a, _ in pairs])
+            _, _, lr_0 = _log_ratios([b for _, b in pairs])
+            held_start.extend(lr_0)
+            held_fit.extend(lr_f)
+            for mt, a, b in zip(metrics, lr_0, lr_f):
+                held_metric.setdefault(mt, ([], []))
+                held_metric[mt][0].append(a)
+                held_metric[mt][1].append(b)
+            st = _stats(lr_f)
+            folds.append(FoldResult(fam, cal_f, st["rows"], st["median_abs_pct_error"], st["geomean_ratio"],
+                                    tuple(zip(ids, metrics, np.exp(lr_f).tolist()))))
+    held = {"start": _stats(np.asarray(held_start)), "fitted": _stats(np.asarray(held_fit)),
+            "per_metric": {mt: {"start": _stats(np.asarray(a)), "fitted": _stats(np.asarray(b))}
+                           for mt, (a, b) in sorted(held_metric.items())}}
+    return MeasuredFit(engine, names, tuple(entries), start, in_sample, tuple(folds), held, counter[0])
