@@ -72,7 +72,7 @@ def main(argv=None) -> int:
             path.unlink(missing_ok=True)
         print(f"{engine}: held out {fit.held_out['fitted']['median_abs_pct_error']:.1f}% vs SPEC §3 "
               f"{fit.held_out['start']['median_abs_pct_error']:.1f}%: {'shipped' if ok else 'not shipped'}")
-    REPORT.write_text(json.dumps(report, indent=1, sort_keys=True, default=float) + "\n", encoding="utf-8")
+    REPORT.write_text(json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     print(f"wrote {REPORT.relative_to(ROOT)}")
     return 0
 

@@ -182,7 +182,8 @@ class MeasuredFit:
         from dataclasses import asdict
         return {"engine": self.engine, "names": list(self.names),
                 "entries": [{"gpu": e.gpu, "rows": e.rows, "constants": asdict(e.constants),
-                             "interval95": {n: [lo, hi] for n, lo, hi in e.interval95}} for e in self.entries],
+                             "interval95": {n: [None if lo != lo else lo, None if hi != hi else hi]
+                                            for n, lo, hi in e.interval95}} for e in self.entries],
                 "start": asdict(self.start), "in_sample": self.in_sample, "held_out": self.held_out,
                 "folds": [{"family": f.family, "rows": f.rows, "median_abs_pct_error": f.median_abs_pct_error,
                            "geomean_ratio": f.geomean_ratio} for f in self.folds],
