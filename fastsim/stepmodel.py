@@ -44,7 +44,8 @@ from .layouts import LAYOUTS, layout_degrees
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
-    "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES",
+    "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
+    "stage_layers", "pipeline_round_params", "p2p_time", "PP_ACTIVATION_TENSORS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -74,13 +75,17 @@ __all__ = [
  P_WINDOW,        # sliding window (tokens; 0 = none)
  P_SLIDE_FRAC,    # fraction of the layers that slide
  P_ETA_KV,        # achieved fraction of HBM bandwidth on the paged KV read (step model v2; SPEC §3: eta_bw)
- ) = range(30)
-N_PARAMS = 30
+ P_PP,            # pipeline stages of the instance (1: no pipeline parallelism); the vector is one stage's
+ P_P2P_LAT,       # latency of this stage's activation send to the next stage (s; 0: none, the last stage)
+ P_P2P_S_PER_TOKEN,  # seconds per token of that send (0: none)
+ ) = range(33)
+N_PARAMS = 33
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
-               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV")
+               "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV", "P_PP", "P_P2P_LAT",
+               "P_P2P_S_PER_TOKEN")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
@@ -392,7 +397,7 @@ def _link_bw(gpu: GPU, group: int) -> float:
 
 
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
-                constants: StepConstants = StepConstants(), *, dp: int = 1, ep: int = 1) -> np.ndarray:
+                constants: StepConstants = StepConstants(), *, dp: int = 1, ep: int = 1, pp: int = 1) -> np.ndarray:
     """Pack one instance's constants into the vector the kernels read (SPEC §3, §10).
 
     Parameters
@@ -410,6 +415,10 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         ``ep = tp`` only (DeepSeek-V3's serving layout).
     ep : int, keyword-only
         1 (routed experts tensor-sharded over the G GPUs) or ``tp`` (expert parallelism).
+    pp : int, keyword-only
+        Pipeline stages (default 1); with ``pp > 1`` ``tp`` is the GPUs of one stage and the vector
+        is the slowest stage's (the most matmul parameters per token, the first of equals) of
+        :func:`stage_params`, whose rows the simulator runs.
 
     Returns
     -------
@@ -466,7 +475,239 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency
+    p[P_PP] = 1.0
+    p[P_P2P_LAT] = 0.0
+    p[P_P2P_S_PER_TOKEN] = 0.0
+    if pp != 1:
+        return _bottleneck(stage_params(model, gpu, precision, g, constants, pp=pp, dp=dp, ep=ep))
     return p
+
+
+#: Activation tensors a stage sends the next one per token, each ``hidden`` BF16 elements: vLLM's
+#: ``IntermediateTensors`` of ``hidden_states`` and ``residual`` (``vllm/model_executor/models/llama.py``,
+#: ``LlamaModel.forward``), split over the stage's TP ranks and gathered on the receiving side
+#: (``vllm/distributed/parallel_state.py``, ``GroupCoordinator.send_tensor_dict``, ``all_gather_group``).
+PP_ACTIVATION_TENSORS = 2
+
+
+def stage_layers(layers: int, pp: int) -> tuple:
+    """Layers of each pipeline stage, vLLM's default partition.
+
+    ``layers // pp`` each; the remainder goes one layer each to the stages before the last, from
+    the second-to-last backwards (the last stage also runs the final norm and the LM head):
+    ``vllm/distributed/utils.py``, ``get_pp_indices``. 61 layers in 2 stages: ``(31, 30)``; in 4:
+    ``(15, 15, 16, 15)``.
+
+    Parameters
+    ----------
+    layers : int
+        Transformer layers, >= 1.
+    pp : int
+        Pipeline stages, 1 to ``layers``.
+
+    Returns
+    -------
+    tuple of int
+        ``pp`` layer counts, summing to ``layers``, each >= 1.
+
+    Raises
+    ------
+    FastsimInputError
+        ``pp`` not an integer from 1 to ``layers`` (a stage without layers).
+    """
+    if isinstance(pp, bool) or not isinstance(pp, (int, np.integer)) or not 1 <= pp <= layers:
+        raise FastsimInputError("pp", pp, f"an integer from 1 to the model's {layers} layers (a stage needs a layer)")
+    base, rem = divmod(int(layers), int(pp))
+    parts = [base] * int(pp)
+    for i in range(2, rem + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def _bottleneck(stages: np.ndarray) -> np.ndarray:
+    """The stage that does the most matmul work per token (the first of equals): the pipeline's slowest."""
+    return stages[int(np.argmax(stages[:, P_MATMUL]))].copy()
+
+
+def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
+                 constants: StepConstants = StepConstants(), *, pp: int, dp: int = 1, ep: int = 1) -> np.ndarray:
+    """Step parameters of each pipeline stage of a TP x PP instance (pipeline parallelism).
+
+    An instance of ``tp x pp`` GPUs runs its layers in ``pp`` stages of :func:`stage_layers` layers,
+    each stage tensor-parallel over ``tp`` GPUs of one node (the engines keep a TP group inside a
+    node: vLLM, SGLang and TensorRT-LLM place consecutive ranks by TP first). A stage's vector is
+    :func:`step_params`' of a model made of its own layers: its dense and routed-expert weights,
+    its layers' KV bytes per token per GPU and all-reduces, its ``P_LAYERS``; the dense layers are
+    taken to be the model's first ``layers - moe_layers`` (DeepSeek's ``first_k_dense_replace``).
+    The LM head (and the final norm) is the last stage's, the input embedding the first's (memory
+    only: a lookup is not a matmul); a model with tied embeddings holds a copy on both, as vLLM's
+    stages do. Every stage but the last sends its activations to the next
+    (:data:`PP_ACTIVATION_TENSORS` x ``hidden`` BF16 values per token, split over its ``tp`` GPUs)
+    at the bandwidth of the boundary: NVLink when both stages are in one node
+    (``gpu.gpus_per_node``), else the scale-out network, with the all-reduce's per-hop latency
+    ``alpha_s``; :func:`step_time` adds it as ``P_P2P_LAT + n_tokens x P_P2P_S_PER_TOKEN``. Each
+    stage pays the fixed per-step overhead (its own forward, graph launch and hand-off).
+
+    Memory: every stage holds the KV of every running sequence for its layers, so the instance's
+    KV budget (``P_KV_BUDGET_TOKENS``, the same in every row) is the smallest of the stages' own
+    budgets (:func:`kv_budget_tokens`' rule applied to the stage's weights and KV per token).
+
+    Parameters
+    ----------
+    model, gpu, precision, constants
+        As in :func:`step_params`.
+    tp : int
+        GPUs of one stage (its tensor-parallel group; with ``dp`` > 1, ``tp / dp`` per attention
+        rank), at most ``gpu.gpus_per_node``.
+    pp : int, keyword-only
+        Pipeline stages, 1 to ``model.layers``.
+    dp, ep : int, keyword-only
+        As in :func:`step_params`, inside each stage.
+
+    Returns
+    -------
+    ndarray(float64) of shape (pp, N_PARAMS)
+        Row ``s`` is stage ``s``'s vector, ``P_PP = pp`` in each; ``pp = 1`` gives
+        :func:`step_params`' vector as its one row.
+
+    Raises
+    ------
+    FastsimInputError
+        What :func:`step_params` raises; ``pp`` outside 1..layers; a stage's TP group larger than
+        a node when ``pp > 1``.
+    """
+    stages = stage_layers(model.layers, pp)
+    base = step_params(model, gpu, precision, tp, constants, dp=dp, ep=ep)
+    if pp == 1:
+        return base[None, :].copy()
+    gpn = int(getattr(gpu, "gpus_per_node", 8))
+    if int(tp) > gpn:
+        raise FastsimInputError("tp", tp, f"at most the {gpn} GPUs of one {gpu.name} node under pipeline "
+                                f"parallelism (each stage's TP group stays inside a node)")
+    g = int(tp)
+    served = model.served_precision(precision)
+    constants_ = resolve_constants(constants, gpu, served, g // dp)
+    wb = served.weight_bytes
+    L, Lm = int(model.layers), int(model.moe_layers)
+    Ld = L - Lm
+    k = model.experts_per_token if model.is_moe else 0
+    dense_layer = model.layer_params
+    moe_dense = (model.moe_layer_params - model.n_experts * model.expert_params) if model.is_moe else 0.0
+    moe_active = moe_dense + k * model.expert_params if model.is_moe else 0.0
+    # what the layers do not hold: the LM head (and final norm) of the last stage, as the model counts it
+    head_active = model.active_matmul_params - (Ld * dense_layer + Lm * moe_active)
+    head_dense = model.dense_matmul_params - (Ld * dense_layer + Lm * moe_dense)
+    emb = float(model.vocab * model.hidden)
+    tp_attn = g // dp
+    share = expert_share(model, g, ep)
+    kv_layer = base[P_KVPG] / L
+    out = np.empty((len(stages), N_PARAMS), dtype=np.float64)
+    a = 0
+    for s, n in enumerate(stages):
+        nd = max(0, min(a + n, Ld) - a)
+        nm = n - nd
+        last = s == len(stages) - 1
+        act = nd * dense_layer + nm * moe_active + (head_active if last else 0.0)
+        dense = nd * dense_layer + nm * moe_dense + (head_dense if last else 0.0)
+        routed = nm * model.n_experts * model.expert_params if model.is_moe else 0.0
+        row = base.copy()
+        row[P_MATMUL] = act
+        row[P_LAYERS] = n
+        row[P_KVPG] = kv_layer * n
+        row[P_WDENSE] = dense * wb / tp_attn
+        row[P_WEXP] = routed * wb * share
+        moe_ar = 2 if ep == 1 else 1
+        row[P_N_AR] = 2 * nd + moe_ar * nm
+        row[P_N_A2A] = nm if ep > 1 else 0
+        # the first stage also holds the input embedding; the last one's LM head is in ``dense``
+        # (with tied embeddings a copy of the same matrix)
+        held_dense = dense + (emb if s == 0 else 0.0)
+        row[P_PP] = len(stages)
+        if last:
+            row[P_P2P_LAT] = 0.0
+            row[P_P2P_S_PER_TOKEN] = 0.0
+        else:
+            end = (s + 1) * g          # the first GPU of the next stage
+            bw = gpu.nvlink_bw_bytes_per_s if (end - 1) // gpn == end // gpn else \
+                min(gpu.nvlink_bw_bytes_per_s, gpu.network_bw_bytes_per_s)
+            row[P_P2P_LAT] = constants_.alpha_s
+            row[P_P2P_S_PER_TOKEN] = PP_ACTIVATION_TENSORS * model.hidden * 2.0 / tp_attn / (constants_.eta_nvlink * bw)
+        bf16 = emb * ((s == 0) + last)
+        row[P_KV_BUDGET_TOKENS] = _stage_kv_tokens(model, served, gpu, g, constants_, dp, held_dense,
+                                                    routed * share * g, bf16, row[P_KVPG])
+        out[s] = row
+        a += n
+    out[:, P_KV_BUDGET_TOKENS] = out[:, P_KV_BUDGET_TOKENS].min()
+    return out
+
+
+def _stage_kv_tokens(model, precision, gpu, g, constants, dp, dense_params, routed_params, bf16_params, kvpg):
+    """KV tokens one stage's memory holds: :func:`kv_budget_tokens`' rule on the stage's weights
+    (``bf16_params``: the stage's embedding and LM head, which the engine rules keep at BF16)."""
+    wb = precision.weight_bytes
+    u = constants.memory_utilization
+    routed = routed_params * wb
+    if constants.kv_memory == "spec":
+        budget = g * u * gpu.hbm_bytes - dense_params * wb * dp - routed
+    else:
+        extra = bf16_params * (2.0 - wb) * dp if wb < 2.0 and not model.checkpoint_precision else 0.0
+        weights = dense_params * wb * dp + routed + extra
+        rep, res = gpu.reported_hbm_bytes, constants.reserved_bytes_per_gpu
+        if constants.kv_memory == "vllm":
+            budget = g * (u * rep - res) - weights
+        else:
+            budget = u * (g * (rep - res) - weights)
+    return budget / (g * kvpg / dp)
+
+
+def pipeline_round_params(p) -> np.ndarray:
+    """The steady-state pipeline round of a PP stage as one step vector (the analytic screen's closed form).
+
+    With ``S = p[P_PP]`` equal stages kept busy by ``S`` micro-batches of ``b / S`` sequences each
+    (vLLM's virtual engines, TensorRT-LLM's micro-batches), a sequence gets one token per round of
+    ``S x stage(b / S)``: the bottleneck stage runs every micro-batch once. For a dense model the
+    stage's roofline terms are linear in the tokens and KV of the step, so that round is
+    :func:`step_time` of this vector at the whole batch ``b``: the stage's weight bytes, per-step
+    overhead, link latencies (all-reduce hops, the stage send) taken ``S`` times, the rest as is.
+    For a MoE model the touched experts are counted at ``b`` tokens, not ``S`` times at ``b / S``
+    (fewer weight bytes: an optimistic weight read). The pipeline's fill and drain (the bubble,
+    ``(S - 1) / (M + S - 1)`` of the time with ``M`` micro-batches) and uneven stages are the
+    simulator's (:class:`fastsim.sim.PipelinePlan`), not this screen's.
+
+    Parameters
+    ----------
+    p : ndarray(float64) of shape (N_PARAMS,) or (n, N_PARAMS)
+        Stage vectors (:func:`step_params` with ``pp``); rows with ``P_PP <= 1`` are returned unchanged.
+
+    Returns
+    -------
+    ndarray(float64), the shape of ``p``
+        A copy.
+    """
+    q = np.array(p, dtype=np.float64, copy=True)
+    s = np.maximum(q[..., P_PP], 1.0)
+    for col in (P_WDENSE, P_WEXP, P_OVERHEAD, P_ALPHA, P_P2P_LAT):
+        q[..., col] = q[..., col] * s
+    return q
+
+
+def p2p_time(p, n_tokens):
+    """Time of a stage's activation send to the next stage (s): ``P_P2P_LAT + n_tokens x P_P2P_S_PER_TOKEN``.
+
+    Parameters
+    ----------
+    p : ndarray(float64) of shape (N_PARAMS,) or (n, N_PARAMS)
+        Stage vectors (:func:`stage_params`); 0 for a vector without a send.
+    n_tokens : float or ndarray(float64)
+        Tokens of the micro-batch.
+
+    Returns
+    -------
+    float or ndarray(float64)
+        Seconds, the broadcast shape.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    return _p2p([p[..., i] for i in range(N_PARAMS)], n_tokens)
 
 
 def decode_attn_flops(layers, attn_dim, context_tokens):
@@ -526,6 +767,10 @@ def _parts(c, n_tokens, kv_tokens, attn_flops):
     return weight_s, kv_s, compute_s, ar_s, a2a_s
 
 
+def _p2p(c, n_tokens):
+    return c[P_P2P_LAT] + n_tokens * c[P_P2P_S_PER_TOKEN]
+
+
 def step_parts(p, n_tokens, kv_tokens, attn_flops):
     """The parts of a step, vectorized (numpy broadcasting over configurations; SPEC §3, §10).
 
@@ -569,10 +814,11 @@ def step_time(p, n_tokens, kv_tokens, attn_flops):
     """
     p = np.asarray(p, dtype=np.float64)
     w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
-    return np.maximum(w + kv, comp) + (ar + a2a) + p[..., P_OVERHEAD]
+    return np.maximum(w + kv, comp) + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
 
 
 _parts_nb = njit(cache=True, inline="always")(_parts)
+_p2p_nb = njit(cache=True, inline="always")(_p2p)
 
 
 @njit(cache=True)
@@ -595,4 +841,4 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
     """
     w, kv, comp, ar, a2a = _parts_nb(p, n_tokens, kv_tokens, attn_flops)
     a = w + kv
-    return (a if a >= comp else comp) + (ar + a2a) + p[P_OVERHEAD]
+    return (a if a >= comp else comp) + (ar + a2a) + _p2p_nb(p, n_tokens) + p[P_OVERHEAD]
