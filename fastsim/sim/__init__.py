@@ -26,14 +26,14 @@ The package, in the order a simulation runs through it:
 """
 from __future__ import annotations
 
-from .inputs import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan
+from .inputs import OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan, PipelinePlan
 from .engine import simulate, simulate_batch, warmup
 from .policy import POLICIES, EnginePolicy, engine_policy, policy_defaults
 from .records import RequestStatus, RunStatus, SimMetrics, SimResult
 from .drain import BenchmarkFigures, benchmark_figures, measured_means, simulate_drained
 
 __all__ = [
-    "ColocatedPlan", "DisaggregatedPlan", "simulate", "simulate_batch", "warmup",
+    "ColocatedPlan", "DisaggregatedPlan", "PipelinePlan", "simulate", "simulate_batch", "warmup",
     "SimResult", "SimMetrics", "RequestStatus", "RunStatus",
     "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "POLICIES", "EnginePolicy", "engine_policy",
     "policy_defaults", "simulate_drained", "benchmark_figures", "BenchmarkFigures",

@@ -23,12 +23,12 @@ import numpy as np
 
 from ..errors import FastsimInputError
 from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KFRAC,
-                         P_KV_BUDGET_TOKENS, P_NET_BW, P_NVLINK, P_PEAK, P_TP, PARAM_NAMES)
+                         P_KV_BUDGET_TOKENS, P_MATMUL, P_NET_BW, P_NVLINK, P_PEAK, P_PP, P_TP, PARAM_NAMES)
 from . import _kernels as K
 from .window import kv_window
 
 __all__ = [
-    "ColocatedPlan", "DisaggregatedPlan", "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "MAX_SAMPLES",
+    "ColocatedPlan", "DisaggregatedPlan", "PipelinePlan", "OVERLOAD_SLOPE_FRACTION", "OVERLOAD_MIN_GROWTH", "MAX_SAMPLES",
     "MAX_TOKENS", "auto_sample_dt", "measure_fractions",
 ]
 
@@ -129,9 +129,90 @@ class ColocatedPlan:
 
     def __post_init__(self):
         object.__setattr__(self, "p", _params("p", self.p))
+        _no_stage("p", self.p)
         object.__setattr__(self, "n_instances", _count("n_instances", self.n_instances, 1))
         object.__setattr__(self, "chunk_tokens", _count("chunk_tokens", self.chunk_tokens, 1))
         object.__setattr__(self, "max_batch", _count("max_batch", self.max_batch, 0))
+
+
+def _no_stage(field: str, p: np.ndarray) -> None:
+    """Refuse a pipeline stage's vector where a whole instance's is expected."""
+    if p[P_PP] > 1.0:
+        raise FastsimInputError(f"{field}[P_PP]", float(p[P_PP]),
+                                "1 (a pipeline stage's vector: a pipeline-parallel instance is a PipelinePlan "
+                                "of fastsim.stepmodel.stage_params rows)")
+
+
+@dataclass(frozen=True, eq=False)
+class PipelinePlan:
+    """``n_instances`` identical colocated instances, each a pipeline of stages (pipeline parallelism).
+
+    Each instance runs its layers in ``S`` stages (one row of ``stages`` each,
+    :func:`fastsim.stepmodel.stage_params`); micro-batches flow through the stages in order, up to
+    ``S`` of them in flight, as vLLM's virtual engines and TensorRT-LLM's micro-batches do. The
+    schedule's semantics are in :mod:`fastsim.sim.pipeline`. The fields are validated and normalised
+    at construction (``stages`` becomes a read-only C-ordered float64 copy).
+
+    Attributes
+    ----------
+    stages : ndarray(float64) of shape (S, N_PARAMS)
+        One stage vector per row; every row has ``P_PP = S`` and the same ``P_KV_BUDGET_TOKENS``
+        (the instance's KV budget).
+    n_instances : int
+        Number of instances, >= 1.
+    chunk_tokens : int
+        Prompt tokens per micro-batch (chunk size c), >= 1.
+    max_batch : int
+        Most admitted (unfinished) requests per instance; 0 = unlimited.
+
+    Raises
+    ------
+    FastsimInputError
+        Naming the field: ``stages`` not 2-d with ``N_PARAMS`` columns, a row that
+        :class:`ColocatedPlan` would refuse as its ``p``, a row whose ``P_PP`` is not the number
+        of rows, rows with different KV budgets, or a count below its minimum.
+    """
+
+    stages: np.ndarray
+    n_instances: int
+    chunk_tokens: int
+    max_batch: int = 0
+
+    def __post_init__(self):
+        try:
+            a = np.array(self.stages, dtype=np.float64, order="C")
+        except (TypeError, ValueError):
+            raise FastsimInputError("stages", self.stages, f"a float array of shape (S, {N_PARAMS}) from "
+                                    "stage_params") from None
+        if a.ndim != 2 or a.shape[1] != N_PARAMS or a.shape[0] < 1:
+            raise FastsimInputError("stages", f"shape {a.shape}", f"shape (S, {N_PARAMS}) with S >= 1 "
+                                    "(fastsim.stepmodel.stage_params)")
+        rows = [_params(f"stages[{i}]", a[i]) for i in range(a.shape[0])]
+        n = a.shape[0]
+        for i, r in enumerate(rows):
+            if r[P_PP] != n:
+                raise FastsimInputError(f"stages[{i}][P_PP]", float(r[P_PP]), f"{n}, the number of stages")
+            if r[P_KV_BUDGET_TOKENS] != rows[0][P_KV_BUDGET_TOKENS]:
+                raise FastsimInputError(f"stages[{i}][P_KV_BUDGET_TOKENS]", float(r[P_KV_BUDGET_TOKENS]),
+                                        f"the instance's budget in every stage ({float(rows[0][P_KV_BUDGET_TOKENS])})")
+        a = np.ascontiguousarray(np.stack(rows))
+        a.setflags(write=False)
+        object.__setattr__(self, "stages", a)
+        object.__setattr__(self, "n_instances", _count("n_instances", self.n_instances, 1))
+        object.__setattr__(self, "chunk_tokens", _count("chunk_tokens", self.chunk_tokens, 1))
+        object.__setattr__(self, "max_batch", _count("max_batch", self.max_batch, 0))
+
+    @property
+    def n_stages(self) -> int:
+        """Pipeline stages S (int)."""
+        return int(self.stages.shape[0])
+
+    @property
+    def p(self) -> np.ndarray:
+        """The slowest stage's vector (the most matmul parameters per token, the first of equals):
+        ndarray(float64) of shape (N_PARAMS,), read-only; what a whole-instance figure (its KV
+        budget, a horizon estimate) reads."""
+        return self.stages[int(np.argmax(self.stages[:, P_MATMUL]))]
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,6 +256,8 @@ class DisaggregatedPlan:
     def __post_init__(self):
         object.__setattr__(self, "p_prefill", _params("p_prefill", self.p_prefill))
         object.__setattr__(self, "p_decode", _params("p_decode", self.p_decode))
+        _no_stage("p_prefill", self.p_prefill)
+        _no_stage("p_decode", self.p_decode)
         object.__setattr__(self, "n_prefill", _count("n_prefill", self.n_prefill, 1))
         object.__setattr__(self, "n_decode", _count("n_decode", self.n_decode, 1))
         object.__setattr__(self, "prefill_token_budget",
