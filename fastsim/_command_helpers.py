@@ -28,6 +28,35 @@ def _tp(text):
         raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a power of two from 1 to 64") from None
 
 
+def _tp_list(text):
+    """``--tp`` of ``plan``: one TP or a comma list (``8,16``), each a power of two from 1 to 64 (argparse type)."""
+    out = [_tp(t.strip()) for t in str(text).split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: powers of two from 1 to 64, e.g. 8 or 8,16")
+    return out
+
+
+def _pp(text):
+    """``--pp``: pipeline stages, an integer from 1 to 4096 (argparse type; the model's layers are checked
+    once the model is known, :func:`fastsim.plans.check_pp`)."""
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        v = 0
+    if not 1 <= v <= 4096:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: an integer from 1 to the model's layers "
+                                         "(pipeline stages)")
+    return v
+
+
+def _pp_list(text):
+    """``--pp`` of ``plan``: one stage count or a comma list (``1,2``), as :func:`_pp` (argparse type)."""
+    out = [_pp(t) for t in str(text).split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: integers >= 1, e.g. 2 or 1,2,4")
+    return out
+
+
 def _number(flag, check, allowed):
     """An argparse type: a float that passes ``check``, else an error naming ``allowed``."""
     def conv(text):
@@ -251,7 +280,10 @@ def _add_plan_args(sp):
     g.add_argument("--mode", choices=("colocated", "disaggregated"), default=None, help="default colocated")
     g.add_argument("--tp", type=_tp, default=None,
                    help="TP per instance (default 1; disaggregated: the TP of a side without --prefill-tp / "
-                        "--decode-tp)")
+                        "--decode-tp); with --pp, the TP of one pipeline stage (at most a node)")
+    g.add_argument("--pp", type=_pp, default=None,
+                   help="pipeline stages per instance (colocated; default 1): the instance has --tp x --pp GPUs, "
+                        "simulated under the lecture or trtllm policy")
     g.add_argument("--instances", type=_pos_int("--instances"),
                    help="instances, 1 to 4096 (colocated; default: analytic sizing)")
     g.add_argument("--prefill-tp", type=_tp, help="TP of prefill instances (disaggregated)")

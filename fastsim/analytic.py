@@ -50,9 +50,10 @@ from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError, require_tp
 from .formulas import cost_usd_per_million_output_tokens, instances_needed
 from .layouts import instance_label
-from .plans import Demand, Plan, ScreenOptions
+from .plans import Demand, Plan, ScreenOptions, check_pp
 from .specdec import expected_tokens_per_round, spec_refusal, spec_step_params
-from .stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS, layout_degrees, layout_refusal, step_params
+from .stepmodel import (N_PARAMS, P_KV_BUDGET_TOKENS, layout_degrees, layout_refusal, pipeline_round_params,
+                        step_params)
 
 if TYPE_CHECKING:
     import pandas as pd   # imported where a table is built: a command's first line does not wait for it
@@ -78,10 +79,15 @@ _REASONS = {REFUSED: "the layout does not fit the model (see the refusal column)
 
 
 def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
-    """Rows ``(gpu, precision, tp, layout, refusal)`` of the grid and their step parameters.
+    """Rows ``(gpu, precision, tp, layout, refusal, pp)`` of the grid and their step parameters.
 
     A refused layout (``refusal`` a sentence) gets a parameter row with a negative KV budget,
-    so the kernel reports NO_FIT; :func:`instance_table` then marks it REFUSED."""
+    so the kernel reports NO_FIT; :func:`instance_table` then marks it REFUSED. A row with
+    ``pp > 1`` is a pipelined instance of ``pp`` stages of ``tp`` GPUs: its vector is the
+    steady-state round of its slowest stage (:func:`fastsim.stepmodel.pipeline_round_params` of
+    :func:`~fastsim.stepmodel.step_params` with ``pp``), so the kernel's step is the round in which
+    every sequence gets a token. A stage's TP group larger than a node is left out of a default
+    grid and a refused row of a given one (:attr:`ScreenOptions.pps_given`)."""
     gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
     precs = [catalog.precision(p) for p in (options.precisions or catalog.default_precisions())]
     if model.checkpoint_precision:
@@ -91,28 +97,45 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
         precs = [catalog.precision(model.checkpoint_precision)]
     rows = []
     for g in gpus:
+        gpn = int(getattr(g, "gpus_per_node", 8))
         for pr in precs:
             if pr.flops_key not in g.peak_flops_per_s:
                 continue
+            pps = options.pps_for(model, g, pr)
             for tp in options.tps_for(model):
                 for lay in options.layouts_for(model):
-                    rows.append((g, pr, int(tp), lay, layout_refusal(model, g, lay, int(tp))))
+                    why = layout_refusal(model, g, lay, int(tp))
+                    for pp in pps:
+                        pwhy = why
+                        if pp > 1 and int(tp) > gpn:
+                            if not options.pps_given:
+                                continue        # a default grid holds only the pipelines that run
+                            pwhy = pwhy or _stage_refusal(g, int(tp), int(pp))
+                        rows.append((g, pr, int(tp), lay, pwhy, int(pp)))
     if not rows:
         raise FastsimInputError("precision", ", ".join(p.name for p in precs),
                                 "a precision that a selected GPU (" + ", ".join(g.name for g in gpus)
                                 + ") has a peak for: " + ", ".join(sorted({k for g in gpus for k in g.peak_flops_per_s})))
     refused = None
     params = []
-    for g, pr, tp, lay, why in rows:
+    for g, pr, tp, lay, why, pp in rows:
         if why is None:
             dp, ep = layout_degrees(lay, tp)
-            params.append(step_params(model, g, pr, tp, options.constants, dp=dp, ep=ep))
+            p = step_params(model, g, pr, tp, options.constants, dp=dp, ep=ep, pp=pp)
+            params.append(pipeline_round_params(p) if pp > 1 else p)
         else:
             if refused is None:
                 refused = np.ones(N_PARAMS)
                 refused[P_KV_BUDGET_TOKENS] = -1.0
             params.append(refused)
     return rows, np.ascontiguousarray(np.stack(params))
+
+
+def _stage_refusal(gpu, tp: int, pp: int) -> str:
+    """Why a TP x PP instance cannot run: its stage's TP group is larger than a node of ``gpu``."""
+    gpn = int(getattr(gpu, "gpus_per_node", 8))
+    return (f"TP{tp} x PP{pp}: a pipeline stage's TP group stays inside one {gpu.name} node of {gpn} GPUs "
+            f"(fastsim.stepmodel.stage_params; the engines place a stage's TP ranks on one node)")
 
 
 def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
@@ -141,9 +164,10 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     Returns
     -------
     pandas.DataFrame
-        One row per GPU x precision x TP x layout (pairs whose GPU has no peak for the precision
-        are skipped): ``gpu, precision, tp, layout, refusal`` (why the model cannot run that
-        layout, e.g. a TP that does not divide its heads; "" when it can)``,
+        One row per GPU x precision x TP x layout x pipeline stages (pairs whose GPU has no peak
+        for the precision are skipped; the stages :meth:`ScreenOptions.pps_for` gives):
+        ``gpu, precision, tp, pp, gpus_per_instance`` (``tp x pp``)``, layout, refusal`` (why the
+        model cannot run that layout, e.g. a TP that does not divide its heads; "" when it can)``,
         price_usd_per_gpu_hour, status, kv_budget_tokens,
         decode_capacity_req_per_s, decode_batch, decode_step_s, prefill_capacity_req_per_s,
         prefill_utilisation, prefill_step_s, colocated_status, colocated_capacity_req_per_s,
@@ -153,7 +177,11 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
         the columns ``spec_gamma`` and ``spec_tokens_per_round`` after ``layout``; a speculative
         row's ``decode_step_s`` and ``colocated_step_s`` are round times (s per round, which
         yields ``spec_tokens_per_round`` tokens per sequence), its ``kv_budget_tokens`` the
-        budget left beside the draft, and its ``refusal`` may be the draft's.
+        budget left beside the draft, and its ``refusal`` may be the draft's. A row with
+        ``pp > 1`` is a pipelined instance: its steps are pipeline rounds
+        (:func:`fastsim.stepmodel.pipeline_round_params`: a sequence's token period with ``pp``
+        micro-batches in flight), its KV budget the instance's (the smallest stage's); its
+        prefill figures (a disaggregated pool) are computed but not used.
 
     Raises
     ------
@@ -202,6 +230,8 @@ def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | Non
     col_status[refused] = REFUSED
     budget = (params[pidx] if ext else params)[:, P_KV_BUDGET_TOKENS] if n else f8()
     cols = dict(gpu=[r[0].name for r in rows], precision=[r[1].name for r in rows], tp=[r[2] for r in rows],
+                pp=np.array([r[5] for r in rows], dtype=np.int64),
+                gpus_per_instance=np.array([r[2] * r[5] for r in rows], dtype=np.int64),
                 layout=[r[3] for r in rows])
     if options.spec_alpha is not None:
         cols.update(spec_gamma=gam.astype(np.int64), spec_tokens_per_round=tpr)
@@ -221,7 +251,8 @@ def _extend_grid(model: Model, catalog: Catalog, options: ScreenOptions, rows: l
     """The grid with speculative decoding: each row once without it and once per gamma of ``spec_gammas``.
 
     Returns ``(rows, params, pidx, dpidx, gamma, tokens_per_round)``: rows ``(gpu, precision, tp,
-    layout, refusal)`` (a refusal may now be the draft's), the stacked parameter rows (plain
+    layout, refusal, pp)`` (a refusal may now be the draft's; a pipelined row's speculative copies
+    are refused, speculation on a pipeline is not screened), the stacked parameter rows (plain
     targets, then per configuration the target beside its draft and the draft,
     :func:`fastsim.specdec.spec_step_params`, then one refused row), and per grid row the target
     and draft parameter rows, gamma (0 = no speculation) and the expected tokens per round (1).
@@ -232,10 +263,13 @@ def _extend_grid(model: Model, catalog: Catalog, options: ScreenOptions, rows: l
     extra = []
     any_refused = False
     out_rows, pidx, dpidx, gam, tpr = [], [], [], [], []
-    for i, (g, pr, tp, lay, why) in enumerate(rows):
+    for i, (g, pr, tp, lay, why, pp) in enumerate(rows):
         pair = None
         swhy = None
-        if spec is not None and why is None:
+        if spec is not None and why is None and pp > 1:
+            swhy = (f"speculative decoding on a pipelined instance (TP{tp} x PP{pp}) is not screened (the step "
+                    "model's draft shares one instance's GPUs, fastsim.specdec)")
+        elif spec is not None and why is None:
             dp, ep = layout_degrees(lay, tp)
             swhy = spec_refusal(model, spec, g, tp, dp, ep, catalog)
             if swhy is None:
@@ -244,7 +278,7 @@ def _extend_grid(model: Model, catalog: Catalog, options: ScreenOptions, rows: l
                 extra.extend((p_t, p_d))
         for gm in gammas:
             if gm == 0:
-                out_rows.append((g, pr, tp, lay, why))
+                out_rows.append((g, pr, tp, lay, why, pp))
                 pidx.append(i)
                 dpidx.append(i)
                 gam.append(0.0)
@@ -253,11 +287,11 @@ def _extend_grid(model: Model, catalog: Catalog, options: ScreenOptions, rows: l
             r_why = why or swhy
             if r_why is not None:
                 any_refused = True
-                out_rows.append((g, pr, tp, lay, r_why))
+                out_rows.append((g, pr, tp, lay, r_why, pp))
                 pidx.append(-1)
                 dpidx.append(-1)
             else:
-                out_rows.append((g, pr, tp, lay, None))
+                out_rows.append((g, pr, tp, lay, None, pp))
                 pidx.append(pair)
                 dpidx.append(pair + 1)
             gam.append(float(gm))
@@ -295,7 +329,9 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     pandas.DataFrame
         One row per grid point (colocated: one per GPU x precision x TP; disaggregated: one per
         GPU x precision, TPs chosen per DistServe), sorted feasible first, then by integer cost,
-        efficiency cost and GPU count. Columns: ``gpu, precision, mode, tp, instances, prefill_tp,
+        efficiency cost and GPU count. Columns: ``gpu, precision, mode, tp, pp`` (pipeline stages of a
+        colocated instance; 1 on a disaggregated row: its pools are not pipelined)``, gpus_per_instance``
+        (``tp x pp``; a disaggregated row's decode instance)``, instances, prefill_tp,
         prefill_instances, decode_tp, decode_instances, gpus, chunk_tokens, batch,
         instance_capacity_req_per_s, capacity_req_per_s, usd_per_million_output_tokens,
         efficiency_usd_per_million_output_tokens, feasible, reason, plan`` (a :class:`Plan`, or
@@ -325,6 +361,7 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
     t = instance_table(model, demand, catalog=catalog, options=options)
     rows = [(catalog.gpu(g), catalog.precision(p), int(tp), lay)
             for g, p, tp, lay in zip(t.gpu, t.precision, t.tp, t.layout)]
+    pps = t.pp.to_numpy()
     refusal = t.refusal.tolist()
     status, col_status = t.status.to_numpy(), t.colocated_status.to_numpy()
     dec_cap, dec_b = t.decode_capacity_req_per_s.to_numpy(), t.decode_batch.to_numpy()
@@ -353,26 +390,29 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
             reason = refusal[i] or _REASONS[int(col_status[i])]
             if ok and inst[i] > MAX_INSTANCES:
                 ok, reason = False, _too_many(rate)
+            pp = int(pps[i])
             plan = Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=tp,
                         instances=int(inst[i]), chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                         instance_capacity_req_per_s=float(col_cap[i]),
-                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay, **plan_extra(i)) if ok else None
+                        price_usd_per_gpu_hour=g.price_usd_per_hour, layout=lay, pp=pp, **plan_extra(i)) if ok else None
             out.append(dict(
-                gpu=g.name, precision=pr.name, mode="colocated", layout=lay, **plan_extra(i), tp=tp,
-                instances=int(inst[i]) if ok else 0,
+                gpu=g.name, precision=pr.name, mode="colocated", layout=lay, **plan_extra(i), tp=tp, pp=pp,
+                gpus_per_instance=tp * pp, instances=int(inst[i]) if ok else 0,
                 prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0,
                 gpus=plan.gpus if ok else 0, chunk_tokens=int(col_c[i]), batch=int(col_b[i]),
                 instance_capacity_req_per_s=float(col_cap[i]),
                 capacity_req_per_s=plan.capacity_req_per_s if ok else 0.0,
                 usd_per_million_output_tokens=float(cost_usd_per_million_output_tokens(
                     plan.gpus, g.price_usd_per_hour, rate, mean_o)) if ok else np.inf,
-                efficiency_usd_per_million_output_tokens=float(tp * g.price_usd_per_hour / (
+                efficiency_usd_per_million_output_tokens=float(tp * pp * g.price_usd_per_hour / (
                     col_cap[i] * mean_o * 3600.0) * 1e6) if ok else np.inf,
                 feasible=bool(ok), reason=reason, plan=plan))
     if "disaggregated" in options.modes:
         groups: dict = {}
         refused_groups: dict = {}
         for i, (g, pr, tp, lay) in enumerate(rows):
+            if pps[i] > 1:
+                continue        # a disaggregated pool is plain TP instances (no pipeline parallelism)
             key = (g.name, pr.name, lay, int(gam[i]))
             if not refusal[i]:
                 groups.setdefault(key, []).append(i)
@@ -407,7 +447,8 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
             eff = (tp_p / pre_cap[ip] + tp_d / dec_cap[idd]) * g.price_usd_per_hour / (mean_o * 3600.0) * 1e6 \
                 if ok else np.inf
             out.append(dict(
-                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, instances=n_d,
+                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, pp=1,
+                gpus_per_instance=tp_d, instances=n_d,
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d,
                 gpus=plan.gpus if ok else 0, chunk_tokens=0, batch=int(dec_b[idd]),
                 instance_capacity_req_per_s=float(dec_cap[idd]),
@@ -422,7 +463,8 @@ def screen(model: Model | str, demand: Demand, *, catalog: Catalog | None = None
             # every TP of this GPU x precision x layout is refused: no TP pair to pick, one refused row
             gname, pname, lay, _ = key
             out.append(dict(
-                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(i), tp=0, instances=0,
+                gpu=gname, precision=pname, mode="disaggregated", layout=lay, **plan_extra(i), tp=0, pp=1,
+                gpus_per_instance=0, instances=0,
                 prefill_tp=0, prefill_instances=0, decode_tp=0, decode_instances=0, gpus=0, chunk_tokens=0, batch=0,
                 instance_capacity_req_per_s=0.0, capacity_req_per_s=0.0, usd_per_million_output_tokens=np.inf,
                 efficiency_usd_per_million_output_tokens=np.inf, feasible=False, reason=refusal[i], plan=None))
@@ -465,7 +507,8 @@ def _too_many(rate: float) -> str:
 #: ``prefix_hit_fraction`` after them with a prefix-cache hit fraction, ``prefill_gpu`` and
 #: ``prefill_precision`` last when heterogeneous plans were screened (and found).
 _SCREEN_COLUMNS = (("gpu", "str"), ("precision", "str"), ("mode", "str"), ("layout", "str"),
-                   ("tp", "int64"), ("instances", "int64"), ("prefill_tp", "int64"),
+                   ("tp", "int64"), ("pp", "int64"), ("gpus_per_instance", "int64"), ("instances", "int64"),
+                   ("prefill_tp", "int64"),
                    ("prefill_instances", "int64"), ("decode_tp", "int64"), ("decode_instances", "int64"),
                    ("gpus", "int64"), ("chunk_tokens", "int64"), ("batch", "int64"),
                    ("instance_capacity_req_per_s", "float64"), ("capacity_req_per_s", "float64"),
@@ -545,7 +588,8 @@ def _heterogeneous_rows(model, catalog, groups, rows, pre_cap, dec_cap, dec_b, r
                         prefill_gpu=gp, prefill_precision=pp, prefill_price_usd_per_gpu_hour=price_p)
             eff = (tp_p * price_p / pre_cap[ip] + tp_d * price_d / dec_cap[idd]) / (mean_o * 3600.0) * 1e6
             out.append(dict(
-                gpu=gd, precision=pd_, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, instances=n_d,
+                gpu=gd, precision=pd_, mode="disaggregated", layout=lay, **plan_extra(idd), tp=tp_d, pp=1,
+                gpus_per_instance=tp_d, instances=n_d,
                 prefill_tp=tp_p, prefill_instances=n_p, decode_tp=tp_d, decode_instances=n_d, gpus=plan.gpus,
                 chunk_tokens=0, batch=int(dec_b[idd]), instance_capacity_req_per_s=float(dec_cap[idd]),
                 capacity_req_per_s=plan.capacity_req_per_s,
@@ -562,7 +606,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
              decode_instances: int | None = None, chunk_tokens: int | None = None,
              catalog: Catalog | None = None, options: ScreenOptions = ScreenOptions(),
              layout: str = "tp", spec_gamma: int = 0, max_batch: int = 0,
-             prefill_gpu: str | None = None, prefill_precision: str | None = None) -> Plan:
+             prefill_gpu: str | None = None, prefill_precision: str | None = None, pp: int = 1) -> Plan:
     """A :class:`Plan` for a configuration the user names, with its analytic capacities filled in.
 
     Instance counts left as None are sized by the analytic screen for
@@ -608,6 +652,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     prefill_gpu, prefill_precision : str, optional
         The prefill side of a heterogeneous disaggregated plan (catalog names; each defaults to
         the decode side's ``gpu`` / ``precision``); its GPUs are priced at their own price.
+    pp : int, default 1
+        Pipeline stages of a colocated instance (:attr:`Plan.pp`): ``tp`` is then the GPUs of one
+        stage, at most a node of the GPU; the instance has ``tp x pp`` GPUs.
 
     Returns
     -------
@@ -624,7 +671,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         precision, a layout the model refuses (e.g. a TP that does not divide its attention
         heads, SPEC §10), ``spec_gamma`` not an integer >= 0 or > 0 without
         ``options.spec_alpha``, a draft that cannot share the layout, a prefill GPU or
-        precision on a colocated plan, or a count left to the sizing that would exceed
+        precision on a colocated plan, ``pp`` not an integer from 1 to the model's layers, ``pp > 1``
+        on a disaggregated plan, with speculative decoding, or with a stage TP larger than a
+        node (field ``pp``), or a count left to the sizing that would exceed
         :data:`MAX_INSTANCES` at the demand's rate (field ``rate_req_per_s``).
     """
     catalog = catalog or default_catalog()
@@ -644,9 +693,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     gp = catalog.gpu(prefill_gpu) if prefill_gpu is not None else g
     prp = catalog.precision(prefill_precision) if prefill_precision is not None else pr
     hetero = (gp.name, prp.name) != (g.name, pr.name)
-    for name, gg, pp in (("precision", g, pr), ("prefill_precision", gp, prp)):
-        if pp.flops_key not in gg.peak_flops_per_s:
-            raise FastsimInputError(name, pp.name, f"a precision {gg.name} has a peak for: "
+    for name, gg, pq in (("precision", g, pr), ("prefill_precision", gp, prp)):
+        if pq.flops_key not in gg.peak_flops_per_s:
+            raise FastsimInputError(name, pq.name, f"a precision {gg.name} has a peak for: "
                                     + ", ".join(sorted(gg.peak_flops_per_s)))
     if hetero and mode != "disaggregated":
         raise FastsimInputError("prefill_gpu" if gp.name != g.name else "prefill_precision",
@@ -654,6 +703,15 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
                                 "None for a colocated plan (a prefill side of its own is disaggregated)")
     tps = tuple(sorted({require_tp("tp", tp), require_tp("prefill_tp", prefill_tp or tp),
                         require_tp("decode_tp", decode_tp or tp)}))
+    pp = check_pp(pp, "pp", model.layers)
+    if pp > 1 and mode != "colocated":
+        raise FastsimInputError("pp", pp, "1 for a disaggregated plan (pipeline parallelism applies to colocated "
+                                "instances; a disaggregated plan's prefill and decode pools are TP instances)")
+    if pp > 1 and spec_gamma:
+        raise FastsimInputError("pp", pp, "1 with speculative decoding (spec_gamma > 0 is not screened on a "
+                                "pipelined instance)")
+    if pp > 1 and int(tp) > int(getattr(g, "gpus_per_node", 8)):
+        raise FastsimInputError("pp", pp, "1, or a TP of at most a node: " + _stage_refusal(g, int(tp), pp))
     for gg in ((g,) if gp.name == g.name else (g, gp)):
         for t_ in tps:
             why = layout_refusal(model, gg, layout, t_)
@@ -665,7 +723,7 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         raise FastsimInputError("spec_gamma", spec_gamma, "0 unless options.spec_alpha (the acceptance) is given")
     opts = replace(options, gpus=tuple(dict.fromkeys((g.name, gp.name))),
                    precisions=tuple(dict.fromkeys((pr.name, prp.name))), tps=tps, layouts=(layout,),
-                   spec_gammas=(int(spec_gamma),) if spec_gamma else options.spec_gammas)
+                   spec_gammas=(int(spec_gamma),) if spec_gamma else options.spec_gammas, pps=(pp,))
     demand = demand.within_context(model.max_context_tokens)
     t = instance_table(model, demand, catalog=catalog, options=opts, max_batch=int(max_batch))
     extra = {}
@@ -696,11 +754,12 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     if mode == "colocated":
         row = t.loc[tp]
         cap = float(row.colocated_capacity_req_per_s)
-        n = sized("the instances", instances, cap, f"{g.name} {pr.name} {instance_label(layout, int(tp))}")
+        n = sized("the instances", instances, cap,
+                  f"{g.name} {pr.name} {instance_label(layout, int(tp), pp, int(getattr(g, 'gpus_per_node', 8)))}")
         return Plan(model=model.name, gpu=g.name, precision=pr.name, mode="colocated", tp=int(tp), instances=n,
                     chunk_tokens=int(chunk_tokens or row.chunk_tokens or 512), batch=int(row.colocated_batch),
                     instance_capacity_req_per_s=cap, price_usd_per_gpu_hour=g.price_usd_per_hour, layout=layout,
-                    **extra)
+                    pp=pp, **extra)
     tp_p, tp_d = int(prefill_tp or tp), int(decode_tp or tp)
     cap_p = float(t_p.loc[tp_p].prefill_capacity_req_per_s)
     cap_d = float(t.loc[tp_d].decode_capacity_req_per_s)

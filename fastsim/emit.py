@@ -39,6 +39,13 @@ MTP head (DeepSeek-V3/R1)  ``method mtp``                        ``--speculative
 instance over N nodes      ``--nnodes N --node-rank r``          ``--nnodes N --node-rank r``
                            ``--master-addr`` (``--headless`` on  ``--dist-init-addr``
                            r > 0); dp+ep: ``--data-parallel-*``
+pipeline stages ``pp``     ``--pipeline-parallel-size P``;       ``--pp-size P``; over N nodes
+                           over N nodes a Ray cluster: node 0    ``--nnodes N --node-rank r``
+                           ``ray start --head --port=6379``,     ``--dist-init-addr`` on every node
+                           the others ``ray start``              (``P`` a multiple of ``N``)
+                           ``--address=HEAD:6379 --block``, then
+                           ``vllm serve`` on node 0 with
+                           ``--distributed-executor-backend ray``
 prefill / decode roles     ``--kv-transfer-config`` JSON:        ``--disaggregation-mode prefill|decode``
                            ``kv_connector NixlConnector``,       ``--disaggregation-transfer-backend``
                            ``kv_role kv_producer|kv_consumer``   ``mooncake``
@@ -71,7 +78,8 @@ Sources (flag names as the engines define them; no engine code is used):
 * vLLM ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args``): ``--tensor-parallel-size``,
   ``--data-parallel-size``, ``--data-parallel-size-local``, ``--data-parallel-start-rank``,
   ``--data-parallel-address``, ``--data-parallel-rpc-port``, ``--enable-expert-parallel``,
-  ``--nnodes``, ``--node-rank``, ``--master-addr``, ``--gpu-memory-utilization``,
+  ``--nnodes``, ``--node-rank``, ``--master-addr``, ``--pipeline-parallel-size``,
+  ``--distributed-executor-backend`` (``ray``), ``--gpu-memory-utilization``,
   ``--kv-cache-dtype``, ``--max-model-len``, ``--quantization``, ``--max-num-seqs``,
   ``--max-num-batched-tokens``, ``--enable-chunked-prefill``, ``--speculative-config``,
   ``--kv-transfer-config``; ``vllm/config/speculative.py`` (``SpeculativeConfig``: ``method``
@@ -80,7 +88,12 @@ Sources (flag names as the engines define them; no engine code is used):
   ``kv_producer`` / ``kv_consumer``); ``vllm/config/parallel.py`` (``nnodes``, ``node_rank``,
   ``master_addr`` for multi-node multiprocessing; ``enable_expert_parallel``); ``vllm serve
   --headless`` on the nodes other than the head (vLLM's multi-node and data-parallel deployment
-  documentation).
+  documentation). A pipelined instance over several nodes runs on a Ray cluster as vLLM's
+  ``docs/serving/parallelism_scaling.md`` ("Multi-node deployment", "Running vLLM on a Ray
+  cluster": tensor parallelism the GPUs of a node, pipeline parallelism the nodes, ``vllm serve``
+  on one node with ``--distributed-executor-backend ray``) and
+  ``examples/online_serving/multi-node-serving.sh`` (its ``leader``: ``ray start --head
+  --port=6379``; its ``worker``: ``ray start --address=HEAD:6379 --block``) start it.
 * SGLang ``python/sglang/srt/server_args.py`` (``ServerArgs``; a field ``x_y`` is the flag
   ``--x-y``): ``model_path``, ``tp_size``, ``dp_size``, ``enable_dp_attention``, ``ep_size``,
   ``nnodes``, ``node_rank``, ``dist_init_addr``, ``context_length``, ``quantization``,
@@ -89,6 +102,9 @@ Sources (flag names as the engines define them; no engine code is used):
   ``EAGLE``, ...), ``speculative_draft_model_path``, ``speculative_draft_model_quantization``,
   ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``,
   ``disaggregation_mode``, ``disaggregation_transfer_backend``, ``disaggregation_bootstrap_port``.
+* SGLang ``python/sglang/srt/entrypoints/engine.py`` (``_launch_subprocesses``): over ``nnodes``
+  nodes each node runs ``pp_size // nnodes`` pipeline ranks of the whole ``tp_size`` group (when
+  ``nnodes <= pp_size``), so a pipelined instance over N nodes needs ``pp`` a multiple of N.
 * SGLang router ``sgl-model-gateway/bindings/python/src/sglang_router/router_args.py``
   (``RouterArgs.add_cli_args``): ``--worker-urls``, ``--policy`` (``cache_aware``, ...),
   ``--pd-disaggregation``, ``--prefill URL [BOOTSTRAP_PORT]``, ``--decode URL``, ``--host``,
@@ -146,6 +162,7 @@ ROUTER_PORT = 8000               # the SGLang router's --port (its default 30000
 VLLM_KV_CONNECTOR = "NixlConnector"
 SGLANG_TRANSFER_BACKEND = "mooncake"   # SGLang's default --disaggregation-transfer-backend
 HEAD_ADDR = "<head-node-ip>"           # placeholder: the address of an instance's first node
+RAY_PORT = 6379                        # ray start --head --port of vLLM's multi-node-serving.sh
 
 _KV_FP8 = {"vllm": "fp8", "sglang": "fp8_e4m3"}
 
@@ -217,8 +234,8 @@ def _quantization(engine, plan, precision, weight_format, who):
 
 
 def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt, precision, gpu,
-                   constants, spec_ckpt, spec_wfmt):
-    """argv (without multi-node flags) and notes of one instance of a role."""
+                   constants, spec_ckpt, spec_wfmt, pp=1):
+    """argv (without multi-node flags) and notes of one instance of a role (``gpus`` per pipeline stage)."""
     layout = plan.layout
     dp = gpus if layout == "dp+ep" else 1
     gamma = int(plan.spec_gamma or 0)
@@ -243,10 +260,15 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
     from . import engine_rules as R
     from .stepmodel import kv_budget_tokens
     lk = plan.layout_kwargs(gpus)
-    kv_tokens = int(kv_budget_tokens(model, precision, gpu, gpus, constants, **lk))
+    if pp > 1:
+        # every stage holds its layers' KV of every sequence: the instance's budget is the smallest stage's
+        from .stepmodel import P_KV_BUDGET_TOKENS, stage_params
+        kv_tokens = int(stage_params(model, gpu, precision, gpus, constants, pp=pp, **lk)[0, P_KV_BUDGET_TOKENS])
+    else:
+        kv_tokens = int(kv_budget_tokens(model, precision, gpu, gpus, constants, **lk))
     rank_kv = kv_tokens // dp if dp > 1 else kv_tokens          # every data-parallel rank has its own cache
     if kv_tokens < 1:
-        raise _refuse(engine, plan, f"an instance whose KV cache holds a sequence ({role} on {gpus} x {gpu.name} "
+        raise _refuse(engine, plan, f"an instance whose KV cache holds a sequence ({role} on {gpus * pp} x {gpu.name} "
                                     f"{precision.name} has no room after the weights)")
     fit = R.vllm_max_model_len(rank_kv) if engine == "vllm" else R.sglang_context_length(rank_kv)
     if fit < 1:
@@ -270,6 +292,8 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
             a += ["--tensor-parallel-size", str(gpus)]
             if layout == "tp+ep":
                 a += ["--enable-expert-parallel"]
+        if pp > 1:
+            a += ["--pipeline-parallel-size", str(pp)]
         a += ["--max-model-len", str(ctx), "--gpu-memory-utilization", mem]
         if quant:
             a += ["--quantization", quant]
@@ -313,6 +337,8 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
     else:
         a = ["python", "-m", "sglang.launch_server", "--model-path", ckpt, "--host", "0.0.0.0",
              "--port", str(SGLANG_PORT), "--tp-size", str(gpus)]
+        if pp > 1:
+            a += ["--pp-size", str(pp)]
         if layout == "dp+ep":
             a += ["--dp-size", str(gpus), "--enable-dp-attention", "--ep-size", str(gpus)]
         elif layout == "tp+ep":
@@ -347,6 +373,9 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
                 a += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
     if why is not None:                  # a rule the values above were sized to keep: a defect if it fires
         raise _refuse(engine, plan, f"settings {engine} starts with ({role}): {why}")
+    if pp > 1 and batch:
+        notes.append(f"{pp} pipeline stages of TP{gpus}: the plan's batch of {batch} running requests is spread over "
+                     f"the {pp} micro-batches in flight (about {math.ceil(batch / pp)} each); the cap counts them all")
     if not batch:
         notes.append("the plan sizes no decode batch for this role: the engine's default running-request "
                      "cap applies" + ("; prefill instances serve whole prompts (fastsim's M/D/1 prefill "
@@ -390,6 +419,44 @@ def _multinode(engine, plan, argv, *, gpus, gpn, layout):
     return out, [note]
 
 
+def _pipeline_nodes(engine, plan, argv, *, tp, pp, gpn):
+    """The per-node commands of a pipelined instance of ``pp`` stages of ``tp`` GPUs on nodes of ``gpn``.
+
+    ``[(node rank, argv, notes)]`` in the order they are to be run, and the node count. One node:
+    the command as is. vLLM over N nodes: a Ray cluster, ``ray start --head`` on node 0, ``ray start
+    --address ... --block`` on the others, then ``vllm serve`` on node 0 with
+    ``--distributed-executor-backend ray`` (vLLM's ``docs/serving/parallelism_scaling.md`` and
+    ``examples/online_serving/multi-node-serving.sh``). SGLang over N nodes: the command on every
+    node with ``--nnodes N --node-rank r --dist-init-addr`` (``_launch_subprocesses`` of
+    ``python/sglang/srt/entrypoints/engine.py`` runs ``pp // N`` stages a node: ``pp`` must be a
+    multiple of N).
+    """
+    from .layouts import nodes_of
+    n = nodes_of(tp * pp, gpn)
+    if n == 1:
+        return [(0, list(argv), [])], 1
+    if engine == "sglang":
+        if pp % n:
+            raise _refuse(engine, plan, f"pipeline stages that split evenly over the instance's {n} nodes: SGLang "
+                                        f"runs pp_size / nnodes stages on each node (python/sglang/srt/entrypoints/"
+                                        f"engine.py, _launch_subprocesses), and PP{pp} over {n} nodes does not")
+        note = (f"one instance of TP{tp} x PP{pp} spans {n} nodes of {gpn} GPUs ({pp // n} stage"
+                f"{'s' if pp // n > 1 else ''} a node): run this command on each node, {HEAD_ADDR} = the address "
+                "of its node 0")
+        return [(r, list(argv) + ["--nnodes", str(n), "--node-rank", str(r), "--dist-init-addr",
+                                  f"{HEAD_ADDR}:{SGLANG_DIST_PORT}"], [note]) for r in range(n)], n
+    head = ["ray", "start", "--head", f"--port={RAY_PORT}"]
+    worker = ["ray", "start", f"--address={HEAD_ADDR}:{RAY_PORT}", "--block"]
+    out = [(0, head, [f"node 0 of the instance's {n}: start Ray's head first"])]
+    out += [(r, list(worker), [f"node {r}: join the Ray cluster of node 0 ({HEAD_ADDR}) before vllm serve starts"])
+            for r in range(1, n)]
+    out.append((0, list(argv) + ["--distributed-executor-backend", "ray"],
+                [f"one instance of TP{tp} x PP{pp} spans {n} nodes of {gpn} GPUs: vllm serve runs on node 0 once "
+                 f"every node has joined the Ray cluster (ray status lists {n} nodes), and places the stages on "
+                 "their GPUs"]))
+    return out, n
+
+
 def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=None, *,
                     checkpoint: str | None = None, constants: StepConstants | None = None) -> list:
     """Launch commands of every instance of a plan, and its router, for vLLM or SGLang.
@@ -419,9 +486,11 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
     list of dict
         One dict per command, instance roles first (``colocated``, or ``prefill`` then ``decode``),
         then the ``router`` when the plan has more than one instance: ``role`` (str),
-        ``instances`` (how many instances run this command, int), ``gpus_per_instance`` (int; 0
-        for the router), ``nodes_per_instance`` (int), ``node_rank`` (int: an instance that spans
-        nodes has one command per node), ``command`` (argv, list of str; empty when the engine
+        ``instances`` (how many instances run this command, int), ``gpus_per_instance`` (int,
+        ``tp x pp``; 0 for the router), ``nodes_per_instance`` (int), ``node_rank`` (int: an
+        instance that spans nodes has one command per node; a pipelined vLLM instance over
+        several nodes has its Ray commands first, ``ray start --head`` on node 0 and ``ray start
+        --address`` on the others, then ``vllm serve`` on node 0), ``command`` (argv, list of str; empty when the engine
         has no router of its own) and ``notes`` (list of str). Placeholders in angle brackets
         (``<head-node-ip>``, ``<decode-0>``) stand for addresses; every instance of a role runs
         the same command on its own GPUs (``CUDA_VISIBLE_DEVICES``) and host or port.
@@ -433,7 +502,8 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         planned by the engine (field ``--emit``, the value naming the engine and the plan): a
         precision the checkpoint is not in and the engine cannot quantize to, a KV cache other
         than 1 or 2 bytes, an MTP draft on a model without an MTP layer, an instance whose GPUs
-        do not fill whole nodes, a model with no known checkpoint and none given, an instance
+        do not fill whole nodes (TP over nodes), an SGLang pipeline whose stages do not split
+        evenly over its nodes, a model with no known checkpoint and none given, an instance
         whose KV cache holds no whole block (vLLM: none beside the null block), or a setting the
         engine's start-up rules refuse (:mod:`fastsim.engine_rules`, the engine's reason quoted).
     """
@@ -473,10 +543,24 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         roles = [("colocated", plan.instances, plan.tp, int(plan.batch), int(plan.chunk_tokens))]
     out = []
     urls = {}
+    pp = int(getattr(plan, "pp", 1))
     for role, count, gpus, batch, chunk in roles:
         argv, notes = _instance_args(engine, plan, role=role, gpus=gpus, batch=batch, chunk=chunk, model=m,
                                      ckpt=ckpt, wfmt=wfmt, precision=precision, gpu=gpu, constants=consts,
-                                     spec_ckpt=spec_ckpt, spec_wfmt=spec_wfmt)
+                                     spec_ckpt=spec_ckpt, spec_wfmt=spec_wfmt, pp=pp)
+        if pp > 1:
+            steps, n_nodes = _pipeline_nodes(engine, plan, argv, tp=gpus, pp=pp, gpn=gpu.gpus_per_node)
+            if count > 1:
+                notes = notes + [f"run {count} instances of these commands, each on its own "
+                                 f"{gpus * pp} GPUs and hosts or --port"]
+            for r, a, own in steps:
+                serve = a[0] != "ray"
+                out.append({"role": role, "instances": int(count), "gpus_per_instance": int(gpus * pp),
+                            "nodes_per_instance": n_nodes, "node_rank": r, "command": a,
+                            "notes": (notes if serve else []) + own})
+            port = VLLM_PORT if engine == "vllm" else SGLANG_PORT
+            urls[role] = [f"http://<{role}-{i}>:{port}" for i in range(count)]
+            continue
         per_node, more = _multinode(engine, plan, argv, gpus=gpus, gpn=gpu.gpus_per_node, layout=plan.layout)
         if engine == "vllm" and role in ("prefill", "decode"):
             more.append("each NixlConnector instance on a host needs its own VLLM_NIXL_SIDE_CHANNEL_PORT")
@@ -491,7 +575,8 @@ def launch_commands(plan, engine: str, catalog: Catalog | None = None, model=Non
         urls[role] = [f"http://<{role}-{i}>:{port}" for i in range(count)]
     total = sum(c for _, c, *_ in roles)
     if plan.mode == "colocated" and total == 1:
-        out[0]["notes"].append("one instance: clients talk to it directly, no router")
+        serve = next(e for e in out if e["command"][:1] != ["ray"])
+        serve["notes"].append("one instance: clients talk to it directly, no router")
         return out
     if engine == "sglang":
         cmd = ["python", "-m", "sglang_router.launch_router"]

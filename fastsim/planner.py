@@ -108,7 +108,8 @@ class PlannedDeployment:
         Returns
         -------
         dict
-            The final plan's instance ``layout`` (``tp``, ``tp+ep`` or ``dp+ep``), GPUs,
+            The final plan's instance ``layout`` (``tp``, ``tp+ep`` or ``dp+ep``), GPUs (a colocated
+            plan's ``tp``, pipeline stages ``pp`` and ``gpus_per_instance = tp x pp``),
             ``max_batch`` (0 = no cap), the analytic ``screen`` that sized it (``lecture`` or
             ``queueing``), costs, capacity, price (``price_usd_per_gpu_hour``
             per GPU, ``usd_per_hour`` for the plan's GPUs, as the sweep table names them),
@@ -141,7 +142,8 @@ class PlannedDeployment:
             d.update(prefill_tp=p.prefill_tp, decode_tp=p.decode_tp,
                      prefill_instances=p.prefill_instances, decode_instances=p.decode_instances)
         else:
-            d.update(tp=p.tp, instances=p.instances, chunk_tokens=p.chunk_tokens)
+            d.update(tp=p.tp, pp=int(p.pp), gpus_per_instance=p.gpus_per_instance, instances=p.instances,
+                     chunk_tokens=p.chunk_tokens)
         d.update(gpus=p.gpus, usd_per_million_output_tokens=self.usd_per_million_output_tokens,
                  analytic_usd_per_million_output_tokens=self.analytic_usd_per_million_output_tokens,
                  efficiency_usd_per_million_output_tokens=self.efficiency_usd_per_million_output_tokens,
@@ -234,8 +236,8 @@ def plan_from_record(record: dict, model: Model | str | None, demand: Demand, *,
     A record without ``layout`` (written before the planner recorded it) reads as ``tp`` when
     that is the only plan it can be: a dense model, or every TP of the plan 1 (where every layout
     gives EP 1 and DP 1). An MoE plan with a TP above 1 differs by layout, and such a record is
-    refused rather than read as ``tp``. ``max_batch`` missing reads as 0 (no cap), ``screen`` as
-    ``lecture``, the speculative and prefix-cache fields as absent.
+    refused rather than read as ``tp``. ``max_batch`` missing reads as 0 (no cap), ``pp`` as 1 (no
+    pipeline), ``screen`` as ``lecture``, the speculative and prefix-cache fields as absent.
 
     Parameters
     ----------
@@ -315,8 +317,11 @@ def plan_from_record(record: dict, model: Model | str | None, demand: Demand, *,
                         prefill_instances=need("prefill_instances"), decode_instances=need("decode_instances"),
                         prefill_gpu=record.get("prefill_gpu"), prefill_precision=record.get("prefill_precision"),
                         **kw)
+    pp = record.get("pp", 1)
+    from .plans import check_pp
+    pp = check_pp(1 if pp is None else pp, "plan key pp", model.layers)
     return plan_for(model, demand, tp=tps[0], instances=need("instances"), chunk_tokens=record.get("chunk_tokens"),
-                    **kw)
+                    pp=pp, **kw)
 
 
 def _grid_refusal(model: Model, catalog: Catalog, options: ScreenOptions) -> FastsimInputError | None:

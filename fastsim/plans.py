@@ -18,14 +18,48 @@ import numpy as np
 
 from .catalog import Catalog, LengthDist, Model, Scenario
 from .errors import FastsimInputError, require_positive, require_tp
-from .layouts import LAYOUTS, instance_label, layout_degrees
+from .layouts import LAYOUTS, instance_label, layout_degrees, nodes_of
 from .specdec import SpecDecoding, spec_decoding
 from .stepmodel import StepConstants
 
-__all__ = ["Demand", "ScreenOptions", "Plan", "SLO_PERCENTILE_RANGE", "check_slo_percentile", "ttft_tail_for"]
+__all__ = ["Demand", "ScreenOptions", "Plan", "SLO_PERCENTILE_RANGE", "DEFAULT_PPS", "check_slo_percentile", "ttft_tail_for",
+           "check_pp"]
 
 #: The SLO percentiles fastsim judges (``--slo-percentile``): from the median to P99.9.
 SLO_PERCENTILE_RANGE = (50.0, 99.9)
+
+#: Pipeline stages the screen tries by default where a model's weights do not fit one node of a GPU
+#: (:meth:`ScreenOptions.pps_for`); 1 alone where they do.
+DEFAULT_PPS = (1, 2, 4)
+
+
+def check_pp(value, field: str = "pp", layers: int | None = None) -> int:
+    """A pipeline-stage count, checked: an integer from 1 to ``layers`` (4096 without a model).
+
+    Parameters
+    ----------
+    value : int
+        The count (booleans and floats refused).
+    field : str
+        The name the error gives (``--pp``, ``pp``, a plan key).
+    layers : int, optional
+        The model's transformer layers: a stage needs at least one (vLLM's partition,
+        :func:`fastsim.stepmodel.stage_layers`).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    FastsimInputError
+        ``value`` not an integer from 1 to ``layers`` (or 4096).
+    """
+    hi = int(layers) if layers is not None else 4096
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 1 <= value <= hi:
+        raise FastsimInputError(field, value, f"an integer from 1 to {hi:,}" + (
+            f" (the model's {hi} layers: a pipeline stage needs a layer)" if layers is not None else ""))
+    return int(value)
 
 
 def check_slo_percentile(value, field: str = "slo_percentile") -> float:
@@ -301,6 +335,13 @@ class ScreenOptions:
         GPUs per instance (powers of two; the TP degree of the ``tp`` layout). None: 1, 2, 4, 8
         for a dense model (the lecture's grid) and 1 to 64 for a MoE model, whose instances may
         span nodes (SPEC §10).
+    pps : tuple of int or None
+        Pipeline stages per instance (pipeline parallelism, :func:`fastsim.stepmodel.stage_params`):
+        with ``pp > 1`` a TP of ``tps`` is the GPUs of one stage (at most a node) and the instance
+        has ``tp x pp`` GPUs. Any integer from 1 to the model's layers (uneven stages are vLLM's
+        partition). None: :meth:`pps_for`'s default, 1 where the model's weights fit one node of
+        the GPU, else :data:`DEFAULT_PPS`. Colocated plans only: a disaggregated plan with
+        ``pp > 1`` is not screened (its pools are plain TP instances).
     layouts : tuple of str or None
         Instance layouts (:data:`fastsim.stepmodel.LAYOUTS`). None: ``tp`` for a dense model, all
         three for a MoE model. Layouts a model refuses (EP on a dense model, TP not dividing
@@ -345,7 +386,8 @@ class ScreenOptions:
     Raises
     ------
     FastsimInputError
-        An empty ``tps`` or a TP that is not a power of two from 1 to 64; an unknown mode; a
+        An empty ``tps`` or a TP that is not a power of two from 1 to 64; an empty ``pps``, a
+        repeated one, or one that is not an integer from 1 to 4096; an unknown mode; a
         chunk size that is not a positive integer; ``tpot_margin`` outside (0, 1];
         ``ttft_tail`` not a finite number > 0; ``spec_alpha`` not None or a number in [0, 1);
         ``spec_gammas`` empty or not integers >= 1; ``spec_draft`` not None or a non-empty
@@ -367,8 +409,16 @@ class ScreenOptions:
     prefix_hit_fraction: float = 0.0
     queueing: bool = False
     heterogeneous: bool = False
+    pps: tuple | None = None
 
     def __post_init__(self):
+        if self.pps is not None:
+            if isinstance(self.pps, (str, bytes)) or not hasattr(self.pps, "__iter__") or not tuple(self.pps):
+                raise FastsimInputError("pps", self.pps, "one or more integers >= 1 (pipeline stages)")
+            vals = tuple(check_pp(v, "pp") for v in self.pps)
+            if len(set(vals)) != len(vals):
+                raise FastsimInputError("pps", list(vals), "distinct pipeline-stage counts (one is repeated)")
+            object.__setattr__(self, "pps", vals)
         if self.tps is not None:
             for t in self.tps:
                 require_tp("tp", t)
@@ -468,12 +518,60 @@ class ScreenOptions:
             return tuple(self.layouts)
         return LAYOUTS if model.is_moe else ("tp",)
 
+    @property
+    def pps_given(self) -> bool:
+        """Whether the pipeline-stage counts were given (bool): a given count the grid cannot run is a
+        refused row with its reason; a default one that cannot run is left out of the grid."""
+        return self.pps is not None
+
+    def pps_for(self, model: Model, gpu=None, precision=None) -> tuple:
+        """Pipeline stages to screen for a model on a GPU and precision: ``pps``, or its default.
+
+        The default: ``(1,)`` where the model's weights fit one node of the GPU (the KV budget of
+        :func:`fastsim.stepmodel.kv_budget_tokens` on ``gpu.gpus_per_node`` GPUs is positive:
+        ``memory_utilization`` of the node's memory holds them), else :data:`DEFAULT_PPS` up to
+        the model's layers (a stage needs a layer). As vLLM's guide puts it: tensor parallelism
+        inside a node, pipeline parallelism across nodes when the model does not fit one
+        (``docs/serving/parallelism_scaling.md``, "Distributed inference strategies for a
+        single-model replica").
+
+        Parameters
+        ----------
+        model : Model
+        gpu : GPU, optional
+            Without it (or without ``precision``) the default is ``(1,)``.
+        precision : Precision, optional
+
+        Returns
+        -------
+        tuple of int
+
+        Raises
+        ------
+        FastsimInputError
+            A given count above the model's layers (field ``pp``).
+        """
+        if self.pps is not None:
+            return tuple(check_pp(v, "pp", model.layers) for v in self.pps)
+        if gpu is None or precision is None:
+            return (1,)
+        from .stepmodel import kv_budget_tokens
+        gpn = int(getattr(gpu, "gpus_per_node", 8))
+        try:
+            fits = kv_budget_tokens(model, precision, gpu, gpn, self.constants) > 0
+        except FastsimInputError:
+            fits = True             # a precision the model is not served in: nothing to split
+        if fits:
+            return (1,)
+        return tuple(v for v in DEFAULT_PPS if v <= model.layers)
+
 
 @dataclass(frozen=True)
 class Plan:
     """One deployment: what to buy and how to run it.
 
-    For a colocated plan ``tp``/``instances`` describe the instances; for a disaggregated plan
+    For a colocated plan ``tp``/``pp``/``instances`` describe the instances (``tp x pp`` GPUs
+    each); for a disaggregated plan
     ``prefill_tp``/``prefill_instances`` and ``decode_tp``/``decode_instances`` do (``tp`` and
     ``instances`` then repeat the decode side). Capacities in req/s, costs in US dollars per
     million output tokens. Fields are not validated (the screen and
@@ -486,7 +584,8 @@ class Plan:
     mode : str
         ``"colocated"`` or ``"disaggregated"``.
     tp, instances : int
-        TP degree and count of the instances (for disaggregated plans: the decode side).
+        TP degree and count of the instances (for disaggregated plans: the decode side); with
+        ``pp > 1`` ``tp`` is the TP of one pipeline stage.
     prefill_tp, prefill_instances, decode_tp, decode_instances : int
         The two sides of a disaggregated plan (0 for colocated plans).
     chunk_tokens : int
@@ -523,6 +622,10 @@ class Plan:
         Most admitted requests per (decode) instance, the engine's batch cap (vLLM's
         ``max_num_seqs``); 0 = no cap beyond the KV budget. The simulator applies it
         (:func:`fastsim.search.sim_plan`).
+    pp : int
+        Pipeline stages of a colocated instance (pipeline parallelism, 1 = none): the instance runs
+        its layers in ``pp`` stages of ``tp`` GPUs each (:func:`fastsim.stepmodel.stage_params`),
+        ``tp x pp`` GPUs in all (:attr:`gpus_per_instance`). Always 1 for a disaggregated plan.
     """
 
     model: str
@@ -550,6 +653,37 @@ class Plan:
     prefill_precision: str | None = None
     prefill_price_usd_per_gpu_hour: float | None = None
     max_batch: int = 0
+    pp: int = 1
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one instance (int): ``tp x pp`` (a disaggregated plan: its decode instance's ``tp``)."""
+        return int(self.tp) * int(self.pp)
+
+    def gpus_per_node(self, catalog=None) -> int:
+        """GPUs of one node of the plan's (decode) GPU (int): :attr:`fastsim.catalog.GPU.gpus_per_node`.
+
+        Parameters
+        ----------
+        catalog : Catalog, optional
+            Where the GPU is looked up; default the built-in catalog. A GPU it does not hold
+            counts 8 GPUs a node (an HGX board).
+
+        Returns
+        -------
+        int
+        """
+        from .catalog import default_catalog
+        try:
+            return int((catalog or default_catalog()).gpu(self.gpu).gpus_per_node)
+        except FastsimInputError:
+            return 8
+
+    @property
+    def nodes_per_instance(self) -> int:
+        """Nodes one instance spans (int): ``ceil(tp x pp / gpus_per_node)`` on the built-in catalog's node
+        of the plan's GPU (:func:`fastsim.layouts.nodes_of`)."""
+        return nodes_of(self.gpus_per_instance, self.gpus_per_node())
 
     @property
     def heterogeneous(self) -> bool:
@@ -589,27 +723,34 @@ class Plan:
         dp, ep = layout_degrees(self.layout, gpus)
         return dict(dp=dp, ep=ep)
 
-    def label(self, tp: int) -> str:
+    def label(self, tp: int, gpus_per_node: int | None = None) -> str:
         """The label of an instance of this plan.
 
         Parameters
         ----------
         tp : int
-            GPUs of the instance.
+            GPUs of the instance (of one pipeline stage when ``pp > 1``).
+        gpus_per_node : int, optional
+            GPUs of one node, for a pipelined instance's node count; default
+            :meth:`gpus_per_node` of the built-in catalog.
 
         Returns
         -------
         str
-            ``TP8``, ``TP8+EP8`` or ``DP8+EP8`` for the ``tp``, ``tp+ep`` and ``dp+ep`` layouts.
+            ``TP8``, ``TP8+EP8`` or ``DP8+EP8`` for the ``tp``, ``tp+ep`` and ``dp+ep`` layouts;
+            ``TP8 x PP2 on 2 nodes`` with ``pp = 2`` (:func:`fastsim.layouts.instance_label`).
         """
-        return instance_label(self.layout, tp)
+        if self.pp == 1:
+            return instance_label(self.layout, tp)
+        gpn = self.gpus_per_node() if gpus_per_node is None else int(gpus_per_node)
+        return instance_label(self.layout, tp, self.pp, gpn)
 
     @property
     def gpus(self) -> int:
-        """Total GPUs of the plan (int): ``tp x instances``, or the sum over both sides."""
+        """Total GPUs of the plan (int): ``tp x pp x instances``, or the sum over both sides."""
         if self.mode == "disaggregated":
             return self.prefill_tp * self.prefill_instances + self.decode_tp * self.decode_instances
-        return self.tp * self.instances
+        return self.tp * self.pp * self.instances
 
     @property
     def capacity_req_per_s(self) -> float:
@@ -688,9 +829,13 @@ class Plan:
             Every field, plus the derived ``gpus`` and ``capacity_req_per_s``; the
             ``spec_*`` fields only when the plan was screened with speculative decoding
             (``spec_alpha`` not None), ``prefix_hit_fraction`` and ``max_batch`` only when they
-            are not 0.
+            are not 0, ``pp`` (and the derived ``gpus_per_instance``) only when it is above 1.
         """
         d = asdict(self)
+        if self.pp == 1:
+            d.pop("pp")
+        else:
+            d["gpus_per_instance"] = self.gpus_per_instance
         if self.spec_alpha is None:
             for k in ("spec_gamma", "spec_alpha", "spec_draft"):
                 d.pop(k)

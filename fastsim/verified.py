@@ -214,7 +214,7 @@ def same_deployment_key(plan, catalog: Catalog | None = None, constants=None, mo
     """What the simulator runs for ``plan``: two plans with equal keys are the same deployment.
 
     The key is built from the simulator's inputs, not from labels: the step-parameter vectors of
-    :func:`fastsim.search.sim_plan` (SPEC §3; bit for bit, except that the counts of all-reduces
+    :func:`fastsim.search.sim_plan` (every stage's of a pipelined plan; SPEC §3; bit for bit, except that the counts of all-reduces
     and all-to-alls enter as the fixed and per-token communication seconds of a step they give,
     :func:`_step_signature`, the only way the step time uses them), the instance counts, the chunk, the
     batch cap, the speculative decoding (gamma, alpha, the draft's step parameters), the
@@ -250,7 +250,12 @@ def same_deployment_key(plan, catalog: Catalog | None = None, constants=None, mo
     catalog = catalog or default_catalog()
     constants = constants if constants is not None else StepConstants()
     sp = sim_plan(plan, catalog, constants, model)
-    if plan.mode == "colocated":
+    if plan.mode == "colocated" and hasattr(sp, "stages"):
+        # a pipeline: every stage's vector, in order (PipelinePlan)
+        sim = (("pipeline",) + tuple(_step_signature(r) for r in sp.stages), int(sp.n_instances),
+               int(sp.chunk_tokens), int(sp.max_batch))
+        dp = int(plan.layout_kwargs(plan.tp).get("dp", 1))
+    elif plan.mode == "colocated":
         sim = (_step_signature(sp.p), int(sp.n_instances), int(sp.chunk_tokens), int(sp.max_batch))
         dp = int(plan.layout_kwargs(plan.tp).get("dp", 1))
     else:
@@ -289,6 +294,26 @@ def _step_signature(p) -> tuple:
     return q.tobytes(), float(f"{fixed:.12g}"), float(f"{per_token:.12g}")
 
 
+def _refused(row, model, catalog) -> str | None:
+    """Why a colocated screen row is no plan to simulate: its layout (:func:`fastsim.stepmodel.layout_refusal`)
+    or a pipeline stage's TP group larger than a node (None when it is a plan)."""
+    g = catalog.gpu(row.gpu)
+    why = layout_refusal(model, g, row.layout, int(row.tp))
+    pp = int(getattr(row, "pp", 1) or 1)
+    if why is None and pp > 1 and int(row.tp) > int(getattr(g, "gpus_per_node", 8)):
+        why = str(row.reason or "a pipeline stage's TP group is larger than a node")
+    if why is None and pp > 1 and int(getattr(row, "spec_gamma", 0) or 0):
+        why = str(row.reason or "speculative decoding on a pipelined instance is not screened")
+    return why
+
+
+def _row_plan(row, model, demand, catalog, options):
+    """The plan the count search of an infeasible colocated row starts from: one instance (:func:`plan_for`)."""
+    return plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
+                    catalog=catalog, options=options, layout=row.layout,
+                    spec_gamma=int(getattr(row, "spec_gamma", 0) or 0), pp=int(getattr(row, "pp", 1) or 1))
+
+
 def _grid_groups(grid, model, demand, catalog, options) -> list:
     """The grid's rows grouped by :func:`same_deployment_key` of the plan each would simulate.
 
@@ -303,11 +328,9 @@ def _grid_groups(grid, model, demand, catalog, options) -> list:
             if row.feasible:
                 key = (True, same_deployment_key(row.plan, catalog, options.constants, model))
             elif (row["mode"] == "colocated" and _MEMORY not in reason and _TOO_MANY not in reason
-                  and not layout_refusal(model, catalog.gpu(row.gpu), row.layout, int(row.tp))):
+                  and not _refused(row, model, catalog)):
                 # the plan the count search starts from (_run_row): one instance
-                sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
-                              catalog=catalog, options=options, layout=row.layout,
-                              spec_gamma=int(getattr(row, "spec_gamma", 0) or 0))
+                sp = _row_plan(row, model, demand, catalog, options)
                 key, plan = (False, same_deployment_key(sp, catalog, options.constants, model)), sp
         except FastsimInputError:
             key = None
@@ -332,14 +355,13 @@ def _run_row(row, out, model, demand, workloads, slo, kw, catalog, options, engi
             return
     if row.feasible:
         sp = row.plan
-    elif row["mode"] == "colocated" and layout_refusal(model, catalog.gpu(row.gpu), row.layout, int(row.tp)):
-        # a layout the model refuses at this TP (e.g. a TP that does not divide the heads): no plan to simulate
+    elif row["mode"] == "colocated" and _refused(row, model, catalog):
+        # a layout the model refuses at this TP (e.g. a TP that does not divide the heads), or a pipeline
+        # stage larger than a node: no plan to simulate
         out.append((None, None, "pruned", reason, None))
         return
     elif row["mode"] == "colocated":
-        sp = plan_for(model, demand, gpu=row.gpu, precision=row.precision, tp=int(row.tp), instances=1,
-                      catalog=catalog, options=options, layout=row.layout,
-                      spec_gamma=int(getattr(row, "spec_gamma", 0) or 0))
+        sp = _row_plan(row, model, demand, catalog, options)
         engine, why = verification_engine(sp, engine, spec_engine, prefixes)
         if why:
             out.append((sp, None, "pruned", f"{reason or 'infeasible'}; not simulated: {why}", sp))

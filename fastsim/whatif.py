@@ -108,6 +108,8 @@ def _check(verify, seeds, horizon_s, top_k):
 def _layout(p) -> str:
     if p.mode == "disaggregated":
         return f"prefill TP{p.prefill_tp} x {p.prefill_instances} + decode TP{p.decode_tp} x {p.decode_instances}"
+    if p.pp > 1:
+        return f"TP{p.tp} x PP{p.pp} x {p.instances}"
     return f"TP{p.tp} x {p.instances}"
 
 

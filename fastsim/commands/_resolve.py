@@ -235,16 +235,20 @@ def _refuse_synthetic_flags(args):
 def _plan_from_args(args, cat, model, demand):
     """(plan, model): the plan named on the command line or read with --from-plan, and its model."""
     plan, model = _plan_from_args_inner(args, cat, model, demand)
-    from ..stepmodel import kv_budget_tokens
+    from ..stepmodel import P_KV_BUDGET_TOKENS, kv_budget_tokens, stage_params
     g, pr = cat.gpu(plan.gpu), cat.precision(plan.precision)
     tps = (plan.prefill_tp, plan.decode_tp) if plan.mode == "disaggregated" else (plan.tp,)
+    pp = int(plan.pp)
     for tp in tps:
-        if kv_budget_tokens(model, pr, g, tp, **plan.layout_kwargs(tp)) < 1:
-            need = model.total_params * pr.weight_bytes / tp / 1e9
+        kv = (stage_params(model, g, pr, tp, pp=pp, **plan.layout_kwargs(tp))[0, P_KV_BUDGET_TOKENS] if pp > 1
+              else kv_budget_tokens(model, pr, g, tp, **plan.layout_kwargs(tp)))
+        if kv < 1:
+            need = model.total_params * pr.weight_bytes / (tp * pp) / 1e9
             raise FastsimInputError("plan", plan.describe(),
                                     f"a configuration whose weights fit: {model.name} in {pr.name} needs "
-                                    f"{need:,.1f} GB per GPU at TP{tp}, {g.name} offers "
-                                    f"{0.9 * g.hbm_bytes / 1e9:,.1f} GB usable; raise TP"
+                                    f"{need:,.1f} GB per GPU at TP{tp}" + (f" x PP{pp}" if pp > 1 else "")
+                                    + f", {g.name} offers {0.9 * g.hbm_bytes / 1e9:,.1f} GB usable; raise TP"
+                                    + (" or PP" if pp > 1 or tp >= int(getattr(g, "gpus_per_node", 8)) else "")
                                     + (" or use FP8" if pr.weight_bytes > 1.0 else ""))
     return plan, model
 
@@ -255,7 +259,7 @@ def _plan_from_args_inner(args, cat, model, demand):
     if not args.from_plan and getattr(args, "plan_index", 0):
         raise FastsimInputError("--plan-index", args.plan_index, "0 without --from-plan (it picks a plan of the file)")
     if args.from_plan:
-        for flag in ("gpu", "precision", "mode", "tp", "layout", "instances", "prefill_tp", "decode_tp",
+        for flag in ("gpu", "precision", "mode", "tp", "pp", "layout", "instances", "prefill_tp", "decode_tp",
                      "prefill_instances", "decode_instances", "chunk"):
             v = getattr(args, flag, None)
             if v is not None:
@@ -299,6 +303,17 @@ def _plan_from_args_inner(args, cat, model, demand):
         if v is not None and v > MAX_INSTANCES:
             raise FastsimInputError(flag, v, f"an integer from 1 to {MAX_INSTANCES:,} (the most instances of a kind a "
                                     "plan may have, as for capacity --instance-counts)")
+    pp = getattr(args, "pp", None)
+    if pp is not None:
+        from ..plans import check_pp
+        check_pp(pp, "--pp", model.layers)
+        if pp > 1 and mode != "colocated":
+            raise FastsimInputError("--pp", pp, "no value above 1 with --mode disaggregated (pipeline parallelism "
+                                    "applies to colocated instances; a disaggregated plan's pools are TP instances)")
+        if pp > 1 and (args.tp or 1) > cat.gpu(args.gpu).gpus_per_node:
+            raise FastsimInputError("--tp", args.tp, f"at most the {cat.gpu(args.gpu).gpus_per_node} GPUs of one "
+                                    f"{cat.gpu(args.gpu).name} node with --pp {pp} (--tp is the TP of one stage, "
+                                    "which stays inside a node)")
     layout = args.layout or "tp"
     if layout != "tp" and not model.is_moe:
         raise FastsimInputError("--layout", layout, f"tp: {model.name} is dense (expert parallelism and "
@@ -306,7 +321,7 @@ def _plan_from_args_inner(args, cat, model, demand):
     return plan_for(model, demand, gpu=args.gpu, precision=args.precision, mode=mode, tp=args.tp or 1,
                     instances=args.instances, prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
                     prefill_instances=args.prefill_instances, decode_instances=args.decode_instances,
-                    chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args)), model
+                    chunk_tokens=args.chunk, catalog=cat, layout=layout, options=_options(args), pp=pp or 1), model
 
 
 def _apply_plan_policy(args, record):
@@ -445,6 +460,14 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
     if (getattr(args, "shared_prefix", None) or getattr(args, "session_turns", None)) and engine is None:
         notes.append("the lecture policy has no prefix cache: --shared-prefix / --session-turns only make the "
                      "prompts longer (--policy vllm or sglang serves the shared blocks from a cache)")
+    if spec_alpha is not None and plan.pp > 1:
+        raise FastsimInputError("--spec-alpha", spec_alpha, f"no value with a pipelined plan (TP{plan.tp} x PP{plan.pp}): "
+                                "speculative decoding is not simulated on a pipeline")
+    if engine is not None:
+        from ..search import pipeline_refusal
+        why = pipeline_refusal(plan, engine)
+        if why:
+            raise FastsimInputError("--policy", args.policy, f"lecture or trtllm for a pipelined plan ({why})")
     if spec_alpha is not None:
         if engine is None:
             raise FastsimInputError("--spec-alpha", spec_alpha, "with --policy vllm, sglang or trtllm (the lecture policy "
@@ -528,7 +551,8 @@ def _screen_infeasible(plan, model, demand, cat, constants=None) -> str:
     from dataclasses import replace
     from ..analytic import ScreenOptions, _REASONS, instance_table
     tps = (plan.tp,) if plan.mode == "colocated" else tuple(sorted({plan.prefill_tp, plan.decode_tp}))
-    opts = replace(ScreenOptions(), gpus=(plan.gpu,), precisions=(plan.precision,), tps=tps, layouts=(plan.layout,))
+    opts = replace(ScreenOptions(), gpus=(plan.gpu,), precisions=(plan.precision,), tps=tps, layouts=(plan.layout,),
+                   pps=(int(plan.pp),))
     if constants is not None:
         opts = replace(opts, constants=constants)
     t = instance_table(model, demand, catalog=cat, options=opts).set_index("tp")

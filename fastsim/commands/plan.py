@@ -10,7 +10,7 @@ import sys
 
 from .._command_helpers import (_add_arrival_flags, _add_calibration, _add_common, _add_engine_args, _add_workload,
                                 _arrival_cv, _command_catalog, _constants, _distinct, _emit, _fmt, _fraction,
-                                _int_list, _legend, _notes_out, _pct, _pos_int, _positive, _tp, _seeds)
+                                _int_list, _legend, _notes_out, _pct, _pos_int, _positive, _pp_list, _seeds, _tp_list)
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -38,8 +38,13 @@ def add_parser(sub):
     sp.add_argument("--gpu", action="append", help="restrict to these GPUs (repeatable; 'all' = every catalog GPU; "
                     "default H100, H200, B200)")
     sp.add_argument("--precision", action="append", choices=None, help="restrict to these precisions (repeatable)")
-    sp.add_argument("--tp", action="append", type=_tp, help="GPUs per instance to consider (repeatable; default "
-                    "1 2 4 8, and up to 64 for MoE models)")
+    sp.add_argument("--tp", action="extend", type=_tp_list, help="GPUs per instance (of one pipeline stage with "
+                    "--pp) to consider (repeatable or a comma list, 8,16; default 1 2 4 8, and up to 64 for MoE "
+                    "models)")
+    sp.add_argument("--pp", action="extend", type=_pp_list, help="pipeline stages per instance to consider "
+                    "(repeatable or a comma list, 1,2; any count up to the model's layers; default 1, and 1 2 4 "
+                    "where the model's weights do not fit one node of the GPU): an instance has TP x PP GPUs, "
+                    "each stage's TP inside a node; colocated plans only")
     sp.add_argument("--layout", action="append", choices=LAYOUTS,
                     help="instance layouts to consider (repeatable; default tp, and all three for MoE models)")
     sp.add_argument("--mode", action="append", choices=("colocated", "disaggregated"), help="restrict the layout")
@@ -131,6 +136,8 @@ def run(args):
     args.precision = (list(_distinct("--precision", args.precision, lambda v: [cat.precision(v).name]))
                       if args.precision else None)
     args.tp = list(_distinct("--tp", args.tp)) if args.tp else None
+    args.pp = list(_distinct("--pp", args.pp)) if args.pp else None
+    notes = list(notes) + _pp_notes(args, model)
     args.layout = list(_distinct("--layout", args.layout)) if args.layout else None
     args.mode = list(_distinct("--mode", args.mode)) if args.mode else None
     if args.spec_gamma:
@@ -156,6 +163,7 @@ def run(args):
     opts = ScreenOptions(gpus=gpus,
                          precisions=tuple(args.precision) if args.precision else None,
                          tps=tuple(args.tp) if args.tp else None,
+                         pps=tuple(args.pp) if args.pp else None,
                          layouts=tuple(args.layout) if args.layout else None,
                          modes=tuple(args.mode) if args.mode else ("colocated", "disaggregated"),
                          constants=_constants(args), queueing=args.screen == "queueing",
@@ -328,6 +336,31 @@ def run(args):
         print("\n" + "\n\n".join(launches))
     _notes_out(args, report.notes)
     return 0
+
+
+def _pp_notes(args, model) -> list:
+    """``--pp`` checked against the model's layers and the modes; the note for a grid of both modes.
+
+    Pipeline parallelism applies to colocated plans (:attr:`fastsim.plans.Plan.pp`): ``--pp`` above
+    1 with ``--mode disaggregated`` alone is refused, and with both modes the disaggregated plans
+    are screened without pipeline stages (a note says so).
+    """
+    from ..plans import check_pp
+    if not args.pp:
+        return []
+    for v in args.pp:
+        check_pp(v, "--pp", model.layers)
+    piped = [v for v in args.pp if v > 1]
+    if not piped:
+        return []
+    if args.mode and "colocated" not in args.mode:
+        raise FastsimInputError("--pp", ",".join(map(str, args.pp)), "1 with --mode disaggregated alone (pipeline "
+                                "parallelism applies to colocated instances; a disaggregated plan's pools are TP "
+                                "instances): add --mode colocated, or drop --pp")
+    if not args.mode or "disaggregated" in args.mode:
+        return [f"--pp {','.join(map(str, args.pp))}: pipeline stages apply to colocated plans; disaggregated plans "
+                "are screened without them"]
+    return []
 
 
 def _at(v, kind: str, percentile: float):

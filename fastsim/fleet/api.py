@@ -189,7 +189,7 @@ class FleetResult:
         cs = self.cold_start
         return {
             "plan": {"model": p.model, "gpu": p.gpu, "precision": p.precision, "tp": p.tp,
-                     "gpus_per_instance": p.tp, "chunk_tokens": p.chunk_tokens, "layout": p.layout,
+                     "gpus_per_instance": p.gpus_per_instance, "chunk_tokens": p.chunk_tokens, "layout": p.layout,
                      "price_usd_per_gpu_hour": p.price_usd_per_gpu_hour},
             "profile": {"name": self.profile.name, "windows": self.profile.n_windows,
                         "span_s": self.profile.span_s, "peak_rate_req_per_s": self.profile.peak_rate_req_per_s,
@@ -571,7 +571,8 @@ def fleet(plan, scenario, profile, slo, *, rate_scale: float = 1.0, horizon_s: f
         sched = schedules[name]
         tokens = int(run.counts[:, col("output_tokens")].sum())
         met = int(run.met_output_tokens.sum())
-        c = S.cost(sched, run.off_s, horizon_s=horizon, gpus_per_instance=plan.tp, on_demand_usd_per_gpu_hour=price,
+        c = S.cost(sched, run.off_s, horizon_s=horizon, gpus_per_instance=plan.gpus_per_instance,
+                   on_demand_usd_per_gpu_hour=price,
                    reserved_usd_per_gpu_hour=reserved_usd_per_gpu_hour, reserved_instances=reserved_instances,
                    output_tokens=tokens, met_output_tokens=met)
         ts, cs_ = S.ready_steps(sched, run.off_s, horizon)

@@ -233,6 +233,9 @@ def _inputs(args):
                 raise FastsimInputError("--from-plan", args.from_plan, f"a plan without {what} (plan key {key} = {v!r}): "
                                         "the fleet simulator runs the lecture scheduler without it, so its answers "
                                         "would be another plan's")
+        if pd.get("pp") not in (None, 1):
+            raise FastsimInputError("--from-plan", args.from_plan, f"a plan without pipeline parallelism (plan key pp = "
+                                    f"{pd.get('pp')!r}): the fleet simulator serves colocated instances of one stage")
         if args.chunk and chunk and args.chunk != chunk:
             notes.append(f"--chunk {args.chunk} replaces the plan's {chunk}-token chunks")
         chunk = args.chunk or chunk
@@ -456,7 +459,7 @@ def _fleet_span(res, plan) -> str:
     fewest to the most), e.g. ``B200 FP8 TP1, 1 to 2 instances (1 to 2 GPUs)``; not the one plan's count."""
     counts = np.concatenate([np.asarray(s.window_instances, np.float64) for s in res.strategies])
     counts = counts[np.isfinite(counts)]
-    gpi = int(plan.tp)
+    gpi = int(plan.gpus_per_instance)
     head = f"{plan.gpu} {plan.precision} {plan.label(plan.tp)}"
     if not counts.size:
         return head

@@ -17,7 +17,8 @@ The package, in the order a verification and then a capacity search run:
 - :mod:`fastsim.search.records`: what they take and return: :class:`SLO`,
   :class:`Verification`, :class:`RepairResult`, :class:`HorizonFloor`, :class:`CapacityResult`,
   :class:`ScaleProbe`, :class:`TraceCapacityResult`;
-- :mod:`fastsim.search.adapter`: :func:`sim_plan`, the planner's plan as the simulator's, and an
+- :mod:`fastsim.search.adapter`: :func:`sim_plan`, the planner's plan as the simulator's
+  (:func:`pipeline_refusal`: the policies that cannot run a pipelined one), and an
   engine setting as the simulator's keywords;
 - :mod:`fastsim.search.confidence`: the Wilson bound on a pooled attainment, the seeds an
   undecided verification adds (:class:`SeedWorkloads`), and the capacity that refutes a pass;
@@ -34,7 +35,7 @@ The package, in the order a verification and then a capacity search run:
 """
 from __future__ import annotations
 
-from .adapter import sim_plan
+from .adapter import PIPELINE_POLICIES, pipeline_refusal, sim_plan
 from .checks import MAX_RATE_REQ_PER_S, check_plan_instances, check_rate_hint
 from .confidence import (MAX_SEED_FACTOR, SeedWorkloads, attainment_verdict, capacity_refutation, next_seed_count,
                          wilson_interval)
@@ -66,4 +67,5 @@ __all__ = ["SLO", "Verification", "RepairResult", "CapacityResult", "sim_plan", 
            "lone_request_check", "max_sustainable_rate", "pooled_overload", "max_sustainable_scale",
            "TraceCapacityResult", "ScaleProbe", "MAX_REPLAY_SPAN_S", "MAX_RATE_REQ_PER_S", "HorizonFloor",
            "horizon_floor", "check_rate_hint", "check_plan_instances", "wilson_interval", "attainment_verdict",
-           "next_seed_count", "capacity_refutation", "SeedWorkloads", "MAX_SEED_FACTOR"]
+           "next_seed_count", "capacity_refutation", "SeedWorkloads", "MAX_SEED_FACTOR", "pipeline_refusal",
+           "PIPELINE_POLICIES"]

@@ -274,7 +274,9 @@ def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog:
 
     TTFT alone = the prompt's prefill steps (chunks of ``chunk_tokens`` for colocated plans, one
     step plus the KV transfer for disaggregated ones); TPOT alone = one decode step at context
-    ``P + O / 2``. ``prefill_gpu``: a disaggregated plan's prefill side on its own GPU and
+    ``P + O / 2``. A pipelined plan (``pp > 1``) takes every step through its stages in turn: the sum
+    of the stage steps (:func:`fastsim.stepmodel.stage_params`, each over its own layers, its
+    activation send included). ``prefill_gpu``: a disaggregated plan's prefill side on its own GPU and
     precision (as the simulator runs it); False prices it on the decode GPU (what
     :func:`lone_request_check` has always done). Raises FastsimInputError for unknown names or a
     colocated plan with ``chunk_tokens`` < 1.
@@ -289,6 +291,22 @@ def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog:
         pp = step_params(model, gp, prp, plan.prefill_tp, constants, **plan.layout_kwargs(plan.prefill_tp))
         ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P)) + P * pp[P_KVPG] / pp[P_NET_BW]
         pd_ = step_params(model, g, pr, plan.decode_tp, constants, **plan.layout_kwargs(plan.decode_tp))
+    elif int(getattr(plan, "pp", 1)) > 1:
+        # a pipelined instance: the request's micro-batch crosses every stage in turn (a sequence is in
+        # one micro-batch at a time), each stage over its own layers, its send to the next included
+        from ..stepmodel import P_LAYERS, stage_params
+        S = stage_params(model, g, pr, plan.tp, constants, pp=int(plan.pp), **plan.layout_kwargs(plan.tp))
+        c = float(plan.chunk_tokens)
+        if not c >= 1.0:
+            raise FastsimInputError("chunk_tokens", plan.chunk_tokens, "an integer >= 1 (a colocated plan)")
+        Ls = S[:, P_LAYERS]
+        ttft, done = 0.0, 0.0
+        while done < P:
+            x = min(c, P - done)
+            ttft += float(step_time(S, x, done, 2.0 * Ls * h * x * x + 4.0 * Ls * h * x * done).sum())
+            done += x
+        ctx = float(model.kv_tokens_held(P + O / 2.0))
+        return ttft, float(step_time(S, 1.0, ctx, 4.0 * Ls * hd * ctx).sum())
     else:
         pd_ = step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp))
         c = float(plan.chunk_tokens)
@@ -499,7 +517,9 @@ def unsimulated_reason(plan: Plan, engine: dict | None = None, prefixes: bool = 
 
     The lecture policy of the simulator has neither speculative decoding nor a prefix cache; the
     engine policies (:mod:`fastsim.sim.policy`) have both, the cache only for a workload that
-    carries prefix block ids (a trace with ``hash_ids``, such as ``mooncake-conv``).
+    carries prefix block ids (a trace with ``hash_ids``, such as ``mooncake-conv``). A pipelined
+    plan (``pp > 1``, :class:`fastsim.sim.PipelinePlan`) runs under the lecture and trtllm policies
+    only, without a prefix cache (:func:`fastsim.search.pipeline_refusal`).
 
     Parameters
     ----------
@@ -516,6 +536,13 @@ def unsimulated_reason(plan: Plan, engine: dict | None = None, prefixes: bool = 
     """
     if engine is not None and plan.mode == "disaggregated":
         return "a disaggregated plan, which the engine policies do not simulate (they model colocated instances)"
+    from .adapter import pipeline_refusal
+    why = pipeline_refusal(plan, engine)
+    if why:
+        return why
+    if int(getattr(plan, "pp", 1)) > 1 and plan.prefix_hit_fraction:
+        return (f"sized for {plan.prefix_hit_fraction:.0%} prefix-cache hits on a pipelined instance, which the "
+                "simulator's pipeline does not cache")
     if plan.spec_gamma and engine is None:
         return ("speculative decoding, which the lecture policy of the verification does not simulate "
                 "(--policy vllm or sglang does)")
