@@ -22,8 +22,8 @@ from .layouts import LAYOUTS, instance_label, layout_degrees, nodes_of
 from .specdec import SpecDecoding, spec_decoding
 from .stepmodel import StepConstants
 
-__all__ = ["Demand", "ScreenOptions", "Plan", "SLO_PERCENTILE_RANGE", "DEFAULT_PPS", "check_slo_percentile", "ttft_tail_for",
-           "check_pp"]
+__all__ = ["Demand", "ScreenOptions", "Plan", "SLO_PERCENTILE_RANGE", "DEFAULT_PPS", "check_slo_percentile",
+           "ttft_tail_for", "check_pp"]
 
 #: The SLO percentiles fastsim judges (``--slo-percentile``): from the median to P99.9.
 SLO_PERCENTILE_RANGE = (50.0, 99.9)

@@ -214,9 +214,10 @@ def same_deployment_key(plan, catalog: Catalog | None = None, constants=None, mo
     """What the simulator runs for ``plan``: two plans with equal keys are the same deployment.
 
     The key is built from the simulator's inputs, not from labels: the step-parameter vectors of
-    :func:`fastsim.search.sim_plan` (every stage's of a pipelined plan; SPEC §3; bit for bit, except that the counts of all-reduces
-    and all-to-alls enter as the fixed and per-token communication seconds of a step they give,
-    :func:`_step_signature`, the only way the step time uses them), the instance counts, the chunk, the
+    :func:`fastsim.search.sim_plan` (every stage's of a pipelined plan; SPEC §3; bit for bit, except
+    that the counts of all-reduces and all-to-alls enter as the fixed and per-token communication
+    seconds of a step they give, :func:`_step_signature`, the only way the step time uses them), the
+    instance counts, the chunk, the
     batch cap, the speculative decoding (gamma, alpha, the draft's step parameters), the
     data-parallel degree (engine policies split their limits over DP ranks,
     :mod:`fastsim.sim.policy`) and the price per hour. DeepSeek-V3's TP8 and TP8+EP8 have equal

@@ -326,27 +326,28 @@ def test_cli_counts_distinct_plans(capsys):
 
 
 def test_resume_of_a_table_of_the_previous_version_is_refused(tmp_path):
-    """Columns were added with table version 10 (the capacity search's probes and runs), verdicts and
+    """A column was added with table version 11 (``pp``, the pipeline stages of a colocated point),
+    columns with 10 (the capacity search's probes and runs), verdicts and
     columns changed with 9 (a pass surely clears the target: the Wilson bound, seeds added;
     sim_reason and the attainment's interval), figures with 8 (a scenario priced
     within the model's context), ids with 7 (a disaggregated plan's id, whatever the spelling of its
     sides), cells with 6 (an infeasible row's chunk and counts), row sets with 5 (an MoE TP1 plan
     once, not once per layout), ids and row sets with 4: a table written before is not resumed."""
-    assert TABLE_VERSION == 10
+    assert TABLE_VERSION == 11
     axes = dict(BASE, mode="colocated", tp=[1, 2])
     out = str(tmp_path / "t.csv")
     SW.run_sweep(axes, out=out)
     meta = json.loads(open(out + ".sweep.json").read())
-    assert meta["table_version"] == 10
-    meta["table_version"] = 9
+    assert meta["table_version"] == 11
+    meta["table_version"] = 10
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     before = open(out).read()
     with pytest.raises(FastsimInputError) as e:
         SW.run_sweep(axes, out=out, resume=True)
-    assert e.value.field == "--resume" and "table version 9, this is 10" in e.value.allowed
+    assert e.value.field == "--resume" and "table version 10, this is 11" in e.value.allowed
     assert open(out).read() == before
-    meta["table_version"] = 10                                             # the same sidecar of this version resumes
+    meta["table_version"] = 11                                             # the same sidecar of this version resumes
     with open(out + ".sweep.json", "w") as fh:
         json.dump(meta, fh)
     pd.testing.assert_frame_equal(SW.run_sweep(axes, out=out, resume=True), SW.read_table(out))

@@ -461,8 +461,8 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
         notes.append("the lecture policy has no prefix cache: --shared-prefix / --session-turns only make the "
                      "prompts longer (--policy vllm or sglang serves the shared blocks from a cache)")
     if spec_alpha is not None and plan.pp > 1:
-        raise FastsimInputError("--spec-alpha", spec_alpha, f"no value with a pipelined plan (TP{plan.tp} x PP{plan.pp}): "
-                                "speculative decoding is not simulated on a pipeline")
+        raise FastsimInputError("--spec-alpha", spec_alpha, f"no value with a pipelined plan (TP{plan.tp} x "
+                                f"PP{plan.pp}): speculative decoding is not simulated on a pipeline")
     if engine is not None:
         from ..search import pipeline_refusal
         why = pipeline_refusal(plan, engine)

@@ -234,8 +234,8 @@ def _inputs(args):
                                         "the fleet simulator runs the lecture scheduler without it, so its answers "
                                         "would be another plan's")
         if pd.get("pp") not in (None, 1):
-            raise FastsimInputError("--from-plan", args.from_plan, f"a plan without pipeline parallelism (plan key pp = "
-                                    f"{pd.get('pp')!r}): the fleet simulator serves colocated instances of one stage")
+            raise FastsimInputError("--from-plan", args.from_plan, f"a plan without pipeline parallelism (plan key "
+                                    f"pp = {pd.get('pp')!r}): the fleet simulator serves instances of one stage")
         if args.chunk and chunk and args.chunk != chunk:
             notes.append(f"--chunk {args.chunk} replaces the plan's {chunk}-token chunks")
         chunk = args.chunk or chunk

@@ -4,7 +4,7 @@
 comes from a grid file (:func:`fastsim.sweep.grid.load_grid`) or the command line
 (:func:`parse_axis`) and is checked and put in one canonical form here (``_int_value``,
 ``_float_value``, ``_price_value``, ``_canon``) as :func:`fastsim.sweep.grid.make_grid` builds a
-grid. A colocated point uses ``tp``, ``chunk_tokens`` and ``instances``; a disaggregated one its
+grid. A colocated point uses ``tp``, ``pp``, ``chunk_tokens`` and ``instances``; a disaggregated one its
 two sides' axes, and ``tp`` / ``instances`` only for a side whose axis is absent: :func:`_unused_axes`,
 :func:`_mode_counts` and :func:`_n_enumerated` count the points of each mode accordingly, and
 :func:`_drop_unused_axes` refuses an axis given that no point uses (see
@@ -21,26 +21,33 @@ from ..analytic import MAX_INSTANCES as _SCREEN_MAX_INSTANCES
 from ..catalog import Catalog
 from ..errors import FastsimInputError
 
-__all__ = ["AXES", "MAX_INSTANCES", "MAX_TOKENS_OR_BATCH", "parse_axis"]
+__all__ = ["AXES", "MAX_INSTANCES", "MAX_TOKENS_OR_BATCH", "MAX_PP", "parse_axis"]
 
 #: Axes a grid may give, in the canonical order of the product (the first varies slowest).
-AXES = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "layout", "chunk_tokens", "max_batch",
-        "instances", "prefill_instances", "decode_instances", "scenario", "trace", "rate_req_per_s",
+AXES = ("model", "gpu", "precision", "mode", "tp", "pp", "prefill_tp", "decode_tp", "layout", "chunk_tokens",
+        "max_batch", "instances", "prefill_instances", "decode_instances", "scenario", "trace", "rate_req_per_s",
         "ttft_s", "tpot_s", "price")
 
 _DEFAULT_TPS = (1, 2, 4, 8)
+#: The ``pp`` axis left out: one stage (no pipeline parallelism). A pipelined point (``pp > 1``) is a
+#: colocated instance of ``pp`` stages of ``tp`` GPUs (:attr:`fastsim.plans.Plan.pp`).
+_DEFAULT_PPS = (1,)
+#: Most pipeline stages a ``pp`` axis value may give (a model's layers bound it per point).
+MAX_PP = 4096
 _AUTO = "auto"
 #: The value of a ``tp`` / ``prefill_tp`` / ``decode_tp`` axis that applies to no point (an empty
 #: cell in the table); for ``prefill_tp`` / ``decode_tp``, "absent: the point's ``tp``".
 _NO_TP = 0
 #: Axes only disaggregated points use.
 _DISAGGREGATED_AXES = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances")
+#: Axes only colocated points use (a disaggregated plan's pools are not pipelined, nor chunked by the axis).
+_COLOCATED_AXES = ("pp", "chunk_tokens")
 #: Axes a disaggregated point uses only for a side whose own axis is absent: axis -> its two sides.
 _STAND_IN_AXES = {"tp": ("prefill_tp", "decode_tp"), "instances": ("prefill_instances", "decode_instances")}
 #: What an axis a point does not use contributes to its id (:func:`_point_ids`): the value a grid of
 #: that point's mode alone holds for the axis, so that a plan has the same id in every grid.
 _NOT_APPLICABLE = {"tp": _NO_TP, "prefill_tp": _NO_TP, "decode_tp": _NO_TP, "chunk_tokens": _AUTO,
-                   "instances": _AUTO, "prefill_instances": "", "decode_instances": ""}
+                   "instances": _AUTO, "prefill_instances": "", "decode_instances": "", "pp": 1}
 # a point's plan is enumerated mode by mode below its (model, gpu, precision): every axis a mode may
 # not use comes after ``mode`` in the product (fastsim.sweep.table._codes relies on it)
 assert all(AXES.index(a) > AXES.index("mode") for a in _NOT_APPLICABLE)
@@ -183,13 +190,14 @@ def _unused_axes(axes: dict, mode: str) -> tuple:
     Returns
     -------
     tuple of str
-        Colocated: :data:`_DISAGGREGATED_AXES`. Disaggregated: ``chunk_tokens``, and ``tp`` /
-        ``instances`` where both of their sides (:data:`_STAND_IN_AXES`) have an axis of their own.
+        Colocated: :data:`_DISAGGREGATED_AXES`. Disaggregated: :data:`_COLOCATED_AXES` (``pp``,
+        ``chunk_tokens``), and ``tp`` / ``instances`` where both of their sides
+        (:data:`_STAND_IN_AXES`) have an axis of their own.
     """
     if mode == "colocated":
         return _DISAGGREGATED_AXES
     absent = {"prefill_tp": (_NO_TP,), "decode_tp": (_NO_TP,), "prefill_instances": ("",), "decode_instances": ("",)}
-    return ("chunk_tokens",) + tuple(name for name, sides in _STAND_IN_AXES.items()
+    return _COLOCATED_AXES + tuple(name for name, sides in _STAND_IN_AXES.items()
                                      if all(tuple(axes[side]) != absent[side] for side in sides))
 
 
@@ -291,8 +299,8 @@ def _drop_unused_axes(axes: dict, given: tuple) -> None:
     ------
     FastsimInputError
         Naming the axis, its values and what the grid allows: a disaggregated-only axis on a grid
-        of colocated points only; ``chunk_tokens``, or ``tp`` / ``instances`` with both of their
-        sides, on a grid of disaggregated points only.
+        of colocated points only; ``pp``, ``chunk_tokens``, or ``tp`` / ``instances`` with both of
+        their sides, on a grid of disaggregated points only.
     """
     modes = set(axes["mode"])
     if "disaggregated" not in modes:
@@ -309,6 +317,12 @@ def _drop_unused_axes(axes: dict, given: tuple) -> None:
             "axis chunk_tokens", list(axes["chunk_tokens"]),
             "no chunk_tokens axis on a grid of disaggregated points only (chunk_tokens applies to colocated "
             "points): add colocated to the mode axis, or drop this axis")
+    if "pp" in given:
+        raise FastsimInputError(
+            "axis pp", list(axes["pp"]),
+            "no pp axis on a grid of disaggregated points only (pipeline parallelism applies to colocated "
+            "points; a disaggregated plan's pools are TP instances): add colocated to the mode axis, or drop "
+            "this axis")
     for name, sides in _STAND_IN_AXES.items():
         if not all(side in given for side in sides):
             continue                      # it stands in for an absent side: used

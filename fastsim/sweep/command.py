@@ -143,7 +143,7 @@ def cli_sweep(args) -> int:
     na = {"run": False, "tpot": False, "capacity": False}     # why cells read n/a
     extra = _varying_axes(df)
     for _, r in show.head(args.rows).iterrows():
-        tp = (_inst_label(r, r.tp) if r["mode"] == "colocated"
+        tp = (_inst_label(r, r.tp, r.get("pp", 1)) if r["mode"] == "colocated"
               else f"P:{_inst_label(r, r.prefill_tp)} D:{_inst_label(r, r.decode_tp)}")
         inst = str(r.instances) if r["mode"] == "colocated" else f"{r.prefill_instances}+{r.decode_instances}"
         row = [r.workload, f"{r.rate_req_per_s:g}", r.gpu, r.precision, r["mode"], tp, inst, r.gpus,

@@ -32,8 +32,9 @@ from ..catalog import Catalog, default_catalog
 from ..errors import FastsimInputError, require_tp
 from ..stepmodel import LAYOUTS, StepConstants
 # the axes, their values and what each mode uses, re-exported: ``grid.X is axes.X``
-from .axes import (_AUTO, _DEFAULT_TPS, _DISAGGREGATED_AXES, _NO_TP, _NOT_APPLICABLE,  # noqa: F401
-                   _STAND_IN_AXES, AXES, MAX_INSTANCES, MAX_TOKENS_OR_BATCH, _all_tps_one, _canon,
+from .axes import (_AUTO, _COLOCATED_AXES, _DEFAULT_PPS, _DEFAULT_TPS, _DISAGGREGATED_AXES, _NO_TP,  # noqa: F401
+                   _NOT_APPLICABLE, _STAND_IN_AXES, AXES, MAX_INSTANCES, MAX_PP, MAX_TOKENS_OR_BATCH, _all_tps_one,
+                   _canon,
                    _disaggregated, _drop_unused_axes, _float_like, _float_value, _int_value, _jsonable,
                    _listed_layout, _mode_counts, _n_enumerated, _price_label, _price_value, _tuple,
                    _unused_axes, _values, parse_axis)
@@ -261,9 +262,12 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
         Names from :data:`AXES`. Values: ``model`` catalog names or ``config.json`` paths;
         ``gpu`` names or ``"all"``; ``precision`` names; ``mode`` ``colocated`` /
         ``disaggregated``; ``tp``, ``prefill_tp``, ``decode_tp`` powers of two (the last two
-        default to ``tp``); ``layout`` instance layouts (:data:`fastsim.stepmodel.LAYOUTS`, default
-        ``tp``; the EP layouts apply to MoE models, other points are refused rows; an MoE plan whose
-        TPs are all 1 is listed once, see Notes);
+        default to ``tp``); ``pp`` pipeline stages of a colocated point, integers from 1 to
+        :data:`MAX_PP` (default 1: none; with ``pp > 1`` ``tp`` is the TP of one stage and the
+        instance has ``tp x pp`` GPUs; a point whose model has fewer layers than ``pp``, or whose
+        stage TP exceeds a node, is a refused row); ``layout`` instance layouts
+        (:data:`fastsim.stepmodel.LAYOUTS`, default ``tp``; the EP layouts apply to MoE models,
+        other points are refused rows; an MoE plan whose TPs are all 1 is listed once, see Notes);
         ``chunk_tokens`` integers from 1 to :data:`MAX_TOKENS_OR_BATCH` or ``"auto"`` (the best of
         the chunk set); ``max_batch`` integers from 0 to :data:`MAX_TOKENS_OR_BATCH` (0 = no cap);
         ``instances``, ``prefill_instances``, ``decode_instances`` integers from 1 to
@@ -294,13 +298,13 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
 
     Notes
     -----
-    A colocated point uses ``tp``, ``chunk_tokens`` and ``instances``; a disaggregated point uses
+    A colocated point uses ``tp``, ``pp``, ``chunk_tokens`` and ``instances``; a disaggregated point uses
     ``prefill_tp``, ``decode_tp``, ``prefill_instances`` and ``decode_instances``, and ``tp`` /
     ``instances`` only in place of a side whose axis is absent. An axis that no point of the grid
     uses would only repeat every point under new ids, so:
 
     - given, it is an error naming it (``prefill_tp`` on a grid of colocated points only,
-      ``chunk_tokens`` on one of disaggregated points only, ``tp`` on one of disaggregated points
+      ``chunk_tokens`` or ``pp`` on one of disaggregated points only, ``tp`` on one of disaggregated points
       only that gives both ``prefill_tp`` and ``decode_tp``, ...): nothing given is ignored;
     - left at its default, it is not multiplied in: on a grid of disaggregated points only with
       both ``prefill_tp`` and ``decode_tp`` given, ``tp`` holds the value 0 (not applicable, as an
@@ -386,6 +390,7 @@ def make_grid(axes: Mapping, catalog: Catalog | None = None, *, read_trace=None)
             except (TypeError, FastsimInputError):
                 raise FastsimInputError(f"axis {name}", v, allowed) from None
         out[name] = tuple(tv)
+    out["pp"] = tuple(_int_value("pp", v, 1, MAX_PP) for v in raw.get("pp", list(_DEFAULT_PPS)))
     lays = []
     for v in raw.get("layout", ["tp"]):
         if v not in LAYOUTS:
@@ -699,7 +704,8 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
     Other axes are hashed as given: a rate, TTFT or TPOT equal to the scenario's, the scenario's
     own model named, or a price equal to the catalog's, hashes apart from the axis left out, and an
     MoE plan whose TPs are all 1 keeps the id of the layout it is listed under
-    (:func:`_listed_layout`).
+    (:func:`_listed_layout`); ``pp`` enters only where it is above 1 on a colocated point, so every
+    plan without pipeline stages keeps the id it had before the axis existed.
     """
     h = np.full(n, _h64("fastsim-sweep-point-v1"), dtype=np.uint64)
     unused = {m: _unused_axes(grid.axes, m) for m in grid.axes["mode"]}
@@ -716,6 +722,12 @@ def _point_ids(grid: SweepGrid, codes: dict, n: int) -> np.ndarray:
             # the plain TP layout leaves a point's id as it was before layouts existed
             is_tp = np.array([v == "tp" for v in grid.axes[a]], dtype=bool)[codes[a]]
             h = np.where(is_tp, h, _mix(h ^ table[codes[a]]))
+            continue
+        if a == "pp":
+            # one stage (and a disaggregated point, never pipelined) leaves the id as it was before pp existed
+            one = np.array([v == 1 for v in grid.axes[a]], dtype=bool)[codes[a]]
+            one = one | _disaggregated(grid.axes, codes)
+            h = np.where(one, h, _mix(h ^ table[codes[a]]))
             continue
         value = table[codes[a]]
         off = np.array([a in unused[m] for m in grid.axes["mode"]], dtype=bool)

@@ -251,17 +251,28 @@ def _log_x(ax) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _inst_label(r, tp) -> str:
-    """An instance of ``tp`` GPUs in the row's layout (:func:`fastsim.layouts.instance_label`)."""
-    return instance_label(r["layout"] if "layout" in r else "tp", tp)
+def _inst_label(r, tp, pp=1) -> str:
+    """An instance of ``tp`` GPUs (per stage, of ``pp`` stages) in the row's layout
+    (:func:`fastsim.layouts.instance_label`; a pipelined one counts its nodes of the row's GPU in the
+    built-in catalog, 8 GPUs a node for a GPU it does not hold)."""
+    lay = r["layout"] if "layout" in r else "tp"
+    pp = 1 if pp is None or pd.isna(pp) else int(pp)
+    if pp == 1:
+        return instance_label(lay, tp)
+    from ..catalog import default_catalog
+    try:
+        gpn = int(default_catalog().gpu(r["gpu"]).gpus_per_node)
+    except FastsimInputError:
+        gpn = 8
+    return instance_label(lay, tp, pp, gpn)
 
 
 def _describe_row(r) -> str:
     """A row's plan label, as :meth:`fastsim.analytic.Plan.describe` writes it."""
-    def inst(n, tp):
-        return f"{n} instance{'s' if n != 1 else ''} of {_inst_label(r, tp)}"
+    def inst(n, tp, pp=1):
+        return f"{n} instance{'s' if n != 1 else ''} of {_inst_label(r, tp, pp)}"
     gpus = f"({r['gpus']} GPU{'s' if r['gpus'] != 1 else ''})"
     if r["mode"] == "disaggregated":
         return (f"{r['gpu']} {r['precision']} disaggregated, prefill {inst(r['prefill_instances'], r['prefill_tp'])}"
                 f" + decode {inst(r['decode_instances'], r['decode_tp'])} {gpus}")
-    return f"{r['gpu']} {r['precision']} colocated, {inst(r['instances'], r['tp'])} {gpus}"
+    return f"{r['gpu']} {r['precision']} colocated, {inst(r['instances'], r['tp'], r.get('pp', 1))} {gpus}"

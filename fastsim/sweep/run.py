@@ -197,7 +197,7 @@ def _check_settings_used(grid: SweepGrid, s: SweepSettings, top_k=None, name=lam
 
 #: Columns that make a capacity family (:func:`fastsim.search.max_sustainable_rates`): every
 #: column of a point that its capacity search depends on but its instance count.
-_FAMILY_COLUMNS = ("model", "gpu", "precision", "mode", "tp", "prefill_tp", "decode_tp", "layout", "chunk_tokens",
+_FAMILY_COLUMNS = ("model", "gpu", "precision", "mode", "tp", "pp", "prefill_tp", "decode_tp", "layout", "chunk_tokens",
                    "max_batch", "prefill_instances", "workload", "ttft_s", "tpot_s", "price", "rate_req_per_s")
 
 

@@ -145,7 +145,7 @@ def _py(v):
 
 
 #: Columns that only a colocated (resp. disaggregated) row has.
-_COLOCATED_ONLY = ("tp", "instances", "chunk_tokens", "instance_capacity_req_per_s")
+_COLOCATED_ONLY = ("tp", "pp", "instances", "chunk_tokens", "instance_capacity_req_per_s")
 _DISAGGREGATED_ONLY = ("prefill_tp", "decode_tp", "prefill_instances", "decode_instances",
                        "prefill_capacity_req_per_s", "decode_capacity_req_per_s")
 

@@ -16,13 +16,14 @@ import pandas as pd
 
 from .. import _analytic_nb as AK
 from ..catalog import Catalog
-from ..stepmodel import N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, step_params
+from ..stepmodel import (N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, pipeline_round_params,
+                         step_params)
 from .grid import (AXES, _AUTO, MAX_INSTANCES, SweepGrid, SweepSettings, _disaggregated, _hex, _layout_repeats,
                    _mode_counts, _n_enumerated, _point_ids, _price_label, make_grid)
 
 # reason codes of a point
 (_R_OK, _R_NOFIT, _R_TPOT, _R_TTFT, _R_NOPEAK, _R_BELOW, _R_PRE_NOFIT, _R_PRE_TTFT, _R_DEC_NOFIT, _R_DEC_TPOT,
- _R_LAYOUT, _R_TOO_MANY) = range(12)
+ _R_LAYOUT, _R_TOO_MANY, _R_PIPELINE) = range(13)
 _REASONS = np.array([
     "",
     "weights + one request's KV do not fit in memory",
@@ -38,16 +39,19 @@ _REASONS = np.array([
     "refuses, or expert parallelism on a dense model)",
     f"the target rate needs more than {MAX_INSTANCES:,} instances (the most a point is sized to; per side when "
     "disaggregated)",
+    "the pipeline does not fit the model or the node: more stages than the model's layers, or a stage's TP "
+    "group larger than a node of the GPU (fastsim.stepmodel.stage_params)",
 ], dtype=object)
 
 #: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
-#: ``Int64`` columns are pandas nullable integers, missing where they do not apply: ``tp``,
+#: ``Int64`` columns are pandas nullable integers, missing where they do not apply: ``tp``, ``pp``,
 #: ``instances`` and ``chunk_tokens`` on disaggregated rows, the ``prefill_*`` / ``decode_*`` ones on
-#: colocated rows.
+#: colocated rows. ``gpus`` counts ``tp x pp`` GPUs per colocated instance.
 COLUMNS = (
     ("point_id", "str"), ("point", "int64"),
     ("model", "str"), ("gpu", "str"), ("precision", "str"), ("mode", "str"),
-    ("tp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("layout", "str"), ("chunk_tokens", "Int64"),
+    ("tp", "Int64"), ("pp", "Int64"), ("prefill_tp", "Int64"), ("decode_tp", "Int64"), ("layout", "str"),
+    ("chunk_tokens", "Int64"),
     ("max_batch", "int64"), ("instances", "Int64"), ("prefill_instances", "Int64"), ("decode_instances", "Int64"),
     ("workload", "str"), ("rate_req_per_s", "float64"), ("ttft_s", "float64"), ("tpot_s", "float64"),
     ("price", "str"), ("price_usd_per_gpu_hour", "float64"),
@@ -88,7 +92,9 @@ _SIM_COLUMNS = tuple(c for c, _ in COLUMNS[COLUMNS.index(("verified", "bool")):]
 #: refute the rate; new columns ``sim_attainment_ci95_lo`` / ``_hi`` and ``sim_reason`` (why it fails).
 #: 10: the capacity search's cost per point: ``sim_capacity_probes``, ``sim_capacity_seed_runs``,
 #: ``sim_capacity_stopped_runs``.
-TABLE_VERSION = 10
+#: 11: the ``pp`` column (pipeline stages of a colocated point; missing on disaggregated rows); a
+#: pipelined point counts ``tp x pp`` GPUs per instance. The ids of points without stages are unchanged.
+TABLE_VERSION = 11
 
 #: Columns that make a "question" of a sweep: the plans of one question compete for one answer.
 QUESTION = ("model", "workload", "rate_req_per_s", "ttft_s", "tpot_s", "price")
@@ -100,8 +106,10 @@ class _Tables:
 
     models: list
     params: np.ndarray          # unique step-parameter rows
-    ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout) -> params row, -1 (no peak), -2 (refused)
+    ptab: np.ndarray            # (n_model_eff, n_gpu, n_prec, n_tp, n_layout, n_pp) -> params row, -1 (no peak),
+    #                             -2 (layout refused), -3 (pipeline refused)
     tps: list
+    pp_lut: np.ndarray          # (n_pp_axis,) -> index into ptab's last axis (one stage at 0)
     model_code_of_point_axis: np.ndarray   # (n_model_axis, n_source) -> index into models
     demand: np.ndarray          # (n_model_eff, n_source, n_ttft, n_tpot, 10): lengths within the model's context
     rate: np.ndarray            # (n_source, n_rate)
@@ -135,21 +143,31 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
     precs = [cat.precision(p) for p in A["precision"]]
     tps = sorted({t for a in ("tp", "prefill_tp", "decode_tp") for t in A[a] if t})
     lays = A["layout"]
-    ptab = np.full((len(models), len(gpus), len(precs), len(tps), len(lays)), -1, dtype=np.int64)
+    # one stage first (a disaggregated side's, whatever the axis holds), then the axis' other values
+    pps = (1,) + tuple(v for v in A["pp"] if v != 1)
+    pp_lut = np.array([pps.index(v) for v in A["pp"]], dtype=np.int64)
+    ptab = np.full((len(models), len(gpus), len(precs), len(tps), len(lays), len(pps)), -1, dtype=np.int64)
     rows = []
     for i, m in enumerate(models):
         for j, g in enumerate(gpus):
+            gpn = int(getattr(g, "gpus_per_node", 8))
             for k, pr in enumerate(precs):
                 if pr.flops_key not in g.peak_flops_per_s:
                     continue
                 for t_i, tp in enumerate(tps):
                     for l_i, lay in enumerate(lays):
                         if layout_refusal(m, g, lay, tp) is not None:
-                            ptab[i, j, k, t_i, l_i] = -2    # not a plan (SPEC §10)
+                            ptab[i, j, k, t_i, l_i, :] = -2    # not a plan (SPEC §10)
                             continue
                         dp, ep = layout_degrees(lay, tp)
-                        ptab[i, j, k, t_i, l_i] = len(rows)
-                        rows.append(step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep))
+                        for q_i, pp in enumerate(pps):
+                            if pp > 1 and (pp > m.layers or tp > gpn):
+                                ptab[i, j, k, t_i, l_i, q_i] = -3     # no such pipeline (stage_params)
+                                continue
+                            ptab[i, j, k, t_i, l_i, q_i] = len(rows)
+                            p = step_params(m, g, pr, tp, s.constants, dp=dp, ep=ep, pp=int(pp))
+                            # a pipelined instance's step is its steady-state round (fastsim.analytic)
+                            rows.append(pipeline_round_params(p) if pp > 1 else p)
     params = np.ascontiguousarray(np.stack(rows)) if rows else np.zeros((1, N_PARAMS))
     ns = len(srcs)
     nm = len(models)
@@ -198,7 +216,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
             else:
                 price[i, j] = pv
     lens = np.array([_source_lengths(src, s.slo_percentile) for src in srcs], dtype=np.float64)
-    return _Tables(models, params, ptab, tps, mcode, demand, rate, ttft, tpot, price,
+    return _Tables(models, params, ptab, tps, pp_lut, mcode, demand, rate, ttft, tpot, price,
                    mean_o, mean_p, lens[:, 2].copy(), served, ctx_reason, np.array(reasons, dtype=object))
 
 
@@ -324,8 +342,11 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     dt = np.where(dt > 0, dt, tp_vals)
     disagg = _disaggregated(A, c)
     tp_a = np.where(disagg, dt, tp_vals)          # colocated instance or decode side
-    row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"]]
-    row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"]]
+    pp_vals = np.where(disagg, 1, np.array(A["pp"], dtype=np.int64)[c["pp"]])
+    # a disaggregated side is never pipelined: the one-stage rows (index 0 of the tables' stage counts)
+    pp_code = np.where(disagg, 0, T.pp_lut[c["pp"]])
+    row_a = T.ptab[mi, c["gpu"], c["precision"], tp_pos(tp_a), c["layout"], pp_code]
+    row_b = T.ptab[mi, c["gpu"], c["precision"], tp_pos(pt), c["layout"], pp_code]
     nT, nP = len(A["ttft_s"]), len(A["tpot_s"])
     ns = T.demand.shape[1]
     drow = ((mi * ns + src) * nT + c["ttft_s"]) * nP + c["tpot_s"]
@@ -338,6 +359,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     mu, minv = np.unique(mb, return_inverse=True)
     ok_peak = (row_a >= 0) & ((row_b >= 0) | ~disagg)
     refused = (row_a == -2) | (disagg & (row_b == -2))
+    piped_refused = row_a == -3
     key_a = ((np.maximum(row_a, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
     key_b = ((np.maximum(row_b, 0) * nd + drow) * len(cu) + cinv) * len(mu) + minv
     both = np.concatenate([key_a, key_b])
@@ -394,7 +416,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     too_many = np.where(disagg, dis_ok & (big_p | big_d), col_ok & big_c)
     ok_plan = np.where(disagg, dis_ok, col_ok)     # the instance itself works (per-instance columns)
     ok = ok_plan & ~too_many                       # ... and the point is sized
-    gpus = np.where(disagg, pt * n_p + dt * n_d, tp_vals * n_c)
+    gpus = np.where(disagg, pt * n_p + dt * n_d, tp_vals * pp_vals * n_c)
     capacity = np.where(disagg, np.minimum(n_p * cap_p, n_d * cap_d), n_c * cap_c)
     reason = np.full(n, _R_OK, dtype=np.int64)
     cs = np.where(ok_peak, cst[inv_a], AK.OK)
@@ -405,7 +427,8 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     dec_bad = disagg & ok_peak & (cap_p > 0) & ~(cap_d > 0)
     reason = np.where(pre_bad, np.where(st[inv_b] == AK.NO_FIT, _R_PRE_NOFIT, _R_PRE_TTFT), reason)
     reason = np.where(dec_bad, np.where(st[inv_a] == AK.NO_FIT, _R_DEC_NOFIT, _R_DEC_TPOT), reason)
-    reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, _R_NOPEAK), reason)
+    reason = np.where(~ok_peak, np.where(refused, _R_LAYOUT, np.where(piped_refused, _R_PIPELINE, _R_NOPEAK)),
+                      reason)
     reason = np.where(too_many, _R_TOO_MANY, reason)
     below = ok & (capacity < served * (1.0 - 1e-9))
     reason = np.where(below, _R_BELOW, reason)
@@ -416,7 +439,7 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
     feasible = ok & ~below
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cost = np.where(feasible, gpus * price / (served * mean_o * 3600.0) * 1e6, np.inf)
-        eff_c = tp_vals * price / (cap_c * mean_o * 3600.0) * 1e6
+        eff_c = tp_vals * pp_vals * price / (cap_c * mean_o * 3600.0) * 1e6
         eff_d = (pt / cap_p + dt / cap_d) * price / (mean_o * 3600.0) * 1e6
         eff = np.where(ok_plan & ~too_long, np.where(disagg, eff_d, eff_c), np.inf)
         tok_gpu = np.where(feasible, served * mean_o / gpus, np.nan)
@@ -441,7 +464,8 @@ def _analytic_chunk(grid: SweepGrid, s: SweepSettings, T: _Tables, c: dict, ix: 
         "model": model_names[mi], "gpu": np.array(A["gpu"], dtype=object)[c["gpu"]],
         "precision": np.array(A["precision"], dtype=object)[c["precision"]],
         "mode": np.array(A["mode"], dtype=object)[c["mode"]],
-        "tp": _nullable(tp_vals, col), "prefill_tp": _nullable(pt, disagg), "decode_tp": _nullable(dt, disagg),
+        "tp": _nullable(tp_vals, col), "pp": _nullable(pp_vals, col), "prefill_tp": _nullable(pt, disagg),
+        "decode_tp": _nullable(dt, disagg),
         "layout": np.array(A["layout"], dtype=object)[c["layout"]],
         # the point's own chunk and counts, so that every row names its point: the screen's where it
         # sized them, the grid's where it gave them, missing where neither (an infeasible point

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..catalog import Catalog
-from ..stepmodel import N_PARAMS, layout_degrees, step_params
+from ..stepmodel import N_PARAMS, layout_degrees, stage_params, step_params
 from .grid import SweepGrid, SweepSettings, _h64
 from .table import _empty_sim, _Tables
 
@@ -64,19 +64,29 @@ def _deployment_key(r, grid: SweepGrid, s: SweepSettings, cache: dict) -> tuple:
     from ..verified import _step_signature
     cat = grid.catalog
 
-    def sig(tp):
-        key = (r.model, r.gpu, r.precision, int(tp), r.layout)
+    def sig(tp, pp=1):
+        key = (r.model, r.gpu, r.precision, int(tp), r.layout, int(pp))
         if key not in cache:
             m = grid.models.get(r.model) or cat.model(r.model)
             dp, ep = layout_degrees(r.layout, int(tp))
-            cache[key] = (_step_signature(step_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(tp),
-                                                      s.constants, dp=dp, ep=ep)), dp)
+            g, pr = cat.gpu(r.gpu), cat.precision(r.precision)
+            if pp > 1:       # a pipeline: every stage's vector, in order (as fastsim.verified keys it)
+                rows = stage_params(m, g, pr, int(tp), s.constants, pp=int(pp), dp=dp, ep=ep)
+                cache[key] = (("pipeline",) + tuple(_step_signature(x) for x in rows), dp)
+            else:
+                cache[key] = (_step_signature(step_params(m, g, pr, int(tp), s.constants, dp=dp, ep=ep)), dp)
         return cache[key]
     if r.mode == "disaggregated":
         return ("disaggregated", sig(r.prefill_tp), int(r.prefill_instances), sig(r.decode_tp),
                 int(r.decode_instances), int(r.max_batch), float(r.price_usd_per_gpu_hour))
-    return ("colocated", sig(r.tp), int(r.instances), int(r.chunk_tokens), int(r.max_batch),
+    return ("colocated", sig(r.tp, _pp(r)), int(r.instances), int(r.chunk_tokens), int(r.max_batch),
             float(r.price_usd_per_gpu_hour))
+
+
+def _pp(r) -> int:
+    """A table row's pipeline stages (int; 1 where the ``pp`` cell is missing, a disaggregated row)."""
+    v = getattr(r, "pp", 1)
+    return 1 if v is None or pd.isna(v) else int(v)
 
 
 def _workload_seed(root: int, label: str) -> np.random.SeedSequence:
@@ -98,6 +108,7 @@ class _Task:
     mode: np.ndarray            # 1 = disaggregated
     p_a: np.ndarray             # (k, N_PARAMS) colocated / decode params
     p_b: np.ndarray             # (k, N_PARAMS) prefill params
+    stages: tuple               # per point: None, or the (pp, N_PARAMS) stage rows of a pipelined instance
     n_a: np.ndarray             # colocated instances / decode instances
     n_b: np.ndarray             # prefill instances
     chunk: np.ndarray
@@ -124,7 +135,7 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
     k = len(sub)
     p_a = np.zeros((k, N_PARAMS))
     p_b = np.zeros((k, N_PARAMS))
-    plans, models = [], []
+    plans, models, stages = [], [], []
     src_index = {x.label: i for i, x in enumerate(grid.sources)}
     cache = {}
     for j, r in enumerate(sub.itertuples(index=False)):
@@ -137,8 +148,19 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
                                          dp=dp, ep=ep)
             return cache[key]
         dis = r.mode == "disaggregated"
-        p_a[j] = prm(r.decode_tp if dis else r.tp)
-        p_b[j] = prm(r.prefill_tp) if dis else p_a[j]
+        pp = 1 if dis else _pp(r)
+        if pp > 1:
+            key = (r.model, r.gpu, r.precision, int(r.tp), r.layout, pp)
+            if key not in cache:
+                dp, ep = layout_degrees(r.layout, int(r.tp))
+                cache[key] = stage_params(m, cat.gpu(r.gpu), cat.precision(r.precision), int(r.tp), s.constants,
+                                          pp=pp, dp=dp, ep=ep)
+            stages.append(cache[key])
+            p_a[j] = p_b[j] = cache[key][0]         # not read: the stages are the plan
+        else:
+            stages.append(None)
+            p_a[j] = prm(r.decode_tp if dis else r.tp)
+            p_b[j] = prm(r.prefill_tp) if dis else p_a[j]
         models.append(m)
         if s.capacity:
             if dis:
@@ -156,10 +178,10 @@ def _build_task(df: pd.DataFrame, rows: np.ndarray, grid: SweepGrid, T: _Tables,
                                   instances=int(r.instances), chunk_tokens=int(r.chunk_tokens), batch=int(r.batch),
                                   instance_capacity_req_per_s=float(r.instance_capacity_req_per_s),
                                   price_usd_per_gpu_hour=float(r.price_usd_per_gpu_hour), layout=r.layout,
-                                  max_batch=int(r.max_batch)))
+                                  max_batch=int(r.max_batch), pp=pp))
     dis = (sub["mode"] == "disaggregated").to_numpy()
     return _Task(
-        points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b,
+        points=sub["point"].to_numpy(np.int64), mode=dis.astype(np.int64), p_a=p_a, p_b=p_b, stages=tuple(stages),
         n_a=np.where(dis, _ints(sub["decode_instances"]), _ints(sub["instances"])),
         n_b=_ints(sub["prefill_instances"]), chunk=_ints(sub["chunk_tokens"]),
         max_batch=sub["max_batch"].to_numpy(np.int64),
@@ -222,6 +244,9 @@ def _run_task(task: _Task) -> dict:
         return wls[:n], hz
 
     def plan_of(i):
+        if task.stages[i] is not None:
+            from ..sim import PipelinePlan
+            return PipelinePlan(task.stages[i], int(task.n_a[i]), int(task.chunk[i]), int(task.max_batch[i]))
         if task.mode[i]:
             return DisaggregatedPlan(task.p_b[i], int(task.n_b[i]), task.p_a[i], int(task.n_a[i]),
                                      decode_max_batch=int(task.max_batch[i]))
