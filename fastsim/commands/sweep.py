@@ -14,8 +14,7 @@ def add_parser(sub):
     sp.add_argument("grid", nargs="?", metavar="GRID.toml", help="grid file: an [axes] table and an optional [sweep] table")
     sp.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2",
                     help="an axis of the grid (repeatable; overrides the file's): model, gpu, precision, mode, tp, "
-                         "pp (pipeline stages of a colocated point, default 1), prefill_tp, decode_tp, layout, "
-                         "chunk_tokens, max_batch, instances, prefill_instances, "
+                         "pp, prefill_tp, decode_tp, layout, chunk_tokens, max_batch, instances, prefill_instances, "
                          "decode_instances, "
                          "scenario, trace, rate_req_per_s, ttft_s, tpot_s, price")
     _add_common(sp)
