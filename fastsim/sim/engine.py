@@ -136,9 +136,10 @@ from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
 # the input types and checks, re-exported: ``fastsim.sim.engine.X is fastsim.sim.inputs.X``
 from .inputs import (_DEGREES, _DIVISORS, _ROUTINGS, _UNLIMITED, MAX_SAMPLES, MAX_TOKENS,  # noqa: F401
-                     OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan, _arrays,
+                     OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan, PipelinePlan, _arrays,
                      _check, _count, _kv_floor, _option_row, _options, _params, _readonly, _token_array, _tokens,
                      _unpack, _workload, auto_sample_dt, measure_fractions)
+from .pipeline import pipeline_policy, run_pipeline
 from .policy import EnginePolicy, policy_metrics, run_policy
 from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
@@ -196,7 +197,7 @@ def _instances(plan, max_context: int):
         _set_window(cfg[npf:], plan.p_decode)
         rank = np.concatenate([np.full(npf, -1, np.int64), np.arange(nd, dtype=np.int64)])
         return pp, cfg, rank, npf, max_context, kp
-    raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan or a DisaggregatedPlan")
+    raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan, a DisaggregatedPlan or a PipelinePlan")
 
 
 def _plan_rows(plan, max_context: int):
@@ -504,6 +505,15 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
+    if isinstance(plan, PipelinePlan):
+        # pipeline-parallel instances (semantics and refusals: fastsim.sim.pipeline)
+        pol = pipeline_policy(policy, routing, spec, p_draft)
+        if prefix is not None and pol is None:
+            raise FastsimInputError("prefix", "given", "None under the lecture policy (it has no prefix cache)")
+        opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+        raw = (arrival_s, prompt_tokens, output_tokens)
+        work = _check([_arrays(raw)], [raw], opts[0])
+        return run_pipeline([plan], [work[0][0]], opts, pol, routing, True)[0]
     engine = _engine_policy(policy, routing, spec)
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, "least-loaded" if engine else routing,
                     measure_window, sample_dt_s)
@@ -608,7 +618,8 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         raise FastsimInputError("workloads", workloads, "at least one workload")
     work = _check(works, raw, opts[0])
     for pl in plans:
-        _instances(pl, opts[3])
+        if not isinstance(pl, PipelinePlan):
+            _instances(pl, opts[3])
     P, W = len(plans), len(works)
     if product:
         pk = np.repeat(np.arange(P, dtype=np.int64), W)
@@ -625,6 +636,34 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         if v.shape[0] != pk.shape[0]:
             raise FastsimInputError("ttft_slo_s" if col == K.RF_TTFT_SLO else "tpot_slo_s", f"{v.shape[0]} values",
                                     f"a number, or one per run ({pk.shape[0]})")
+    is_pp = np.array([isinstance(plans[int(k)], PipelinePlan) for k in pk], dtype=bool)
+    if not is_pp.any():
+        return _batch_runs(plans, pk, wk, works, raw, work, opts, full, engine, policy, routing, spec, p_draft,
+                           spec_seed, stop, slo_runs)
+    # pipeline-parallel runs go to their simulator (fastsim.sim.pipeline; no early stop), the others
+    # to theirs; the results come back in run order
+    pol = pipeline_policy(policy, routing, spec, p_draft)
+    pp = np.flatnonzero(is_pp)
+    res = [None] * pk.shape[0]
+    for k, r in zip(pp.tolist(), run_pipeline([plans[int(pk[k])] for k in pp], [work[0][int(wk[k])] for k in pp],
+                                               opts, pol, routing, full, {c: v[pp] for c, v in slo_runs.items()})):
+        res[k] = r
+    rest = np.flatnonzero(~is_pp)
+    if rest.size:
+        keep = sorted(set(pk[rest].tolist()))
+        remap = np.zeros(len(plans), np.int64)
+        remap[keep] = np.arange(len(keep))
+        sub_stop = None if stop is None else (stop[0][rest], stop[1][rest] if np.ndim(stop[1]) else stop[1])
+        for k, r in zip(rest.tolist(), _batch_runs([plans[j] for j in keep], remap[pk[rest]], wk[rest], works, raw,
+                                                    work, opts, full, engine, policy, routing, spec, p_draft,
+                                                    spec_seed, sub_stop, {c: v[rest] for c, v in slo_runs.items()})):
+            res[k] = r
+    return res
+
+
+def _batch_runs(plans, pk, wk, works, raw, work, opts, full, engine, policy, routing, spec, p_draft, spec_seed, stop,
+                slo_runs) -> list:
+    """:func:`simulate_batch`'s runs of colocated and disaggregated plans (``plans[pk[k]]`` on ``works[wk[k]]``)."""
     if engine:
         prefixes = [getattr(w, "prefix", None) for w in raw]
         return _policy_results([plans[int(k)] for k in pk], [works[int(k)] for k in wk],
