@@ -11,7 +11,9 @@ one (longest first; the kernel releases the GIL, and a plain kernel compiles in 
 also computes the run's metrics (percentiles by selection). Metrics-only batches keep
 per-request results in per-worker buffers, so a batch of many long runs touches little memory.
 Randomness is the caller's: arrivals and lengths come in as arrays (draw them from generators
-spawned from one ``SeedSequence``).
+spawned from one ``SeedSequence``). A :class:`~fastsim.sim.PipelinePlan` (pipeline-parallel
+instances) goes to :mod:`fastsim.sim.pipeline`, whose docstring has its semantics; a batch may mix
+it with the plans below.
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
 ---------------------------------------------------------------------------
@@ -132,7 +134,7 @@ import numpy as np
 
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
-from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
+from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS, P_PP
 from . import _kernels as K
 # the input types and checks, re-exported: ``fastsim.sim.engine.X is fastsim.sim.inputs.X``
 from .inputs import (_DEGREES, _DIVISORS, _ROUTINGS, _UNLIMITED, MAX_SAMPLES, MAX_TOKENS,  # noqa: F401
@@ -450,7 +452,8 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
 
     Parameters
     ----------
-    plan : ColocatedPlan or DisaggregatedPlan
+    plan : ColocatedPlan, DisaggregatedPlan or PipelinePlan
+        A PipelinePlan runs under the lecture or the trtllm policy (:mod:`fastsim.sim.pipeline`).
     arrival_s : ndarray(float64) of shape (n,)
         Arrival times (s), ascending, in ``[0, horizon_s]``.
     prompt_tokens, output_tokens : ndarray(int64) of shape (n,)
@@ -501,7 +504,9 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         2**30 or not whole; arrays not 1-d or of mismatched lengths; a non-positive horizon,
         SLO or sample step, or an explicit sample step giving more than 1e7 samples;
         ``max_context_tokens`` < 2; an unknown
-        routing; a bad window; a plan of another type; a plan's ``max_batch`` under an engine policy.
+        routing; a bad window; a plan of another type; a plan's ``max_batch`` under an engine policy;
+        a PipelinePlan under the vllm or sglang policy, with prefix caching, speculative decoding,
+        prefix-aware routing, or stage rows of different windows.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
@@ -555,8 +560,10 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
 
     Parameters
     ----------
-    plans : sequence of ColocatedPlan or DisaggregatedPlan
+    plans : sequence of ColocatedPlan, DisaggregatedPlan or PipelinePlan
         One per workload (run k is ``plans[k]`` on ``workloads[k]``), or a single plan for all.
+        The types may be mixed; a PipelinePlan's run always simulates its whole horizon (no early
+        stop: ``stopped_at_s`` NaN, ``sure_misses`` 0; :mod:`fastsim.sim.pipeline`).
     workloads : sequence of (arrival_s, prompt_tokens, output_tokens) or of ``Workload``
         Arrays as in :func:`simulate`: ``ndarray(float64) of shape (n,)`` arrival times (s) and
         ``ndarray(int64) of shape (n,)`` token counts, ``n`` per workload (e.g. one per seed x
@@ -755,7 +762,8 @@ def warmup(engine_policies: bool = True) -> None:
     ----------
     engine_policies : bool
         Also the engine-policy kernel (:mod:`fastsim.sim.policy`; about 40 s to compile on 2
-        cores, once per install).
+        cores, once per install) and the pipeline-parallel kernel (:mod:`fastsim.sim.pipeline`;
+        about 8 s).
 
     Returns
     -------
@@ -780,6 +788,10 @@ def warmup(engine_policies: bool = True) -> None:
     p[P_KV_BUDGET_TOKENS] = 1024.0
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, policy="vllm", **kw)
     simulate_batch([ColocatedPlan(p, 1, 8)], [(a, pt, ot), tuple(ro)], policy="vllm", **kw)
+    # pipeline-parallel plans (one kernel for both of their policies)
+    stages = np.stack([p, p])
+    stages[:, P_PP] = 2.0
+    simulate(PipelinePlan(stages, 1, 8), a, pt, ot, **kw)
 
 
 def warmup_metrics() -> None:
