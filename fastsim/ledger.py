@@ -54,11 +54,11 @@ from .formulas import joules_per_token, md1_mean_wait_s, speculative_tokens_per_
 from .ledger_ladder import ladder, ladder_draft
 from .ledger_spec import SpeculativeResult, speculative_step
 from .ledger_step import (BINDING, KERNELS_PER_LAYER_EAGER, KERNELS_PER_LAYER_FUSED, LAUNCH_S_EAGER, LAUNCH_S_GRAPHS,
-                          LedgerResult, cost_usd_per_million_output_tokens, ledger, ledger_table, memory_per_gpu,
+                          LedgerResult, cost_usd_per_million_output_tokens, ledger, ledger_table, memory_per_gpu, pipeline_round_s,
                           min_tp_for_tpot, plot_ledger, weight_read_lower_bound_s)
 
 __all__ = [
-    "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "speculative_step", "ladder", "ladder_draft",
+    "LedgerResult", "SpeculativeResult", "ledger", "ledger_table", "pipeline_round_s", "speculative_step", "ladder", "ladder_draft",
     "memory_per_gpu",
     "speculative_tokens_per_round", "joules_per_token", "cost_usd_per_million_output_tokens",
     "weight_read_lower_bound_s", "min_tp_for_tpot", "md1_mean_wait_s", "plot_ledger",

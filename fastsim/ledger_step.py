@@ -22,12 +22,13 @@ from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
 from .formulas import _int_at_least, _positive, md1_mean_wait_s
 from .formulas import cost_usd_per_million_output_tokens as _array_cost
-from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_LAYERS, P_WDENSE, StepConstants, decode_attn_flops,
-                        resolve_constants,
-                        expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, step_params, step_parts)
+from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_PP, P_WDENSE, P_WEXP,
+                        P_WBYTES, P_DP, StepConstants, decode_attn_flops, p2p_time, resolve_constants,
+                        expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, stage_layers, stage_params,
+                        step_params, step_parts)
 
 __all__ = [
-    "LedgerResult", "ledger", "ledger_table", "memory_per_gpu", "cost_usd_per_million_output_tokens",
+    "LedgerResult", "ledger", "ledger_table", "pipeline_round_s", "memory_per_gpu", "cost_usd_per_million_output_tokens",
     "weight_read_lower_bound_s", "min_tp_for_tpot", "plot_ledger",
     "KERNELS_PER_LAYER_EAGER", "KERNELS_PER_LAYER_FUSED", "LAUNCH_S_EAGER", "LAUNCH_S_GRAPHS", "BINDING",
 ]
@@ -57,10 +58,14 @@ class LedgerResult(NamedTuple):
         distinct experts per MoE layer for T tokens (SPEC §10); 0 for a dense model.
     alltoall_s : float
         Expert-parallel dispatch and combine (two all-to-alls per MoE layer; 0 without EP).
+    p2p_s : float
+        Pipeline parallelism: the stage's send of its activations to the next stage
+        (:func:`fastsim.stepmodel.p2p_time`; 0 on the last stage and without PP). Counted with
+        the all-reduce and all-to-all as communication.
     launch_s : float
         Total kernel-launch time of the step: ``layers x kernels_per_layer x launch time``.
     step_s : float
-        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + launch_s``.
+        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + p2p_s + launch_s``.
     binding : str
         The largest of memory side (weight + KV), compute, communication (all-reduce +
         all-to-all) and launch: one of
@@ -113,6 +118,7 @@ class LedgerResult(NamedTuple):
     fits: bool
     expert_read_s: float = 0.0
     alltoall_s: float = 0.0
+    p2p_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -331,7 +337,8 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     expert = w - p[..., P_WDENSE] / (p[..., P_ETA_BW] * p[..., P_HBM_BW])
     launch = p[..., P_LAYERS] * kernels_per_layer * launch_s
     mem = w + kv
-    comm = ar + a2a
+    p2p = p2p_time(p, n_tokens)
+    comm = ar + a2a + p2p
     step = np.maximum(mem, comp) + comm + launch
     stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
@@ -342,7 +349,7 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     wait = np.where(is_pf, md1_mean_wait_s(rate / b, step), np.nan)
     return dict(weight_read_s=w, kv_read_s=kv, compute_s=comp, allreduce_s=ar, launch_s=launch,
                 step_s=step, binding_code=code, n_tokens=n_tokens, tokens_per_s_per_gpu=tps,
-                utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a)
+                utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a, p2p_s=p2p)
 
 
 def _causal_pairs(m: Model, tokens):
@@ -510,7 +517,7 @@ def _as_list(field: str, value) -> list:
 def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,), prefill_tokens=(0,),
                  kernels_per_layer: int = KERNELS_PER_LAYER_FUSED, launch_s: float = LAUNCH_S_GRAPHS,
                  constants: StepConstants = StepConstants(), arrival_rate_req_per_s: float | None = None,
-                 layout: str = "tp", output_tokens: float | None = None):
+                 layout: str = "tp", output_tokens: float | None = None, pp: int = 1):
     """The ledger over a grid of configurations, computed at once (numpy broadcasting).
 
     Every argument among ``gpu``, ``precision``, ``tp``, ``batch``, ``context_tokens`` and
@@ -527,6 +534,16 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     batch, context_tokens, prefill_tokens : int or sequence of int
     kernels_per_layer, launch_s, constants, arrival_rate_req_per_s, layout, output_tokens
         As in :func:`ledger` (one value for the whole table).
+    pp : int, default 1
+        Pipeline stages (one value for the table). With ``pp > 1``, ``tp`` is the GPUs of one
+        stage and every configuration gives one row per stage
+        (:func:`fastsim.stepmodel.stage_params`): the step of one micro-batch of ``batch / m``
+        sequences, ``m = min(batch, pp)`` micro-batches (the engines split the running batch into
+        up to ``pp`` micro-batches, vLLM's virtual engines), through that stage's layers, its send
+        to the next stage in ``p2p_s``; the KV held is every sequence's (each stage holds the KV of
+        all of them for its layers), and ``tokens_per_s_per_gpu`` is the instance's per-GPU rate
+        were that stage the bottleneck (``n_tokens / step_s / (tp x pp)``). The pipeline's round is
+        in :func:`pipeline_round_s`.
 
     Returns
     -------
@@ -535,8 +552,9 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
         (len(context_tokens) x decode values + prefill values)`` rows, where decode values is 1
         when 0 is among ``prefill_tokens`` (else 0) and prefill values the number of distinct
         non-zero ``prefill_tokens``. Columns: ``gpu``, ``precision`` (str), ``tp``, ``batch``,
-        ``context_tokens``, ``prefill_tokens`` (int64), then the :class:`LedgerResult` fields
-        (float64 seconds and bytes, ``binding`` str, ``fits`` bool).
+        ``context_tokens``, ``prefill_tokens``, ``pp``, ``stage`` (int64), then the
+        :class:`LedgerResult` fields (float64 seconds and bytes, ``binding`` str, ``fits`` bool);
+        with ``pp > 1`` each configuration's rows are its stages in order.
 
     Raises
     ------
@@ -558,9 +576,13 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
     rate = _rate(arrival_rate_req_per_s)
     out_tokens = _output_tokens(output_tokens, rate, decode=bool((ps == 0).any()))
 
+    pp = _int_at_least("pp", pp, 1)
     hw = [(g, pr, t) for g in gpus for pr in precs for t in tps]
-    P = np.stack([step_params(m, g, pr, t, constants, dp=layout_degrees(layout, t)[0],
-                              ep=layout_degrees(layout, t)[1]) for g, pr, t in hw])  # (h, N_PARAMS)
+    if pp == 1:
+        P = np.stack([step_params(m, g, pr, t, constants, dp=layout_degrees(layout, t)[0],
+                                  ep=layout_degrees(layout, t)[1]) for g, pr, t in hw])  # (h, N_PARAMS)
+    else:
+        return _stage_table(m, hw, bs, cs, ps, pp, kpl, ls, rate, out_tokens, constants, layout)
     B, C, F = np.meshgrid(bs, cs, ps, indexing="ij")
     B, C, F = B.ravel(), C.ravel(), F.ravel()
     C = np.where(F > 0, 0.0, C)                  # a prefill step reads no cached context
@@ -582,7 +604,14 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
         "batch": np.tile(B.astype(np.int64), h),
         "context_tokens": np.tile(C.astype(np.int64), h),
         "prefill_tokens": np.tile(F.astype(np.int64), h),
+        "pp": np.ones(h * w, dtype=np.int64),
+        "stage": np.zeros(h * w, dtype=np.int64),
     }
+    return _frame(cols, d, h, w)
+
+
+def _frame(cols, d, h, w):
+    import pandas as pd
     for k in LedgerResult._fields:
         if k == "binding":
             cols[k] = np.asarray(BINDING, dtype=object)[np.broadcast_to(d["binding_code"], (h, w)).ravel()]
@@ -591,6 +620,98 @@ def ledger_table(model, gpu, precision, tp, *, batch=(1,), context_tokens=(4096,
         else:
             cols[k] = np.broadcast_to(np.asarray(d[k], dtype=np.float64), (h, w)).ravel()
     return pd.DataFrame(cols)
+
+
+def _grid_keys(bs, cs, ps):
+    """The (batch, context, prefill) rows of a ledger table, per batch decode rows then prefill rows."""
+    B, C, F = np.meshgrid(bs, cs, ps, indexing="ij")
+    B, C, F = B.ravel(), C.ravel(), F.ravel()
+    C = np.where(F > 0, 0.0, C)
+    keys = np.stack([B, C, F], axis=1)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    batch_index = np.arange(B.size) // (cs.size * ps.size)
+    keep = first[np.lexsort((first, F[first] > 0, batch_index[first]))]
+    return B[keep], C[keep], F[keep]
+
+
+def _stage_table(m, hw, bs, cs, ps, pp, kpl, ls, rate, out_tokens, constants, layout):
+    """:func:`ledger_table` with ``pp > 1``: one row per stage of each configuration."""
+    B, C, F = _grid_keys(bs, cs, ps)
+    w = B.size
+    micro = np.minimum(B, float(pp))                 # micro-batches in flight: one per sequence when fewer
+    n, kv, attn, held = _work(m, B / micro, C, F)
+    _, _, _, held_all = _work(m, B, C, F)
+    parts, names = [], []
+    for g, pr, t in hw:
+        dp, ep = layout_degrees(layout, t)
+        S = stage_params(m, g, pr, t, constants, pp=pp, dp=dp, ep=ep)
+        served = m.served_precision(pr)
+        u = resolve_constants(constants, g, served).memory_utilization
+        emb_per_gpu = m.vocab * m.hidden * served.weight_bytes / (t // dp)
+        for s in range(pp):
+            row = S[s]
+            frac = row[P_LAYERS] / m.layers            # attention FLOPs are linear in the layers
+            d = _core(row, n, kv, attn * frac, kpl, ls, rate, B, F, out_tokens)
+            d["tokens_per_s_per_gpu"] = d["tokens_per_s_per_gpu"] / pp
+            used = (row[P_WDENSE] + row[P_WEXP] + (emb_per_gpu if s == 0 else 0.0)
+                    + held_all / row[P_DP] * row[P_KVPG])
+            budget = float(row[P_KV_BUDGET_TOKENS])
+            d |= dict(memory_per_gpu_bytes=used, memory_limit_per_gpu_bytes=np.full(w, u * g.hbm_bytes),
+                      kv_budget_tokens=np.full(w, budget), fits=held_all <= budget)
+            parts.append({k: np.broadcast_to(np.asarray(v), (w,)) for k, v in d.items()})
+            names.append((g.name, pr.name, t, s))
+    h = len(parts)
+    d = {k: np.stack([x[k] for x in parts]) for k in parts[0]}
+    cols = {
+        "gpu": np.repeat([x[0] for x in names], w),
+        "precision": np.repeat([x[1] for x in names], w),
+        "tp": np.repeat(np.array([x[2] for x in names], dtype=np.int64), w),
+        "batch": np.tile(B.astype(np.int64), h),
+        "context_tokens": np.tile(C.astype(np.int64), h),
+        "prefill_tokens": np.tile(F.astype(np.int64), h),
+        "pp": np.full(h * w, pp, dtype=np.int64),
+        "stage": np.repeat(np.array([x[3] for x in names], dtype=np.int64), w),
+    }
+    return _frame(cols, d, h, w)
+
+
+def pipeline_round_s(df):
+    """Steady-state pipeline figures of a :func:`ledger_table` with stages: one row per configuration.
+
+    With ``m = min(batch, S)`` micro-batches in flight through ``S`` stages, every sequence gets
+    one token per round of ``max(m x slowest stage step, sum of the stage steps)``: the slowest
+    stage runs each micro-batch once per round, and a micro-batch cannot come back sooner than it
+    crosses the pipeline (GPipe, Huang et al. 2019; PipeDream, Narayanan et al. 2019: in steady
+    state the slowest stage sets the period). ``m = S`` equal stages give ``S x`` the stage step.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        From :func:`ledger_table` (any ``pp``; ``pp = 1`` rows give their own step).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``gpu``, ``precision``, ``tp``, ``pp``, ``batch``, ``context_tokens``,
+        ``prefill_tokens``, ``slowest_stage`` (int), ``round_s`` (above), ``latency_s`` (sum of
+        the stages' ``step_s``: a lone micro-batch through the pipeline), ``tokens_per_s_per_gpu``
+        (``batch x tokens per sequence / round_s / (tp x pp)``; a prefill row's tokens are its
+        prompts').
+    """
+    import pandas as pd
+    keys = ["gpu", "precision", "tp", "pp", "batch", "context_tokens", "prefill_tokens"]
+    out = []
+    for k, g in df.groupby(keys, sort=False):
+        i = int(np.argmax(g["step_s"].to_numpy()))
+        slow = float(g["step_s"].iloc[i])
+        pp = int(k[3])
+        lat = float(g["step_s"].sum())
+        round_s = max(min(float(k[4]), pp) * slow, lat) if pp > 1 else slow
+        tokens = float(k[4]) * (float(k[6]) if k[6] else 1.0)
+        out.append(dict(zip(keys, k)) | dict(slowest_stage=int(g["stage"].iloc[i]), round_s=round_s,
+                                             latency_s=lat,
+                                             tokens_per_s_per_gpu=tokens / round_s / (int(k[2]) * pp)))
+    return pd.DataFrame(out)
 
 
 # ----------------------------------------------------------------------------------------------

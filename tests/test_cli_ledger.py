@@ -172,3 +172,22 @@ def test_ladder_errors_name_the_flags(capsys):
                         (["--acceptance", "1"], "--acceptance: got 1.0")):
         rc, out, err = run(capsys, "ladder", *argv)
         assert rc == 2 and err.startswith(f"fastsim ladder: error: {start}"), err
+
+
+def test_ledger_pp_rows_per_stage_and_the_round(capsys):
+    rc, out, err = run(capsys, *["ledger", "--model", "llama-3.1-405b", "--precision", "FP8", "--tp", "8", "--pp", "2",
+                                "--batch", "64", "--format", "json"])
+    assert rc == 0
+    recs = json.loads(out)["rows"]
+    assert [r["stage"] for r in recs] == [0, 1] and all(r["pp"] == 2 for r in recs)
+    assert recs[0]["p2p_s"] > 0 and recs[1]["p2p_s"] == 0
+    rc, out, err = run(capsys, *["ledger", "--model", "llama-3.1-405b", "--precision", "FP8", "--tp", "8", "--pp", "2",
+                                "--batch", "64"])
+    assert "stage send ms" in out and "TP8 x PP2, batch 64" in out + err and "2 micro-batches of 32" in out + err
+
+
+def test_ledger_pp_errors_name_the_flag(capsys):
+    rc, out, err = run(capsys, *["ledger", "--model", "llama-3.1-405b", "--tp", "16", "--pp", "2"])
+    assert rc == 2 and "tp" in err and "node" in err
+    rc, out, err = run(capsys, *["ledger", "--model", "llama-3.1-70b", "--tp", "8", "--pp", "81"])
+    assert rc == 2 and "pp" in err

@@ -166,7 +166,7 @@ def test_rows_fastsim_cannot_express_carry_their_reason(tmp_path):
         row(id="ITLM", benchmark="online", rate_req_per_s="2", metric="itl_s", stat="mean", value="0.01"),
         row(id="BIG", model="llama-3.1-405b", gpu="H100", tp="1")))
     res = {r.measurement.id: r for r in run_measurements(ms, threads=2)}
-    assert res["PP"].predicted is None and "pipeline parallelism (pp 2) is not modelled" in res["PP"].reason
+    assert res["PP"].predicted is None and "pipeline parallelism (pp 2) under the vllm policy" in res["PP"].reason
     assert res["ITL"].predicted is None and "itl_s p50" in res["ITL"].reason
     assert res["ITLM"].predicted is not None and res["ITLM"].reason is None   # the same run gives the mean
     assert res["BIG"].predicted is None and "KV" in res["BIG"].reason

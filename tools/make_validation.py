@@ -29,6 +29,7 @@ SECTIONS = (
     ("errors", "## Errors per metric, engine and source"),
     ("optimism", "## Where fastsim is optimistic"),
     ("fitted", "## Constants fitted to these rows, cross-validated"),
+    ("pipeline", "## Pipeline-parallel rows"),
     ("scatter", "## Predicted against measured"),
     ("worst", "## The ten worst rows, each with a one-change diagnosis"),
     ("peers", "## Published accuracy of other simulators"),
@@ -251,6 +252,36 @@ def section_fitted(recs, summ, shipped=True, **_):
     return "\n".join(lines)
 
 
+def section_pipeline(recs, summ, **_):
+    import statistics
+    pp = [r for r in recs if (r.get("pp") or 1) > 1]
+    lines = [HEADING["pipeline"], "",
+             "Rows whose deployment is pipeline parallel (TP x PP GPUs per instance), run as `fastsim.sim.PipelinePlan`s: "
+             "the stages of `fastsim.stepmodel.stage_params`, up to PP micro-batches in flight (`docs/STEP_MODEL.md`, "
+             "Pipeline parallelism).", ""]
+    if not pp:
+        return "\n".join(lines + ["None in this set."])
+    groups = {}
+    for r in pp:
+        groups.setdefault((r["model"], r["gpu"], r["precision"], f"TP{r['tp']} x PP{r['pp']}"), []).append(r)
+    rows = []
+    for (model, gpu, prec, lay), g in groups.items():
+        done = [r for r in g if r["ratio"] is not None]
+        med = statistics.median(r["abs_pct_error"] for r in done) if done else None
+        geo = math.exp(statistics.fmean(math.log(r["ratio"]) for r in done)) if done else None
+        rows.append([model, gpu, prec, lay, f"{len(g)}", f"{len(done)}", fmt(med, ".1f") + ("%" if med is not None else ""),
+                     fmt(geo, ".3f")])
+    done = [r for r in pp if r["ratio"] is not None]
+    lines.append(table(["model", "GPU", "precision", "layout", "rows", "expressed", "median abs. error",
+                        "fastsim / real (geometric mean)"], rows))
+    if done:
+        med = statistics.median(r["abs_pct_error"] for r in done)
+        geo = math.exp(statistics.fmean(math.log(r["ratio"]) for r in done))
+        lines += ["", f"Over the {len(done):,} expressed pipeline rows: median absolute error {med:.1f}%, "
+                  f"geometric-mean ratio {geo:.3f}."]
+    return "\n".join(lines)
+
+
 def section_peers(recs, summ, **_):
     return "\n".join([HEADING["peers"], "",
                       "Each figure is the simulator's own, on the engines and GPUs it was fitted or profiled on; "
@@ -276,7 +307,8 @@ def section_rows(recs, summ, **_):
 
 
 BUILDERS = {"how": section_how, "summary": section_summary, "errors": section_errors, "optimism": section_optimism,
-            "scatter": section_scatter, "fitted": section_fitted, "worst": section_worst, "peers": section_peers,
+            "scatter": section_scatter, "fitted": section_fitted, "pipeline": section_pipeline,
+            "worst": section_worst, "peers": section_peers,
             "unexpressed": section_unexpressed, "rows": section_rows}
 
 

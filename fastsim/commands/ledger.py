@@ -27,6 +27,10 @@ def add_parser(sub):
                     "(default 8; must divide the attention heads); any count up to 4096 for dp+ep (e.g. 144)")
     sp.add_argument("--layout", choices=LAYOUTS, default="tp",
                     help="instance layout (MoE models): tp (default), tp+ep or dp+ep over the --tp GPUs")
+    sp.add_argument("--pp", type=_pos_int("--pp"), default=1,
+                    help="pipeline stages (default 1): --tp is then the GPUs of one stage (at most a node), the "
+                         "instance has --tp x --pp GPUs, and the ledger has a row per stage for a micro-batch of "
+                         "batch / min(batch, pp) sequences, with the pipeline's round after it")
     sp.add_argument("--batch", type=_pos_int("--batch"), nargs="+", default=[1, 64],
                     help="sequences per step (one or more; default 1 64)")
     sp.add_argument("--context", type=_nonneg_int("--context"), nargs="+", default=[4096],
@@ -86,7 +90,7 @@ def _ledger(args):
     df = ledger_table(model, gpu, prec, args.tp, batch=args.batch, context_tokens=args.context,
                       prefill_tokens=args.prefill, kernels_per_layer=args.kernels_per_layer,
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
-                      output_tokens=args.output_tokens, constants=_constants(args))
+                      output_tokens=args.output_tokens, constants=_constants(args), pp=args.pp)
     rows, notes = [], []
     if getattr(args, "calibration", None):
         from ..stepmodel import resolve_constants
@@ -95,12 +99,15 @@ def _ledger(args):
                      f"({k.overhead_s * 1e3:.3g} ms) does not: the ledger's launch column is --kernels-per-layer x "
                      "--launch-us per layer (SPEC §4), while plan, simulate and capacity add the overhead")
     moe = model.is_moe
+    pipe = args.pp > 1
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
-        row = [r.gpu, r.precision, r.tp, r.batch, kind] + [_fmt(r[c] * 1e3, ".3f") for c in (
-            ("weight_read_s", "expert_read_s", "kv_read_s", "compute_s", "allreduce_s", "alltoall_s", "launch_s",
-             "step_s") if moe else
-            ("weight_read_s", "kv_read_s", "compute_s", "allreduce_s", "launch_s", "step_s"))]
+        row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]
+        row += [_fmt(r[c] * 1e3, ".3f") for c in (
+            ("weight_read_s", "expert_read_s", "kv_read_s", "compute_s", "allreduce_s", "alltoall_s")
+            + (("p2p_s",) if pipe else ()) + ("launch_s", "step_s") if moe else
+            ("weight_read_s", "kv_read_s", "compute_s", "allreduce_s") + (("p2p_s",) if pipe else ())
+            + ("launch_s", "step_s"))]
         row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f"), "yes" if r.fits else "NO"]
         what = f"batch {r.batch}, {kind}"
         if not r.fits:
@@ -117,10 +124,23 @@ def _ledger(args):
                              f"the {r.batch / r.step_s:,.1f} tokens/s this step delivers (utilization "
                              f"{r.utilization:.2f} >= 1): the backlog grows without bound")
         rows.append(row)
-    headers = (["GPU", "prec", "TP", "batch", "step", "weight ms", "of it experts ms", "KV ms", "compute ms",
-                "all-reduce ms", "all-to-all ms", "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"] if moe else
-               ["GPU", "prec", "TP", "batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms",
-                "launch ms", "step ms", "binding", "tokens/s/GPU", "fits"])
+    stage_h = ["stage"] if pipe else []
+    p2p_h = ["stage send ms"] if pipe else []
+    headers = (["GPU", "prec", "TP"] + stage_h + ["batch", "step", "weight ms", "of it experts ms", "KV ms",
+                                                  "compute ms", "all-reduce ms", "all-to-all ms"] + p2p_h
+               + ["launch ms", "step ms", "binding", "tokens/s/GPU", "fits"] if moe else
+               ["GPU", "prec", "TP"] + stage_h + ["batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms"]
+               + p2p_h + ["launch ms", "step ms", "binding", "tokens/s/GPU", "fits"])
+    if pipe:
+        from ..ledger import pipeline_round_s
+        for _, q in pipeline_round_s(df).iterrows():
+            kind = f"prefill {q.prefill_tokens}" if q.prefill_tokens else f"decode ctx {q.context_tokens}"
+            m = min(int(q.batch), args.pp)
+            notes.append(f"{q.gpu} {q.precision} TP{q.tp} x PP{q.pp}, batch {q.batch}, {kind}: {m} micro-batch"
+                         f"{'es' if m > 1 else ''} of {q.batch / m:g}; the pipeline's round is "
+                         f"{q.round_s * 1e3:.3f} ms (max({m} x stage {q.slowest_stage + 1}'s step, the "
+                         f"{q.latency_s * 1e3:.3f} ms across the stages)), {q.tokens_per_s_per_gpu:,.1f} tokens/s/GPU "
+                         f"over the {q.tp * q.pp} GPUs")
     if args.rate:
         headers += ["utilization", "queue wait ms"]
         if any(not p for p in args.prefill):
@@ -129,11 +149,13 @@ def _ledger(args):
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
               + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
-                 f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch"))
+                 f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch")
+              + ("; per pipeline stage, + the stage's send to the next" if pipe else ""))
     _emit(args, _records(df, _ledger_reason(args.rate)), rows, headers, notes)
     _notes_out(args, notes)
     if args.plot:
-        plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}")
+        plot_ledger(df, args.plot, title=f"{model.name}, {gpu.name} {prec.name} TP{args.tp}"
+                    + (f" x PP{args.pp}" if pipe else ""))
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 

@@ -39,6 +39,8 @@ __all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", 
 
 #: The fastsim policy each engine's rows run on (:mod:`fastsim.sim.policy`).
 ENGINE_POLICY = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+#: The policies under which fastsim simulates a pipeline-parallel instance (fastsim.sim.PipelinePlan).
+PP_POLICIES = ("lecture", "trtllm")
 #: Seed of the Poisson arrivals of ``online`` rows (numpy ``default_rng``; every row the same).
 ONLINE_SEED = 0
 #: Duration (s) of an ``online`` row without ``num_requests``: ``ceil(rate x STAGE_S)`` requests
@@ -205,7 +207,8 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
     from ..layouts import layout_degrees
     from ..sim import ColocatedPlan
     from ..sim.policy import engine_policy
-    from ..stepmodel import P_KV_BUDGET_TOKENS, step_params
+    from ..sim import PipelinePlan
+    from ..stepmodel import P_KV_BUDGET_TOKENS, stage_params, step_params
     if m.model not in models:
         try:
             models[m.model] = cat.model(m.model)
@@ -215,11 +218,13 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
     model = models[m.model]
     g, pr = cat.gpu(m.gpu), _row_precision(m, cat.precision(m.precision))
     dp, ep = layout_degrees(m.layout, m.tp)
-    p = step_params(model, g, pr, m.tp, constants, dp=dp, ep=ep)
+    pp = m.pp or 1
+    stages = stage_params(model, g, pr, m.tp, constants, pp=pp, dp=dp, ep=ep) if pp > 1 else None
+    p = step_params(model, g, pr, m.tp, constants, dp=dp, ep=ep, pp=pp)
     kv = float(p[P_KV_BUDGET_TOKENS])
     if not kv >= 1:
         raise FastsimInputError("tp", m.tp, f"a deployment whose weights leave KV room: {model.name} in "
-                                f"{pr.name} on {m.tp} x {g.name} has none in fastsim's memory model")
+                                f"{pr.name} on {m.tp * pp} x {g.name} has none in fastsim's memory model")
     pol = None
     if m.benchmark != "step":
         over = {k: getattr(m, k) for k in ("max_num_batched_tokens", "max_num_seqs") if getattr(m, k) is not None}
@@ -243,7 +248,10 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
             pol = pol._replace(max_num_batched_tokens=pol.max_num_batched_tokens * dp,
                                max_num_seqs=pol.max_num_seqs * dp, source=pol.source + f"; x {dp} data-parallel ranks")
     chunk = m.max_num_batched_tokens or 8192
-    plan = ColocatedPlan(p, m.instances, chunk, m.max_batch or 0)
+    if stages is not None:
+        plan = PipelinePlan(stages, m.instances, chunk, m.max_batch or 0)
+    else:
+        plan = ColocatedPlan(p, m.instances, chunk, m.max_batch or 0)
     return _Setup(model, plan, pol, p)
 
 
@@ -308,8 +316,12 @@ def _step_figure(m, s: _Setup) -> float:
 def _unexpressible(m) -> str | None:
     """Why a row cannot be run at all, before any setup (None: it can be tried)."""
     from ..sim.policy import POLICIES
-    if m.pp > 1:
-        return f"pipeline parallelism (pp {m.pp}) is not modelled"
+    if m.pp > 1 and m.benchmark != "step" and ENGINE_POLICY[m.engine] not in PP_POLICIES:
+        return (f"pipeline parallelism (pp {m.pp}) under the {ENGINE_POLICY[m.engine]} policy: fastsim simulates "
+                f"pipelines under {' and '.join(PP_POLICIES)} only")
+    if m.pp > 1 and m.benchmark == "step":
+        return (f"a step time of a pipeline (pp {m.pp}): fastsim's step is one stage's, and the row does not say "
+                "whether it gives a stage's step or the pipeline's round")
     if m.benchmark != "step" and ENGINE_POLICY[m.engine] not in POLICIES:
         return (f"no '{ENGINE_POLICY[m.engine]}' policy in this fastsim (policies: {', '.join(POLICIES)}); "
                 "no other policy stands in for it")
