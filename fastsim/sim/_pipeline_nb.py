@@ -347,6 +347,12 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                         sched[r] = 0
                         mark[r] = 1
                         nd += 1
+                        mnext[r] = -1
+                        if mt >= 0:
+                            mnext[mt] = r
+                        else:
+                            mh = r
+                        mt = r
                     elif left > 0:
                         x = min(P - pf[r], left)
                         s0 = pf[r]
@@ -364,6 +370,12 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                         dec[r] = 0
                         sched[r] = x
                         mark[r] = 1
+                        mnext[r] = -1
+                        if mt >= 0:
+                            mnext[mt] = r
+                        else:
+                            mh = r
+                        mt = r
                 r = anext[r]
             cnt = nd + npc
             n_tok += nd
@@ -453,8 +465,14 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                 iout[i, O_KV_PEAK] = used
             # the micro-batch in batch order: the decodes' sums, the contexts' pieces
             r = ist[i, S_AHEAD]
-            while r >= 0:
+            while r >= 0 and cnt > 0:
                 if mark[r] == 1:
+                    mnext[r] = -1
+                    if mt >= 0:
+                        mnext[mt] = r
+                    else:
+                        mh = r
+                    mt = r
                     if dec[r] == 1:
                         c = pf[r] + 1
                         ctx += c
@@ -480,19 +498,12 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
         if cnt == 0:
             launch_t[i] = np.inf
             continue
-        # the members, in batch order, marked in flight
-        r = ist[i, S_AHEAD]
+        # the members (linked in batch order above) go in flight
+        r = mh
         while r >= 0:
-            if mark[r] == 1:
-                mark[r] = 0
-                infl[r] = 1
-                mnext[r] = -1
-                if mt >= 0:
-                    mnext[mt] = r
-                else:
-                    mh = r
-                mt = r
-            r = anext[r]
+            mark[r] = 0
+            infl[r] = 1
+            r = mnext[r]
         kvt += ctx
         kex += ex
         kvf = float(kvt) - f * float(kex)
