@@ -763,7 +763,7 @@ def warmup(engine_policies: bool = True) -> None:
     engine_policies : bool
         Also the engine-policy kernel (:mod:`fastsim.sim.policy`; about 40 s to compile on 2
         cores, once per install) and the pipeline-parallel kernel (:mod:`fastsim.sim.pipeline`;
-        about 8 s).
+        about 7 s).
 
     Returns
     -------

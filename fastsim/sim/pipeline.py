@@ -51,13 +51,16 @@ over the admitted prompts not in flight (one in flight is skipped: the next prom
 scheduler exactly as :mod:`fastsim.sim.policy` describes them (blocks of ``block_tokens``, the
 whole ``P + O`` reserved at admission, one ``max_num_tokens`` budget per micro-batch, decodes then
 contexts, chunked context or not, its rejection rules), over the requests not in flight, with
-TensorRT-LLM's two caps under pipeline parallelism: the capacity scheduler admits while fewer
-than ``max_batch_size x S`` requests run (in flight included: ``create_py_executor_instance`` in
-``tensorrt_llm/_torch/pyexecutor/_util.py`` builds it with ``max_num_sequences = max_batch_size *
-mapping.pp_size``), and a micro-batch holds at most ``max_batch_size`` requests (the micro-batch
-scheduler's ``scheduled_req_count >= max_batch_size`` stop, ``MicroBatchScheduler`` in
-``scheduler.py``): a request that would exceed it ends the pass (those admitted after it get no
-tokens in this micro-batch). At ``S = 1`` both caps are the colocated policy's.
+TensorRT-LLM's two caps under pipeline parallelism (``create_py_executor_instance`` in
+``tensorrt_llm/_torch/pyexecutor/_util.py`` builds the capacity scheduler with
+``max_num_sequences = max_batch_size * mapping.pp_size`` and the micro-batch scheduler with
+``max_batch_size``; ``SimpleScheduler.schedule_request`` in ``scheduler.py`` runs the capacity
+scheduler over all active requests, in flight included, and the micro-batch scheduler over those
+not in ``inflight_request_ids``, stopping at ``scheduled_req_count >= max_batch_size``): the
+capacity scheduler admits while fewer than ``max_batch_size x S`` requests run, and a micro-batch
+holds at most ``max_batch_size`` requests; a request that would exceed it ends the pass (those
+admitted after it get no tokens in this micro-batch). At ``S = 1`` both caps are the colocated
+policy's ``max_batch_size``, so a one-stage run is the colocated ``trtllm`` run bit for bit.
 Not supported with pipeline parallelism: prefix caching and speculative decoding (refused, naming
 the field); the ``vllm`` and ``sglang`` policies (refused: vLLM's on-demand KV allocation and
 preemption, and SGLang's, are not simulated with pipeline stages); prefix-aware routing.
