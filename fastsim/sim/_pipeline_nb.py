@@ -82,6 +82,13 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
     sys_s : int64[n_samp]
         Samples of the number in system.
     full : bool
+        Keep the per-instance samples.
+
+    Returns
+    -------
+    int
+        ``RUN_OK`` (0), or ``RUN_BLOCKS`` when a micro-batch needed KV blocks that were not free
+        (the trtllm reservation rule broken: a bug in fastsim, never bad input).
     """
     n = arrival.shape[0]
     S = stages.shape[0]
