@@ -18,7 +18,8 @@ Targets on 2 cores:
   figures printed beside the lecture policy's;
 - the chat run on the same two GPUs as one pipeline-parallel instance (TP1 x PP2,
   ``fastsim.sim.pipeline``), under the lecture policy and ``trtllm``: figures printed (a plain
-  event loop over the micro-batches, about 20x the colocated kernel's time).
+  event loop over the micro-batches: about 20 ms under the lecture policy, 70 ms under trtllm,
+  against 2.5 ms for the colocated run).
 """
 import os
 import subprocess

@@ -3,7 +3,12 @@
 One run is one :class:`fastsim.sim.PipelinePlan` serving one workload under the lecture or the
 ``trtllm`` policy. A plain event loop: at each event it scans the instances for the earliest
 micro-batch completion (the oldest of the instance's ring of at most S in-flight micro-batches)
-and launch opportunity, and each launch loops over the instance's admitted requests. State lives
+and launch opportunity. A ``trtllm`` launch loops over the instance's admitted requests (its
+passes stop at the token budget and the batch cap, in admission order). A lecture launch takes
+every ready decode (admitted, prompt done, not in flight), so those are kept as a list with their
+context sums (integers: the order of a sum does not change it) that the launch takes whole, and it
+loops only over the requests still in prefill, in admission order, for the prompt pieces; a
+completion puts its decodes back on the list. State lives
 in flat arrays: per request (prompt tokens prefilled or computed, tokens generated, known tokens,
 KV blocks, micro-batch slot and links of the waiting queue, the admitted list and the micro-batch
 member list), per instance (scalars in ``ist``, the stages' free times and busy time, the ring's
@@ -38,10 +43,12 @@ N_CFCOLS = 3
 (O_STEPS, O_BATCH_SUM, O_TOKENS_OUT, O_KV_PEAK, O_PROMPT_ADMITTED) = range(5)
 N_OCOLS = 5
 
-# per-instance integer state (columns of ``ist``)
+# per-instance integer state (columns of ``ist``): the waiting queue, the admitted list (trtllm; the
+# lecture's: its requests still in prefill), reservations, the ring's head and count, and the
+# lecture's ready decodes (admitted, prompt done, not in flight: a list and its context sums)
 (S_QHEAD, S_QTAIL, S_NWAIT, S_AHEAD, S_ATAIL, S_NADM, S_RESERVED, S_RESV, S_FREE, S_OUTST, S_RHEAD,
- S_RN) = range(12)
-N_SCOLS = 12
+ S_RN, S_DHEAD, S_DTAIL, S_DN, S_DCTX, S_DEX) = range(17)
+N_SCOLS = 17
 
 
 @njit(cache=True)
@@ -152,6 +159,8 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
         ist[i, S_QTAIL] = -1
         ist[i, S_AHEAD] = -1
         ist[i, S_ATAIL] = -1
+        ist[i, S_DHEAD] = -1
+        ist[i, S_DTAIL] = -1
         ist[i, S_FREE] = nb_total
         busy[i] = 0.0
         for c in range(iout.shape[1]):
@@ -264,7 +273,34 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                             first[r] = t
                             iout[i, O_TOKENS_OUT] += 1
                             ist[i, S_OUTST] -= 1
+                            # its prompt is done: it leaves the list of requests in prefill
+                            pa = aprev[r]
+                            pb = anext[r]
+                            if pa >= 0:
+                                anext[pa] = pb
+                            else:
+                                ist[i, S_AHEAD] = pb
+                            if pb >= 0:
+                                aprev[pb] = pa
+                            else:
+                                ist[i, S_ATAIL] = pa
                     done = gen[r] == output[r]
+                    if not done and pf[r] == prompt[r]:
+                        # a ready decode again (the next launch takes every one)
+                        dec[r] = 1
+                        mnext[r] = -1
+                        dt_ = ist[i, S_DTAIL]
+                        if dt_ >= 0:
+                            mnext[dt_] = r
+                        else:
+                            ist[i, S_DHEAD] = r
+                        ist[i, S_DTAIL] = r
+                        ist[i, S_DN] += 1
+                        c = prompt[r] + gen[r]
+                        ist[i, S_DCTX] += c
+                        e = c - W
+                        if e > 0:
+                            ist[i, S_DEX] += e
                 else:
                     ist[i, S_OUTST] -= (ntok[r] - pf[r]) + (output[r] - gen[r])
                     pf[r] += sched[r]
@@ -283,16 +319,17 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                     finish[r] = t
                     status[r] = REQ_FINISHED
                     in_sys -= 1
-                    pa = aprev[r]
-                    pb = anext[r]
-                    if pa >= 0:
-                        anext[pa] = pb
-                    else:
-                        ist[i, S_AHEAD] = pb
-                    if pb >= 0:
-                        aprev[pb] = pa
-                    else:
-                        ist[i, S_ATAIL] = pa
+                    if not lecture:
+                        pa = aprev[r]
+                        pb = anext[r]
+                        if pa >= 0:
+                            anext[pa] = pb
+                        else:
+                            ist[i, S_AHEAD] = pb
+                        if pb >= 0:
+                            aprev[pb] = pa
+                        else:
+                            ist[i, S_ATAIL] = pa
                     ist[i, S_NADM] -= 1
                     P = prompt[r]
                     O = output[r]
@@ -339,53 +376,49 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                 ist[i, S_RESERVED] += h
             if ist[i, S_RESERVED] > iout[i, O_KV_PEAK]:
                 iout[i, O_KV_PEAK] = ist[i, S_RESERVED]
+            # every ready decode (already linked as the head of the member list), then prompt
+            # pieces FCFS over the requests in prefill not in flight
+            mh = ist[i, S_DHEAD]
+            mt = ist[i, S_DTAIL]
+            nd = ist[i, S_DN]
+            ctx = ist[i, S_DCTX]
+            ex = ist[i, S_DEX]
             left = chunk
             r = ist[i, S_AHEAD]
-            while r >= 0:
+            while r >= 0 and left > 0:
                 if infl[r] == 0:
                     P = prompt[r]
-                    if pf[r] == P:
-                        c = P + gen[r]
-                        ctx += c
-                        e = c - W
-                        if e > 0:
-                            ex += e
-                        dec[r] = 1
-                        sched[r] = 0
-                        mark[r] = 1
-                        nd += 1
-                        mnext[r] = -1
-                        if mt >= 0:
-                            mnext[mt] = r
-                        else:
-                            mh = r
-                        mt = r
-                    elif left > 0:
-                        x = min(P - pf[r], left)
-                        s0 = pf[r]
-                        e = s0 - W
-                        if e > 0:
-                            phs[npc] = float(s0) - f * float(e)
-                            kex += e
-                        else:
-                            phs[npc] = float(s0)
-                        kvt += s0
-                        px[npc] = x
-                        npc += 1
-                        n_tok += x
-                        left -= x
-                        dec[r] = 0
-                        sched[r] = x
-                        mark[r] = 1
-                        mnext[r] = -1
-                        if mt >= 0:
-                            mnext[mt] = r
-                        else:
-                            mh = r
-                        mt = r
+                    x = min(P - pf[r], left)
+                    s0 = pf[r]
+                    e = s0 - W
+                    if e > 0:
+                        phs[npc] = float(s0) - f * float(e)
+                        kex += e
+                    else:
+                        phs[npc] = float(s0)
+                    kvt += s0
+                    px[npc] = x
+                    npc += 1
+                    n_tok += x
+                    left -= x
+                    dec[r] = 0
+                    sched[r] = x
+                    mark[r] = 1
+                    mnext[r] = -1
+                    if mt >= 0:
+                        mnext[mt] = r
+                    else:
+                        mh = r
+                    mt = r
                 r = anext[r]
             cnt = nd + npc
             n_tok += nd
+            if cnt > 0:
+                ist[i, S_DHEAD] = -1
+                ist[i, S_DTAIL] = -1
+                ist[i, S_DN] = 0
+                ist[i, S_DCTX] = 0
+                ist[i, S_DEX] = 0
         else:
             budget = budget0
             stop = False
