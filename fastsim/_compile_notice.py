@@ -19,9 +19,10 @@ __all__ = ["COMPILE_ESTIMATE_S", "compile_notice"]
 
 #: Kernel families: module prefix -> (label, cold compile estimate in s, measured on 2 shared cores
 #: with an empty NUMBA_CACHE_DIR: the simulator kernel and its metrics 12-15 s, the analytic screen's
-#: 2-3 s, one engine-policy run about 40 s).
+#: 2-3 s, one engine-policy run about 40 s, the pipeline-parallel simulator's about 7 s).
 COMPILE_ESTIMATE_S = {
     "fastsim.sim._policy_nb": ("engine-policy simulator", 40),
+    "fastsim.sim._pipeline_nb": ("pipeline-parallel simulator", 7),
     "fastsim.sim": ("simulator", 15),
     "fastsim": ("analytic", 3),
 }

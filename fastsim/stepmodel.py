@@ -45,7 +45,7 @@ __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
     "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
-    "stage_layers", "pipeline_round_params", "p2p_time", "PP_ACTIVATION_TENSORS",
+    "stage_layers", "pp_refusal", "pipeline_round_params", "p2p_time", "PP_ACTIVATION_TENSORS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -524,6 +524,45 @@ def stage_layers(layers: int, pp: int) -> tuple:
     return tuple(parts)
 
 
+def pp_refusal(model: Model, gpu: GPU, tp: int, pp: int) -> str | None:
+    """Why a TP x PP instance cannot serve a model, or None when it can (pipeline parallelism).
+
+    Parameters
+    ----------
+    model : Model
+    gpu : GPU
+        Gives ``gpus_per_node``.
+    tp : int
+        GPUs of one stage.
+    pp : int
+        Pipeline stages (1: no pipeline, never refused here).
+
+    Returns
+    -------
+    str or None
+        A sentence: more stages than layers; a stage's TP group larger than a node (the engines
+        keep TP inside a node and put the stages across nodes); a sliding-window model whose
+        stages (:func:`stage_layers`) cannot each hold a whole number of its sliding layers at
+        the model's share (fastsim knows how many layers slide, not which: each stage is given
+        the model's share, which must come to whole layers).
+    """
+    if pp == 1:
+        return None
+    if not 1 <= pp <= model.layers:
+        return f"{pp} pipeline stages for {model.name}'s {model.layers} layers (a stage needs a layer)"
+    gpn = int(getattr(gpu, "gpus_per_node", 8))
+    if tp > gpn:
+        return (f"a stage of {tp} GPUs spans nodes: at most the {gpn} GPUs of one {gpu.name} node under pipeline "
+                "parallelism (each stage's TP group stays inside a node)")
+    if model.sliding_layers:
+        for n in sorted(set(stage_layers(model.layers, pp))):
+            x = n * model.sliding_layers / model.layers
+            if abs(x - round(x)) > 1e-9:
+                return (f"{pp} stages give {model.name} stages of {n} layers, which cannot keep its share of "
+                        f"sliding-window layers ({model.sliding_layers} of {model.layers}) in whole layers")
+    return None
+
+
 def _bottleneck(stages: np.ndarray) -> np.ndarray:
     """The stage that does the most matmul work per token (the first of equals): the pipeline's slowest."""
     return stages[int(np.argmax(stages[:, P_MATMUL]))].copy()
@@ -580,10 +619,11 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     base = step_params(model, gpu, precision, tp, constants, dp=dp, ep=ep)
     if pp == 1:
         return base[None, :].copy()
+    why = pp_refusal(model, gpu, int(tp), int(pp))
+    if why:
+        raise FastsimInputError("tp" if int(tp) > int(getattr(gpu, "gpus_per_node", 8)) else "pp",
+                                tp if int(tp) > int(getattr(gpu, "gpus_per_node", 8)) else pp, why)
     gpn = int(getattr(gpu, "gpus_per_node", 8))
-    if int(tp) > gpn:
-        raise FastsimInputError("tp", tp, f"at most the {gpn} GPUs of one {gpu.name} node under pipeline "
-                                f"parallelism (each stage's TP group stays inside a node)")
     g = int(tp)
     served = model.served_precision(precision)
     constants_ = resolve_constants(constants, gpu, served, g // dp)

@@ -71,7 +71,7 @@ def test_csv_and_table(capsys, small):
     assert any("not expressed" in n for n in json.loads(recs[0]["notes"]))
     rc, out, _ = run(capsys, "validate", small)
     assert rc == 0
-    assert "not expressed: pipeline parallelism (pp 2) is not modelled" in out
+    assert "not expressed: pipeline parallelism (pp 2) under the vllm policy: fastsim simulates pipelines under lecture and trtllm only" in out
     assert "median |err| %" in out
 
 
@@ -159,6 +159,6 @@ def test_table_names_every_column(capsys, small):
     assert rc == 0 and head == ["id", "engine", "benchmark", "metric", "stat", "real", "fastsim", "ratio", "|err|", "%",
                                 "reason"]
     pp = next(line for line in out.splitlines() if line.startswith("PP1"))
-    assert pp.rstrip().endswith("not expressed: pipeline parallelism (pp 2) is not modelled")
+    assert pp.rstrip().endswith("not expressed: pipeline parallelism (pp 2) under the vllm policy: fastsim simulates pipelines under lecture and trtllm only")
     assert ("note: 2 of 5 rows not expressed (each with its reason; pipeline parallelism: 1; the simulator does not "
             "give itl_s p90: 1); they enter no error figure, which is over the 3 expressed") in out.splitlines()

@@ -129,3 +129,14 @@ def test_ledger_pp_one_is_the_plain_ledger():
     a = ledger_table(M70, H100, BF16, 8, batch=[1, 8], prefill_tokens=[0, 512])
     b = ledger_table(M70, H100, BF16, 8, batch=[1, 8], prefill_tokens=[0, 512], pp=1)
     assert a.equals(b) and (a["p2p_s"] == 0).all() and (a["stage"] == 0).all()
+
+
+def test_sliding_window_stages_keep_whole_sliding_layers():
+    from fastsim.stepmodel import P_SLIDE_FRAC, pp_refusal
+    m = CAT.model("gpt-oss-20b")                        # 24 layers, 12 sliding
+    S = stage_params(m, CAT.gpu("B200"), CAT.precision("MXFP4"), 1, pp=4)
+    assert (S[:, P_SLIDE_FRAC] * S[:, P_LAYERS] == 3).all()
+    assert "whole layers" in pp_refusal(m, H100, 1, 5)
+    with pytest.raises(FastsimInputError, match="pp"):
+        stage_params(m, CAT.gpu("B200"), CAT.precision("MXFP4"), 1, pp=5)
+    assert "spans nodes" in pp_refusal(M405, H100, 16, 2) and pp_refusal(M405, H100, 8, 2) is None

@@ -52,5 +52,5 @@ def test_generator_runs_on_a_small_subset(gen, tmp_path):
     assert (tmp_path / "validation.png").read_bytes()[:4] == b"\x89PNG"
     assert "3 rows (1 engines, 1 GPU types); 2 expressed, 1 not (pipeline parallelism: 1)" in text
     assert "| PP1 | vllm | offline | output_tokens_per_s total | 5,000.0 tok/s | n/a | n/a | n/a | pipeline " \
-           "parallelism (pp 2) is not modelled |" in text
+           "parallelism (pp 2) under the vllm policy: fastsim simulates pipelines under lecture and trtllm only |" in text
     assert gen.build(str(csv)) == text                    # deterministic

@@ -254,6 +254,8 @@ def section_fitted(recs, summ, shipped=True, **_):
 
 def section_pipeline(recs, summ, **_):
     import statistics
+
+    from fastsim.layouts import instance_label
     pp = [r for r in recs if (r.get("pp") or 1) > 1]
     lines = [HEADING["pipeline"], "",
              "Rows whose deployment is pipeline parallel (TP x PP GPUs per instance), run as `fastsim.sim.PipelinePlan`s: "
@@ -263,7 +265,8 @@ def section_pipeline(recs, summ, **_):
         return "\n".join(lines + ["None in this set."])
     groups = {}
     for r in pp:
-        groups.setdefault((r["model"], r["gpu"], r["precision"], f"TP{r['tp']} x PP{r['pp']}"), []).append(r)
+        lay = f"{instance_label(r['layout'], r['tp'])} x PP{r['pp']}"
+        groups.setdefault((r["model"], r["gpu"], r["precision"], lay), []).append(r)
     rows = []
     for (model, gpu, prec, lay), g in groups.items():
         done = [r for r in g if r["ratio"] is not None]

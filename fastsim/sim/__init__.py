@@ -2,8 +2,8 @@
 
 ``simulate`` runs one plan on one workload; ``simulate_batch`` runs many in one call, the runs
 spread over worker threads. The semantics are documented in :mod:`fastsim.sim.engine` (the
-lecture's scheduler) and :mod:`fastsim.sim.policy` (vLLM's and SGLang's, with prefix caching and
-speculative decoding).
+lecture's scheduler), :mod:`fastsim.sim.policy` (vLLM's, SGLang's and TensorRT-LLM's, with prefix
+caching and speculative decoding) and :mod:`fastsim.sim.pipeline` (pipeline-parallel instances).
 
 The package, in the order a simulation runs through it:
 
@@ -14,15 +14,18 @@ The package, in the order a simulation runs through it:
   (run and instance tables, worker threads), and the hand-off to the engine policies;
 - :mod:`fastsim.sim.policy`: the engine policies (:class:`EnginePolicy`), their configuration
   rows and runs;
-- :mod:`fastsim.sim._kernels` and :mod:`fastsim.sim._policy_nb`: the numba kernels, which loop
-  over the events and compute each run's metrics;
+- :mod:`fastsim.sim.pipeline`: runs of :class:`PipelinePlan` (micro-batches through pipeline
+  stages, under the lecture or the trtllm policy);
+- :mod:`fastsim.sim._kernels`, :mod:`fastsim.sim._policy_nb` and :mod:`fastsim.sim._pipeline_nb`:
+  the numba kernels, which loop over the events and compute each run's metrics;
 - :mod:`fastsim.sim.records`: the status codes and the results, :class:`SimResult` and
   :class:`SimMetrics`;
 - :mod:`fastsim.sim.drain`: runs that drain (offline batches, finite online runs:
   :func:`simulate_drained`) and the figures benchmark clients report (:func:`benchmark_figures`;
   :func:`measured_means` for a run that stops at its horizon);
-- :mod:`fastsim.sim.reference` and :mod:`fastsim.sim.reference_policy`: plain-Python references
-  that the kernels match bit for bit (tests and ``fastsim bench``).
+- :mod:`fastsim.sim.reference`, :mod:`fastsim.sim.reference_policy` and
+  :mod:`fastsim.sim.reference_pipeline`: plain-Python references that the kernels match bit for
+  bit (tests and ``fastsim bench``).
 """
 from __future__ import annotations
 

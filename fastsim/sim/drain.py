@@ -255,7 +255,7 @@ def simulate_drained(plan, arrival_s, prompt_tokens, output_tokens, *, ttft_slo_
 
     Parameters
     ----------
-    plan : ColocatedPlan or DisaggregatedPlan
+    plan : ColocatedPlan, DisaggregatedPlan or PipelinePlan
     arrival_s : ndarray(float64) of shape (n,)
         Arrival times (s), ascending, >= 0; all 0 for an offline batch.
     prompt_tokens, output_tokens : ndarray(int64) of shape (n,)

@@ -11,7 +11,9 @@ one (longest first; the kernel releases the GIL, and a plain kernel compiles in 
 also computes the run's metrics (percentiles by selection). Metrics-only batches keep
 per-request results in per-worker buffers, so a batch of many long runs touches little memory.
 Randomness is the caller's: arrivals and lengths come in as arrays (draw them from generators
-spawned from one ``SeedSequence``).
+spawned from one ``SeedSequence``). A :class:`~fastsim.sim.PipelinePlan` (pipeline-parallel
+instances) goes to :mod:`fastsim.sim.pipeline`, whose docstring has its semantics; a batch may mix
+it with the plans below.
 
 Semantics (exactly what the kernels and ``tests/reference_sim.py`` implement)
 ---------------------------------------------------------------------------
@@ -132,13 +134,14 @@ import numpy as np
 
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
-from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
+from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS, P_PP
 from . import _kernels as K
 # the input types and checks, re-exported: ``fastsim.sim.engine.X is fastsim.sim.inputs.X``
 from .inputs import (_DEGREES, _DIVISORS, _ROUTINGS, _UNLIMITED, MAX_SAMPLES, MAX_TOKENS,  # noqa: F401
-                     OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan, _arrays,
+                     OVERLOAD_MIN_GROWTH, OVERLOAD_SLOPE_FRACTION, ColocatedPlan, DisaggregatedPlan, PipelinePlan, _arrays,
                      _check, _count, _kv_floor, _option_row, _options, _params, _readonly, _token_array, _tokens,
                      _unpack, _workload, auto_sample_dt, measure_fractions)
+from .pipeline import pipeline_policy, run_pipeline
 from .policy import EnginePolicy, policy_metrics, run_policy
 from .records import REQ_FINISHED, RUN_OK, RUN_SCRATCH_OVERFLOW, SimMetrics, SimResult
 from .window import kv_window
@@ -196,7 +199,7 @@ def _instances(plan, max_context: int):
         _set_window(cfg[npf:], plan.p_decode)
         rank = np.concatenate([np.full(npf, -1, np.int64), np.arange(nd, dtype=np.int64)])
         return pp, cfg, rank, npf, max_context, kp
-    raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan or a DisaggregatedPlan")
+    raise FastsimInputError("plan", type(plan).__name__, "a ColocatedPlan, a DisaggregatedPlan or a PipelinePlan")
 
 
 def _plan_rows(plan, max_context: int):
@@ -449,7 +452,8 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
 
     Parameters
     ----------
-    plan : ColocatedPlan or DisaggregatedPlan
+    plan : ColocatedPlan, DisaggregatedPlan or PipelinePlan
+        A PipelinePlan runs under the lecture or the trtllm policy (:mod:`fastsim.sim.pipeline`).
     arrival_s : ndarray(float64) of shape (n,)
         Arrival times (s), ascending, in ``[0, horizon_s]``.
     prompt_tokens, output_tokens : ndarray(int64) of shape (n,)
@@ -500,10 +504,21 @@ def simulate(plan, arrival_s, prompt_tokens, output_tokens, *, horizon_s: float,
         2**30 or not whole; arrays not 1-d or of mismatched lengths; a non-positive horizon,
         SLO or sample step, or an explicit sample step giving more than 1e7 samples;
         ``max_context_tokens`` < 2; an unknown
-        routing; a bad window; a plan of another type; a plan's ``max_batch`` under an engine policy.
+        routing; a bad window; a plan of another type; a plan's ``max_batch`` under an engine policy;
+        a PipelinePlan under the vllm or sglang policy, with prefix caching, speculative decoding,
+        prefix-aware routing, or stage rows of different windows.
     RuntimeError
         A kernel reported an internal failure status (a bug in fastsim, never bad input).
     """
+    if isinstance(plan, PipelinePlan):
+        # pipeline-parallel instances (semantics and refusals: fastsim.sim.pipeline)
+        pol = pipeline_policy(policy, routing, spec, p_draft)
+        if prefix is not None and pol is None:
+            raise FastsimInputError("prefix", "given", "None under the lecture policy (it has no prefix cache)")
+        opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, routing, measure_window, sample_dt_s)
+        raw = (arrival_s, prompt_tokens, output_tokens)
+        work = _check([_arrays(raw)], [raw], opts[0])
+        return run_pipeline([plan], [work[0][0]], opts, pol, routing, True)[0]
     engine = _engine_policy(policy, routing, spec)
     opts = _options(horizon_s, ttft_slo_s, tpot_slo_s, max_context_tokens, "least-loaded" if engine else routing,
                     measure_window, sample_dt_s)
@@ -545,8 +560,10 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
 
     Parameters
     ----------
-    plans : sequence of ColocatedPlan or DisaggregatedPlan
+    plans : sequence of ColocatedPlan, DisaggregatedPlan or PipelinePlan
         One per workload (run k is ``plans[k]`` on ``workloads[k]``), or a single plan for all.
+        The types may be mixed; a PipelinePlan's run always simulates its whole horizon (no early
+        stop: ``stopped_at_s`` NaN, ``sure_misses`` 0; :mod:`fastsim.sim.pipeline`).
     workloads : sequence of (arrival_s, prompt_tokens, output_tokens) or of ``Workload``
         Arrays as in :func:`simulate`: ``ndarray(float64) of shape (n,)`` arrival times (s) and
         ``ndarray(int64) of shape (n,)`` token counts, ``n`` per workload (e.g. one per seed x
@@ -608,7 +625,8 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         raise FastsimInputError("workloads", workloads, "at least one workload")
     work = _check(works, raw, opts[0])
     for pl in plans:
-        _instances(pl, opts[3])
+        if not isinstance(pl, PipelinePlan):
+            _instances(pl, opts[3])
     P, W = len(plans), len(works)
     if product:
         pk = np.repeat(np.arange(P, dtype=np.int64), W)
@@ -625,6 +643,34 @@ def simulate_batch(plans: Sequence, workloads: Sequence, *, horizon_s: float, tt
         if v.shape[0] != pk.shape[0]:
             raise FastsimInputError("ttft_slo_s" if col == K.RF_TTFT_SLO else "tpot_slo_s", f"{v.shape[0]} values",
                                     f"a number, or one per run ({pk.shape[0]})")
+    is_pp = np.array([isinstance(plans[int(k)], PipelinePlan) for k in pk], dtype=bool)
+    if not is_pp.any():
+        return _batch_runs(plans, pk, wk, works, raw, work, opts, full, engine, policy, routing, spec, p_draft,
+                           spec_seed, stop, slo_runs)
+    # pipeline-parallel runs go to their simulator (fastsim.sim.pipeline; no early stop), the others
+    # to theirs; the results come back in run order
+    pol = pipeline_policy(policy, routing, spec, p_draft)
+    pp = np.flatnonzero(is_pp)
+    res = [None] * pk.shape[0]
+    for k, r in zip(pp.tolist(), run_pipeline([plans[int(pk[k])] for k in pp], [work[0][int(wk[k])] for k in pp],
+                                               opts, pol, routing, full, {c: v[pp] for c, v in slo_runs.items()})):
+        res[k] = r
+    rest = np.flatnonzero(~is_pp)
+    if rest.size:
+        keep = sorted(set(pk[rest].tolist()))
+        remap = np.zeros(len(plans), np.int64)
+        remap[keep] = np.arange(len(keep))
+        sub_stop = None if stop is None else (stop[0][rest], stop[1][rest] if np.ndim(stop[1]) else stop[1])
+        for k, r in zip(rest.tolist(), _batch_runs([plans[j] for j in keep], remap[pk[rest]], wk[rest], works, raw,
+                                                    work, opts, full, engine, policy, routing, spec, p_draft,
+                                                    spec_seed, sub_stop, {c: v[rest] for c, v in slo_runs.items()})):
+            res[k] = r
+    return res
+
+
+def _batch_runs(plans, pk, wk, works, raw, work, opts, full, engine, policy, routing, spec, p_draft, spec_seed, stop,
+                slo_runs) -> list:
+    """:func:`simulate_batch`'s runs of colocated and disaggregated plans (``plans[pk[k]]`` on ``works[wk[k]]``)."""
     if engine:
         prefixes = [getattr(w, "prefix", None) for w in raw]
         return _policy_results([plans[int(k)] for k in pk], [works[int(k)] for k in wk],
@@ -716,7 +762,8 @@ def warmup(engine_policies: bool = True) -> None:
     ----------
     engine_policies : bool
         Also the engine-policy kernel (:mod:`fastsim.sim.policy`; about 40 s to compile on 2
-        cores, once per install).
+        cores, once per install) and the pipeline-parallel kernel (:mod:`fastsim.sim.pipeline`;
+        about 7 s).
 
     Returns
     -------
@@ -741,6 +788,10 @@ def warmup(engine_policies: bool = True) -> None:
     p[P_KV_BUDGET_TOKENS] = 1024.0
     simulate(ColocatedPlan(p, 1, 8), a, pt, ot, policy="vllm", **kw)
     simulate_batch([ColocatedPlan(p, 1, 8)], [(a, pt, ot), tuple(ro)], policy="vllm", **kw)
+    # pipeline-parallel plans (one kernel for both of their policies)
+    stages = np.stack([p, p])
+    stages[:, P_PP] = 2.0
+    simulate(PipelinePlan(stages, 1, 8), a, pt, ot, **kw)
 
 
 def warmup_metrics() -> None:

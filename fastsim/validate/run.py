@@ -16,7 +16,7 @@ The first three run :func:`fastsim.sim.simulate_drained` on the policy named by 
 (:data:`ENGINE_POLICY`; no other policy stands in for a missing one) with the row's deployment and
 settings, and read the row's figure with :func:`fastsim.sim.benchmark_figures`. Rows that describe
 the same run (the TTFT and the ITL of one benchmark) share one simulation. A row fastsim cannot
-express gets ``predicted = None`` and its reason: pipeline parallelism (not modelled), a policy
+express gets ``predicted = None`` and its reason: pipeline parallelism under a policy that does not simulate it, a policy
 this fastsim lacks, a model feature the step model does not have, a statistic the simulator does
 not give (ITL percentiles), a deployment whose weights leave no KV, engine settings the engine
 would not start with (:func:`fastsim.engine_rules.vllm_refusal`,
