@@ -53,7 +53,7 @@ from .layouts import instance_label
 from .plans import Demand, Plan, ScreenOptions, check_pp
 from .specdec import expected_tokens_per_round, spec_refusal, spec_step_params
 from .stepmodel import (N_PARAMS, P_KV_BUDGET_TOKENS, layout_degrees, layout_refusal, pipeline_round_params,
-                        step_params)
+                        pp_refusal, step_params)
 
 if TYPE_CHECKING:
     import pandas as pd   # imported where a table is built: a command's first line does not wait for it
@@ -87,7 +87,9 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
     steady-state round of its slowest stage (:func:`fastsim.stepmodel.pipeline_round_params` of
     :func:`~fastsim.stepmodel.step_params` with ``pp``), so the kernel's step is the round in which
     every sequence gets a token. A stage's TP group larger than a node is left out of a default
-    grid and a refused row of a given one (:attr:`ScreenOptions.pps_given`)."""
+    grid and a refused row of a given one (:attr:`ScreenOptions.pps_given`), as is any pipeline
+    :func:`fastsim.stepmodel.pp_refusal` refuses (a sliding-window model's stages that cannot keep
+    whole sliding layers, say)."""
     gpus = [catalog.gpu(g) for g in (options.gpus or catalog.default_gpus())]
     precs = [catalog.precision(p) for p in (options.precisions or catalog.default_precisions())]
     if model.checkpoint_precision:
@@ -97,7 +99,6 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
         precs = [catalog.precision(model.checkpoint_precision)]
     rows = []
     for g in gpus:
-        gpn = int(getattr(g, "gpus_per_node", 8))
         for pr in precs:
             if pr.flops_key not in g.peak_flops_per_s:
                 continue
@@ -107,10 +108,11 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
                     why = layout_refusal(model, g, lay, int(tp))
                     for pp in pps:
                         pwhy = why
-                        if pp > 1 and int(tp) > gpn:
+                        piped = pp_refusal(model, g, int(tp), int(pp)) if pp > 1 else None
+                        if piped:
                             if not options.pps_given:
                                 continue        # a default grid holds only the pipelines that run
-                            pwhy = pwhy or _stage_refusal(g, int(tp), int(pp))
+                            pwhy = pwhy or f"TP{tp} x PP{pp}: {piped}"
                         rows.append((g, pr, int(tp), lay, pwhy, int(pp)))
     if not rows:
         raise FastsimInputError("precision", ", ".join(p.name for p in precs),
@@ -129,13 +131,6 @@ def _grid_arrays(model: Model, catalog: Catalog, options: ScreenOptions):
                 refused[P_KV_BUDGET_TOKENS] = -1.0
             params.append(refused)
     return rows, np.ascontiguousarray(np.stack(params))
-
-
-def _stage_refusal(gpu, tp: int, pp: int) -> str:
-    """Why a TP x PP instance cannot run: its stage's TP group is larger than a node of ``gpu``."""
-    gpn = int(getattr(gpu, "gpus_per_node", 8))
-    return (f"TP{tp} x PP{pp}: a pipeline stage's TP group stays inside one {gpu.name} node of {gpn} GPUs "
-            f"(fastsim.stepmodel.stage_params; the engines place a stage's TP ranks on one node)")
 
 
 def instance_table(model: Model | str, demand: Demand, *, catalog: Catalog | None = None,
@@ -672,8 +667,8 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
         heads, SPEC §10), ``spec_gamma`` not an integer >= 0 or > 0 without
         ``options.spec_alpha``, a draft that cannot share the layout, a prefill GPU or
         precision on a colocated plan, ``pp`` not an integer from 1 to the model's layers, ``pp > 1``
-        on a disaggregated plan, with speculative decoding, or with a stage TP larger than a
-        node (field ``pp``), or a count left to the sizing that would exceed
+        on a disaggregated plan, with speculative decoding, or a pipeline that
+        :func:`fastsim.stepmodel.pp_refusal` refuses (a stage TP larger than a node; field ``pp``), or a count left to the sizing that would exceed
         :data:`MAX_INSTANCES` at the demand's rate (field ``rate_req_per_s``).
     """
     catalog = catalog or default_catalog()
@@ -710,8 +705,9 @@ def plan_for(model: Model | str, demand: Demand, *, gpu: str, precision: str, mo
     if pp > 1 and spec_gamma:
         raise FastsimInputError("pp", pp, "1 with speculative decoding (spec_gamma > 0 is not screened on a "
                                 "pipelined instance)")
-    if pp > 1 and int(tp) > int(getattr(g, "gpus_per_node", 8)):
-        raise FastsimInputError("pp", pp, "1, or a TP of at most a node: " + _stage_refusal(g, int(tp), pp))
+    why_pp = pp_refusal(model, g, int(tp), pp) if pp > 1 else None
+    if why_pp:
+        raise FastsimInputError("pp", pp, f"a pipeline of TP{tp} stages {g.name} can run ({why_pp})")
     for gg in ((g,) if gp.name == g.name else (g, gp)):
         for t_ in tps:
             why = layout_refusal(model, gg, layout, t_)

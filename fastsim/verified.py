@@ -39,7 +39,7 @@ from .analytic import MAX_INSTANCES, Demand, ScreenOptions, plan_for, screen
 from .catalog import Catalog, Model, default_catalog
 from .errors import FastsimInputError
 from .search import SLO, RepairResult, lone_request_check, repair, unsimulated_reason, verify
-from .stepmodel import layout_refusal
+from .stepmodel import layout_refusal, pp_refusal
 
 __all__ = ["plan_verified", "verification_engine", "same_deployment_key", "SCREEN_VIEWS"]
 
@@ -296,13 +296,14 @@ def _step_signature(p) -> tuple:
 
 
 def _refused(row, model, catalog) -> str | None:
-    """Why a colocated screen row is no plan to simulate: its layout (:func:`fastsim.stepmodel.layout_refusal`)
-    or a pipeline stage's TP group larger than a node (None when it is a plan)."""
+    """Why a colocated screen row is no plan to simulate: its layout (:func:`fastsim.stepmodel.layout_refusal`),
+    its pipeline (:func:`fastsim.stepmodel.pp_refusal`) or speculative decoding on a pipeline (None when it
+    is a plan)."""
     g = catalog.gpu(row.gpu)
     why = layout_refusal(model, g, row.layout, int(row.tp))
     pp = int(getattr(row, "pp", 1) or 1)
-    if why is None and pp > 1 and int(row.tp) > int(getattr(g, "gpus_per_node", 8)):
-        why = str(row.reason or "a pipeline stage's TP group is larger than a node")
+    if why is None and pp > 1:
+        why = pp_refusal(model, g, int(row.tp), pp)
     if why is None and pp > 1 and int(getattr(row, "spec_gamma", 0) or 0):
         why = str(row.reason or "speculative decoding on a pipelined instance is not screened")
     return why

@@ -310,10 +310,14 @@ def _plan_from_args_inner(args, cat, model, demand):
         if pp > 1 and mode != "colocated":
             raise FastsimInputError("--pp", pp, "no value above 1 with --mode disaggregated (pipeline parallelism "
                                     "applies to colocated instances; a disaggregated plan's pools are TP instances)")
-        if pp > 1 and (args.tp or 1) > cat.gpu(args.gpu).gpus_per_node:
-            raise FastsimInputError("--tp", args.tp, f"at most the {cat.gpu(args.gpu).gpus_per_node} GPUs of one "
-                                    f"{cat.gpu(args.gpu).name} node with --pp {pp} (--tp is the TP of one stage, "
-                                    "which stays inside a node)")
+        from ..stepmodel import pp_refusal
+        g = cat.gpu(args.gpu)
+        why = pp_refusal(model, g, args.tp or 1, pp) if pp > 1 else None
+        if why and (args.tp or 1) > g.gpus_per_node:
+            raise FastsimInputError("--tp", args.tp, f"at most the {g.gpus_per_node} GPUs of one {g.name} node with "
+                                    f"--pp {pp} (--tp is the TP of one stage: {why})")
+        if why:
+            raise FastsimInputError("--pp", pp, f"a pipeline {model.name} can run on TP{args.tp or 1} stages ({why})")
     layout = args.layout or "tp"
     if layout != "tp" and not model.is_moe:
         raise FastsimInputError("--layout", layout, f"tp: {model.name} is dense (expert parallelism and "

@@ -17,7 +17,7 @@ import pandas as pd
 from .. import _analytic_nb as AK
 from ..catalog import Catalog
 from ..stepmodel import (N_PARAMS, P_KVPG, P_NET_BW, layout_degrees, layout_refusal, pipeline_round_params,
-                         step_params)
+                         pp_refusal, step_params)
 from .grid import (AXES, _AUTO, MAX_INSTANCES, SweepGrid, SweepSettings, _disaggregated, _hex, _layout_repeats,
                    _mode_counts, _n_enumerated, _point_ids, _price_label, make_grid)
 
@@ -39,8 +39,9 @@ _REASONS = np.array([
     "refuses, or expert parallelism on a dense model)",
     f"the target rate needs more than {MAX_INSTANCES:,} instances (the most a point is sized to; per side when "
     "disaggregated)",
-    "the pipeline does not fit the model or the node: more stages than the model's layers, or a stage's TP "
-    "group larger than a node of the GPU (fastsim.stepmodel.stage_params)",
+    "the pipeline does not fit the model or the node: more stages than the model's layers, a stage's TP "
+    "group larger than a node of the GPU, or stages that cannot keep whole sliding-window layers "
+    "(fastsim.stepmodel.pp_refusal)",
 ], dtype=object)
 
 #: Columns of the sweep table and their dtypes (units in the names; seconds, US dollars). The
@@ -150,7 +151,6 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
     rows = []
     for i, m in enumerate(models):
         for j, g in enumerate(gpus):
-            gpn = int(getattr(g, "gpus_per_node", 8))
             for k, pr in enumerate(precs):
                 if pr.flops_key not in g.peak_flops_per_s:
                     continue
@@ -161,7 +161,7 @@ def _tables(grid: SweepGrid, s: SweepSettings) -> _Tables:
                             continue
                         dp, ep = layout_degrees(lay, tp)
                         for q_i, pp in enumerate(pps):
-                            if pp > 1 and (pp > m.layers or tp > gpn):
+                            if pp > 1 and pp_refusal(m, g, int(tp), int(pp)):
                                 ptab[i, j, k, t_i, l_i, q_i] = -3     # no such pipeline (stage_params)
                                 continue
                             ptab[i, j, k, t_i, l_i, q_i] = len(rows)
