@@ -361,3 +361,73 @@ def test_plan_405b_tp8_pp2_against_tp16_analytic(capsys):
                      "3", "--tpot", "0.2", "--gpu", "H100", "--precision", "FP8", "--tp", "8", "--tp", "16",
                      "--pp", "2", "--mode", "colocated", "--no-verify")
     assert rc == 0 and "TP8 x PP2 on 2 nodes" in out
+
+
+def test_plan_405b_tp8_pp2_against_tp16_verified(capsys):
+    """The same question verified in simulation (2 seeds x 300 s, the lecture policy; the pipeline runs
+    as a :class:`fastsim.sim.PipelinePlan` of its two stages).
+
+    One TP8 x PP2 instance passes (16 GPUs, 2 nodes). TP16 does not at one instance: the screen's
+    1.9 req/s is below what its prefill chunks leave it in simulation at 1.5 req/s (each chunk token
+    pays ~0.36 ms of network all-reduce, so a 512-token chunk step takes ~0.2 s and the P90 TTFT nears
+    the 3-s target), and the count search needs 2 instances (32 GPUs): twice the pipeline's cost. The
+    pipeline is also faster to the first token (its P90 TTFT ~0.3 s against TP16's ~1 s): a stage's
+    all-reduces stay on NVLink. TP16 x PP2 is no plan (a stage of 16 GPUs spans nodes).
+    """
+    rc, out, _ = run(capsys, "plan", "--model", "llama-3.1-405b", "--scenario", "chat", "--rate", "1.5", "--ttft",
+                     "3", "--tpot", "0.2", "--gpu", "H100", "--precision", "FP8", "--tp", "8,16", "--pp", "1,2",
+                     "--mode", "colocated", "--seeds", "2", "--horizon", "300", "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    plans = {(p["tp"], p["pp"]): p for p in doc["plans"]}
+    assert set(plans) == {(8, 1), (8, 2), (16, 1)}
+    pipe, tp16 = plans[(8, 2)], plans[(16, 1)]
+    assert pipe["verification"]["passed"] and (pipe["instances"], pipe["gpus"]) == (1, 16)
+    assert pipe["screen_view"] == "kept"
+    assert tp16["verification"]["passed"] and (tp16["instances"], tp16["gpus"]) == (2, 32)
+    assert tp16["screen_view"] == "under-sized"
+    assert pipe["usd_per_million_output_tokens"] == pytest.approx(tp16["usd_per_million_output_tokens"] / 2, rel=1e-12)
+    assert pipe["verification"]["ttft_p90_s"] < tp16["verification"]["ttft_p90_s"] / 2
+    assert [(p["tp"], p["pp"]) for p in doc["plans"]] == [(8, 1), (8, 2), (16, 1)]       # by verified cost
+    assert any("TP16 x PP2: a stage of 16 GPUs spans nodes" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("policy", ["lecture", "trtllm"])
+def test_simulate_runs_a_pipelined_plan_from_flags(capsys, policy):
+    rc, out, _ = run(capsys, "simulate", "--model", "llama-3.1-405b", "--scenario", "chat", "--rate", "1.5", "--ttft",
+                     "3", "--tpot", "0.2", "--gpu", "H100", "--precision", "FP8", "--tp", "8", "--pp", "2",
+                     "--instances", "1", "--seeds", "1", "--horizon", "60", "--policy", policy, "--format", "json")
+    assert rc == 0
+    r = json.loads(out)["runs"][0]
+    assert r["plan"] == "H100 FP8 colocated, 1 instance of TP8 x PP2 on 2 nodes (16 GPUs)"
+    assert r["measured"] > 0 and r["attainment"] > 0.9
+
+
+def test_a_pipelined_record_runs_from_plan(capsys, tmp_path):
+    p = plan_for(M405, D405, gpu="H100", precision="FP8", tp=8, instances=1, pp=2)
+    from fastsim.planner import PlannedDeployment
+    rec = PlannedDeployment(p, None, 1.0, 1.0, 1.5, 250.0, 3.0, 0.2).to_dict()
+    f = tmp_path / "plans.json"
+    f.write_text(json.dumps({"plans": [rec]}))
+    rc, out, _ = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--seeds", "1", "--horizon",
+                     "60", "--format", "json")
+    assert rc == 0 and "TP8 x PP2 on 2 nodes (16 GPUs)" in json.loads(out)["runs"][0]["plan"]
+    rc, _, err = run(capsys, "simulate", "--scenario", "chat", "--from-plan", str(f), "--pp", "2")
+    assert rc == 2 and "--pp" in err and "--from-plan" in err
+
+
+def test_the_sweep_verifies_a_pipelined_point():
+    axes = dict(model="llama-3.1-405b", gpu="H100", precision="FP8", mode="colocated", tp=8, pp=[1, 2],
+                scenario="chat", rate_req_per_s=1.5, ttft_s=3.0, tpot_s=0.2)
+    df = SW.run_sweep(axes, settings=SW.SweepSettings(verify="all", seeds=1, horizon_s=120.0))
+    assert df.verified.all() and df.sim_passed.all()
+    # the same simulation as the plan's own verification: the PipelinePlan of the point's stages
+    from fastsim.search import SLO, verify
+    from fastsim.sweep.tasks import _workload_seed
+    from fastsim import workload as W
+    w = W.synthesize(CHAT, 1.5, 120.0, W.seeds_for(_workload_seed(0, "chat"), 1)[0])
+    row = df[df.pp == 2].iloc[0]
+    p = plan_for(M405, D405, gpu="H100", precision="FP8", tp=8, instances=int(row.instances), pp=2,
+                 chunk_tokens=int(row.chunk_tokens))
+    v = verify(p, [(w.arrival_s, w.prompt_tokens, w.output_tokens)], SLO(3.0, 0.2), horizon_s=120.0)
+    assert v.attainment == row.sim_attainment and v.measured == row.sim_measured
