@@ -431,3 +431,17 @@ def test_the_sweep_verifies_a_pipelined_point():
                  chunk_tokens=int(row.chunk_tokens))
     v = verify(p, [(w.arrival_s, w.prompt_tokens, w.output_tokens)], SLO(3.0, 0.2), horizon_s=120.0)
     assert v.attainment == row.sim_attainment and v.measured == row.sim_measured
+
+
+def test_speculation_and_prefix_hits_are_not_pipelined():
+    opts = ScreenOptions(gpus=("H100",), precisions=("FP8",), tps=(8,), pps=(1, 2), spec_alpha=0.8, spec_gammas=(2,))
+    t = instance_table(M405, D405, options=opts)
+    assert sorted(zip(t.pp, t.spec_gamma)) == [(1, 0), (1, 2), (2, 0), (2, 2)]
+    spec2 = t[(t.pp == 2) & (t.spec_gamma == 2)].iloc[0]
+    assert spec2.status == 4 and "speculative decoding on a pipelined instance" in spec2.refusal
+    assert t[(t.pp == 2) & (t.spec_gamma == 0)].iloc[0].refusal == ""
+    with pytest.raises(FastsimInputError, match="pp"):
+        plan_for(M405, D405, gpu="H100", precision="FP8", tp=8, pp=2, spec_gamma=2, options=opts)
+    hit = plan_for(M405, D405, gpu="H100", precision="FP8", tp=8, pp=2, instances=1,
+                   options=ScreenOptions(prefix_hit_fraction=0.5))
+    assert "pipelined instance" in unsimulated_reason(hit, {"policy": "trtllm"}, prefixes=True)
