@@ -45,7 +45,7 @@ __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
     "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
-    "stage_layers", "pp_refusal", "pipeline_round_params", "p2p_time", "PP_ACTIVATION_TENSORS",
+    "stage_layers", "pp_refusal", "pipeline_round_params", "P_REQ_OVERHEAD", "p2p_time", "PP_ACTIVATION_TENSORS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -78,14 +78,15 @@ __all__ = [
  P_PP,            # pipeline stages of the instance (1: no pipeline parallelism); the vector is one stage's
  P_P2P_LAT,       # latency of this stage's activation send to the next stage (s; 0: none, the last stage)
  P_P2P_S_PER_TOKEN,  # seconds per token of that send (0: none)
- ) = range(33)
-N_PARAMS = 33
+ P_REQ_OVERHEAD,  # per-request time outside the GPU schedule, added to TTFT and E2E (s; StepConstants.request_overhead_s)
+ ) = range(34)
+N_PARAMS = 34
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
                "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV", "P_PP", "P_P2P_LAT",
-               "P_P2P_S_PER_TOKEN")
+               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
@@ -146,6 +147,15 @@ class StepConstants:
     reserved_bytes_per_gpu : float
         Bytes per GPU the engine's activations, CUDA graphs and communication buffers hold
         outside the KV pool under an engine rule (default 0; ignored by ``"spec"``).
+    request_overhead_s : float
+        Step model v2: a request's time on the way into and out of the engine, outside the GPU's
+        schedule (HTTP, tokenisation, detokenisation and streaming through the engine's API
+        server), added to every request's TTFT and E2E as its client sees them; TPOT and ITL are
+        unchanged, and so is the schedule (the API server runs beside the engine's GPU loop:
+        vLLM's ``AsyncLLM`` front end, TensorRT-LLM's Triton or ``trtllm-serve`` front end).
+        Default 0 (SPEC §3 has none). TensorRT-LLM's Triton path adds 6-10 ms of TTFT on 8B at
+        the lightest load in its published tables; fitted per engine
+        (:func:`fastsim.validate.fit.fit_measurements`).
     """
 
     eta_compute: float = 0.6
@@ -159,6 +169,7 @@ class StepConstants:
     eta_kv: float | None = None
     kv_memory: str = "spec"
     reserved_bytes_per_gpu: float = 0.0
+    request_overhead_s: float = 0.0
 
     def __post_init__(self):
         if self.kv_memory not in KV_MEMORY_RULES:
@@ -478,6 +489,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_PP] = 1.0
     p[P_P2P_LAT] = 0.0
     p[P_P2P_S_PER_TOKEN] = 0.0
+    p[P_REQ_OVERHEAD] = constants.request_overhead_s
     if pp != 1:
         return _bottleneck(stage_params(model, gpu, precision, g, constants, pp=pp, dp=dp, ep=ep))
     return p

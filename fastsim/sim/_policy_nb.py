@@ -60,7 +60,8 @@ from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, step_time_nb)
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD,
+                         step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
 
@@ -1505,5 +1506,8 @@ def policy_one_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, fi
                           status, cached_out, preempt_out, busy, iout, wait_s, kv_s, sys_s,
                           rf[K.RF_HORIZON], rf[K.RF_DT], full)
     if code == RUN_OK:
+        c_req = p[P_REQ_OVERHEAD]
+        if c_req != 0.0:
+            K.client_times_nb(first, finish, c_req)
         K._metrics_nb(arrival, output, first, finish, status, sys_s, buf_a, buf_b, rf, mf, mi)
     return code

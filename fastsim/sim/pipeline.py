@@ -89,7 +89,7 @@ import numpy as np
 
 from .._threads import num_threads, run_workers
 from ..errors import FastsimInputError
-from ..stepmodel import PARAM_NAMES, P_SLIDE_FRAC, P_WINDOW
+from ..stepmodel import PARAM_NAMES, P_REQ_OVERHEAD, P_SLIDE_FRAC, P_WINDOW
 from . import _kernels as K
 from . import _pipeline_nb as PN
 from .inputs import _UNLIMITED, PipelinePlan, _kv_floor, _option_row, _readonly
@@ -211,6 +211,9 @@ def _one(plan, w, c, cf, rf, n_samp: int, full: bool):
                               wait_s, kv_s, sys_s, bool(full))
     if code != RUN_OK:
         raise RuntimeError(f"pipeline kernel failed with status {code}; this is a bug in fastsim")
+    c_req = float(plan.stages[0, P_REQ_OVERHEAD])
+    if c_req != 0.0:          # StepConstants.request_overhead_s: the client's first-token and finish times
+        K.client_times_nb(first, finish, c_req)
     mf = np.empty((1, K.N_MFCOLS), np.float64)
     mi = np.empty((1, K.N_MICOLS), np.int64)
     K._metrics_nb(w[0], w[2], first, finish, status, sys_s, np.empty(max(n, 1), np.float64),

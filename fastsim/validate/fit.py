@@ -39,11 +39,11 @@ from .run import run_key, run_measurements
 from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
-           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES"]
+           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
-            "eta_nvlink", "reserved_bytes_per_gpu")
+            "eta_nvlink", "reserved_bytes_per_gpu", "request_overhead_s")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -52,7 +52,7 @@ FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor
 #: the error lies in another term.
 BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
-          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10)}
+          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -62,6 +62,9 @@ GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
 #: graphs take about 0.5 GiB): SGLang sizes its pool as vLLM does (``mem_fraction_static``).
 ENGINE_KV_MEMORY = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}
 ENGINE_RESERVED_BYTES = 2 * 2 ** 30
+#: Where a fit of ``request_overhead_s`` starts (s): the middle of the 6-10 ms TensorRT-LLM's Triton path
+#: adds to the TTFT of Llama-3.1-8B at its lightest published load (the rows' own figures).
+START_REQUEST_OVERHEAD_S = 5e-3
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -198,7 +201,8 @@ def _calibration(engine, names, entries, source=""):
 
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
-    ``overhead_s``, and the FP8 / FP4 compute factor of each low-precision peak the rows run on.
+    ``overhead_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on, and
+    ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters).
 
     Parameters
     ----------
@@ -210,12 +214,15 @@ def default_names(measurements, catalog) -> tuple:
     tuple of str
     """
     keys = set()
+    latency = False
     for m in measurements:
+        latency = latency or m.metric in ("ttft_s", "e2e_s")
         try:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
-    return ("eta_compute", "eta_bw", "eta_kv", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+    return (("eta_compute", "eta_bw", "eta_kv", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+            + (("request_overhead_s",) if latency else ()))
 
 
 def _subsample(rows, max_runs):
@@ -361,7 +368,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     start : StepConstants, optional
         The starting point of the ``"*"`` fits and the value of every constant not fitted
         (default: SPEC §3's timing constants with the engine's KV-pool rule,
-        :data:`ENGINE_KV_MEMORY`, and :data:`ENGINE_RESERVED_BYTES` set aside). The figures the
+        :data:`ENGINE_KV_MEMORY`, :data:`ENGINE_RESERVED_BYTES` set aside, and
+        :data:`START_REQUEST_OVERHEAD_S`). The figures the
         fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
         ``held_out["start"]``).
     max_runs : int or None
@@ -394,7 +402,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         raise FastsimInputError("engine", engine, "one of " + ", ".join(ENGINES))
     cat = catalog if catalog is not None else default_catalog()
     if start is None:
-        start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES)
+        start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES,
+                              request_overhead_s=START_REQUEST_OVERHEAD_S)
     baseline = StepConstants()
     rows = [m for m in measurements if m.engine == engine]
     if not rows:
