@@ -176,3 +176,21 @@ def test_v2_constants_round_trip_through_a_calibration_file(tmp_path):
     text = p.read_text(encoding="utf-8")
     assert 'kv_memory = "trtllm"' in text and "eta_kv = 0.55" in text and "fp4_compute_factor" not in text
     assert load_calibration(p).entries[0].constants == c
+
+
+def test_a_fold_fits_only_what_its_rows_pin(tmp_path):
+    """A held-out family never sets a constant: one the fold's rows cannot pin stays SPEC §3's."""
+    from fastsim.validate.fit import START_REQUEST_OVERHEAD_S, _fold_names, default_names
+    cat = default_catalog()
+    ms = read_measurements(write_csv(
+        tmp_path / "m.csv", row(id="A1", precision="FP8"), row(id="A2"),
+        row(id="ON", benchmark="online", rate_req_per_s="2", metric="ttft_s", stat="mean", value="0.05")))
+    names = default_names(ms, cat)
+    assert "request_overhead_s" in names and "fp8_compute_factor" in names
+    start = StepConstants(request_overhead_s=START_REQUEST_OVERHEAD_S)
+    keep, st = _fold_names(names, start, [m for m in ms if m.id != "ON"], cat)
+    assert "request_overhead_s" not in keep and st.request_overhead_s == 0.0
+    keep, st = _fold_names(names, start, [m for m in ms if m.id == "A2"], cat)
+    assert "fp8_compute_factor" not in keep and st.fp8_compute_factor == 1.0
+    keep, st = _fold_names(names, start, ms, cat)
+    assert keep == names and st is start

@@ -225,6 +225,19 @@ def default_names(measurements, catalog) -> tuple:
             + (("request_overhead_s",) if latency else ()))
 
 
+def _fold_names(names, start, rows, catalog):
+    """The constants a fold fits, and its start: a constant the fold's rows cannot pin (a compute
+    factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows) is not
+    fitted and keeps SPEC §3's value, never a value read off the held-out rows."""
+    from ..stepmodel import StepConstants
+    pinned = set(default_names(rows, catalog))
+    conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s"}
+    keep = tuple(n for n in names if n not in conditional or n in pinned)
+    spec = StepConstants()
+    reset = {n: getattr(spec, n) for n in names if n not in keep}
+    return keep, (replace(start, **reset) if reset else start)
+
+
 def _subsample(rows, max_runs):
     """At most ``max_runs`` runs of ``rows`` (every row of a chosen run kept), spread evenly over families."""
     runs = {}
@@ -432,11 +445,12 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         for fam in families:
             out_idx = [i for i, m in enumerate(rows) if m.family == fam]
             rest = [m for m in rows if m.family != fam]
+            names_f, start_f = _fold_names(names, start, rest, cat)
             try:
-                ent_f = _fit_entries(rest, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows)
+                ent_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter, min_gpu_rows)
             except FastsimInputError:
                 continue                                   # too few rows left to fit: no fold
-            cal_f = _calibration(engine, names, ent_f)
+            cal_f = _calibration(engine, names_f, ent_f)
             res_f = run_measurements([rows[i] for i in out_idx], cat, cal_f, threads=threads)
             counter[0] += 1
             pairs = [(a, res_0[i]) for a, i in zip(res_f, out_idx)
