@@ -381,23 +381,9 @@ def kv_budget_tokens(model: Model, precision: Precision, gpu: GPU, tp: int,
     tp_attn = g // dp
     routed = model.routed_expert_params * precision.weight_bytes * (expert_share(model, g, ep) * g)
     dense = model.total_params - model.routed_expert_params
-    u = constants.memory_utilization
-    if constants.kv_memory == "spec":
-        budget = g * u * gpu.hbm_bytes - dense * precision.weight_bytes * dp - routed
-    else:
-        # the engines' rules (StepConstants.kv_memory): the reported memory, a reserve, and the
-        # embedding and LM head at BF16 under weights below 2 bytes
-        wb = precision.weight_bytes
-        emb = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
-        # (a quantised checkpoint's own bytes per weight already count its BF16 modules)
-        extra = emb * (2.0 - wb) * dp if wb < 2.0 and not model.checkpoint_precision else 0.0
-        weights = dense * wb * dp + routed + extra
-        rep, res = gpu.reported_hbm_bytes, constants.reserved_bytes_per_gpu
-        if constants.kv_memory == "vllm":
-            budget = g * (u * rep - res) - weights
-        else:
-            budget = u * (g * (rep - res) - weights)
-    return budget / (g * model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn) / dp)
+    emb = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+    return _stage_kv_tokens(model, precision, gpu, g, constants, dp, dense, routed, emb,
+                            model.kv_bytes_per_token_per_gpu(precision.kv_bytes, tp_attn))
 
 
 def _link_bw(gpu: GPU, group: int) -> float:
@@ -686,19 +672,19 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
             row[P_P2P_S_PER_TOKEN] = PP_ACTIVATION_TENSORS * model.hidden * 2.0 / tp_attn / (constants_.eta_nvlink * bw)
         bf16 = emb * ((s == 0) + last)
         row[P_KV_BUDGET_TOKENS] = _stage_kv_tokens(model, served, gpu, g, constants_, dp, held_dense,
-                                                    routed * share * g, bf16, row[P_KVPG])
+                                                    routed * wb * (share * g), bf16, row[P_KVPG])
         out[s] = row
         a += n
     out[:, P_KV_BUDGET_TOKENS] = out[:, P_KV_BUDGET_TOKENS].min()
     return out
 
 
-def _stage_kv_tokens(model, precision, gpu, g, constants, dp, dense_params, routed_params, bf16_params, kvpg):
-    """KV tokens one stage's memory holds: :func:`kv_budget_tokens`' rule on the stage's weights
-    (``bf16_params``: the stage's embedding and LM head, which the engine rules keep at BF16)."""
+def _stage_kv_tokens(model, precision, gpu, g, constants, dp, dense_params, routed, bf16_params, kvpg):
+    """KV tokens the memory of ``g`` GPUs holds after their weights (:func:`kv_budget_tokens`' rule, for
+    an instance or one pipeline stage): ``dense_params`` held ``dp`` times, ``routed`` expert bytes,
+    ``bf16_params`` the embedding and LM head, which the engine rules keep at BF16."""
     wb = precision.weight_bytes
     u = constants.memory_utilization
-    routed = routed_params * wb
     if constants.kv_memory == "spec":
         budget = g * u * gpu.hbm_bytes - dense_params * wb * dp - routed
     else:
