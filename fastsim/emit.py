@@ -353,7 +353,8 @@ def _instance_args(engine, plan, *, role, gpus, batch, chunk, model, ckpt, wfmt,
         if chunk:
             a += ["--chunked-prefill-size", str(chunk)]
             notes.append("SGLang runs prefill and decode steps apart by default (fastsim --policy sglang "
-                         "simulates it); the analytic plan puts the chunk on top of the decodes")
+                         + ("simulates it without pipeline parallelism" if pp > 1 else "simulates it")
+                         + "); the analytic plan puts the chunk on top of the decodes")
         why = R.sglang_refusal(max_running_requests=batch or None, chunked_prefill_size=chunk or None,
                                context_length=ctx, model_context_length=int(model.max_context_tokens),
                                kv_tokens=rank_kv, kv_cache_dtype=kv or "auto")

@@ -651,7 +651,8 @@ def _stage_table(m, hw, bs, cs, ps, pp, kpl, ls, rate, out_tokens, constants, la
         for s in range(pp):
             row = S[s]
             frac = row[P_LAYERS] / m.layers            # attention FLOPs are linear in the layers
-            d = _core(row, n, kv, attn * frac, kpl, ls, rate, B, F, out_tokens)
+            # the load a stage carries: each micro-batch of B / m sequences passes it once per round
+            d = _core(row, n, kv, attn * frac, kpl, ls, rate, B / micro, F, out_tokens)
             d["tokens_per_s_per_gpu"] = d["tokens_per_s_per_gpu"] / pp
             used = (row[P_WDENSE] + row[P_WEXP] + (emb_per_gpu if s == 0 else 0.0)
                     + held_all / row[P_DP] * row[P_KVPG])

@@ -552,13 +552,22 @@ def pp_refusal(model: Model, gpu: GPU, tp: int, pp: int) -> str | None:
     if tp > gpn:
         return (f"a stage of {tp} GPUs spans nodes: at most the {gpn} GPUs of one {gpu.name} node under pipeline "
                 "parallelism (each stage's TP group stays inside a node)")
-    if model.sliding_layers:
-        for n in sorted(set(stage_layers(model.layers, pp))):
-            x = n * model.sliding_layers / model.layers
-            if abs(x - round(x)) > 1e-9:
-                return (f"{pp} stages give {model.name} stages of {n} layers, which cannot keep its share of "
-                        f"sliding-window layers ({model.sliding_layers} of {model.layers}) in whole layers")
+    if model.sliding_layers and not _whole_sliding(model, pp):
+        sizes = sorted(set(stage_layers(model.layers, pp)))
+        ok = [k for k in range(1, model.layers + 1) if _whole_sliding(model, k)]
+        return (f"{pp} stages give {model.name} stages of {' and '.join(map(str, sizes))} layers, which cannot "
+                f"each keep its share of sliding-window layers ({model.sliding_layers} of {model.layers}) in "
+                f"whole layers; pipeline stages that can: {', '.join(map(str, ok))}")
     return None
+
+
+def _whole_sliding(model: Model, pp: int) -> bool:
+    """Whether every stage of ``pp`` holds a whole number of the model's sliding layers at its share."""
+    for n in set(stage_layers(model.layers, pp)):
+        x = n * model.sliding_layers / model.layers
+        if abs(x - round(x)) > 1e-9:
+            return False
+    return True
 
 
 def _bottleneck(stages: np.ndarray) -> np.ndarray:

@@ -109,7 +109,8 @@ def _ledger(args):
             ("weight_read_s", "kv_read_s", "compute_s", "allreduce_s") + (("p2p_s",) if pipe else ())
             + ("launch_s", "step_s"))]
         row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f"), "yes" if r.fits else "NO"]
-        what = f"batch {r.batch}, {kind}"
+        what = f"batch {r.batch}, {kind}" + (f", stage {r.stage + 1} of {r.pp}" if pipe else "")
+        seqs = r.batch / min(r.batch, r.pp) if pipe else r.batch          # a stage's micro-batch
         if not r.fits:
             notes.append(_memory_note(what, r.memory_per_gpu_bytes, r.memory_limit_per_gpu_bytes, gpu))
         if args.rate:
@@ -117,11 +118,11 @@ def _ledger(args):
             row += [_fmt(r.utilization, ".2f"), "unstable" if unstable else _fmt(r.queue_wait_s * 1e3, ".3f")]
             if unstable and r.prefill_tokens:
                 notes.append(f"{what}: the load of {args.rate:g} req/s exceeds the step's service rate of "
-                             f"{r.batch / r.step_s:,.1f} prompts/s (utilization {r.utilization:.2f} >= 1): the queue "
+                             f"{seqs / r.step_s:,.1f} prompts/s (utilization {r.utilization:.2f} >= 1): the queue "
                              "is unstable and its wait grows without bound")
             elif unstable:
                 notes.append(f"{what}: the load of {args.rate:g} req/s x {args.output_tokens:g} output tokens exceeds "
-                             f"the {r.batch / r.step_s:,.1f} tokens/s this step delivers (utilization "
+                             f"the {seqs / r.step_s:,.1f} tokens/s this step delivers (utilization "
                              f"{r.utilization:.2f} >= 1): the backlog grows without bound")
         rows.append(row)
     stage_h = ["stage"] if pipe else []
@@ -137,7 +138,7 @@ def _ledger(args):
             kind = f"prefill {q.prefill_tokens}" if q.prefill_tokens else f"decode ctx {q.context_tokens}"
             m = min(int(q.batch), args.pp)
             notes.append(f"{q.gpu} {q.precision} TP{q.tp} x PP{q.pp}, batch {q.batch}, {kind}: {m} micro-batch"
-                         f"{'es' if m > 1 else ''} of {q.batch / m:g}; the pipeline's round is "
+                         f"{'es' if m > 1 else ''} of {q.batch / m:.3g} sequences; the pipeline's round is "
                          f"{q.round_s * 1e3:.3f} ms (max({m} x stage {q.slowest_stage + 1}'s step, the "
                          f"{q.latency_s * 1e3:.3f} ms across the stages)), {q.tokens_per_s_per_gpu:,.1f} tokens/s/GPU "
                          f"over the {q.tp * q.pp} GPUs")

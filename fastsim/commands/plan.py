@@ -510,7 +510,10 @@ def _emit_launch(args, report, records, cat, model):
             r.setdefault("null_reasons", {})["launch"] = "not applicable: " + exc.allowed
             report.notes.append(f"plan {i}: no {args.emit} command ({exc})")
     if getattr(args, "policy", "lecture") != args.emit and not getattr(args, "no_verify", False):
+        piped = [i for i, d in enumerate(report.deployments, 1) if getattr(d.plan, "pp", 1) > 1]
+        also = (f"; pipelined plans ({', '.join(map(str, piped))}) are simulated under the lecture and trtllm "
+                f"policies only, so --policy {args.emit} cannot verify them") if piped else ""
         report.notes.append(f"--emit pins each plan's analytic batch and chunk; the verification ran under the "
                             f"{getattr(args, 'policy', 'lecture')} policy (--policy {args.emit} verifies these "
-                            "settings)")
+                            f"settings{also})")
     return blocks
