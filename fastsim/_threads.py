@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["num_threads", "run_workers", "run_row_blocks"]
+__all__ = ["num_threads", "run_workers", "run_jobs", "run_row_blocks"]
 
 #: Below this many rows, :func:`run_row_blocks` runs on the calling thread only.
 MIN_ROWS_PER_THREAD = 2048
@@ -82,6 +82,44 @@ def run_workers(kernel, args: tuple, n_workers: int) -> None:
             t.join()
     if errors:
         raise errors[0]
+
+
+def run_jobs(job, order, n_workers: int) -> None:
+    """Call ``job(k)`` once for every ``k`` of ``order``, taken in that order by ``n_workers`` workers.
+
+    A shared queue under a lock: each worker takes the next ``k`` when it is free (the simulators
+    put their longest runs first, so the last ones to finish are short).
+
+    Parameters
+    ----------
+    job : callable
+        ``job(k)``; releases the GIL for the workers to overlap (a numba kernel with ``nogil=True``).
+    order : iterable of int
+        The jobs, in the order they are taken.
+    n_workers : int
+        Number of workers (:func:`run_workers`).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    BaseException
+        The first exception a job raised, once every worker has finished (:func:`run_workers`).
+    """
+    jobs = iter(order)
+    lock = threading.Lock()
+
+    def worker(_):
+        while True:
+            with lock:
+                k = next(jobs, None)
+            if k is None:
+                return
+            job(k)
+
+    run_workers(worker, (), n_workers)
 
 
 def run_row_blocks(kernel, args: tuple, rows: frozenset, n: int) -> None:

@@ -648,6 +648,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     tp_attn = g // dp
     share = expert_share(model, g, ep)
     kv_layer = base[P_KVPG] / L
+    moe_ar = 2 if ep == 1 else 1           # all-reduces per MoE layer, as step_params counts them
     out = np.empty((len(stages), N_PARAMS), dtype=np.float64)
     a = 0
     for s, n in enumerate(stages):
@@ -663,7 +664,6 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         row[P_KVPG] = kv_layer * n
         row[P_WDENSE] = dense * wb / tp_attn
         row[P_WEXP] = routed * wb * share
-        moe_ar = 2 if ep == 1 else 1
         row[P_N_AR] = 2 * nd + moe_ar * nm
         row[P_N_A2A] = nm if ep > 1 else 0
         # the first stage also holds the input embedding; the last one's LM head is in ``dense``

@@ -1548,8 +1548,19 @@ def _percentiles_nb(x, n, out, col, hist):
 
 @njit(cache=True, nogil=True)
 def client_times_nb(first, finish, overhead_s):
-    """Add a request's time outside the GPU schedule (``StepConstants.request_overhead_s``) to its
-    first-token and finish times, as its client sees them (NaN, not reached, stays NaN)."""
+    """Add a request's time outside the GPU schedule to its first-token and finish times, in place.
+
+    Step model v2's ``StepConstants.request_overhead_s`` (the engine's API server: HTTP,
+    tokenisation, streaming): what the client sees is the engine's time plus it; NaN (not reached)
+    stays NaN. Nothing is checked (a kernel).
+
+    Parameters
+    ----------
+    first, finish : float64[:] of shape (n,)
+        A run's first-token and finish times (s), written in place.
+    overhead_s : float64
+        Seconds added to each.
+    """
     for r in range(first.shape[0]):
         first[r] += overhead_s
         finish[r] += overhead_s

@@ -67,6 +67,25 @@ def _chunk(ext, budget, chunked, bt):
     return x if x == ext else x // bt * bt
 
 
+@njit(cache=True, inline="always")
+def _admit_head(ist, i, r, qnext, aprev, anext):
+    """Move request ``r``, the head of instance ``i``'s waiting queue, to the tail of its admitted list."""
+    nq = qnext[r]
+    ist[i, S_QHEAD] = nq
+    if nq < 0:
+        ist[i, S_QTAIL] = -1
+    ist[i, S_NWAIT] -= 1
+    tl_ = ist[i, S_ATAIL]
+    aprev[r] = tl_
+    anext[r] = -1
+    if tl_ >= 0:
+        anext[tl_] = r
+    else:
+        ist[i, S_AHEAD] = r
+    ist[i, S_ATAIL] = r
+    ist[i, S_NADM] += 1
+
+
 @njit(cache=True, nogil=True)
 def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, inst_out, status, busy, sbusy,
                     iout, wait_s, kv_s, sys_s, full):
@@ -359,20 +378,7 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                 h = _held(prompt[r] + output[r], W, sl, lay_w)
                 if ist[i, S_RESERVED] + h > kvb:
                     break
-                nq = qnext[r]
-                ist[i, S_QHEAD] = nq
-                if nq < 0:
-                    ist[i, S_QTAIL] = -1
-                ist[i, S_NWAIT] -= 1
-                tl_ = ist[i, S_ATAIL]
-                aprev[r] = tl_
-                anext[r] = -1
-                if tl_ >= 0:
-                    anext[tl_] = r
-                else:
-                    ist[i, S_AHEAD] = r
-                ist[i, S_ATAIL] = r
-                ist[i, S_NADM] += 1
+                _admit_head(ist, i, r, qnext, aprev, anext)
                 ist[i, S_RESERVED] += h
             if ist[i, S_RESERVED] > iout[i, O_KV_PEAK]:
                 iout[i, O_KV_PEAK] = ist[i, S_RESERVED]
@@ -475,20 +481,7 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
                             stop = True
                             x = 0
                 ist[i, S_RESV] += R
-                nq = qnext[r]
-                ist[i, S_QHEAD] = nq
-                if nq < 0:
-                    ist[i, S_QTAIL] = -1
-                ist[i, S_NWAIT] -= 1
-                tl_ = ist[i, S_ATAIL]
-                aprev[r] = tl_
-                anext[r] = -1
-                if tl_ >= 0:
-                    anext[tl_] = r
-                else:
-                    ist[i, S_AHEAD] = r
-                ist[i, S_ATAIL] = r
-                ist[i, S_NADM] += 1
+                _admit_head(ist, i, r, qnext, aprev, anext)
                 iout[i, O_PROMPT_ADMITTED] += prompt[r]
                 own[r] = (_held(x, W, sl, lay_w) + bt - 1) // bt
                 ist[i, S_FREE] -= own[r]

@@ -83,11 +83,10 @@ micro-batch, ``kv_peak_tokens`` the largest reservation (lecture) or KV in use (
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
-from .._threads import num_threads, run_workers
+from .._threads import num_threads, run_jobs
 from ..errors import FastsimInputError
 from ..stepmodel import PARAM_NAMES, P_REQ_OVERHEAD, P_SLIDE_FRAC, P_WINDOW
 from . import _kernels as K
@@ -287,18 +286,10 @@ def run_pipeline(plans, works, opts, pol, routing: str, full: bool, columns=None
     else:
         # many runs: one kernel call per run from worker threads (both kernels release the GIL),
         # the longest first
-        jobs = iter(sorted(range(R), key=lambda k: -rows[k][1][0].shape[0]))
-        lock = threading.Lock()
+        def job(k):
+            outs[k] = _one(*rows[k], n_samp, full)
 
-        def worker(_):
-            while True:
-                with lock:
-                    k = next(jobs, None)
-                if k is None:
-                    return
-                outs[k] = _one(*rows[k], n_samp, full)
-
-        run_workers(worker, (), min(num_threads(), R))
+        run_jobs(job, sorted(range(R), key=lambda k: -rows[k][1][0].shape[0]), min(num_threads(), R))
     res = []
     for (pl, w, _, _, _), o in zip(rows, outs):
         n = int(w[0].shape[0])

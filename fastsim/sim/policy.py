@@ -138,12 +138,11 @@ preemptions, cache hits and speculative tokens per round (:class:`fastsim.sim.Si
 from __future__ import annotations
 
 import math
-import threading
 from typing import NamedTuple
 
 import numpy as np
 
-from .._threads import num_threads, run_workers
+from .._threads import num_threads, run_jobs
 from ..errors import FastsimInputError
 from ..stepmodel import N_PARAMS, P_KV_BUDGET_TOKENS
 from . import _kernels as K
@@ -558,19 +557,11 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
     # many runs, metrics only: one kernel call per run from worker threads (the kernel releases the
     # GIL), the longest runs first; the same kernel and types as a single run, so nothing else compiles
     results = [None] * R
-    order = sorted(range(R), key=lambda k: -rows[k][1][0].shape[0])
-    jobs = iter(order)
-    lock = threading.Lock()
 
-    def worker(_):
-        while True:
-            with lock:
-                k = next(jobs, None)
-            if k is None:
-                return
-            results[k] = _policy_run(*rows[k][:6], pd, rf, n_samp, False)
+    def job(k):
+        results[k] = _policy_run(*rows[k][:6], pd, rf, n_samp, False)
 
-    run_workers(worker, (), min(num_threads(), R))
+    run_jobs(job, sorted(range(R), key=lambda k: -rows[k][1][0].shape[0]), min(num_threads(), R))
     return pol, spec, results, n_samp
 
 
