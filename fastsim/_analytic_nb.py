@@ -35,19 +35,20 @@ def _held_nb(p, tokens):
 @njit(cache=True, inline="always")
 def _decode_step_nb(p, b, ctx_tokens, layers, hidden):
     kv = b * ctx_tokens
-    return step_time_nb(p, b, kv, 4.0 * layers * p[P_QDIM_DEC] * kv)
+    return step_time_nb(p, b, kv, 4.0 * layers * p[P_QDIM_DEC] * kv, b)
 
 
 @njit(cache=True, inline="always")
 def _coloc_step_nb(p, b, c, ctx_tokens, layers, pc):
     """b decodes of context ``ctx_tokens`` plus a chunk of c tokens of a prompt of ``pc`` tokens.
 
-    The chunk attends to the prompt's earlier chunks (SPEC §5, revised): on average
+    The step's sequences are the b decodes and the prompt's piece (b + 1). The chunk attends to
+    the prompt's earlier chunks (SPEC §5, revised): on average
     ``2 x layers x c x pc x q_dim`` FLOPs and a read of ``pc / 2`` cached tokens of that prompt.
     """
     kv = b * ctx_tokens
     return step_time_nb(p, b + c, kv + _held_nb(p, pc / 2.0),
-                        4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * pc)
+                        4.0 * layers * p[P_QDIM_DEC] * kv + 2.0 * layers * p[P_QDIM_PF] * c * pc, b + 1.0)
 
 
 @njit(cache=True)
@@ -65,11 +66,11 @@ def _round_nb(p, pd, b, c, ctx_tokens, ctx_draft_tokens, layers, gamma, pc):
         n = b * (gamma + 1.0)
         attn = 4.0 * layers * p[P_QDIM_DEC] * (n * ctx_tokens)
         if c > 0.0:
-            s = step_time_nb(p, n + c, kv + _held_nb(p, pc / 2.0), attn + 2.0 * layers * p[P_QDIM_PF] * c * pc)
+            s = step_time_nb(p, n + c, kv + _held_nb(p, pc / 2.0), attn + 2.0 * layers * p[P_QDIM_PF] * c * pc, b + 1.0)
         else:
-            s = step_time_nb(p, n, kv, attn)
+            s = step_time_nb(p, n, kv, attn, b)
         kvd = b * ctx_draft_tokens
-        d = step_time_nb(pd, b, kvd, 4.0 * pd[P_LAYERS] * pd[P_QDIM_DEC] * kvd)
+        d = step_time_nb(pd, b, kvd, 4.0 * pd[P_LAYERS] * pd[P_QDIM_DEC] * kvd, b)
         return gamma * d + s
     if c > 0.0:
         return _coloc_step_nb(p, b, c, ctx_tokens, layers, pc)
@@ -166,9 +167,9 @@ def _instance_row_nb(p, pd, d, chunk_i, max_batch_i, chunks, gamma, tokens_per_r
     # cached tokens' matmuls and their own causal attention are skipped; their KV is read and the
     # new tokens attend over it: 2 L d (P^2 - (hP)^2) attention FLOPs
     s_lat = step_time_nb(p, new_lat_p, _held_nb(p, hit * lat_p),
-                         2.0 * L * h * lat_p * lat_p * (1.0 - hit * hit))
+                         2.0 * L * h * lat_p * lat_p * (1.0 - hit * hit), 1.0)
     s_mean = step_time_nb(p, new_mean_p, _held_nb(p, hit * mean_p),
-                          2.0 * L * h * mean_p * work_p * (1.0 - hit * hit))
+                          2.0 * L * h * mean_p * work_p * (1.0 - hit * hit), 1.0)
     transfer = lat_p * kvpg / net_bw
     a = ttft - s_lat - transfer
     out_pre_s[i] = s_lat

@@ -493,10 +493,10 @@ def round_time_s(p_target, p_draft, n_seqs, context_tokens, gamma: int):
     ct = _held(pt, ctx)
     kv = b * ct
     n = b * float(g + 1)
-    out = step_time(pt, n, kv, decode_attn_flops(pt[..., P_LAYERS], pt[..., P_QDIM_DEC], n * ct))
+    out = step_time(pt, n, kv, decode_attn_flops(pt[..., P_LAYERS], pt[..., P_QDIM_DEC], n * ct), b)
     if g > 0:
         kvd = b * _held(pd, ctx)
-        draft = step_time(pd, b, kvd, decode_attn_flops(pd[..., P_LAYERS], pd[..., P_QDIM_DEC], kvd))
+        draft = step_time(pd, b, kvd, decode_attn_flops(pd[..., P_LAYERS], pd[..., P_QDIM_DEC], kvd), b)
         out = g * draft + out
     out = np.asarray(out, dtype=np.float64)
     return float(out) if out.ndim == 0 else out

@@ -45,7 +45,7 @@ __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
     "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
-    "stage_layers", "pp_refusal", "pipeline_round_params", "P_REQ_OVERHEAD", "p2p_time", "PP_ACTIVATION_TENSORS",
+    "stage_layers", "pp_refusal", "pipeline_round_params", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "p2p_time", "PP_ACTIVATION_TENSORS",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -79,14 +79,15 @@ __all__ = [
  P_P2P_LAT,       # latency of this stage's activation send to the next stage (s; 0: none, the last stage)
  P_P2P_S_PER_TOKEN,  # seconds per token of that send (0: none)
  P_REQ_OVERHEAD,  # per-request time outside the GPU schedule, added to TTFT and E2E (s; StepConstants.request_overhead_s)
- ) = range(34)
-N_PARAMS = 34
+ P_OVERHEAD_SEQ,  # host time per sequence of a step (s; StepConstants.overhead_per_seq_s)
+ ) = range(35)
+N_PARAMS = 35
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
                "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV", "P_PP", "P_P2P_LAT",
-               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD")
+               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
@@ -156,6 +157,17 @@ class StepConstants:
         Default 0 (SPEC §3 has none). TensorRT-LLM's Triton path adds 6-10 ms of TTFT on 8B at
         the lightest load in its published tables; fitted per engine
         (:func:`fastsim.validate.fit.fit_measurements`).
+    overhead_per_seq_s : float
+        Step model v2: the engine's host time per sequence of a step (s), added to the step on
+        top of ``overhead_s``: a step of ``n`` sequences (its decodes and its prompt pieces)
+        costs ``overhead_s + n x overhead_per_seq_s`` besides its GPU time. The engine's CPU
+        schedules, prepares inputs for, samples and detokenises each sequence of the batch
+        every step, and with CUDA graphs hiding the launches that work grows with the batch:
+        vLLM measured its host overhead at 62% of a Llama-3-8B step on an H100 before v0.6
+        overlapped it ("vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction",
+        vLLM blog, 2024-09-05), and TensorRT-LLM's published inter-token latency grows with load
+        faster than its GPU time. Default 0 (SPEC §3 has one fixed overhead per step); fitted
+        per engine (:func:`fastsim.validate.fit.fit_measurements`).
     """
 
     eta_compute: float = 0.6
@@ -170,6 +182,7 @@ class StepConstants:
     kv_memory: str = "spec"
     reserved_bytes_per_gpu: float = 0.0
     request_overhead_s: float = 0.0
+    overhead_per_seq_s: float = 0.0
 
     def __post_init__(self):
         if self.kv_memory not in KV_MEMORY_RULES:
@@ -476,6 +489,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_P2P_LAT] = 0.0
     p[P_P2P_S_PER_TOKEN] = 0.0
     p[P_REQ_OVERHEAD] = constants.request_overhead_s
+    p[P_OVERHEAD_SEQ] = constants.overhead_per_seq_s
     if pp != 1:
         return _bottleneck(stage_params(model, gpu, precision, g, constants, pp=pp, dp=dp, ep=ep))
     return p
@@ -715,7 +729,8 @@ def pipeline_round_params(p) -> np.ndarray:
     ``S x stage(b / S)``: the bottleneck stage runs every micro-batch once. For a dense model the
     stage's roofline terms are linear in the tokens and KV of the step, so that round is
     :func:`step_time` of this vector at the whole batch ``b``: the stage's weight bytes, per-step
-    overhead, link latencies (all-reduce hops, the stage send) taken ``S`` times, the rest as is.
+    overhead, link latencies (all-reduce hops, the stage send) taken ``S`` times, the rest as is
+    (the per-sequence host time too: ``S`` micro-batches of ``b / S`` sequences are ``b``).
     For a MoE model the touched experts are counted at ``b`` tokens, not ``S`` times at ``b / S``
     (fewer weight bytes: an optimistic weight read). The pipeline's fill and drain (the bubble,
     ``(S - 1) / (M + S - 1)`` of the time with ``M`` micro-batches) and uneven stages are the
@@ -842,8 +857,12 @@ def step_parts(p, n_tokens, kv_tokens, attn_flops):
     return _parts([p[..., i] for i in range(N_PARAMS)], n_tokens, kv_tokens, attn_flops)
 
 
-def step_time(p, n_tokens, kv_tokens, attn_flops):
+def step_time(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     """Step time in seconds, vectorized: ``max(weight + KV, compute) + all-reduce + all-to-all + overhead`` (SPEC §3).
+
+    The overhead is ``overhead_s + n_seqs x overhead_per_seq_s`` (step model v2's host time per
+    sequence, :attr:`StepConstants.overhead_per_seq_s`; 0 under SPEC §3, whose step times this
+    gives bit for bit).
 
     Inputs are not validated.
 
@@ -853,6 +872,8 @@ def step_time(p, n_tokens, kv_tokens, attn_flops):
         Packed parameters from :func:`step_params` (stacked for a grid).
     n_tokens, kv_tokens, attn_flops : float or ndarray(float64), broadcastable against ``p[..., 0]``
         New tokens in the step, cached tokens read, attention FLOPs (as in :func:`step_parts`).
+    n_seqs : float or ndarray(float64), broadcastable likewise
+        Sequences in the step: its decodes and its prompt pieces (a lone prefill is 1).
 
     Returns
     -------
@@ -861,7 +882,8 @@ def step_time(p, n_tokens, kv_tokens, attn_flops):
     """
     p = np.asarray(p, dtype=np.float64)
     w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
-    return np.maximum(w + kv, comp) + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
+    return (np.maximum(w + kv, comp) + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
+            + p[..., P_OVERHEAD_SEQ] * n_seqs)
 
 
 _parts_nb = njit(cache=True, inline="always")(_parts)
@@ -869,7 +891,7 @@ _p2p_nb = njit(cache=True, inline="always")(_p2p)
 
 
 @njit(cache=True)
-def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
+def step_time_nb(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     """Scalar step time for kernels; same formula and float operations as :func:`step_time` (SPEC §3).
 
     Inputs are not validated (a numba kernel: it raises nothing).
@@ -880,6 +902,8 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
         Packed parameters from :func:`step_params`.
     n_tokens, kv_tokens, attn_flops : float64
         New tokens in the step, cached tokens read, attention FLOPs.
+    n_seqs : float64
+        Sequences in the step (its decodes and prompt pieces).
 
     Returns
     -------
@@ -888,4 +912,4 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops):
     """
     w, kv, comp, ar, a2a = _parts_nb(p, n_tokens, kv_tokens, attn_flops)
     a = w + kv
-    return (a if a >= comp else comp) + (ar + a2a) + _p2p_nb(p, n_tokens) + p[P_OVERHEAD]
+    return (a if a >= comp else comp) + (ar + a2a) + _p2p_nb(p, n_tokens) + p[P_OVERHEAD] + p[P_OVERHEAD_SEQ] * n_seqs

@@ -37,7 +37,7 @@ def _synthetic(seed, noise=0.05, constants=TRUE):
         m = cat.model(name)
         p = step_params(m, g, pr, tp, constants)
         attn = decode_attn_flops(m.layers, m.attn_dim_decode, kv) + prefill_attn_flops(m.layers, m.attn_dim_prefill, pf)
-        t = float(step_time(p, d + pf, kv, attn)) * (1.0 + noise * rng.standard_normal())
+        t = float(step_time(p, d + pf, kv, attn, d + (pf > 0))) * (1.0 + noise * rng.standard_normal())
         recs.append(dict(gpu="H100", precision="BF16", tp=tp, model=m.name, decode_tokens=d, prefill_tokens=pf,
                          kv_tokens=kv, step_s=t))
     df = pd.DataFrame(recs)

@@ -139,7 +139,7 @@ def test_dense_models_keep_the_lecture_step():
 def test_scalar_and_vector_step_agree_to_the_bit(layout):
     p = step_params(QWEN_MOE, H100, FP8, 8, **layout)
     for n, kv, attn in ((1.0, 100.0, 3e9), (37.0, 50000.0, 1e11), (2048.0, 0.0, 7e12)):
-        assert step_time_nb(p, n, kv, attn) == float(step_time(p, n, kv, attn))
+        assert step_time_nb(p, n, kv, attn, n) == float(step_time(p, n, kv, attn, n))
 
 
 # ------------------------------------------------------------------ the simulator on MoE instances

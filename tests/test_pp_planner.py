@@ -216,11 +216,11 @@ def test_the_lone_request_crosses_every_stage():
     ttft, tpot = _lone_times(p, 1500.0, 300.0)
     S = stage_params(M405, H100, FP8, 8, pp=2)
     h, hd = M405.attn_dim_prefill, M405.attn_dim_decode
-    want_ttft = sum(float(step_time(S[s], 1024.0, 0.0, 2.0 * 63 * h * 1024.0 ** 2)
-                          + step_time(S[s], 476.0, 1024.0, 2.0 * 63 * h * 476.0 ** 2 + 4.0 * 63 * h * 476.0 * 1024.0))
+    want_ttft = sum(float(step_time(S[s], 1024.0, 0.0, 2.0 * 63 * h * 1024.0 ** 2, 1.0)
+                          + step_time(S[s], 476.0, 1024.0, 2.0 * 63 * h * 476.0 ** 2 + 4.0 * 63 * h * 476.0 * 1024.0, 1.0))
                     for s in range(2))
     ctx = 1500.0 + 150.0
-    want_tpot = sum(float(step_time(S[s], 1.0, ctx, 4.0 * 63 * hd * ctx)) for s in range(2))
+    want_tpot = sum(float(step_time(S[s], 1.0, ctx, 4.0 * 63 * hd * ctx, 1.0)) for s in range(2))
     assert ttft == pytest.approx(want_ttft, rel=1e-12) and tpot == pytest.approx(want_tpot, rel=1e-12)
 
 

@@ -123,10 +123,10 @@ def test_single_request_step_arithmetic():
     t = 0.5
     for s, x in ((0, 128), (128, 128), (256, 44)):
         attn = 4.0 * lay * hid * 0.0 + (2.0 * lay * hid * x * x + 4.0 * lay * hid * x * s)
-        t = t + float(step_time(p, float(x), float(s), attn))
+        t = t + float(step_time(p, float(x), float(s), attn, 1.0))
     assert r.first_token_s[0] == t
     for g in range(1, O):
-        t = t + float(step_time(p, 1.0, float(P + g), 4.0 * lay * hid * float(P + g)))
+        t = t + float(step_time(p, 1.0, float(P + g), 4.0 * lay * hid * float(P + g), 1.0))
     assert r.finish_s[0] == t
 
 
@@ -251,7 +251,7 @@ def _mg1_runs(rho, seeds, n_per_seed):
     rng = np.random.default_rng(12345)
     big = lognormal_tokens(rng, 1000.0, 0.8, 400_000)
     lay, hid = P8[6], P8[7]
-    s_of = lambda P: step_time(P8, P.astype(np.float64), 0.0, 2.0 * lay * hid * P.astype(np.float64) ** 2)
+    s_of = lambda P: step_time(P8, P.astype(np.float64), 0.0, 2.0 * lay * hid * P.astype(np.float64) ** 2, 1.0)
     s = s_of(big)
     es, es2 = s.mean(), (s * s).mean()
     lam = rho / es

@@ -195,7 +195,7 @@ def test_vllm_budget_shared_by_decodes_and_chunks():
     s = 0
     for x in (2048, 2048, 2048, 2048, 1808):
         attn = 4.0 * lay * q * 1.0 * (0.0 - 0.0 * 0.0) + 2.0 * lay * q * x * x + 4.0 * lay * q * x * float(s)
-        t = t + float(step_time(plan.p, float(x), float(s) - 0.0 * 0.0, attn))
+        t = t + float(step_time(plan.p, float(x), float(s) - 0.0 * 0.0, attn, 1.0))
         s += x
     assert res.first_token_s[0] == t
     assert res.metrics.mean_batch[0] == 1.0
@@ -282,9 +282,9 @@ def test_spec_alpha_zero_costs_exactly_draft_plus_verify():
     p, d = _with_kv(P70, 2e6), D8
     lay, q = float(p[P_LAYERS]), float(p[P_QDIM_DEC])
     ctx = 64 * 1001         # 64 decodes at context 1001 (prompt 1000 + their first token)
-    plain = float(step_time(p, 64.0, float(ctx), 4.0 * lay * q * 1.0 * float(ctx)))
-    verify = float(step_time(p, float(64 * 5), float(ctx), 4.0 * lay * q * 5.0 * float(ctx)))
-    draft = float(step_time(d, 64.0, float(ctx), 4.0 * float(d[P_LAYERS]) * float(d[P_QDIM_DEC]) * float(ctx)))
+    plain = float(step_time(p, 64.0, float(ctx), 4.0 * lay * q * 1.0 * float(ctx), 64.0))
+    verify = float(step_time(p, float(64 * 5), float(ctx), 4.0 * lay * q * 5.0 * float(ctx), 64.0))
+    draft = float(step_time(d, 64.0, float(ctx), 4.0 * float(d[P_LAYERS]) * float(d[P_QDIM_DEC]) * float(ctx), 64.0))
     # a budget that prefills all 64 prompts in one step: then one decode step of all 64
     kw = dict(horizon_s=200.0, ttft_slo_s=100.0, tpot_slo_s=1.0,
               policy=engine_policy("vllm", max_num_batched_tokens=1 << 20))

@@ -35,7 +35,7 @@ def _prefill_times(p, chunks):
     s = 0
     for x in chunks:
         attn = 4.0 * lay * q * 1.0 * (0.0 - 0.0 * 0.0) + 2.0 * lay * q * x * x + 4.0 * lay * q * x * float(s)
-        t = t + float(step_time(p, float(x), float(s) - 0.0 * 0.0, attn))
+        t = t + float(step_time(p, float(x), float(s) - 0.0 * 0.0, attn, 1.0))
         s += x
     return t
 

@@ -195,12 +195,12 @@ def test_single_request_reads_its_held_context(model, P, O, c):
     for s in range(0, P, c):
         x = min(c, P - s)
         h = float(model.kv_tokens_held(s))     # the cached tokens the chunk reads and attends over
-        t = t + float(step_time(p, float(x), h, _chunk_attn(p, float(x), float(s), h)))
+        t = t + float(step_time(p, float(x), h, _chunk_attn(p, float(x), float(s), h), 1.0))
     assert r.first_token_s[0] == t
     for g in range(1, O):
         h = float(model.kv_tokens_held(P + g))
         assert h < P + g
-        t = t + float(step_time(p, 1.0, h, 4.0 * lay * qdec * h))
+        t = t + float(step_time(p, 1.0, h, 4.0 * lay * qdec * h, 1.0))
     assert r.finish_s[0] == t
     # its reservation is the KV of its whole P + O, in whole tokens
     assert r.metrics.kv_peak_tokens[0] == math.ceil(model.kv_tokens_held(P + O)) < P + O
@@ -214,14 +214,14 @@ def test_disaggregated_request_moves_its_held_kv():
     lay, qdec, qpf = p[P_LAYERS], p[P_QDIM_DEC], p[P_QDIM_PF]
     r = simulate(DisaggregatedPlan(p, 1, p, 1), np.array([0.0]), np.array([P]), np.array([O]),
                  horizon_s=100.0, ttft_slo_s=1.0, tpot_slo_s=1.0)
-    t = 0.0 + float(step_time(p, float(P), 0.0, 4.0 * lay * qpf * 0.0 + (2.0 * lay * qpf * P * P + 4.0 * lay * qpf * P * 0.0)))
+    t = 0.0 + float(step_time(p, float(P), 0.0, 4.0 * lay * qpf * 0.0 + (2.0 * lay * qpf * P * P + 4.0 * lay * qpf * P * 0.0), 1.0))
     held_p = float(model.kv_tokens_held(P))
     assert held_p < P
     t = t + held_p * p[P_KVPG] / p[P_NET_BW]
     assert r.first_token_s[0] == t
     for g in range(1, O):
         h = float(model.kv_tokens_held(P + g))
-        t = t + float(step_time(p, 1.0, h, 4.0 * lay * qdec * h))
+        t = t + float(step_time(p, 1.0, h, 4.0 * lay * qdec * h, 1.0))
     assert r.finish_s[0] == t
     assert list(r.metrics.kv_peak_tokens) == [math.ceil(held_p), math.ceil(model.kv_tokens_held(P + O))]
 

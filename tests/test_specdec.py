@@ -41,10 +41,10 @@ def test_round_time_equals_the_ledgers_round_to_the_bit():
 def test_round_time_parts_and_gamma_zero():
     p_t, p_d = spec_step_params("llama-3.1-70b", "H100", "FP8", 8, C, spec_decoding(2, 0.8, model="llama-3.1-70b"))
     b, ctx = 64.0, 4096.0
-    plain = float(step_time(p_t, b, b * ctx, decode_attn_flops(80, p_t[P_QDIM_DEC], b * ctx)))
+    plain = float(step_time(p_t, b, b * ctx, decode_attn_flops(80, p_t[P_QDIM_DEC], b * ctx), b))
     assert round_time_s(p_t, p_d, b, ctx, 0) == plain
-    draft = float(step_time(p_d, b, b * ctx, decode_attn_flops(32, p_d[P_QDIM_DEC], b * ctx)))
-    verify = float(step_time(p_t, 3 * b, b * ctx, decode_attn_flops(80, p_t[P_QDIM_DEC], 3 * b * ctx)))
+    draft = float(step_time(p_d, b, b * ctx, decode_attn_flops(32, p_d[P_QDIM_DEC], b * ctx), b))
+    verify = float(step_time(p_t, 3 * b, b * ctx, decode_attn_flops(80, p_t[P_QDIM_DEC], 3 * b * ctx), b))
     assert round_time_s(p_t, p_d, b, ctx, 2) == 2 * draft + verify
     # vectorised over batches
     v = round_time_s(p_t, p_d, np.array([1.0, 64.0]), ctx, 2)

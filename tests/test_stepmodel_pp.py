@@ -57,8 +57,8 @@ def test_the_stage_send_crosses_the_node_boundary_at_the_network_bandwidth():
     assert S[1, P_P2P_LAT] == 0.0 and S[1, P_P2P_S_PER_TOKEN] == 0.0          # the last stage sends nothing
     S70 = stage_params(M70, H100, FP8, 4, pp=2)          # 8 GPUs: one node, NVLink
     assert S70[0, P_P2P_S_PER_TOKEN] == 2 * 8192 * 2.0 / 4 / (c.eta_nvlink * H100.nvlink_bw_bytes_per_s)
-    t0 = step_time(S[0], 100.0, 0.0, 0.0)
-    t_nosend = step_time(np.where(np.arange(N_PARAMS) == P_P2P_S_PER_TOKEN, 0.0, S[0]), 100.0, 0.0, 0.0)
+    t0 = step_time(S[0], 100.0, 0.0, 0.0, 100.0)
+    t_nosend = step_time(np.where(np.arange(N_PARAMS) == P_P2P_S_PER_TOKEN, 0.0, S[0]), 100.0, 0.0, 0.0, 100.0)
     assert t0 - t_nosend == pytest.approx(100.0 * S[0, P_P2P_S_PER_TOKEN], rel=1e-9)
 
 
@@ -89,8 +89,8 @@ def test_the_analytic_round_is_pp_stage_steps_of_a_micro_batch(pp, b):
     ctx = 3000.0
     kv = b * ctx
     attn = decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv)
-    want = pp * step_time(p, b / pp, kv / pp, attn / pp)
-    assert float(step_time(q, b, kv, attn)) == pytest.approx(float(want), rel=1e-12)
+    want = pp * step_time(p, b / pp, kv / pp, attn / pp, b / pp)
+    assert float(step_time(q, b, kv, attn, b)) == pytest.approx(float(want), rel=1e-12)
     assert q[P_OVERHEAD] == pp * p[P_OVERHEAD] and q[P_ALPHA] == pp * p[P_ALPHA]
     one = step_params(M70, H100, BF16, 2)
     assert np.array_equal(pipeline_round_params(one), one)                 # no PP: unchanged

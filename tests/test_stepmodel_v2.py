@@ -34,7 +34,7 @@ def test_eta_kv_times_the_kv_read_only():
     assert w1 == w0 and c1 == c0
     assert kv1 == pytest.approx(kv_tokens * base[P_KVPG] / (0.4 * base[P_HBM_BW]), rel=1e-15)
     assert kv1 == pytest.approx(2.0 * kv0, rel=1e-15)
-    assert float(step_time(half, 64.0, kv_tokens, 0.0)) == pytest.approx(max(w1 + kv1, c1) + 1e-3, rel=1e-15)
+    assert float(step_time(half, 64.0, kv_tokens, 0.0, 64.0)) == pytest.approx(max(w1 + kv1, c1) + 1e-3, rel=1e-15)
     with pytest.raises(FastsimInputError, match="eta_kv"):
         StepConstants(eta_kv=1.5)
     assert StepConstants(eta_bw=0.7).kv_efficiency == 0.7 and StepConstants(eta_kv=0.5).kv_efficiency == 0.5

@@ -154,7 +154,7 @@ def test_a_step_row_is_one_decode_step():
     cat = default_catalog()
     p = step_params(cat.model("llama-3.1-8b"), cat.gpu("H100"), cat.precision("BF16"), 1)
     kv = 4 * 595.0
-    assert r.predicted == pytest.approx(float(step_time(p, 4.0, kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv))),
+    assert r.predicted == pytest.approx(float(step_time(p, 4.0, kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv), 4.0)),
                                         rel=1e-12)
     assert r.policy == "step model"
 
@@ -236,7 +236,7 @@ def test_diagnosis_finds_the_constant_that_made_the_measurement(tmp_path):
     cat = default_catalog()
     p = step_params(cat.model("llama-3.1-8b"), cat.gpu("H100"), cat.precision("BF16"), 1, StepConstants(eta_bw=0.6))
     kv = 8 * 1000.0
-    t = float(step_time(p, 8.0, kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv)))
+    t = float(step_time(p, 8.0, kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv), 8.0))
     ms = read_measurements(write_csv(tmp_path / "m.csv", row(benchmark="step", metric="step_s", stat="mean",
                                                              value=repr(t), input_tokens=None, output_tokens=None,
                                                              num_requests=None, batch="8", context_tokens="1000")))

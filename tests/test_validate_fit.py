@@ -27,7 +27,7 @@ def _step_rows(prefix, engine="trtllm", constants=TRUE):
     out = []
     for i, (b, ctx) in enumerate([(b, c) for b in (1, 8, 64, 512, 4096, 8192) for c in (100, 2000)]):
         kv = b * float(ctx)
-        t = float(step_time(p, float(b), kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv)))
+        t = float(step_time(p, float(b), kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv), float(b)))
         out.append(row(id=f"{prefix}{i}", engine=engine, benchmark="step", metric="step_s", stat="mean", value=repr(t),
                        input_tokens=None, output_tokens=None, num_requests=None, max_num_batched_tokens=None,
                        max_num_seqs=None, batch=str(b), context_tokens=str(ctx)))

@@ -658,7 +658,7 @@ def _lone_ttft(plan, prompt_tokens, cat, model):
     t, done, P = 0.0, 0.0, float(prompt_tokens)
     while done < P:
         x = min(c, P - done)
-        t += float(step_time(pp, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
+        t += float(step_time(pp, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done, 1.0))
         done += x
     return t
 

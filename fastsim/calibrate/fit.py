@@ -289,7 +289,9 @@ def _step_inputs(d: pd.DataFrame, cat: Catalog):
         attn[i] = (decode_attn_flops(m.layers, m.attn_dim_decode, float(r.kv_tokens))
                    + prefill_attn_flops(m.layers, m.attn_dim_prefill, float(r.prefill_tokens)))
     n = (d.decode_tokens + d.prefill_tokens).to_numpy(np.float64)
-    return P, n, d.kv_tokens.to_numpy(np.float64), attn
+    # sequences of the step: each decode one, the prompt tokens one piece
+    seqs = (d.decode_tokens + (d.prefill_tokens > 0)).to_numpy(np.float64)
+    return P, n, d.kv_tokens.to_numpy(np.float64), attn, seqs
 
 
 def fit_steps(measurements: pd.DataFrame, catalog: Catalog | None = None) -> list:
@@ -322,7 +324,7 @@ def fit_steps(measurements: pd.DataFrame, catalog: Catalog | None = None) -> lis
     out = []
     c = StepConstants()
     for (g, pr), d in measurements.groupby(["gpu", "precision"], sort=False):
-        P, n, kv, attn = _step_inputs(d, cat)
+        P, n, kv, attn, seqs = _step_inputs(d, cat)
         names = ["eta_compute", "eta_bw", "overhead_s"]
         if (d.tp > 1).any():
             names += ["alpha_s", "eta_nvlink"]
@@ -333,13 +335,13 @@ def fit_steps(measurements: pd.DataFrame, catalog: Catalog | None = None) -> lis
         cols = {"eta_compute": P_ETA_C, "eta_bw": P_ETA_BW, "overhead_s": P_OVERHEAD, "alpha_s": P_ALPHA,
                 "eta_nvlink": P_ETA_NV}
 
-        def model(v, P=P, n=n, kv=kv, attn=attn):
+        def model(v, P=P, n=n, kv=kv, attn=attn, seqs=seqs):
             Q = P.copy()
             for k, j in cols.items():
                 Q[:, j] = v[k]
             if c.eta_kv is None:            # the KV read at eta_bw's efficiency (SPEC §3)
                 Q[:, P_ETA_KV] = v["eta_bw"]
-            return step_time(Q, n, kv, attn)
+            return step_time(Q, n, kv, attn, seqs)
         meas = d.step_s.to_numpy(np.float64)
         v, iv, ok, mod = _least_squares(model, meas, tuple(names), start,
                                         fixed=tuple(k for k in CONSTANTS if k not in names))

@@ -289,7 +289,7 @@ def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog:
         gp, prp = ((catalog.gpu(plan.prefill_gpu_name), catalog.precision(plan.prefill_precision_name))
                    if prefill_gpu else (g, pr))
         pp = step_params(model, gp, prp, plan.prefill_tp, constants, **plan.layout_kwargs(plan.prefill_tp))
-        ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P)) + P * pp[P_KVPG] / pp[P_NET_BW]
+        ttft = float(step_time(pp, P, 0.0, 2.0 * L * h * P * P, 1.0)) + P * pp[P_KVPG] / pp[P_NET_BW]
         pd_ = step_params(model, g, pr, plan.decode_tp, constants, **plan.layout_kwargs(plan.decode_tp))
     elif int(getattr(plan, "pp", 1)) > 1:
         # a pipelined instance: the request's micro-batch crosses every stage in turn (a sequence is in
@@ -303,10 +303,10 @@ def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog:
         ttft, done = 0.0, 0.0
         while done < P:
             x = min(c, P - done)
-            ttft += float(step_time(S, x, done, 2.0 * Ls * h * x * x + 4.0 * Ls * h * x * done).sum())
+            ttft += float(step_time(S, x, done, 2.0 * Ls * h * x * x + 4.0 * Ls * h * x * done, 1.0).sum())
             done += x
         ctx = float(model.kv_tokens_held(P + O / 2.0))
-        return ttft, float(step_time(S, 1.0, ctx, 4.0 * Ls * hd * ctx).sum())
+        return ttft, float(step_time(S, 1.0, ctx, 4.0 * Ls * hd * ctx, 1.0).sum())
     else:
         pd_ = step_params(model, g, pr, plan.tp, constants, **plan.layout_kwargs(plan.tp))
         c = float(plan.chunk_tokens)
@@ -315,10 +315,10 @@ def _lone_times(plan: Plan, prompt_tokens: float, output_tokens: float, catalog:
         ttft, done = 0.0, 0.0
         while done < P:
             x = min(c, P - done)
-            ttft += float(step_time(pd_, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done))
+            ttft += float(step_time(pd_, x, done, 2.0 * L * h * x * x + 4.0 * L * h * x * done, 1.0))
             done += x
     ctx = float(model.kv_tokens_held(P + O / 2.0))
-    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * hd * ctx))
+    tpot = float(step_time(pd_, 1.0, ctx, 4.0 * L * hd * ctx, 1.0))
     return ttft, tpot
 
 

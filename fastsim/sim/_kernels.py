@@ -50,7 +50,7 @@ from numba import njit
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
                          P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
-                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD)
+                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
@@ -319,6 +319,7 @@ def _step_consts_nb(pp, fst, i):
     a2a_b = fst[i, F_A2A_B]
     d_ep = fst[i, F_D_EP]
     d_kv = fst[i, F_D_KV]
+    ovh_seq = pp[i, P_OVERHEAD_SEQ]
     # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
     # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
     # ar_b == 0 and no all-to-all the communication is the same signed zero product
@@ -334,18 +335,18 @@ def _step_consts_nb(pp, fst, i):
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
                          ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
-                         d_kv)
+                         d_kv, ovh_seq)
 
 
 @njit(cache=True, inline="always")
-def _step_s_nb(n_tok, kvf, attn, parts):
-    """Step time (s) of ``n_tok`` new tokens reading ``kvf`` held KV tokens with ``attn`` attention FLOPs.
+def _step_s_nb(n_tok, kvf, attn, n_seq, parts):
+    """Step time (s) of ``n_tok`` new tokens of ``n_seq`` sequences reading ``kvf`` held KV tokens with ``attn`` attention FLOPs.
 
     ``step_time_nb``'s float operations in its order, from :func:`_step_consts_nb`'s ``parts``;
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -360,7 +361,7 @@ def _step_s_nb(n_tok, kvf, attn, parts):
         comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
                   + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
     aw = weight_s + kv_time
-    return (aw if aw >= comp_s else comp_s) + comm_s + overhead
+    return (aw if aw >= comp_s else comp_s) + comm_s + overhead + ovh_seq * n_seq
 
 
 @njit(cache=True)
@@ -371,7 +372,7 @@ def _step_nd_nb(n_tok, parts):
     only, so a plain call (no reference counting).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -539,6 +540,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     d_dp = d_parts[1]
     d_kvpg = d_parts[3]
     d_over = d_parts[5]
+    d_ovs = d_parts[27]
     d_kv = d_parts[26]
     d_dc = d_parts[11]
     d_divs = d_parts[20] or d_parts[21]
@@ -882,7 +884,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     reserved = held
                     if held > kv_peak:
                         kv_peak = held
-                    dt_step = _step_s_nb(float(tot), 0.0, attn, parts)
+                    dt_step = _step_s_nb(float(tot), 0.0, attn, float(cnt), parts)
                     step += 1
                     active = 1
                     batch_sum += cnt
@@ -946,11 +948,12 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                     busy = fst[ii, F_BUSY]
                     start = fst[ii, F_STEP_START]
                     tb = ntc[_u(ii)]
-                    # the batch whose _step_nd_nb terms are in w_s, m2n, comm_s
+                    # the batch whose _step_nd_nb terms (and host time) are in w_s, m2n, comm_s, seq_s
                     nd_c = -1
                     w_s = 0.0
                     m2n = 0.0
                     comm_s = 0.0
+                    seq_s = 0.0
                     while True:
                         if active != 0:
                             outstanding -= 0 + nd
@@ -1021,6 +1024,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         # Without a window float(ctx) - 0.0 * 0.0 is float(ctx)
                         if nd != nd_c:
                             w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), d_parts)
+                            seq_s = d_ovs * float(nd + 0)
                             nd_c = nd
                         if d_windowed:
                             kvf = float(ctx) - d_slide * float(ex)
@@ -1029,7 +1033,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         kv_time = kvf * d_kvpg / d_dp / d_kv
                         comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                         aw = w_s + kv_time
-                        dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                        dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                         step += 1
                         active = 1
                         batch_sum += nd + 0
@@ -1057,7 +1061,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                                 aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1075,7 +1079,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
                                 aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1093,7 +1097,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 kv_time = kvf * d_kvpg / d_kv
                                 comp_s = (m2n + d_c4 * kvf) / d_dc
                                 aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over
+                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1313,7 +1317,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 else:
                                     break
                             kvf = float(kvt)
-                        dt_step = _step_s_nb(float(nd + pf_tokens), kvf, attn, parts)
+                        dt_step = _step_s_nb(float(nd + pf_tokens), kvf, attn, float(nd + pieces), parts)
                         step += 1
                         active = 1
                         batch_sum += nd + pieces

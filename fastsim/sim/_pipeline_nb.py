@@ -550,7 +550,7 @@ def pipeline_run_nb(stages, cfg, cf, arrival, prompt, output, first, finish, ins
             for k in range(npc):
                 xf = float(px[k])
                 a += c2[s] * xf * xf + c4p[s] * xf * phs[k]
-            dstage[s] = step_time_nb(stages[s], float(n_tok), kvf, a)
+            dstage[s] = step_time_nb(stages[s], float(n_tok), kvf, a, float(cnt))
         slot = (ist[i, S_RHEAD] + ist[i, S_RN]) % S
         ist[i, S_RN] += 1
         prev = t

@@ -60,7 +60,7 @@ from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD,
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ,
                          step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
@@ -296,6 +296,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     kvpg = p[P_KVPG]
     hid = p[P_HIDDEN]
     overhead = p[P_OVERHEAD]
+    ovh_seq = p[P_OVERHEAD_SEQ]
     d_bw = p[P_ETA_BW] * p[P_HBM_BW]
     d_kv = p[P_ETA_KV] * p[P_HBM_BW]     # the KV read's divisor (d_bw's value under SPEC §3's constants)
     wdense = p[P_WDENSE]
@@ -516,6 +517,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 weight_s = 0.0
                 comm_s = 0.0
                 mm = 0.0
+                seq_d = 0.0
                 while True:
                     if qlen[i] == 0 and not (kind != SGLANG and nf > B):
                         # the common case in a tight loop: nobody finishes (checked before the
@@ -533,6 +535,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                                 comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
                                           + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
                             mm = matmul2 * ntf
+                            seq_d = ovh_seq * ntf
                         while True:
                             if wheel[wb0 + (c & wmask)] >= 0:
                                 break
@@ -568,7 +571,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             num = mm + attn
                             comp_s = (num / g if div_g else num) / d_c
                             aw = weight_s + kv_time
-                            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + seq_d
                             n_pure += 1
                             bsum_d += nf
                             t = t + d
@@ -690,6 +693,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
                                       + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
                         mm = matmul2 * ntf
+                        seq_d = ovh_seq * ntf
                     kvf = float(ctx) - f * 0.0
                     attn = c4g * kvf
                     kvb = kvf * kvpg
@@ -697,7 +701,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     num = mm + attn
                     comp_s = (num / g if div_g else num) / d_c
                     aw = weight_s + kv_time
-                    d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+                    d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + seq_d
                     n_pure += 1
                     bsum_d += nf
                     t = t + d
@@ -1452,7 +1456,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     xf = float(x)
                     attn += c2p * xf * xf + c4p * xf * hs
                     n_tok += x
-            # step_time_nb(p, float(n_tok), float(kvt) - f * float(kex), attn), same operations
+            # step_time_nb(p, float(n_tok), float(kvt) - f * float(kex), attn, float(nsch)), same operations
             ntf = float(n_tok)
             kvf = float(kvt) - f * float(kex)
             if moe_w:
@@ -1469,9 +1473,9 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
                           + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
             aw = weight_s + kv_time
-            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead
+            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + ovh_seq * float(nsch)
             if gamma > 0 and nd > 0:
-                dd = step_time_nb(pd, float(nd), float(ctx), 4.0 * ld * qd * float(ctx))
+                dd = step_time_nb(pd, float(nd), float(ctx), 4.0 * ld * qd * float(ctx), float(nd))
                 d = d + float(gamma) * dd
             iout[i, O_STEPS] += 1
             iout[i, O_BATCH_SUM] += nsch

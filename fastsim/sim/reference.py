@@ -156,7 +156,8 @@ def start_batch_step(inst, t):
         inst.pieces.append((r, x))
         left -= x
     n_tok = len(inst.decoders) + sum(x for _, x in inst.pieces)
-    d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn))
+    d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn,
+                            float(len(inst.decoders) + len(inst.pieces))))
     inst.steps += 1
     inst.active = True
     inst.next_t = t + d
@@ -285,7 +286,7 @@ def simulate_reference(mode, arrival, prompt, output, *, horizon, dt, max_contex
             tot += r.P
             inst.pieces.append((r, r.P))
         inst.kv_peak = max(inst.kv_peak, sum(inst.held(r.P) for r, _ in inst.pieces))
-        d = float(step_time(inst.p, float(tot), 0.0, attn))
+        d = float(step_time(inst.p, float(tot), 0.0, attn, float(len(inst.pieces))))
         inst.steps += 1
         inst.active = True
         inst.next_t = t + d

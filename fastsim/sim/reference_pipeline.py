@@ -262,7 +262,7 @@ def _launch(inst, t, horizon):
     start, end = [], []
     prev = t
     for s, row in enumerate(inst.stages):
-        d = float(step_time(row, float(n_tok), kv, attn[s]))
+        d = float(step_time(row, float(n_tok), kv, attn[s], float(len(members))))
         st = prev if s == 0 else max(prev, inst.free[s])
         en = st + d
         inst.free[s] = en

@@ -501,10 +501,10 @@ def simulate_policy_reference(arrival, prompt, output, blk_off, blk_ids, *, p, n
             kex += e
             attn += 2.0 * lay * qpf * float(x) * float(x) + 4.0 * lay * qpf * float(x) * hs
             n_tok += x
-        d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn))
+        d = float(step_time(inst.p, float(n_tok), float(kvt) - f * float(kex), attn, float(len(inst.stepped))))
         if gamma > 0 and nd > 0:
             ld, qd = float(p_draft[P_LAYERS]), float(p_draft[P_QDIM_DEC])
-            dd = float(step_time(p_draft, float(nd), float(ctx), 4.0 * ld * qd * float(ctx)))
+            dd = float(step_time(p_draft, float(nd), float(ctx), 4.0 * ld * qd * float(ctx), float(nd)))
             d = d + float(gamma) * dd
         inst.steps += 1
         inst.active = True

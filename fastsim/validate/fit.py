@@ -1,8 +1,8 @@
 """Step-model constants fitted to serving measurements through the simulator, with cross-validation.
 
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
-``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s`` and the FP8 / FP4 compute factors of the precisions
-the rows use) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
+``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s`` and the FP8 / FP4 compute
+factors of the precisions the rows use) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
 :func:`scipy.optimize.least_squares` (trust region reflective, on the log of each constant,
@@ -39,11 +39,11 @@ from .run import run_key, run_measurements
 from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
-           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S"]
+           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
-FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor", "fp4_compute_factor", "alpha_s",
-            "eta_nvlink", "reserved_bytes_per_gpu", "request_overhead_s")
+FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
+            "fp4_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu", "request_overhead_s")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -52,7 +52,8 @@ FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "fp8_compute_factor
 #: the error lies in another term.
 BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
-          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2)}
+          "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2),
+          "overhead_per_seq_s": (1e-7, 2e-4)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -65,6 +66,10 @@ ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 #: Where a fit of ``request_overhead_s`` starts (s): the middle of the 6-10 ms TensorRT-LLM's Triton path
 #: adds to the TTFT of Llama-3.1-8B at its lightest published load (the rows' own figures).
 START_REQUEST_OVERHEAD_S = 5e-3
+#: Where a fit of ``overhead_per_seq_s`` starts (s per sequence of a step): 10 us, 2.5 ms of host
+#: time at a batch of 256 (vLLM's host overhead, 62% of a Llama-3-8B step on an H100 before v0.6,
+#: was tens of ms at large batch: "vLLM v0.6.0: 2.7x Throughput Improvement", vLLM blog, 2024).
+START_OVERHEAD_PER_SEQ_S = 1e-5
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -201,7 +206,7 @@ def _calibration(engine, names, entries, source=""):
 
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
-    ``overhead_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on, and
+    ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on, and
     ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters).
 
     Parameters
@@ -221,7 +226,8 @@ def default_names(measurements, catalog) -> tuple:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
-    return (("eta_compute", "eta_bw", "eta_kv", "overhead_s") + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+    return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s")
+            + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
             + (("request_overhead_s",) if latency else ()))
 
 
@@ -382,7 +388,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         The starting point of the ``"*"`` fits and the value of every constant not fitted
         (default: SPEC §3's timing constants with the engine's KV-pool rule,
         :data:`ENGINE_KV_MEMORY`, :data:`ENGINE_RESERVED_BYTES` set aside, and
-        :data:`START_REQUEST_OVERHEAD_S`). The figures the
+        :data:`START_REQUEST_OVERHEAD_S`; :data:`START_OVERHEAD_PER_SEQ_S` when it fits
+        ``overhead_per_seq_s``). The figures the
         fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
         ``held_out["start"]``).
     max_runs : int or None
@@ -414,6 +421,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if engine not in ENGINES:
         raise FastsimInputError("engine", engine, "one of " + ", ".join(ENGINES))
     cat = catalog if catalog is not None else default_catalog()
+    start_default = start is None
     if start is None:
         start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES,
                               request_overhead_s=START_REQUEST_OVERHEAD_S)
@@ -422,6 +430,10 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if not rows:
         raise FastsimInputError("engine", engine, "an engine with rows in the measurements")
     names = tuple(names) if names is not None else default_names(rows, cat)
+    if start_default and "overhead_per_seq_s" in names:
+        # a fit of the per-sequence host time starts inside its bounds (SPEC §3's 0 is below them);
+        # a fit without it keeps SPEC §3's 0
+        start = replace(start, overhead_per_seq_s=START_OVERHEAD_PER_SEQ_S)
     for n in names:
         if n not in FITTABLE:
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))

@@ -300,9 +300,9 @@ def _horizon_hint(s: _Setup, arrival, prompt, out) -> float:
     per_inst = max(1.0, n / s.plan.n_instances)
     b = max(1.0, min(seqs, per_inst, float(p[P_KV_BUDGET_TOKENS]) / max(mean_p + mean_o, 1.0)))
     ctx = mean_p + mean_o / 2.0
-    t_dec = float(step_time(p, b, b * ctx, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], b * ctx)))
+    t_dec = float(step_time(p, b, b * ctx, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], b * ctx), b))
     decode_s = per_inst * mean_o / b * t_dec
-    t_pre = float(step_time(p, 8192.0, 0.0, 0.0))
+    t_pre = float(step_time(p, 8192.0, 0.0, 0.0, 1.0))
     prefill_s = per_inst * mean_p / 8192.0 * t_pre
     return 1.5 * (decode_s + prefill_s) + float(arrival.max()) + 1.0
 
@@ -310,7 +310,8 @@ def _horizon_hint(s: _Setup, arrival, prompt, out) -> float:
 def _step_figure(m, s: _Setup) -> float:
     from ..stepmodel import P_LAYERS, P_QDIM_DEC, decode_attn_flops, step_time
     kv = m.batch * float(s.model.kv_tokens_held(float(m.context_tokens)))
-    return float(step_time(s.p, float(m.batch), kv, decode_attn_flops(s.p[P_LAYERS], s.p[P_QDIM_DEC], kv)))
+    return float(step_time(s.p, float(m.batch), kv, decode_attn_flops(s.p[P_LAYERS], s.p[P_QDIM_DEC], kv),
+                           float(m.batch)))
 
 
 def _unexpressible(m) -> str | None:

@@ -1,0 +1,173 @@
+"""The engine's host time per sequence of a step (StepConstants.overhead_per_seq_s, step model v2).
+
+A step of n sequences (its decodes and its prompt pieces) costs ``overhead_s + n x
+overhead_per_seq_s`` of host time besides its GPU time. Under SPEC §3 (0 s per sequence) every
+step time is the one without the term, to the bit; with it every simulator path (the lecture
+kernel's colocated, prefill and decode paths, the engine policies, the pipeline) agrees with its
+pure-Python reference to the bit, and closed forms give the exact delay it adds.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fastsim.catalog import default_catalog
+from fastsim.errors import FastsimInputError
+from fastsim.sim import ColocatedPlan, DisaggregatedPlan, PipelinePlan, simulate
+from fastsim.sim.policy import engine_policy
+from fastsim.stepmodel import (P_KV_BUDGET_TOKENS, P_OVERHEAD, P_OVERHEAD_SEQ, StepConstants, decode_attn_flops,
+                               pipeline_round_params, stage_params, step_params, step_time, step_time_nb)
+
+from reference_sim import check_against_reference, simulate_reference
+from test_sim_pipeline import _check_ref, _ref
+from test_sim_policy import check_policy_against_reference
+
+CAT = default_catalog()
+M8, H100, FP8 = CAT.model("llama-3.1-8b"), CAT.gpu("H100"), CAT.precision("FP8")
+C_SEQ = 2.5e-4          # s per sequence: large, so that every step time changes visibly
+K = StepConstants(overhead_per_seq_s=C_SEQ)
+
+
+def _with_budget(p, kv):
+    q = p.copy()
+    q[P_KV_BUDGET_TOKENS] = kv
+    return q
+
+
+def test_the_step_time_adds_the_host_time_of_each_sequence():
+    p0 = step_params(M8, H100, FP8, 1)
+    p1 = step_params(M8, H100, FP8, 1, K)
+    assert p0[P_OVERHEAD_SEQ] == 0.0 and p1[P_OVERHEAD_SEQ] == C_SEQ
+    b = np.array([1.0, 8.0, 64.0, 256.0])
+    kv = b * 1500.0
+    attn = decode_attn_flops(M8.layers, M8.attn_dim_decode, kv)
+    t0, t1 = step_time(p0, b, kv, attn, b), step_time(p1, b, kv, attn, b)
+    np.testing.assert_allclose(t1 - t0, C_SEQ * b, rtol=1e-9)
+    # SPEC §3 (no per-sequence time): the sequences do not enter, to the bit
+    np.testing.assert_array_equal(step_time(p0, b, kv, attn, b), step_time(p0, b, kv, attn, 0.0 * b))
+    # the kernels' scalar step time is the same expression
+    for i in range(b.size):
+        assert step_time_nb(p1, b[i], kv[i], attn[i], b[i]) == float(step_time(p1, b[i], kv[i], attn[i], b[i]))
+
+
+def test_a_pipeline_round_counts_every_sequence_once():
+    # S micro-batches of b / S sequences per round: b sequences' host time, not S x b
+    S = stage_params(CAT.model("llama-3.1-70b"), H100, FP8, 4, K, pp=2)
+    q = pipeline_round_params(S[0])
+    assert q[P_OVERHEAD_SEQ] == C_SEQ and q[P_OVERHEAD] == 2 * S[0][P_OVERHEAD]
+    b, kv = 64.0, 64.0 * 2000.0
+    attn = decode_attn_flops(40, 1024, kv)      # any attention: linear in the batch
+    want = 2 * step_time(S[0], b / 2, kv / 2, attn / 2, b / 2)
+    assert float(step_time(q, b, kv, attn, b)) == pytest.approx(float(want), rel=1e-12)
+
+
+def test_a_lone_request_is_delayed_by_one_sequence_per_step():
+    # P <= chunk: one prefill step, then O - 1 decode steps, each of one sequence
+    for O in (1, 2, 37):
+        a, P, o = np.array([0.0]), np.array([700]), np.array([O])
+        kw = dict(horizon_s=30.0, ttft_slo_s=1.0, tpot_slo_s=1.0, measure_window=(0.0, 1.0))
+        r0 = simulate(ColocatedPlan(step_params(M8, H100, FP8, 1), 1, 2048), a, P, o, **kw)
+        r1 = simulate(ColocatedPlan(step_params(M8, H100, FP8, 1, K), 1, 2048), a, P, o, **kw)
+        assert r1.first_token_s[0] - r0.first_token_s[0] == pytest.approx(C_SEQ, rel=1e-9)
+        assert r1.finish_s[0] - r0.finish_s[0] == pytest.approx(O * C_SEQ, rel=1e-9)
+
+
+def test_an_offline_batch_pays_its_batch_size_every_step():
+    # B identical requests at t = 0, every prompt in the first step (B pieces), then O - 1 steps of B
+    # decodes: each step B x C_SEQ later, the last finish O x B x C_SEQ later
+    B, O = 8, 20
+    a, P, o = np.zeros(B), np.full(B, 100), np.full(B, O)
+    kw = dict(horizon_s=30.0, ttft_slo_s=1.0, tpot_slo_s=1.0, measure_window=(0.0, 1.0))
+    for pol in ("lecture", "vllm", "trtllm"):
+        r0 = simulate(ColocatedPlan(step_params(M8, H100, FP8, 1), 1, 4096), a, P, o, policy=pol, **kw)
+        r1 = simulate(ColocatedPlan(step_params(M8, H100, FP8, 1, K), 1, 4096), a, P, o, policy=pol, **kw)
+        np.testing.assert_allclose(r1.first_token_s - r0.first_token_s, B * C_SEQ, rtol=1e-9, err_msg=pol)
+        np.testing.assert_allclose(r1.finish_s - r0.finish_s, O * B * C_SEQ, rtol=1e-9, err_msg=pol)
+
+
+# ---------------------------------------------------------------- kernels against their references
+
+@st.composite
+def _small(draw):
+    n = draw(st.integers(1, 25))
+    gap = st.one_of(st.just(0.0), st.sampled_from([0.001, 0.004, 0.02]), st.floats(0.0, 0.08))
+    arrival = np.cumsum(np.array(draw(st.lists(gap, min_size=n, max_size=n)), dtype=np.float64))
+    prompt = np.array(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), dtype=np.int64)
+    output = np.array(draw(st.lists(st.integers(1, 25), min_size=n, max_size=n)), dtype=np.int64)
+    horizon = float(arrival[-1]) + draw(st.sampled_from([0.05, 0.3, 3.0]))
+    return arrival, prompt, output, horizon
+
+
+P8S = step_params(M8, H100, CAT.precision("BF16"), 1, K)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(w=_small(), n_inst=st.integers(1, 3), chunk=st.sampled_from([1, 7, 64, 4096]), kv=st.floats(40.0, 3000.0),
+       routing=st.sampled_from(["least-loaded", "round-robin"]))
+def test_colocated_kernel_matches_reference(w, n_inst, chunk, kv, routing):
+    arrival, prompt, output, horizon = w
+    p = _with_budget(P8S, kv)
+    res = simulate(ColocatedPlan(p, n_inst, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
+                   tpot_slo_s=0.02, routing=routing, sample_dt_s=0.07)
+    ref = simulate_reference("colocated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
+                             routing=routing, p=p, n_instances=n_inst, chunk=chunk, max_batch=0)
+    check_against_reference(res, ref, np.full(n_inst, np.floor(kv)))
+
+
+@SETTINGS
+@given(w=_small(), n_pf=st.integers(1, 2), n_dec=st.integers(1, 3), budget=st.sampled_from([1, 300, 8192]),
+       kv=st.floats(40.0, 3000.0))
+def test_disaggregated_kernel_matches_reference(w, n_pf, n_dec, budget, kv):
+    arrival, prompt, output, horizon = w
+    pp, pd = _with_budget(P8S, kv), _with_budget(P8S, kv)
+    res = simulate(DisaggregatedPlan(pp, n_pf, pd, n_dec, budget, 0), arrival, prompt, output, horizon_s=horizon,
+                   ttft_slo_s=0.5, tpot_slo_s=0.02, sample_dt_s=0.07)
+    ref = simulate_reference("disaggregated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
+                             routing="least-loaded", p_prefill=pp, n_prefill=n_pf, p_decode=pd, n_decode=n_dec,
+                             prefill_budget=budget, decode_max_batch=0)
+    check_against_reference(res, ref, np.array([np.floor(kv)] * (n_pf + n_dec)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), name=st.sampled_from(["vllm", "sglang", "trtllm"]))
+def test_policy_kernel_matches_reference(seed, name):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    arr = np.sort(rng.uniform(0.0, 3.0, n))
+    P, O = rng.integers(1, 2000, n), rng.integers(1, 60, n)
+    check_policy_against_reference(_with_budget(P8S, float(rng.integers(3000, 60000))), int(rng.integers(1, 3)),
+                                   arr, P, O, engine_policy(name), horizon=5.0)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), S=st.integers(1, 3), trt=st.booleans())
+def test_pipeline_kernel_matches_reference(seed, S, trt):
+    rng = np.random.default_rng(seed)
+    rows = stage_params(M8, H100, FP8, 1, K, pp=S)
+    rows[:, P_KV_BUDGET_TOKENS] = float(rng.integers(2000, 40000))
+    pol = engine_policy("trtllm", max_num_batched_tokens=int(rng.integers(64, 4096)), max_num_seqs=int(rng.integers(1, 7)),
+                        block_tokens=16) if trt else None
+    plan = PipelinePlan(rows, int(rng.integers(1, 3)), int(rng.integers(16, 1024)), 0 if trt else int(rng.integers(0, 6)))
+    n = int(rng.integers(1, 80))
+    w = (np.sort(rng.uniform(0.0, 4.0, n)), rng.integers(1, 2000, n), rng.integers(1, 100, n))
+    res = simulate(plan, *w, horizon_s=6.0, routing="least-loaded", policy=pol or "lecture", ttft_slo_s=1.0,
+                   tpot_slo_s=0.1, sample_dt_s=1.0)
+    _check_ref(res, _ref(plan, pol, w, 6.0, "least-loaded"))
+
+
+def test_the_constant_is_checked_and_carried_in_calibration_files(tmp_path):
+    from fastsim.constants import Calibration, CalibrationEntry, load_calibration
+    with pytest.raises(FastsimInputError, match="overhead_per_seq_s"):
+        StepConstants(overhead_per_seq_s=-1e-6)
+    cal = Calibration((CalibrationEntry("*", "*", replace(StepConstants(), overhead_per_seq_s=3e-5),
+                                        ("overhead_per_seq_s",)),), engine="trtllm")
+    path = tmp_path / "c.toml"
+    cal.write(path)
+    assert "overhead_per_seq_s = 3e-05" in path.read_text(encoding="utf-8")
+    assert load_calibration(path).step_constants("H100", "FP8", 1).overhead_per_seq_s == 3e-5
+    assert "overhead_per_seq_s" not in Calibration((CalibrationEntry("*", "*", StepConstants()),)).to_toml()
