@@ -22,7 +22,7 @@ from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
 from .formulas import _int_at_least, _positive, md1_mean_wait_s
 from .formulas import cost_usd_per_million_output_tokens as _array_cost
-from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_PP, P_WDENSE, P_WEXP,
+from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_OVERHEAD_SEQ, P_PP, P_WDENSE, P_WEXP,
                         P_WBYTES, P_DP, StepConstants, decode_attn_flops, p2p_time, resolve_constants,
                         expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, stage_layers, stage_params,
                         step_params, step_parts)
@@ -62,13 +62,18 @@ class LedgerResult(NamedTuple):
         Pipeline parallelism: the stage's send of its activations to the next stage
         (:func:`fastsim.stepmodel.p2p_time`; 0 on the last stage and without PP). Counted with
         the all-reduce and all-to-all as communication.
+    host_s : float
+        The engine's host time for the step's sequences: ``batch x overhead_per_seq_s``
+        (:attr:`fastsim.stepmodel.StepConstants.overhead_per_seq_s`, step model v2; 0 under SPEC
+        §3's constants).
     launch_s : float
         Total kernel-launch time of the step: ``layers x kernels_per_layer x launch time``.
     step_s : float
-        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + p2p_s + launch_s``.
+        ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + p2p_s + launch_s
+        + host_s``.
     binding : str
         The largest of memory side (weight + KV), compute, communication (all-reduce +
-        all-to-all) and launch: one of
+        all-to-all) and launch (with the host time): one of
         ``'memory'``, ``'compute'``, ``'communication'``, ``'launch'`` (ties go to the earlier).
     n_tokens : float
         Tokens processed in the step (decode: batch; prefill: batch x prompt tokens).
@@ -119,6 +124,7 @@ class LedgerResult(NamedTuple):
     expert_read_s: float = 0.0
     alltoall_s: float = 0.0
     p2p_s: float = 0.0
+    host_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,11 +342,14 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     gpus = p[..., P_GPUS]
     expert = w - p[..., P_WDENSE] / (p[..., P_ETA_BW] * p[..., P_HBM_BW])
     launch = p[..., P_LAYERS] * kernels_per_layer * launch_s
+    # the engine's host time per sequence (step model v2; 0 under SPEC §3): the step's sequences
+    # are its decodes, or the prompts of a prefill row
+    host = p[..., P_OVERHEAD_SEQ] * np.asarray(batch, dtype=np.float64)
     mem = w + kv
     p2p = p2p_time(p, n_tokens)
     comm = ar + a2a + p2p
-    step = np.maximum(mem, comp) + comm + launch
-    stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch), axis=-1)
+    step = np.maximum(mem, comp) + comm + launch + host
+    stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch + host), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
     tps = n_tokens / step / gpus
     is_pf = np.asarray(prefill, dtype=np.float64) > 0
@@ -349,7 +358,8 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     wait = np.where(is_pf, md1_mean_wait_s(rate / b, step), np.nan)
     return dict(weight_read_s=w, kv_read_s=kv, compute_s=comp, allreduce_s=ar, launch_s=launch,
                 step_s=step, binding_code=code, n_tokens=n_tokens, tokens_per_s_per_gpu=tps,
-                utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a, p2p_s=p2p)
+                utilization=util, queue_wait_s=wait, expert_read_s=np.maximum(expert, 0.0), alltoall_s=a2a, p2p_s=p2p,
+                host_s=np.broadcast_to(host, np.shape(step)).copy())
 
 
 def _causal_pairs(m: Model, tokens):

@@ -171,3 +171,13 @@ def test_the_constant_is_checked_and_carried_in_calibration_files(tmp_path):
     assert "overhead_per_seq_s = 3e-05" in path.read_text(encoding="utf-8")
     assert load_calibration(path).step_constants("H100", "FP8", 1).overhead_per_seq_s == 3e-5
     assert "overhead_per_seq_s" not in Calibration((CalibrationEntry("*", "*", StepConstants()),)).to_toml()
+
+
+def test_the_ledger_has_the_host_time_as_a_column():
+    from fastsim.ledger import ledger
+    r0 = ledger("llama-3.1-8b", "H100", "FP8", 1, batch=64, context_tokens=2000)
+    r1 = ledger("llama-3.1-8b", "H100", "FP8", 1, batch=64, context_tokens=2000, constants=K)
+    assert r0.host_s == 0.0 and r1.host_s == pytest.approx(64 * C_SEQ, rel=1e-12)
+    assert r1.step_s - r0.step_s == pytest.approx(64 * C_SEQ, rel=1e-9)
+    pf = ledger("llama-3.1-8b", "H100", "FP8", 1, batch=2, prefill_tokens=1000, constants=K)
+    assert pf.host_s == pytest.approx(2 * C_SEQ, rel=1e-12)

@@ -95,19 +95,23 @@ def _ledger(args):
     if getattr(args, "calibration", None):
         from ..stepmodel import resolve_constants
         k = resolve_constants(_constants(args), gpu, prec, args.tp)
-        notes.append(f"--calibration: its efficiencies and all-reduce constants apply here; its per-step overhead "
-                     f"({k.overhead_s * 1e3:.3g} ms) does not: the ledger's launch column is --kernels-per-layer x "
-                     "--launch-us per layer (SPEC §4), while plan, simulate and capacity add the overhead")
+        notes.append(f"--calibration: its efficiencies and all-reduce constants apply here"
+                     + (f", and its host time per sequence ({k.overhead_per_seq_s * 1e6:.3g} us, the host column)"
+                        if k.overhead_per_seq_s > 0 else "")
+                     + f"; its per-step overhead ({k.overhead_s * 1e3:.3g} ms) does not: the ledger's launch column "
+                     "is --kernels-per-layer x --launch-us per layer (SPEC §4), while plan, simulate and capacity "
+                     "add the overhead")
     moe = model.is_moe
     pipe = args.pp > 1
+    host = bool((df.host_s > 0).any()) if "host_s" in df else False
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]
         row += [_fmt(r[c] * 1e3, ".3f") for c in (
             ("weight_read_s", "expert_read_s", "kv_read_s", "compute_s", "allreduce_s", "alltoall_s")
-            + (("p2p_s",) if pipe else ()) + ("launch_s", "step_s") if moe else
+            + (("p2p_s",) if pipe else ()) + ("launch_s",) + (("host_s",) if host else ()) + ("step_s",) if moe else
             ("weight_read_s", "kv_read_s", "compute_s", "allreduce_s") + (("p2p_s",) if pipe else ())
-            + ("launch_s", "step_s"))]
+            + ("launch_s",) + (("host_s",) if host else ()) + ("step_s",))]
         row += [r.binding, _fmt(r.tokens_per_s_per_gpu, ",.1f"), "yes" if r.fits else "NO"]
         what = f"batch {r.batch}, {kind}" + (f", stage {r.stage + 1} of {r.pp}" if pipe else "")
         seqs = r.batch / min(r.batch, r.pp) if pipe else r.batch          # a stage's micro-batch
@@ -127,11 +131,12 @@ def _ledger(args):
         rows.append(row)
     stage_h = ["stage"] if pipe else []
     p2p_h = ["stage send ms"] if pipe else []
+    host_h = ["host ms"] if host else []
     headers = (["GPU", "prec", "TP"] + stage_h + ["batch", "step", "weight ms", "of it experts ms", "KV ms",
                                                   "compute ms", "all-reduce ms", "all-to-all ms"] + p2p_h
-               + ["launch ms", "step ms", "binding", "tokens/s/GPU", "fits"] if moe else
+               + ["launch ms"] + host_h + ["step ms", "binding", "tokens/s/GPU", "fits"] if moe else
                ["GPU", "prec", "TP"] + stage_h + ["batch", "step", "weight ms", "KV ms", "compute ms", "all-reduce ms"]
-               + p2p_h + ["launch ms", "step ms", "binding", "tokens/s/GPU", "fits"])
+               + p2p_h + ["launch ms"] + host_h + ["step ms", "binding", "tokens/s/GPU", "fits"])
     if pipe:
         from ..ledger import pipeline_round_s
         for _, q in pipeline_round_s(df).iterrows():
