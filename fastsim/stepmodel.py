@@ -157,6 +157,17 @@ class StepConstants:
         Default 0 (SPEC §3 has none). TensorRT-LLM's Triton path adds 6-10 ms of TTFT on 8B at
         the lightest load in its published tables; fitted per engine
         (:func:`fastsim.validate.fit.fit_measurements`).
+    moe_compute_factor : float
+        Step model v2: the fraction of the dense GEMMs' compute efficiency a mixture-of-experts
+        layer's routed experts reach (default 1.0, SPEC §10 charges them as dense matmuls): an
+        expert's grouped GEMM runs ``tokens x experts_per_token / n_experts`` rows, far fewer than
+        a dense layer's, behind a router, a top-k and a permutation of the tokens to their experts
+        and back, and the step waits for the busiest expert (Gale et al., "MegaBlocks: Efficient
+        Sparse Training with Mixture-of-Experts", MLSys 2023, §3; DeepSeek-V3 technical report,
+        §3.4, on the load imbalance across experts). The active expert FLOPs are charged at
+        ``eta_compute x moe_compute_factor`` (times the precision's factor), in ``P_MATMUL``:
+        ``active params + active expert params x (1 / factor - 1)``, so 1.0 gives SPEC §10's
+        figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     overhead_per_seq_s : float
         Step model v2: the engine's host time per sequence of a step (s), added to the step on
         top of ``overhead_s``: a step of ``n`` sequences (its decodes and its prompt pieces)
@@ -183,6 +194,7 @@ class StepConstants:
     reserved_bytes_per_gpu: float = 0.0
     request_overhead_s: float = 0.0
     overhead_per_seq_s: float = 0.0
+    moe_compute_factor: float = 1.0
 
     def __post_init__(self):
         if self.kv_memory not in KV_MEMORY_RULES:
@@ -195,7 +207,7 @@ class StepConstants:
             v = getattr(self, f.name)
             if not (v >= 0.0) or v != v:
                 raise FastsimInputError(f.name, v, "a finite number >= 0")
-        for name in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization"):
+        for name in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization", "moe_compute_factor"):
             v = getattr(self, name)
             if not (0.0 < v <= 1.0):
                 raise FastsimInputError(name, v, "a fraction in (0, 1]")
@@ -406,6 +418,17 @@ def _link_bw(gpu: GPU, group: int) -> float:
     return min(gpu.nvlink_bw_bytes_per_s, gpu.network_bw_bytes_per_s)
 
 
+def _moe_extra_params(model, moe_layers, constants) -> float:
+    """Parameters added to ``P_MATMUL`` so that ``moe_layers`` layers' active experts run at
+    ``moe_compute_factor`` of the compute efficiency (:attr:`StepConstants.moe_compute_factor`):
+    ``moe_layers x experts_per_token x expert_params x (1 / factor - 1)``; exactly 0.0 for a dense
+    model or a factor of 1.0 (SPEC §10's figures to the bit)."""
+    f = constants.moe_compute_factor
+    if not model.is_moe or f == 1.0 or moe_layers <= 0:
+        return 0.0
+    return float(moe_layers) * model.experts_per_token * model.expert_params * (1.0 / f - 1.0)
+
+
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
                 constants: StepConstants = StepConstants(), *, dp: int = 1, ep: int = 1, pp: int = 1) -> np.ndarray:
     """Pack one instance's constants into the vector the kernels read (SPEC §3, §10).
@@ -454,7 +477,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     tp_attn = g // dp
     wb = precision.weight_bytes
     p = np.empty(N_PARAMS, dtype=np.float64)
-    p[P_MATMUL] = model.active_matmul_params
+    p[P_MATMUL] = model.active_matmul_params + _moe_extra_params(model, model.moe_layers, constants)
     p[P_WBYTES] = wb
     p[P_TP] = tp_attn
     p[P_HBM_BW] = gpu.hbm_bw_bytes_per_s
@@ -669,7 +692,8 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         nd = max(0, min(a + n, Ld) - a)
         nm = n - nd
         last = s == len(stages) - 1
-        act = nd * dense_layer + nm * moe_active + (head_active if last else 0.0)
+        act = nd * dense_layer + nm * moe_active + (head_active if last else 0.0) + _moe_extra_params(
+            model, nm, constants_)
         dense = nd * dense_layer + nm * moe_dense + (head_dense if last else 0.0)
         routed = nm * model.n_experts * model.expert_params if model.is_moe else 0.0
         row = base.copy()

@@ -181,3 +181,46 @@ def test_the_ledger_has_the_host_time_as_a_column():
     assert r1.step_s - r0.step_s == pytest.approx(64 * C_SEQ, rel=1e-9)
     pf = ledger("llama-3.1-8b", "H100", "FP8", 1, batch=2, prefill_tokens=1000, constants=K)
     assert pf.host_s == pytest.approx(2 * C_SEQ, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the routed experts' compute efficiency
+
+def test_routed_experts_run_at_their_own_fraction_of_the_compute_efficiency():
+    from fastsim.stepmodel import P_MATMUL, step_parts
+    moe = CAT.model("qwen3-30b-a3b")
+    p1 = step_params(moe, H100, FP8, 1)
+    assert step_params(moe, H100, FP8, 1, StepConstants(moe_compute_factor=1.0))[P_MATMUL] == p1[P_MATMUL]
+    f = 0.5
+    ph = step_params(moe, H100, FP8, 1, StepConstants(moe_compute_factor=f))
+    expert_active = moe.moe_layers * moe.experts_per_token * moe.expert_params
+    # the experts' FLOPs cost 1 / f times as much; the dense part is unchanged
+    assert ph[P_MATMUL] == pytest.approx(p1[P_MATMUL] + expert_active * (1.0 / f - 1.0), rel=1e-12)
+    n = 4096.0
+    c1, ch = step_parts(p1, n, 0.0, 0.0)[2], step_parts(ph, n, 0.0, 0.0)[2]
+    dense_share = (moe.active_matmul_params - expert_active) / moe.active_matmul_params
+    assert ch / c1 == pytest.approx(dense_share + (1.0 - dense_share) / f, rel=1e-12)
+    # a dense model is untouched; the stages of a pipeline carry their own layers' share
+    assert step_params(M8, H100, FP8, 1, StepConstants(moe_compute_factor=f))[P_MATMUL] == \
+        step_params(M8, H100, FP8, 1)[P_MATMUL]
+    S1 = stage_params(moe, H100, FP8, 1, pp=2)
+    Sh = stage_params(moe, H100, FP8, 1, StepConstants(moe_compute_factor=f), pp=2)
+    np.testing.assert_allclose((Sh[:, P_MATMUL] - S1[:, P_MATMUL]).sum(), expert_active * (1.0 / f - 1.0), rtol=1e-12)
+    with pytest.raises(FastsimInputError, match="moe_compute_factor"):
+        StepConstants(moe_compute_factor=1.5)
+
+
+def test_the_fit_fits_the_moe_factor_only_where_rows_run_moe_models():
+    from fastsim.validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements
+    from fastsim.catalog import load_catalog
+    from fastsim.validate.fit import default_names
+    cat = load_catalog([str(SHIPPED_CATALOG)])
+    ms = [m for m in read_measurements(SHIPPED_MEASUREMENTS, cat) if m.engine == "trtllm"]
+    def is_moe(name):
+        try:
+            return cat.model(name).is_moe
+        except FastsimInputError:       # a config fastsim refuses (its rows are not expressed)
+            return None
+    dense = [m for m in ms if is_moe(m.model) is False]
+    assert "moe_compute_factor" in default_names(ms, cat)
+    assert "moe_compute_factor" not in default_names(dense, cat)
+    assert "overhead_per_seq_s" in default_names(dense, cat)

@@ -43,7 +43,8 @@ __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABL
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
-            "fp4_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu", "request_overhead_s")
+            "fp4_compute_factor", "moe_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu",
+            "request_overhead_s")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -53,7 +54,7 @@ FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s
 BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
           "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2),
-          "overhead_per_seq_s": (1e-7, 2e-4)}
+          "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -206,7 +207,8 @@ def _calibration(engine, names, entries, source=""):
 
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
-    ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on, and
+    ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
+    ``moe_compute_factor`` when rows run a mixture-of-experts model, and
     ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters).
 
     Parameters
@@ -218,26 +220,33 @@ def default_names(measurements, catalog) -> tuple:
     -------
     tuple of str
     """
-    keys = set()
-    latency = False
+    keys, seen = set(), set()
+    latency = moe = False
     for m in measurements:
         latency = latency or m.metric in ("ttft_s", "e2e_s")
+        if not moe and m.model not in seen:
+            seen.add(m.model)
+            try:
+                moe = catalog.model(m.model).is_moe
+            except FastsimInputError:
+                pass
         try:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
     return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s")
-            + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+            + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys) + (("moe_compute_factor",) if moe else ())
             + (("request_overhead_s",) if latency else ()))
 
 
 def _fold_names(names, start, rows, catalog):
     """The constants a fold fits, and its start: a constant the fold's rows cannot pin (a compute
-    factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows) is not
+    factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows,
+    ``moe_compute_factor`` without a mixture-of-experts model's rows) is not
     fitted and keeps SPEC §3's value, never a value read off the held-out rows."""
     from ..stepmodel import StepConstants
     pinned = set(default_names(rows, catalog))
-    conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s"}
+    conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s", "moe_compute_factor"}
     keep = tuple(n for n in names if n not in conditional or n in pinned)
     spec = StepConstants()
     reset = {n: getattr(spec, n) for n in names if n not in keep}
