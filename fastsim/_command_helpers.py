@@ -1,13 +1,13 @@
 """Helpers of the commands, shared by :mod:`fastsim.cli`, :mod:`fastsim.commands` and the modules that implement commands.
 
 The argparse types and flag groups several commands share (``--format`` / ``--catalog`` /
-``--price``, ``--calibration``, the workload, plan, speculation and engine flags, the parser class
-with one-line errors), what a command's parsed arguments resolve to (the catalog with
-``--catalog`` / ``--price``, the step constants of ``--calibration``, the distinct values of a
-repeatable flag, the one ``--from-plan`` reader), the notes on how a trace was read, table cells,
-how a command prints its records and notes, the ``--plot`` check. :mod:`fastsim.sweep`,
-:mod:`fastsim.fleet` and :mod:`fastsim.calibrate` use them without importing the command line
-(which imports them), and this module imports none of them.
+``--price``, ``--calibration`` / ``--constants``, the workload, plan, speculation and engine flags,
+the parser class with one-line errors), what a command's parsed arguments resolve to (the catalog
+with ``--catalog`` / ``--price``, the step constants of ``--constants`` / ``--calibration`` and the
+notes that say which, the distinct values of a repeatable flag, the one ``--from-plan`` reader),
+the notes on how a trace was read, table cells, how a command prints its records and notes, the
+``--plot`` check. :mod:`fastsim.sweep`, :mod:`fastsim.fleet` and :mod:`fastsim.calibrate` use them
+without importing the command line (which imports them), and this module imports none of them.
 """
 from __future__ import annotations
 
@@ -245,8 +245,19 @@ def _add_common(sp):
                     help="override a GPU's price in $/hour (repeatable)")
 
 def _add_calibration(sp):
+    """``--calibration FILE`` and ``--constants fitted|lecture``: the step constants (read with :func:`_constants`)."""
     sp.add_argument("--calibration", metavar="FILE.toml",
-                    help="step-model constants per GPU and precision from `fastsim calibrate` (default: SPEC §3's)")
+                    help="step-model constants per GPU and precision from `fastsim calibrate` (replaces --constants; "
+                         "a file tagged with another engine than the run's policy is noted)")
+    _add_constants(sp, "fitted (default): a run on an engine's policy (--policy trtllm, vllm, sglang) uses the "
+                       "calibration fitted to that engine's measurements where one ships (fastsim/data/calibrations/), "
+                       "else SPEC §3's; the lecture policy keeps SPEC §3's; lecture: SPEC §3's everywhere")
+
+
+def _add_constants(sp, text):
+    """``--constants fitted|lecture`` (default None: not given, which is ``fitted``;
+    :data:`fastsim.constants.CONSTANTS_CHOICES`, not imported here to keep the parser light)."""
+    sp.add_argument("--constants", choices=("fitted", "lecture"), default=None, help=text + " (not with --calibration)")
 
 def _add_workload(sp, require_slo=False):
     src = sp.add_mutually_exclusive_group()
@@ -343,8 +354,10 @@ def _add_engine_args(sp, prefixes: bool):
     g = sp.add_argument_group("engine policy (colocated plans)")
     g.add_argument("--policy", choices=("lecture", "vllm", "sglang", "trtllm"), default="lecture", action=_Given,
                    help="scheduler: lecture (reserve P + O at admission, chunk on top of decodes; default), vllm "
-                        "(shared token budget, 16-token KV blocks on demand, preemption) or sglang (prefill first, "
-                        "token KV, retraction); the engines' defaults for the plan's GPU")
+                        "(shared token budget, 16-token KV blocks on demand, preemption), sglang (prefill first, "
+                        "token KV, retraction) or trtllm (GUARANTEED_NO_EVICT); the engines' defaults for the plan's "
+                        "GPU, and the step constants fitted to the engine's measurements where they ship (trtllm; "
+                        "--constants lecture: SPEC §3's)")
     g.add_argument("--max-num-batched-tokens", type=_pos_int("--max-num-batched-tokens"), metavar="N",
                    help="vllm: token budget per step; sglang: chunked_prefill_size (default: the engine's)")
     g.add_argument("--max-num-seqs", type=_pos_int("--max-num-seqs"), metavar="N",
@@ -402,15 +415,46 @@ def _command_catalog(args):
     return getattr(args, "_read_catalog", _catalog)(args)
 
 
-def _constants(args):
-    """The step constants of a command: StepConstants(), or the calibration read from --calibration."""
-    from .stepmodel import StepConstants
-    if not getattr(args, "calibration", None):
-        return StepConstants()
-    if getattr(args, "_calibration", None) is None:
-        from .constants import load_calibration
-        args._calibration = load_calibration(args.calibration, catalog=_catalog(args))
-    return args._calibration
+def _constants_choice(args, policy=None):
+    """The step constants of a command's run and its notes (:func:`fastsim.constants.choose_step_constants`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``--calibration``, ``--constants`` and ``--policy`` (absent: the lecture policy, as in
+        ``ledger``, ``sweep`` and ``fleet``, whose runs have no engine).
+    policy : str, optional
+        The run's policy where it is not ``args.policy``.
+
+    Returns
+    -------
+    fastsim.constants.ConstantsChoice
+        One per policy and command (kept on ``args``: a calibration file is read once, and
+        :func:`_constants_notes` says what every run of the command used).
+    """
+    from .constants import choose_step_constants
+    policy = policy or getattr(args, "policy", None) or "lecture"
+    made = args.__dict__.setdefault("_constants_choices", {})
+    if policy not in made:
+        path = getattr(args, "calibration", None) or None
+        made[policy] = choose_step_constants(policy, getattr(args, "constants", None), path,
+                                             catalog=_catalog(args) if path else None,
+                                             policy_flag=hasattr(args, "policy"))
+    return made[policy]
+
+
+def _constants(args, policy=None):
+    """The step constants of a command: :func:`_constants_choice`'s (SPEC §3's, a shipped fit, or --calibration's)."""
+    return _constants_choice(args, policy).constants
+
+
+def _constants_notes(args) -> list:
+    """The notes on the step constants a command used: each run's choice (the current policy's at least)."""
+    _constants_choice(args)
+    out = []
+    for choice in args._constants_choices.values():
+        out += [n for n in choice.notes if n not in out]
+    return out
 
 
 def _trace_notes(wl):

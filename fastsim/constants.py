@@ -10,20 +10,33 @@ the constants of one configuration, most specific entry first), the TOML the fil
 command runs for ``--calibration FILE``. :func:`fastsim.stepmodel.resolve_constants` asks a
 calibration for the constants of a configuration (re-exported here).
 
+It also holds the rule by which a command picks its constants (:func:`choose_step_constants`,
+``--constants fitted|lecture`` and ``--calibration``): the calibration fitted to an engine's
+measurements and shipped in ``fastsim/data/calibrations/`` (:func:`shipped_calibration`, only if
+it beat SPEC §3's constants on held-out rows) for a run of that engine's policy, SPEC §3's
+otherwise. The library's functions that take ``constants=`` keep SPEC §3's default: the rule is
+the command line's.
+
 It holds no fitting: the fits, their readers and plots are in :mod:`fastsim.calibrate`, above it.
 """
 from __future__ import annotations
 
+import functools
+import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 from .catalog import Catalog, default_catalog
 from .errors import FastsimInputError
 from .stepmodel import StepConstants, resolve_constants
 
 __all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_constants", "FORMAT_VERSION",
-           "CONSTANTS", "FILE_CONSTANTS", "ENGINES"]
+           "CONSTANTS", "FILE_CONSTANTS", "ENGINES", "ENGINE_NAMES", "CONSTANTS_CHOICES", "SHIPPED_CALIBRATIONS",
+           "SHIPPED_GPUS", "ConstantsChoice", "choose_step_constants", "shipped_calibration", "shipped_fit",
+           "is_shipped_calibration"]
 
 #: Version of the calibration file format written by :meth:`Calibration.to_toml`.
 FORMAT_VERSION = 1
@@ -38,6 +51,19 @@ _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv":
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
 ENGINES = ("trtllm", "vllm", "sglang")
+#: How the output names each engine.
+ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+#: ``--constants``: ``fitted`` (the default) the calibration fitted to the run's engine where one
+#: ships, else SPEC §3's; ``lecture`` SPEC §3's everywhere.
+CONSTANTS_CHOICES = ("fitted", "lecture")
+_PACKAGE = Path(__file__).resolve().parent
+#: The calibrations fitted to the shipped measurement set by ``tools/make_fit.py``: ``<engine>.toml``
+#: for each engine whose fit beat SPEC §3's constants on held-out rows, and ``fit-report.json``
+#: (every fit, shipped or not, with its in-sample and held-out errors).
+SHIPPED_CALIBRATIONS = _PACKAGE / "data" / "calibrations"
+#: The GPU entries the shipped measurement set (and so its calibrations) names beyond the built-in
+#: catalog (L40S, RTX PRO 6000, ...): the shipped calibrations' GPU names are checked against it.
+SHIPPED_GPUS = _PACKAGE / "data" / "measurements" / "gpus_custom.toml"
 
 
 @dataclass(frozen=True)
@@ -288,3 +314,254 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
                                         tuple((k, float(v[0]), float(v[1])) for k, v in iv.items()), tp))
     src = doc.get("source", "")
     return Calibration(tuple(entries), str(src), engine)
+
+
+# ---------------------------------------------------------------------------- which constants a command runs on
+
+def _shown(path) -> str:
+    """A file as the output names it: ``fastsim/...`` for a file of the package, else as given."""
+    try:
+        return "fastsim/" + Path(path).resolve().relative_to(_PACKAGE).as_posix()
+    except (ValueError, OSError):
+        return str(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def shipped_fit(engine: str) -> dict | None:
+    """The fit of an engine in the shipped fit report (``fastsim/data/calibrations/fit-report.json``).
+
+    Parameters
+    ----------
+    engine : str
+        ``trtllm``, ``vllm`` or ``sglang``.
+
+    Returns
+    -------
+    dict or None
+        The report's entry (``shipped``, ``reason`` and, for a cross-validated fit, ``in_sample``
+        and ``held_out`` with ``fitted`` and ``start`` (SPEC §3's) median absolute % errors over
+        the same rows); None where the report is missing or has no entry for the engine.
+    """
+    d = _read_json(str(SHIPPED_CALIBRATIONS / "fit-report.json")).get(engine)
+    return d if isinstance(d, dict) else None
+
+
+def is_shipped_calibration(path) -> bool:
+    """Whether a file is one of the shipped calibrations (:data:`SHIPPED_CALIBRATIONS`), or a copy of one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    bool
+        True when ``path`` is a ``*.toml`` of the folder or has the same bytes as one (a missing or
+        unreadable file is not: the reader then names it).
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+        rp = p.resolve()
+    except OSError:
+        return False
+    for f in sorted(SHIPPED_CALIBRATIONS.glob("*.toml")):
+        if f.resolve() == rp or f.read_bytes() == data:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _load_shipped(path: str) -> Calibration:
+    """A shipped calibration, its GPU names checked against the catalog its measurements were read with."""
+    from .catalog import load_catalog
+    return load_calibration(path, load_catalog([str(SHIPPED_GPUS)]))
+
+
+def shipped_calibration(engine: str) -> Calibration | None:
+    """The calibration fitted to an engine's rows of the shipped measurement set, where one ships.
+
+    ``tools/make_fit.py`` writes ``fastsim/data/calibrations/<engine>.toml`` only if the fit's
+    leave-one-source-out median error is below that of SPEC §3's constants on the same held-out
+    rows (``fit-report.json`` holds every fit and the decision). Its GPU names are checked against
+    the built-in catalog and :data:`SHIPPED_GPUS`.
+
+    Parameters
+    ----------
+    engine : str
+        ``trtllm``, ``vllm`` or ``sglang``; anything else (``lecture``) has none.
+
+    Returns
+    -------
+    Calibration or None
+        Tagged with ``engine``; None where no file ships for it.
+
+    Raises
+    ------
+    FastsimInputError
+        The file does not read (:func:`load_calibration`), or is tagged with another engine.
+    """
+    f = SHIPPED_CALIBRATIONS / f"{engine}.toml"
+    if engine not in ENGINES or not f.is_file():
+        return None
+    cal = _load_shipped(str(f))
+    if cal.engine != engine:
+        raise FastsimInputError(f"{_shown(f)}: engine", cal.engine, f'"{engine}" (the file of the {engine} fit)')
+    return cal
+
+
+def _shipped_engines() -> list:
+    return [e for e in ENGINES if (SHIPPED_CALIBRATIONS / f"{e}.toml").is_file()]
+
+
+def _fit_figures(engine: str, cal: Calibration) -> str:
+    """The held-out figures of a shipped fit, from the fit report (else the file's ``source`` line)."""
+    try:
+        h = shipped_fit(engine)["held_out"]
+        fit, spec, rows = (h["fitted"]["median_abs_pct_error"], h["start"]["median_abs_pct_error"],
+                           int(h["fitted"]["rows"]))
+        return (f"leave-one-source-out median error {fit:.1f}% vs SPEC §3's {spec:.1f}% on {rows:,} held-out "
+                "rows, docs/VALIDATION.md")
+    except (TypeError, KeyError, ValueError):
+        pass
+    m = re.search(r"error ([0-9.]+)% \(SPEC §3's constants: ([0-9.]+)%\)", cal.source)
+    return f"leave-one-source-out median error {m[1]}% vs SPEC §3's {m[2]}%" if m else ""
+
+
+@dataclass(frozen=True)
+class ConstantsChoice:
+    """The step constants a run uses and what its output says about them (:func:`choose_step_constants`).
+
+    Attributes
+    ----------
+    constants : StepConstants or Calibration
+        What the run passes as ``constants=``.
+    policy : str
+        The run's scheduler: ``lecture`` or an engine's policy.
+    kind : str
+        ``lecture`` (SPEC §3's), ``fitted`` (a shipped calibration) or ``file`` (``--calibration``).
+    path : str
+        The calibration file as the output names it (``""``: SPEC §3's).
+    engine : str
+        The calibration's engine tag (``""``: none, or SPEC §3's).
+    note : str
+        "step constants: ...": which constants, and why.
+    mismatch : str
+        A calibration tagged with an engine applied to a run of another policy: the note that says
+        so (``""`` otherwise).
+    """
+
+    constants: object
+    policy: str
+    kind: str
+    path: str = ""
+    engine: str = ""
+    note: str = ""
+    mismatch: str = ""
+
+    @property
+    def notes(self) -> tuple:
+        """``note``, then ``mismatch`` where there is one."""
+        return tuple(n for n in (self.note, self.mismatch) if n)
+
+
+def choose_step_constants(policy: str = "lecture", constants: str | None = None, calibration=None,
+                          catalog: Catalog | None = None, *, policy_flag: bool = True) -> ConstantsChoice:
+    """The step constants of a run: the one rule of every command's ``--constants`` and ``--calibration``.
+
+    - ``calibration`` given: its constants (whatever ``policy``); a file tagged with an engine other
+      than the run's policy (the lecture policy included) gets a ``mismatch`` note naming the file,
+      its engine and the policy. An untagged file applies anywhere without one.
+    - ``constants="lecture"``: SPEC §3's (:class:`fastsim.stepmodel.StepConstants` defaults).
+    - ``constants="fitted"`` or None (the default): for an engine's policy, the calibration fitted to
+      that engine's measurements where one ships (:func:`shipped_calibration`), else SPEC §3's; the
+      lecture policy (no engine) keeps SPEC §3's, so its figures are SPEC §3's to the bit.
+
+    Parameters
+    ----------
+    policy : str, default "lecture"
+        The run's scheduler: ``lecture``, ``trtllm``, ``vllm`` or ``sglang``.
+    constants : {"fitted", "lecture"} or None
+        ``--constants`` as given (None: not given, which is ``fitted``).
+    calibration : str, os.PathLike or Calibration, optional
+        ``--calibration FILE`` (a shipped file, or a copy of one, is read with the GPU names of the
+        shipped measurement set, :data:`SHIPPED_GPUS`).
+    catalog : Catalog, optional
+        Checks the GPU and precision names of a ``calibration`` file (default: the built-in catalog).
+    policy_flag : bool, default True
+        Whether the run's command has ``--policy`` (the note on SPEC §3's constants for the lecture
+        policy then names the policies that run on a shipped fit; ``ledger``, ``sweep`` and
+        ``fleet`` have no engine policy).
+
+    Returns
+    -------
+    ConstantsChoice
+
+    Raises
+    ------
+    FastsimInputError
+        An unknown policy or ``--constants`` value; ``--constants`` given with ``--calibration``
+        (the file gives the constants: one or the other); a calibration file that does not read.
+    """
+    from .stepmodel import StepConstants
+    if policy not in ("lecture",) + ENGINES:
+        raise FastsimInputError("policy", policy, "lecture, " + ", ".join(ENGINES))
+    if constants is not None and constants not in CONSTANTS_CHOICES:
+        raise FastsimInputError("--constants", constants, " or ".join(CONSTANTS_CHOICES))
+    run = (f"the {policy} policy ({ENGINE_NAMES[policy]})" if policy in ENGINES else
+           "the default scheduler (no engine's)" if policy_flag else "no engine's policy (the command models none)")
+    if calibration is not None:
+        if constants is not None:
+            raise FastsimInputError("--constants", constants, "no value with --calibration (the file gives the step "
+                                    "constants; --constants chooses between the shipped fits and SPEC §3's when no "
+                                    "file is given): drop one")
+        if isinstance(calibration, Calibration):
+            cal, shown = calibration, "the calibration given"
+        else:
+            shown = _shown(calibration)
+            cal = (_load_shipped(str(calibration)) if is_shipped_calibration(calibration)
+                   else load_calibration(calibration, catalog))
+        e = cal.engine
+        note = (f"step constants: --calibration {shown}"
+                + (f", fitted to {ENGINE_NAMES[e]} measurements (engine = \"{e}\")" if e else " (no engine tag)"))
+        mismatch = ""
+        if e and e != policy:
+            mismatch = (f"{shown} was fitted to {ENGINE_NAMES[e]} measurements (engine = \"{e}\") and this run "
+                        f"is on {run}: a per-step overhead, a host time and a KV-pool rule fitted on "
+                        f"{ENGINE_NAMES[e]} are its own, not "
+                        + (f"{ENGINE_NAMES[policy]}'s" if policy in ENGINES else "SPEC §3's scheduler's")
+                        + ("; without --calibration, each policy runs on its own engine's shipped fit (else SPEC "
+                           "§3's)" if policy_flag else "; without --calibration, this command runs on SPEC §3's"))
+        return ConstantsChoice(cal, policy, "file", shown, e, note, mismatch)
+    if constants == "lecture":
+        return ConstantsChoice(StepConstants(), policy, "lecture",
+                               note="step constants: SPEC §3's (--constants lecture)")
+    if policy == "lecture":
+        fits = _shipped_engines() if policy_flag else []
+        return ConstantsChoice(StepConstants(), policy, "lecture", note=(
+            "step constants: SPEC §3's (" + (
+                "the default scheduler; " + ", ".join(f"--policy {e} runs on the constants fitted to "
+                                                      f"{ENGINE_NAMES[e]} measurements" for e in fits) if fits else
+                "the default scheduler, no engine's" if policy_flag else
+                "this command models no engine's scheduler") + ")"))
+    cal = shipped_calibration(policy)
+    if cal is None:
+        fit = shipped_fit(policy)
+        why = str(fit.get("reason", "")) if fit else ""
+        return ConstantsChoice(StepConstants(), policy, "lecture", note=(
+            f"step constants: SPEC §3's (no calibration fitted to {ENGINE_NAMES[policy]} measurements ships"
+            + (f": {why}" if why else "") + ")"))
+    shown = _shown(SHIPPED_CALIBRATIONS / f"{policy}.toml")
+    figures = _fit_figures(policy, cal)
+    return ConstantsChoice(cal, policy, "fitted", shown, cal.engine, (
+        f"step constants: fitted to {ENGINE_NAMES[policy]} measurements ({shown}"
+        + (f"; {figures}" if figures else "") + "); --constants lecture for SPEC §3's"))

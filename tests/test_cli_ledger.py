@@ -109,6 +109,10 @@ def test_ladder_that_does_not_fit_says_so(capsys):
     assert "do not fit" in err                                           # notes on stderr beside JSON
 
 
+#: The ledger's note on its step constants (it models no engine's scheduler: SPEC §3's).
+NOTE = "step constants: SPEC §3's (this command models no engine's scheduler)"
+
+
 def test_ledger_that_does_not_fit_says_so(capsys):
     rc, out, err = run(capsys, "ledger", "--model", "llama-3.1-405b", "--tp", "1", "--batch", "1")
     assert rc == 0 and err == ""
@@ -121,7 +125,8 @@ def test_ledger_that_does_not_fit_says_so(capsys):
     assert rec["memory_per_gpu_bytes"] == pytest.approx(813.8e9, rel=1e-4)
     assert "does not fit" in err
     rc, out, err = run(capsys, "ledger", "--format", "json")
-    assert all(r["fits"] for r in json.loads(out)["rows"]) and err == ""
+    # the one note: which step constants the ledger used
+    assert all(r["fits"] for r in json.loads(out)["rows"]) and err == f"note: {NOTE}\n"
 
 
 def test_ledger_overload_is_named(capsys):
@@ -132,7 +137,8 @@ def test_ledger_overload_is_named(capsys):
     assert ("note: batch 1, prefill 2048: the load of 20 req/s exceeds the step's service rate of "
             "11.4 prompts/s (utilization 1.75 >= 1)") in out
     rc, out, _ = run(capsys, "ledger", "--batch", "1", "--prefill", "2048", "--rate", "5")
-    assert rc == 0 and "unstable" not in out and "note" not in out
+    assert rc == 0 and "unstable" not in out
+    assert [ln for ln in out.splitlines() if "note" in ln] == [f"note: {NOTE}"]
 
 
 def test_ledger_prefill_rows_not_repeated_per_context(capsys):

@@ -231,7 +231,9 @@ def test_capacity_estimate_inside_its_bracket_and_interval(capsys):
     assert (round(lo, 3), round(hi, 3), round(ci_lo, 3), round(ci_hi, 3)) == (20.849, 20.992, 20.815, 20.95)
     assert round(res["rate_req_per_s"], 3) == 20.88
     assert lo <= res["rate_req_per_s"] <= hi and ci_lo <= res["rate_req_per_s"] <= ci_hi
-    assert res["estimate_in_ci"] is True and res["notes"] == []
+    assert res["estimate_in_ci"] is True and res["notes"] == [
+        "step constants: SPEC §3's (the default scheduler; --policy trtllm runs on the constants fitted to "
+        "TensorRT-LLM measurements)"]
 
 
 def test_capacity_estimate_outside_its_interval_is_explained():
@@ -472,7 +474,8 @@ def test_sweep_reads_traces_with_the_same_flags(capsys, tmp_path):
     rc, out, err = run(capsys, *argv, "--skip-invalid", "--time-unit", "s", "--format", "json")
     assert rc == 0 and "warning" not in err
     doc = strict_loads(out)
-    assert doc["notes"] == ["trace failed: --skip-invalid dropped 10 rows: 10 with output_length 0 (first at line 8)"]
+    assert doc["notes"] == ["trace failed: --skip-invalid dropped 10 rows: 10 with output_length 0 (first at line 8)",
+                            "step constants: SPEC §3's (this command models no engine's scheduler)"]
     assert doc["rows"][0]["rate_req_per_s"] == pytest.approx(990 / (999 * 1.01), rel=1e-12)
 
 

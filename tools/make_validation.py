@@ -1,7 +1,8 @@
 """Write docs/VALIDATION.md (and docs/validation.png): fastsim beside real engines, from the shipped measurements.
 
 Every figure comes from ``fastsim.validate`` run on ``fastsim/data/measurements/measurements.csv``
-(its user GPU entries added) with the default step constants; the run is deterministic (a fixed
+(its user GPU entries added) with SPEC §3's step constants (passed explicitly: ``fastsim validate``'s own default
+is the shipped fits, in sample); the run is deterministic (a fixed
 arrival seed, results independent of the thread count), so the document changes only when the
 measurements or fastsim change. ``tests/test_validate_doc.py`` regenerates it and compares.
 
@@ -80,7 +81,8 @@ def run(measurements=SHIPPED_MEASUREMENTS, catalogs=None):
         catalogs = [str(SHIPPED_CATALOG)]
     cat = load_catalog(list(catalogs))
     ms = read_measurements(measurements, cat)
-    results = run_measurements(ms, cat)
+    from fastsim.stepmodel import StepConstants
+    results = run_measurements(ms, cat, StepConstants())       # SPEC §3's: the document's figures
     recs = [r.record() for r in results]
     return cat, results, recs, summarize(recs)
 
@@ -107,8 +109,10 @@ def section_how(recs, summ, **_):
         "finishes;",
         f"- `step` ({n['step']:,} rows): one decode step of `batch` requests at `context_tokens` each, from the step "
         "model (SPEC §3).", "",
-        "Rows that describe one run (the TTFT, ITL and E2E of one benchmark) share one simulation. Constants are the "
-        "defaults of `fastsim.stepmodel.StepConstants` (no calibration). Every run uses the model's context as the "
+        "Rows that describe one run (the TTFT, ITL and E2E of one benchmark) share one simulation. Constants are "
+        "SPEC §3's, the defaults of `fastsim.stepmodel.StepConstants` (no calibration: `fastsim validate --constants "
+        "lecture`; the command's default, `--constants fitted`, runs each engine's rows on the fit of it that ships, "
+        "in sample). Every run uses the model's context as the "
         "engine's limit. A row fastsim cannot express, a row whose settings its engine would not start with "
         "(`fastsim.engine_rules`), and a row with requests its engine would refuse (prompt plus output above the "
         "context) or the simulator rejects at arrival (more KV than the instance holds) is listed with its reason and "
@@ -217,9 +221,11 @@ def section_fitted(recs, summ, shipped=True, **_):
         "more (its efficiencies refitted), starting from SPEC §3's timing constants with the engine's KV-pool "
         "rule. Leave one source out: each source family's rows are run with the constants fitted on the other "
         "families only, and the held-out figures below are over those runs, never over rows a fit saw. A fit "
-        "ships (`fastsim/data/calibrations/<engine>.toml`, used by `fastsim validate --constants fitted`) if and "
-        "only if its held-out error is below SPEC §3's on the same rows. Planning commands keep SPEC §3's "
-        "constants unless given `--calibration`.", ""]
+        "ships (`fastsim/data/calibrations/<engine>.toml`) if and only if its held-out error is below SPEC §3's on "
+        "the same rows; a shipped fit is the default (`--constants fitted`) of `fastsim validate` on its engine's "
+        "rows and of every planning command run on its engine's policy"
+        + "".join(f" (`--policy {e}`)" for e in sorted(rep) if rep[e].get("shipped")) + ", while the default "
+        "scheduler keeps SPEC §3's and `--constants lecture` gives SPEC §3's everywhere.", ""]
     rows = []
     for engine in sorted(rep):
         d = rep[engine]
@@ -288,7 +294,7 @@ def section_pipeline(recs, summ, **_):
 def section_peers(recs, summ, **_):
     return "\n".join([HEADING["peers"], "",
                       "Each figure is the simulator's own, on the engines and GPUs it was fitted or profiled on; "
-                      "fastsim's above is with default constants on every row it can express.", "",
+                      "fastsim's above is with SPEC §3's constants on every row it can express.", "",
                       table(["simulator", "published accuracy", "measured on", "source"], PEERS)])
 
 

@@ -16,7 +16,8 @@ import sys
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
                                 _arrival_cv,
-                                _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
+                                _add_workload, _check_plot, _command_catalog, _constants, _constants_notes, _emit,
+                                _fmt, _legend,
                                 _notes_out, _pct, _positive, _seeds)
 from ..errors import FastsimInputError
 
@@ -301,6 +302,7 @@ def _capacity_output(args, res, plan, screen_why, notes, summary):
     rec = res.to_dict()
     rec["plan"] = plan.describe()
     _add_screen_verdict(rec, screen_why)
+    notes = list(notes) + _constants_notes(args)
     if args.format == "table":
         print(summary(res, screen_why))
         for n in notes:
@@ -606,6 +608,7 @@ def _cmd_capacity_counts(args):
     headers = [label, "GPUs", "analytic req/s", "simulated req/s", "bracket req/s", "95% CI req/s",
                "sim / analytic", "probes", "seed-runs"]
     # a CSV row: the notes about every count, its own, and the legend of its own cells
+    notes += _constants_notes(args)
     row_notes = [[t for o, t in tagged if o is None or o == i] + notes[len(tagged):legend_at]
                  + _legend("count", [(n, r["null_reasons"])], shown) + notes[legend_end:]
                  for i, (n, r) in enumerate(zip(counts, records))]

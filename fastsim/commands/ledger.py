@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import sys
 
-from .._command_helpers import (_add_calibration, _add_common, _check_plot, _command_catalog, _constants, _emit,
-                                _fmt, _gpus, _nonneg_int, _notes_out, _pos_int, _positive, _records, _tp)
+from .._command_helpers import (_add_calibration, _add_common, _check_plot, _command_catalog, _constants,
+                                _constants_choice, _constants_notes, _emit, _fmt, _gpus, _nonneg_int, _notes_out,
+                                _pos_int, _positive, _records, _tp)
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -92,7 +93,7 @@ def _ledger(args):
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
                       output_tokens=args.output_tokens, constants=_constants(args), pp=args.pp)
     rows, notes = [], []
-    if getattr(args, "calibration", None):
+    if _constants_choice(args).kind != "lecture":
         from ..stepmodel import resolve_constants
         k = resolve_constants(_constants(args), gpu, prec, args.tp)
         notes.append(f"--calibration: its efficiencies and all-reduce constants apply here"
@@ -157,6 +158,7 @@ def _ledger(args):
               + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
                  f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch")
               + ("; per pipeline stage, + the stage's send to the next" if pipe else ""))
+    notes += _constants_notes(args)
     _emit(args, _records(df, _ledger_reason(args.rate)), rows, headers, notes)
     _notes_out(args, notes)
     if args.plot:

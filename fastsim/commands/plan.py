@@ -9,8 +9,9 @@ from __future__ import annotations
 import sys
 
 from .._command_helpers import (_add_arrival_flags, _add_calibration, _add_common, _add_engine_args, _add_workload,
-                                _arrival_cv, _command_catalog, _constants, _distinct, _emit, _fmt, _fraction,
-                                _int_list, _legend, _notes_out, _pct, _pos_int, _positive, _pp_list, _seeds, _tp_list)
+                                _arrival_cv, _command_catalog, _constants, _constants_choice, _constants_notes,
+                                _distinct, _emit, _fmt, _fraction, _int_list, _legend, _notes_out, _pct, _pos_int,
+                                _positive, _pp_list, _seeds, _tp_list)
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -265,8 +266,9 @@ def run(args):
             r["model_path"] = model.source[len("config.json at "):]
     if args.headroom:
         _add_headroom(args, report, records, caps, demand)
-    if getattr(args, "calibration", None):
-        report.notes.extend(_calibration_notes(args.calibration, opts.constants, report.deployments))
+    choice = _constants_choice(args)
+    if choice.kind != "lecture":
+        report.notes.extend(_calibration_notes(choice.path, opts.constants, report.deployments))
     rows = []
     for i, (d, r) in enumerate(zip(report.deployments, records), 1):
         v = r["verification"] or {}
@@ -331,6 +333,7 @@ def run(args):
         headers.insert(6, "spec dec")
         for row, d in zip(rows, report.deployments):
             row.insert(6, f"gamma {d.plan.spec_gamma}" if d.plan.spec_gamma else "off")
+    report.notes.extend(_constants_notes(args))
     _emit(args, records, rows, headers, report.notes, key="plans")
     if args.format == "table" and launches:
         print("\n" + "\n\n".join(launches))

@@ -11,7 +11,8 @@ import math
 
 from .._command_helpers import (_add_arrival_args, _add_calibration, _add_common, _add_plan_args, _add_spec_args,
                                 _arrival_cv,
-                                _add_workload, _check_plot, _command_catalog, _constants, _emit, _fmt, _legend,
+                                _add_workload, _check_plot, _command_catalog, _constants, _constants_notes, _emit,
+                                _fmt, _legend,
                                 _notes_out, _pct, _positive, _read_plan_json, _seeds)
 from ..errors import FastsimInputError
 
@@ -230,6 +231,7 @@ def run(args):
               f"{_pct(pct)} TTFT <= {demand.ttft_s:g} s, {_pct(pct)} TPOT <= {demand.tpot_s * 1e3:g} ms")
     labels = dict(_SIM_LABELS, ttft_at_percentile_s=f"TTFT {_pct(pct)}", tpot_at_percentile_s=f"TPOT {_pct(pct)}")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], labels)
+    notes = list(notes) + _constants_notes(args)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
     if args.plot:
@@ -684,6 +686,7 @@ def _run_drained(args, cat, bench, plan, model, demand, source, notes):
               + f"; {_pct(demand.slo_percentile)} TTFT <= {demand.ttft_s:g} s, "
               f"{_pct(demand.slo_percentile)} TPOT <= {demand.tpot_s * 1e3:g} ms")
     notes = list(notes) + _legend("seed", [(r["seed_index"], r["null_reasons"]) for r in records], _DRAIN_LABELS)
+    notes = list(notes) + _constants_notes(args)
     _emit(args, records, rows, headers, notes, key="runs")
     _notes_out(args, notes)
     if args.plot:

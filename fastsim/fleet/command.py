@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 
-from .._command_helpers import (_catalog, _check_plot, _constants, _fmt, _int_at_least, _number, _positive,
-                                _read_plan_json, _record_model, _slo_percentile, _tp)
+from .._command_helpers import (_catalog, _check_plot, _constants, _constants_notes, _fmt, _int_at_least, _number,
+                                _positive, _read_plan_json, _record_model, _slo_percentile, _tp)
 from ..errors import FastsimInputError
 from . import strategies as S
 
@@ -440,6 +440,7 @@ def cmd_fleet(args) -> int:
     if args.plot:
         plot_fleet(res, args.plot, title=f"{prof.name} x {scale:.4g}, {scen.name} on {_fleet_span(res, plan)}")
         notes.append(f"plot written to {args.plot}")
+    notes += _constants_notes(args)
     if args.format == "json":
         sys.stdout.write(dumps(dict(rec, notes=notes)) + "\n")
     elif args.format == "csv":

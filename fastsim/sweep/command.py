@@ -77,9 +77,10 @@ def cli_sweep(args) -> int:
         flagged.add("capacity_tol")
     if "chunk_tokens" in kw:
         kw["chunk_tokens"] = _tuple(kw["chunk_tokens"])
-    if getattr(args, "calibration", None):
-        from .._command_helpers import _constants
-        kw["constants"] = _constants(args)
+    from .._command_helpers import _constants_choice, _constants_notes
+    if _constants_choice(args).kind != "lecture":       # the sweep's runs are the lecture policy's
+        kw["constants"] = _constants_choice(args).constants
+    read_notes.extend(_constants_notes(args))
 
     def field(key):
         """The name of a setting where it was given: its flag, or its key in the grid file."""

@@ -48,8 +48,9 @@ _DATA = Path(__file__).resolve().parents[1] / "data" / "measurements"
 SHIPPED_MEASUREMENTS = _DATA / "measurements.csv"
 SHIPPED_CATALOG = _DATA / "gpus_custom.toml"
 #: The calibrations fitted to the shipped set (one engine-tagged file per engine: ``fastsim calibrate
-#: --measurements``), which ``fastsim validate --constants fitted`` uses; see the folder's README.
-SHIPPED_CALIBRATIONS = _DATA.parent / "calibrations"
+#: --measurements``), which ``fastsim validate`` and the planning commands use by default (``--constants
+#: fitted``, :func:`fastsim.constants.choose_step_constants`); see the folder's README.
+SHIPPED_CALIBRATIONS = _DATA.parent / "calibrations"     # = fastsim.constants.SHIPPED_CALIBRATIONS
 
 
 def fitted_calibrations(folder=None, catalog=None) -> tuple:
