@@ -126,8 +126,9 @@ def speculative_step(model, draft_model, gpu, precision, tp: int, *, batch: int 
     p = step_params(m, gp, pr, tp, constants)
     n = float(b * (g_ + 1))
     held = float(b * m.kv_tokens_held(ctx))
+    # the verify step's sequences are the batch's b (their gamma + 1 tokens each): its host time
     verify = _result(_core(p, n, held, decode_attn_flops(m.layers, m.attn_dim_decode, n * m.kv_tokens_held(ctx)),
-                           kpl, ls, math.nan)
+                           kpl, ls, math.nan, float(b))
                      | memory_per_gpu(m, gp, pr, tp, held, constants))
     round_s = g_ * draft.step_s + verify.step_s
     used = verify.memory_per_gpu_bytes + draft.memory_per_gpu_bytes    # both models, both caches

@@ -335,7 +335,8 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
 
     ``batch`` and ``prefill`` (prompt tokens; 0 for decode) say what one step serves, for the load
     terms: a decode request needs ``output_tokens`` steps of a batch of ``batch``, a prefill
-    request ``1 / batch`` of a step.
+    request ``1 / batch`` of a step. ``batch`` is also the step's sequences, the ones its host time
+    (``P_OVERHEAD_SEQ``) is charged for.
     """
     w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
     p = np.asarray(p, dtype=np.float64)

@@ -224,3 +224,23 @@ def test_the_fit_fits_the_moe_factor_only_where_rows_run_moe_models():
     assert "moe_compute_factor" in default_names(ms, cat)
     assert "moe_compute_factor" not in default_names(dense, cat)
     assert "overhead_per_seq_s" in default_names(dense, cat)
+
+
+def test_the_ledgers_speculative_round_charges_the_verify_step_for_every_sequence():
+    # the verify step carries the batch's b sequences (gamma + 1 tokens each), as the planner's round
+    # (fastsim.specdec.round_time_s) counts them: the two agree to the bit with the host time too
+    from fastsim.ledger import KERNELS_PER_LAYER_FUSED, LAUNCH_S_GRAPHS, speculative_step
+    from fastsim.specdec import round_time_s, spec_decoding, spec_step_params
+    from fastsim.stepmodel import P_LAYERS
+    b = 64
+    p_t, p_d = spec_step_params("llama-3.1-70b", "H100", "FP8", 8, K, spec_decoding(4, 0.8, model="llama-3.1-70b"))
+    for q in (p_t, p_d):
+        q[P_OVERHEAD] = q[P_LAYERS] * KERNELS_PER_LAYER_FUSED * LAUNCH_S_GRAPHS
+    led = speculative_step("llama-3.1-70b", "llama-3.1-8b", "H100", "FP8", 8, batch=b, context_tokens=4096,
+                           acceptance=0.8, gamma=4, constants=K)
+    assert led.verify.host_s == pytest.approx(b * C_SEQ, rel=1e-12)
+    assert led.draft.host_s == pytest.approx(b * C_SEQ, rel=1e-12)
+    assert led.round_s == round_time_s(p_t, p_d, b, 4096, 4)
+    led0 = speculative_step("llama-3.1-70b", "llama-3.1-8b", "H100", "FP8", 8, batch=b, context_tokens=4096,
+                            acceptance=0.8, gamma=4)
+    assert led.round_s - led0.round_s == pytest.approx(5 * b * C_SEQ, rel=1e-9)     # 4 draft steps + the verify
