@@ -197,3 +197,27 @@ def test_ledger_pp_errors_name_the_flag(capsys):
     assert rc == 2 and "tp" in err and "node" in err
     rc, out, err = run(capsys, *["ledger", "--model", "llama-3.1-70b", "--tp", "8", "--pp", "81"])
     assert rc == 2 and "pp" in err
+
+
+def test_ledger_shows_a_calibrations_host_time_per_sequence(capsys, tmp_path):
+    from fastsim.constants import Calibration, CalibrationEntry
+    from fastsim.stepmodel import StepConstants
+    path = tmp_path / "host.toml"
+    Calibration((CalibrationEntry("*", "*", StepConstants(overhead_per_seq_s=2.5e-5), ("overhead_per_seq_s",)),)
+                ).write(path)
+    rc, out, _ = run(capsys, "ledger", "--model", "llama-3.1-8b", "--tp", "1", "--batch", "64",
+                     "--calibration", str(path))
+    assert rc == 0
+    head = out.splitlines()[0]
+    # the step's formula names the column it adds
+    assert head.endswith("step = max(weight + KV, compute) + all-reduce + launch + host (the host time of the "
+                         "step's sequences)")
+    assert "host ms" in out.splitlines()[1]
+    # 64 sequences x 25 us = 1.600 ms
+    assert " 1.600 " in out.splitlines()[3]
+    assert "its host time per sequence (25 us, the host column)" in out
+    rc, out, _ = run(capsys, "ledger", "--model", "llama-3.1-8b", "--tp", "1", "--batch", "64")
+    assert "host" not in out.splitlines()[0] and "host" not in out.splitlines()[1]
+    rc, out, _ = run(capsys, "ledger", "--model", "llama-3.1-8b", "--tp", "1", "--batch", "64", "--format", "json",
+                     "--calibration", str(path))
+    assert json.loads(out)["rows"][0]["host_s"] == pytest.approx(64 * 2.5e-5, rel=1e-12)

@@ -155,8 +155,10 @@ def _ledger(args):
                          "step, which is not an M/D/1 queue; utilization says whether the step keeps up")
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
-              + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch; "
-                 f"layout {args.layout}" if moe else "step = max(weight + KV, compute) + all-reduce + launch")
+              + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch"
+                 if moe else "step = max(weight + KV, compute) + all-reduce + launch")
+              + (" + host (the host time of the step's sequences)" if host else "")
+              + (f"; layout {args.layout}" if moe else "")
               + ("; per pipeline stage, + the stage's send to the next" if pipe else ""))
     notes += _constants_notes(args)
     _emit(args, _records(df, _ledger_reason(args.rate)), rows, headers, notes)

@@ -52,9 +52,11 @@ admitted request in decode phase (one token each) plus up to ``chunk_tokens`` pr
 taken FCFS from admitted requests still in prefill (a step may finish one prompt and start the
 next). A prompt finished by a step gives its first token at the step's end; the request then
 decodes in the following ``O - 1`` steps; with ``O = 1`` it finishes at its first token. Step
-time = ``step_time_nb(p, n_tokens, kv_tokens, attn_flops)`` (SPEC section 3) with::
+time = ``step_time_nb(p, n_tokens, kv_tokens, attn_flops, n_seqs)`` (SPEC section 3) with::
 
     n_tokens   = decodes + prompt tokens in the step
+    n_seqs     = decodes + prompt pieces in the step (what the step adds to the batch sum; the
+                 host time per sequence, ``P_OVERHEAD_SEQ``, is charged for each)
     C, E       = sums over decodes of their context c (P + tokens generated so far) and of
                  max(c - W, 0)
     Cp, Ep     = C and E plus, for each prompt piece, s and max(s - W, 0) (s = the piece's

@@ -25,7 +25,8 @@ Launch. When stage 0 is free and fewer than ``S`` micro-batches are in flight, t
 waiting requests and composes a micro-batch from its admitted requests NOT in flight, by the
 policy's rules (below). If that is empty nothing launches, and the instance waits for a
 completion or an arrival. A micro-batch of ``n_tok`` tokens reading ``kv_tok`` held KV tokens
-takes ``d_s = step_time(stages[s], n_tok, kv_tok, attn_s)`` on stage ``s``
+takes ``d_s = step_time(stages[s], n_tok, kv_tok, attn_s, n_seqs)`` on stage ``s`` (``n_seqs`` the
+micro-batch's sequences, decodes and prompt pieces)
 (:func:`fastsim.stepmodel.step_time`, which adds the stage's activation send
 ``P_P2P_LAT + n_tok x P_P2P_S_PER_TOKEN``), where ``n_tok`` and ``kv_tok`` are the colocated
 step's (the lecture's composition, :mod:`fastsim.sim.engine`) and ``attn_s`` its attention FLOPs

@@ -123,7 +123,7 @@ Speculative decoding (draft model or MTP head, :mod:`fastsim.specdec`). Each dec
 ``u < alpha^j``, ``u`` a uniform of request ``r``'s ``m``-th round from a counter-based generator
 (splitmix64 of ``seed``, ``r`` and ``m``), so runs at different rates share the draws (common
 random numbers). The step time adds ``gamma`` draft steps of the decodes:
-``step_time(p_draft, decodes, C, 4 L_d H_d C)`` (C the decodes' context; the draft's own window is
+``step_time(p_draft, decodes, C, 4 L_d H_d C, decodes)`` (C the decodes' context; the draft's own window is
 ignored); the verify step counts ``gamma + 1`` tokens and ``(gamma + 1) x`` the attention of each
 decode. Each decode needs KV for ``gamma + 1`` more tokens.
 
