@@ -1,14 +1,16 @@
 """Step-model constants fitted to serving measurements through the simulator, with cross-validation.
 
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
-``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s`` and the FP8 / FP4 compute
-factors of the precisions the rows use) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
+``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute
+factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
+model and ``request_overhead_s`` where rows measure a TTFT or an E2E latency,
+:func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
 :func:`scipy.optimize.least_squares` (trust region reflective, on the log of each constant,
 within bounds) minimises a robust sum over rows of the log ratio ``log(fastsim / real)``
-(``loss="soft_l1"``, ``f_scale = 0.1``: a row 10% off weighs as in least squares, a row 10x
-off counts about linearly, so a few rows the model cannot express do not drag the rest).
+(``loss="cauchy"``, ``f_scale = 0.1``: a row 10% off weighs about as in least squares, a row 10x
+off counts about logarithmically, so a few rows the model cannot express do not drag the rest).
 
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale, ``s^2``
 the residual variance; Bates and Watts 1988, §2.3), back-transformed, so they are asymmetric and
