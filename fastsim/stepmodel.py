@@ -33,6 +33,7 @@ and as vLLM (``--enable-expert-parallel``, EP = TP x DP) and SGLang (``--enable-
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from numbers import Real
 
 import numpy as np
 from numba import njit
@@ -205,7 +206,7 @@ class StepConstants:
             if f.name in ("eta_kv", "kv_memory"):
                 continue
             v = getattr(self, f.name)
-            if not (v >= 0.0) or v != v:
+            if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 <= v < np.inf):    # NaN and inf fail too
                 raise FastsimInputError(f.name, v, "a finite number >= 0")
         for name in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization", "moe_compute_factor"):
             v = getattr(self, name)

@@ -164,6 +164,16 @@ def test_the_constant_is_checked_and_carried_in_calibration_files(tmp_path):
     from fastsim.constants import Calibration, CalibrationEntry, load_calibration
     with pytest.raises(FastsimInputError, match="overhead_per_seq_s"):
         StepConstants(overhead_per_seq_s=-1e-6)
+    # "a finite number >= 0": infinity and NaN are refused as the message says, for every constant
+    for name in ("overhead_per_seq_s", "overhead_s", "request_overhead_s", "alpha_s"):
+        for v in (float("inf"), float("nan"), "1e-5"):
+            with pytest.raises(FastsimInputError, match=f"{name}: got .*; allowed: a finite number >= 0"):
+                StepConstants(**{name: v})
+    bad = tmp_path / "inf.toml"
+    bad.write_text('format_version = 1\n\n[[constants]]\ngpu = "*"\nprecision = "*"\noverhead_per_seq_s = inf\n',
+                   encoding="utf-8")
+    with pytest.raises(FastsimInputError, match="overhead_per_seq_s: got inf"):
+        load_calibration(bad)
     cal = Calibration((CalibrationEntry("*", "*", replace(StepConstants(), overhead_per_seq_s=3e-5),
                                         ("overhead_per_seq_s",)),), engine="trtllm")
     path = tmp_path / "c.toml"
