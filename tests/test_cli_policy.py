@@ -77,6 +77,14 @@ def test_engine_flag_errors_name_the_flag(capsys, extra, flag):
     assert rc == 2 and flag in err
 
 
+def test_a_disaggregated_plan_under_trtllm_is_refused_naming_every_engine_policy(capsys):
+    rc, out, err = run(capsys, "simulate", "--scenario", "chat", "--horizon", "10", "--gpu", "B200", "--precision",
+                       "FP8", "--mode", "disaggregated", "--policy", "trtllm")
+    assert rc == 2
+    assert err.strip().endswith("--policy: got 'trtllm'; allowed: lecture for a disaggregated plan (the vllm, sglang "
+                                "and trtllm policies model colocated instances)")
+
+
 def test_capacity_under_vllm(capsys):
     rc, out, err = run(capsys, "capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8",
                        "--instances", "1", "--seeds", "2", "--horizon", "60", "--tol", "0.05", "--format", "json",

@@ -501,8 +501,8 @@ def _engine_setup(args, plan, model, cat, demand=None, prefixes=None):
         raise FastsimInputError("--routing", "prefix-aware", "least-loaded or round-robin with --policy trtllm (its "
                                 "KV block reuse is off, as trtllm-bench runs it: nothing cached to route on)")
     if engine is not None and plan.mode != "colocated":
-        raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm and sglang "
-                                "policies model colocated instances)")
+        raise FastsimInputError("--policy", args.policy, "lecture for a disaggregated plan (the vllm, sglang and "
+                                "trtllm policies model colocated instances)")
     if engine is not None and plan.max_batch:
         # the plan's batch cap (--from-plan) becomes the engine's max_num_seqs / max_batch_size
         if engine.get("max_num_seqs", plan.max_batch) != plan.max_batch:

@@ -91,7 +91,7 @@ def _engine_kwargs(engine, plan: Plan, catalog: Catalog, model: Model, constants
     if engine is None:
         if plan.spec_gamma:
             raise FastsimInputError("engine", None, f"an engine policy (e.g. {{'policy': 'vllm'}}) for {plan.describe()}: "
-                                    "speculative decoding is simulated under the vllm and sglang policies only")
+                                    "speculative decoding is simulated under the vllm, sglang and trtllm policies only")
         return {}
     if not isinstance(engine, dict) or "policy" not in engine:
         raise FastsimInputError("engine", engine, "a dict with a policy (vllm, sglang or an EnginePolicy) and "

@@ -724,10 +724,10 @@ def _engine_policy(policy, routing, spec) -> bool:
         raise FastsimInputError("policy", policy, "lecture, vllm, sglang, trtllm or an EnginePolicy")
     if routing == "prefix-aware":
         raise FastsimInputError("routing", routing, "least-loaded or round-robin under the lecture policy "
-                                "(prefix-aware routing needs an engine policy: vllm or sglang)")
+                                "(prefix-aware routing needs an engine policy with a prefix cache: vllm or sglang)")
     if spec is not None:
         raise FastsimInputError("spec", spec, "None under the lecture policy (speculative decoding is "
-                                "simulated under the vllm and sglang policies)")
+                                "simulated under the vllm, sglang and trtllm policies)")
     return False
 
 

@@ -541,8 +541,8 @@ def run_policy(plans, works, prefixes, opts, *, policy, routing: str, spec=None,
     rows = []
     for pl, w, pre in zip(plans, works, prefixes):
         if not isinstance(pl, ColocatedPlan):
-            raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm and sglang "
-                                    "policies model colocated instances)")
+            raise FastsimInputError("policy", pol.name, "lecture for a disaggregated plan (the vllm, sglang and "
+                                    "trtllm policies model colocated instances)")
         if pl.max_batch:
             # the plan's cap is the lecture scheduler's; an engine's is its own setting, which applies
             raise FastsimInputError("plan.max_batch", pl.max_batch, f"0 under the {pol.name} policy (its batch cap "
