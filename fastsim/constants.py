@@ -160,11 +160,13 @@ class Calibration:
             and ``interval95`` (name -> [low, high]).
         """
         out = ["# fastsim calibration: step-model constants fitted to measurements (`fastsim calibrate`).",
-               "# Used by --calibration FILE (plan, simulate, capacity, ledger, sweep) and by",
+               "# Used by --calibration FILE (plan, simulate, capacity, ledger, sweep, fleet, validate) and by",
                "# fastsim.calibrate.load_calibration. One [[constants]] table per GPU and precision",
                '# ("*" matches any); a GPU and precision without a table keep the default constants.',
                "# Units: eta_* are fractions of the catalog peak (FLOP/s, HBM bytes/s, NVLink bytes/s);",
-               "# alpha_s is seconds per ring hop of an all-reduce; overhead_s is seconds per step.",
+               "# alpha_s is seconds per ring hop of an all-reduce; overhead_s is seconds per step (the",
+               "# host time per sequence: seconds per sequence of a step; the request overhead: seconds per",
+               "# request); the compute factors are fractions of eta_compute.",
                f"format_version = {FORMAT_VERSION}",
                f"source = {_toml_str(self.source)}"]
         if self.engine:
