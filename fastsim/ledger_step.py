@@ -732,15 +732,20 @@ def pipeline_round_s(df):
 
 _PLOT_PARTS = (("weight_read_s", "weight read"), ("kv_read_s", "KV read"),
                ("compute_excess_s", "compute beyond memory"), ("allreduce_s", "all-reduce"),
-               ("launch_s", "kernel launch"))
+               ("alltoall_s", "all-to-all"), ("p2p_s", "stage send"), ("launch_s", "kernel launch"),
+               ("host_s", "host time"))
+#: Parts drawn only where some bar has them (a dense model has no all-to-all, PP 1 no stage send,
+#: SPEC §3's constants no host time): no empty legend entries.
+_PLOT_OPTIONAL = ("alltoall_s", "p2p_s", "host_s")
 
 
 def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str = "Token ledger"):
     """Stacked bars of the step parts per configuration, saved as a figure (matplotlib Agg canvas).
 
     Each bar stacks weight read, KV read, the part of compute not hidden under the memory side
-    (``max(0, compute - weight - KV)``), all-reduce and kernel launch, so its height is the step
-    time in ms. A tick marks the full compute time of each bar.
+    (``max(0, compute - weight - KV)``), all-reduce, all-to-all and the stage send (where some bar
+    has them), kernel launch and the host time of the step's sequences (where a calibration sets
+    it), so its height is the step time in ms. A tick marks the full compute time of each bar.
 
     Parameters
     ----------
@@ -796,6 +801,8 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
     ax = fig.subplots()
     bottom = np.zeros(len(df))
     for col, name in _PLOT_PARTS:
+        if col in _PLOT_OPTIONAL and not (col in df and bool((df[col] > 0).any())):
+            continue
         h = df[col].to_numpy(dtype=np.float64) * 1e3
         ax.bar(x, h, bottom=bottom, label=name)
         bottom += h

@@ -387,3 +387,30 @@ def test_mtp_draft_holds_one_layer_not_a_second_embedding():
     head = mtp_model(m)
     layer_and_projection = (head.total_params - 2 * m.vocab * m.hidden + 2 * m.hidden ** 2) * 1.0 / 8
     assert r.draft.memory_per_gpu_bytes == pytest.approx(layer_and_projection)
+
+
+def test_plot_ledger_bars_are_the_step_time(tmp_path, monkeypatch):
+    # every part of the step is stacked (all-to-all, the host time too): each bar's top is step_s
+    from matplotlib.axes import Axes
+    from fastsim.stepmodel import StepConstants
+    bars = []
+    original = Axes.bar
+
+    def spy(self, x, height, bottom=None, **kw):
+        bars.append((kw.get("label"), np.array(height, dtype=float), np.array(bottom, dtype=float)))   # copies
+        return original(self, x, height, bottom=bottom, **kw)
+
+    monkeypatch.setattr(Axes, "bar", spy)
+    t = ledger_table("qwen3-30b-a3b", H100, "FP8", 2, batch=[1, 64], prefill_tokens=[0, 1024], layout="tp+ep",
+                     constants=StepConstants(overhead_per_seq_s=5e-5))
+    assert (t.alltoall_s > 0).all() and (t.host_s > 0).all()
+    plot_ledger(t, tmp_path / "ledger.png")
+    labels = [b[0] for b in bars]
+    assert labels == ["weight read", "KV read", "compute beyond memory", "all-reduce", "all-to-all", "kernel launch",
+                      "host time"]
+    top = bars[-1][1] + bars[-1][2]
+    np.testing.assert_allclose(top, t.step_s.to_numpy() * 1e3, rtol=1e-12)
+    # a dense model on SPEC §3's constants: no empty all-to-all, stage-send or host entries
+    bars.clear()
+    plot_ledger(ledger_table(M70, H100, "BF16", 8, batch=[1, 64]), tmp_path / "dense.png")
+    assert [b[0] for b in bars] == ["weight read", "KV read", "compute beyond memory", "all-reduce", "kernel launch"]
