@@ -16,9 +16,11 @@ One forward pass of a tensor-parallel instance is broken into the parts a token 
     compute        (2 x matmul params x n_tokens + attention FLOPs) / TP / (eta_compute x peak)
     all-reduce     2 per layer, ring all-reduce of n_tokens x hidden x 2 bytes (alpha-beta)
     kernel launch  layers x kernels per layer x launch time
-    step           max(weight read + KV read, compute) + all-reduce + kernel launch
+    host           sequences of the step x overhead_per_seq_s (step model v2; 0 under SPEC §3)
+    step           max(weight read + KV read, compute) + all-reduce + kernel launch + host
 
-(and, when an arrival rate is given, an M/D/1 queueing wait with the step as the server).
+(and, when an arrival rate is given, an M/D/1 queueing wait with the step as the server; a MoE
+model adds its all-to-all, a pipeline stage its send to the next stage).
 
 The first four parts come from :func:`fastsim.stepmodel.step_parts` (SPEC §3). The ledger differs
 from the planner's step in one place only: the planner adds a fixed 1 ms per step (CUDA graphs
