@@ -194,3 +194,23 @@ def test_a_fold_fits_only_what_its_rows_pin(tmp_path):
     assert "fp8_compute_factor" not in keep and st.fp8_compute_factor == 1.0
     keep, st = _fold_names(names, start, ms, cat)
     assert keep == names and st is start
+
+
+def test_calibrate_measurements_table_shows_spec_3s_values_beside_the_start(tmp_path, capsys):
+    # the fit of the host time per sequence starts at 10 us (inside its bounds), SPEC §3 has none: the
+    # table's "SPEC §3" column is SPEC §3's value, the start its own column
+    truth = StepConstants(eta_bw=0.6, overhead_per_seq_s=3e-5)
+    csv = write_csv(tmp_path / "m.csv", *_step_rows("A", constants=truth), *_step_rows("C", constants=truth))
+    assert main(["calibrate", "--measurements", str(csv), "--engine", "trtllm", "--fit", "eta_bw,overhead_per_seq_s",
+                 "--no-cv"]) == 0
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if ln.startswith("GPU"))
+    assert head.split()[-4:] == ["interval", "start", "SPEC", "§3"]
+    row = next(ln for ln in out.splitlines() if "overhead_per_seq_s" in ln).split()
+    assert row[-2:] == ["0.0100", "0.0000"]           # ms: the 10 us start, SPEC §3's 0
+    assert float(row[4]) == pytest.approx(0.03, rel=1e-3)      # the 30 us that made the rows ("(ms)" before it)
+    assert main(["calibrate", "--measurements", str(csv), "--engine", "trtllm", "--fit", "eta_kv,overhead_s",
+                 "--no-cv", "--format", "json"]) == 0
+    p = {r["parameter"]: r for r in json.loads(capsys.readouterr().out)["parameters"]}
+    assert p["eta_kv"]["spec"] == 0.8 and p["eta_kv"]["default"] == 0.8        # eta_bw's, not null
+    assert p["overhead_s"]["spec"] == 1e-3

@@ -78,8 +78,16 @@ def run_measured(args, cat) -> int:
         notes.append(f"wrote {args.out} (tagged engine = {args.engine}): use it with --calibration {args.out}")
     else:
         notes.append("no --out given: the calibration was not written")
+    from ..stepmodel import StepConstants
+    spec = StepConstants()
+
+    def value(c, n):
+        return c.kv_efficiency if n == "eta_kv" else getattr(c, n)      # eta_kv None: eta_bw's
+    # "default": where the fit started (SPEC §3's timing constants with the engine's KV-pool rule and
+    # the starts of the v2 overheads, fastsim.validate.fit); "spec": SPEC §3's own value
     params = [{"gpu": e.gpu, "rows": e.rows, "parameter": n, "value": getattr(e.constants, n), "ci95_low": lo,
-               "ci95_high": hi, "default": getattr(fit.start, n)} for e in fit.entries for n, lo, hi in e.interval95]
+               "ci95_high": hi, "default": value(fit.start, n), "spec": value(spec, n)}
+              for e in fit.entries for n, lo, hi in e.interval95]
     if args.format == "json":
         doc = fit.to_dict()
         doc.update(parameters=params, calibration_file=args.out, notes=notes)
@@ -96,8 +104,9 @@ def run_measured(args, cat) -> int:
                      _show(p["parameter"], p["value"]),
                      (f"{_show(p['parameter'], p['ci95_low'])} - {_show(p['parameter'], p['ci95_high'])}"
                       if p["ci95_low"] == p["ci95_low"] else "not identified"),
-                     _show(p["parameter"], p["default"])] for p in params],
-                   headers=["GPU", "rows", "parameter", "fitted", "95% interval", "SPEC §3"], disable_numparse=True))
+                     _show(p["parameter"], p["default"]), _show(p["parameter"], p["spec"])] for p in params],
+                   headers=["GPU", "rows", "parameter", "fitted", "95% interval", "start", "SPEC §3"],
+                   disable_numparse=True))
     print()
     rows = [["in sample", _stat(fit.in_sample["start"]), _stat(fit.in_sample["fitted"])],
             ["held out (all folds)", _stat(fit.held_out["start"]), _stat(fit.held_out["fitted"])]]
