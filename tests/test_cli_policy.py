@@ -208,3 +208,16 @@ def test_from_plan_of_another_scenario_is_noted(capsys, tmp_path):
     assert rc == 0, err
     notes = json.loads(out)["notes"]
     assert any("rate 4 (the scenario's 20)" in n and "chat's request lengths" in n for n in notes)
+
+
+def test_no_verify_with_a_policy_says_nothing_was_simulated(capsys):
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--policy", "trtllm", "--no-verify", "--top-k", "1",
+                       "--format", "json")
+    assert rc == 0, err
+    notes = json.loads(out)["notes"]
+    assert any(n.startswith("--no-verify: nothing is simulated") and "trtllm" in n for n in notes)
+    assert not any(n.startswith("verification under") for n in notes)
+    rc, out, err = run(capsys, "plan", "--scenario", "chat", "--policy", "trtllm", "--top-k", "1", "--format", "json",
+                       "--horizon", "30", "--seeds", "1")
+    assert rc == 0, err
+    assert any(n.startswith("verification under the trtllm policy") for n in json.loads(out)["notes"])

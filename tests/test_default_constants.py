@@ -107,7 +107,7 @@ def test_trtllm_policy_runs_on_the_shipped_fit_by_default(capsys):
     # the default is the shipped calibration's run to the bit, and not SPEC §3's
     assert _figures(base, "runs") == _figures(given, "runs")
     assert base["runs"][0]["tpot_p90_s"] != lecture["runs"][0]["tpot_p90_s"]
-    assert base["runs"][0]["tpot_p90_s"] > 1.3 * lecture["runs"][0]["tpot_p90_s"]     # 1.42 ms per step, eta_bw 0.57
+    assert base["runs"][0]["tpot_p90_s"] > 1.3 * lecture["runs"][0]["tpot_p90_s"]     # the fit's slower weight read and host time
     assert _fitted_note() in base["notes"]
     assert "step constants: SPEC §3's (--constants lecture)" in lecture["notes"]
     assert ('step constants: --calibration fastsim/data/calibrations/trtllm.toml, fitted to TensorRT-LLM '

@@ -205,10 +205,12 @@ def run(args):
                                     "drop --emit to verify under it")
         if pinned:
             engine["plan_settings"] = True
-        notes = list(notes) + [f"verification under the {args.policy} policy ("
+        notes = list(notes) + ([f"--no-verify: nothing is simulated; the screen's plans would verify under the "
+                                f"{args.policy} policy (drop --no-verify to verify them)"] if args.no_verify else
+                               [f"verification under the {args.policy} policy ("
                                + ("the settings --emit writes for each plan: its batch and chunk" if pinned else
                                   "its defaults for each plan's GPU" + (", overridden" if len(engine) > 2 else ""))
-                               + "; fastsim.sim.policy); disaggregated plans are not simulated under it"]
+                               + "; fastsim.sim.policy); disaggregated plans are not simulated under it"])
     d = demand
     P = _pct(d.slo_percentile)
     head = (f"{model.name}: {d.rate_req_per_s:.4g} req/s, {P} TTFT <= {d.ttft_s:g} s, {P} TPOT <= {d.tpot_s * 1e3:g} ms; "
