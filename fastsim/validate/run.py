@@ -132,7 +132,6 @@ _CONTEXT_RULE = {
               "(python/sglang/srt/managers/tokenizer_manager.py, TokenizerManager._validate_one_request)",
     "trtllm": "TensorRT-LLM refuses a request above the max_seq_len it was built for",
 }
-_ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 #: Where each engine's default KV-cache dtype is stated (``kv_cache_dtype`` left at ``auto``).
@@ -239,7 +238,8 @@ def _setup(m, cat, constants, models, policy=None, overrides=None):
                             context_tokens=model.max_context_tokens, **over)
         why = _engine_refusal(m.engine, pol, kv, dp)
         if why is not None:
-            raise _EngineRefused(f"{_ENGINE_NAME[m.engine]} would not start with these settings "
+            from ..constants import ENGINE_NAMES
+            raise _EngineRefused(f"{ENGINE_NAMES[m.engine]} would not start with these settings "
                                  f"(max_num_batched_tokens {pol.max_num_batched_tokens}, max_num_seqs "
                                  f"{pol.max_num_seqs}): {why}")
         if pol.name == "vllm" and dp > 1:
