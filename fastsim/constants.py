@@ -46,7 +46,7 @@ CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
 #: (``eta_kv`` None: the KV read at ``eta_bw``, SPEC §3).
 _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
                  "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9, "request_overhead_s": 0.0,
-                 "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0}
+                 "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "step_form": "spec"}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
@@ -225,7 +225,9 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         ``eta_bw``, ``eta_nvlink`` (fractions in (0, 1]), ``alpha_s``, ``overhead_s`` (seconds,
         >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
         (0, 1]; omitted: ``eta_bw``'s), ``kv_memory`` (``spec``, ``vllm``, ``trtllm``),
-        ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``; omitted constants keep
+        ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``, ``request_overhead_s``,
+        ``overhead_per_seq_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]),
+        ``step_form`` (``spec``, ``classes``); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional
@@ -291,9 +293,10 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         for name in FILE_CONSTANTS:
             if name in t:
                 v = t[name]
-                if name == "kv_memory":
+                if name in ("kv_memory", "step_form"):
                     if not isinstance(v, str):
-                        raise FastsimInputError(f"{at}: {name}", v, "a string: spec, vllm or trtllm")
+                        raise FastsimInputError(f"{at}: {name}", v, "a string: " + ("spec, vllm or trtllm"
+                                                if name == "kv_memory" else "spec or classes"))
                     kw[name] = v
                     continue
                 if isinstance(v, bool) or not isinstance(v, (int, float)):

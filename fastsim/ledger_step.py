@@ -22,10 +22,10 @@ from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
 from .formulas import _int_at_least, _positive, md1_mean_wait_s
 from .formulas import cost_usd_per_million_output_tokens as _array_cost
-from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_OVERHEAD_SEQ, P_PP, P_WDENSE, P_WEXP,
+from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_OVERHEAD_SEQ, P_CLASSES, P_PP, P_WDENSE, P_WEXP,
                         P_WBYTES, P_DP, StepConstants, decode_attn_flops, p2p_time, resolve_constants,
                         expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, stage_layers, stage_params,
-                        step_params, step_parts)
+                        step_params, step_parts, class_compute)
 
 __all__ = [
     "LedgerResult", "ledger", "ledger_table", "pipeline_round_s", "memory_per_gpu", "cost_usd_per_million_output_tokens",
@@ -347,9 +347,20 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     # are its decodes, or the prompts of a prefill row
     host = p[..., P_OVERHEAD_SEQ] * np.asarray(batch, dtype=np.float64)
     mem = w + kv
+    roof = np.maximum(mem, comp)
+    classes = p[..., P_CLASSES] != 0.0
+    if np.any(classes):
+        # a roofline per kernel class (StepConstants.step_form "classes"): the memory column is the
+        # bandwidth-bound classes' time, the compute column the compute-bound ones', their sum the step's roofline
+        gemm, attn = class_compute(p, n_tokens, attn_flops)
+        w_mem, kv_mem = w >= gemm, kv >= attn
+        roof = np.where(classes, np.maximum(w, gemm) + np.maximum(kv, attn), roof)
+        mem_c = np.where(w_mem, w, 0.0) + np.where(kv_mem, kv, 0.0)
+        comp_c = np.where(w_mem, 0.0, gemm) + np.where(kv_mem, 0.0, attn)
+        mem, comp = np.where(classes, mem_c, mem), np.where(classes, comp_c, comp)
     p2p = p2p_time(p, n_tokens)
     comm = ar + a2a + p2p
-    step = np.maximum(mem, comp) + comm + launch + host
+    step = roof + comm + launch + host
     stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch + host), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
     tps = n_tokens / step / gpus

@@ -44,7 +44,7 @@ from .layouts import LAYOUTS, layout_degrees
 
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
-    "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS",
+    "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS", "STEP_FORMS", "class_compute",
     "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
     "stage_layers", "pp_refusal", "pipeline_round_params", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "p2p_time", "PP_ACTIVATION_TENSORS",
 ]
@@ -81,19 +81,22 @@ __all__ = [
  P_P2P_S_PER_TOKEN,  # seconds per token of that send (0: none)
  P_REQ_OVERHEAD,  # per-request time outside the GPU schedule, added to TTFT and E2E (s; StepConstants.request_overhead_s)
  P_OVERHEAD_SEQ,  # host time per sequence of a step (s; StepConstants.overhead_per_seq_s)
- ) = range(35)
-N_PARAMS = 35
+ P_CLASSES,       # 1.0: the step by kernel classes (StepConstants.step_form "classes"); 0.0: SPEC §3's roofline
+ ) = range(36)
+N_PARAMS = 36
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
                "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV", "P_PP", "P_P2P_LAT",
-               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ")
+               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "P_CLASSES")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
 #: The KV-pool sizing rules of :attr:`StepConstants.kv_memory`.
 KV_MEMORY_RULES = ("spec", "vllm", "trtllm")
+#: The forms of the step time of :attr:`StepConstants.step_form`.
+STEP_FORMS = ("spec", "classes")
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,18 @@ class StepConstants:
         vLLM blog, 2024-09-05), and TensorRT-LLM's published inter-token latency grows with load
         faster than its GPU time. Default 0 (SPEC §3 has one fixed overhead per step); fitted
         per engine (:func:`fastsim.validate.fit.fit_measurements`).
+    step_form : str
+        How the step's parts combine (:data:`STEP_FORMS`). ``"spec"`` (default, SPEC §3): one
+        roofline over the whole step, ``max(weight read + KV read, GEMM FLOPs + attention FLOPs)``,
+        as if the attention's KV read overlapped the GEMMs' compute. ``"classes"`` (step model v2):
+        a roofline per kernel class, summed, ``max(weight read, GEMM compute) + max(KV read,
+        attention compute)``: an engine runs a layer's GEMMs and its attention as separate
+        kernels one after the other on the GPU's stream (vLLM's and TensorRT-LLM's decoder layer:
+        QKV GEMM, attention kernel, output GEMM, MLP GEMMs), so a large decode batch pays its
+        compute-bound GEMMs and its bandwidth-bound KV read in turn, not the larger of the two
+        (per-operator times summed, as Vidur does: Agrawal et al., "Vidur: A Large-Scale
+        Simulation Framework for LLM Inference", MLSys 2024, §4). The two forms agree when one
+        side binds both classes (a small batch reads weights and KV; a prefill computes).
     """
 
     eta_compute: float = 0.6
@@ -196,14 +211,17 @@ class StepConstants:
     request_overhead_s: float = 0.0
     overhead_per_seq_s: float = 0.0
     moe_compute_factor: float = 1.0
+    step_form: str = "spec"
 
     def __post_init__(self):
+        if self.step_form not in STEP_FORMS:
+            raise FastsimInputError("step_form", self.step_form, "one of " + ", ".join(STEP_FORMS))
         if self.kv_memory not in KV_MEMORY_RULES:
             raise FastsimInputError("kv_memory", self.kv_memory, "one of " + ", ".join(KV_MEMORY_RULES))
         if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
             raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
         for f in fields(self):
-            if f.name in ("eta_kv", "kv_memory"):
+            if f.name in ("eta_kv", "kv_memory", "step_form"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 <= v < np.inf):    # NaN and inf fail too
@@ -514,6 +532,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_P2P_S_PER_TOKEN] = 0.0
     p[P_REQ_OVERHEAD] = constants.request_overhead_s
     p[P_OVERHEAD_SEQ] = constants.overhead_per_seq_s
+    p[P_CLASSES] = 1.0 if constants.step_form == "classes" else 0.0
     if pp != 1:
         return _bottleneck(stage_params(model, gpu, precision, g, constants, pp=pp, dp=dp, ep=ep))
     return p
@@ -907,11 +926,44 @@ def step_time(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     """
     p = np.asarray(p, dtype=np.float64)
     w, kv, comp, ar, a2a = step_parts(p, n_tokens, kv_tokens, attn_flops)
-    return (np.maximum(w + kv, comp) + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
+    roof = np.maximum(w + kv, comp)
+    classes = p[..., P_CLASSES] != 0.0
+    if np.any(classes):
+        gemm, attn = class_compute(p, n_tokens, attn_flops)
+        roof = np.where(classes, np.maximum(w, gemm) + np.maximum(kv, attn), roof)
+    return (roof + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
             + p[..., P_OVERHEAD_SEQ] * n_seqs)
 
 
+def _class_compute(c, n_tokens, attn_flops):
+    # the kernels' operations in their order: (x / G) / (eta_c x peak)
+    d = c[P_ETA_C] * c[P_PEAK]
+    return 2.0 * c[P_MATMUL] * n_tokens / c[P_GPUS] / d, attn_flops / c[P_GPUS] / d
+
+
+def class_compute(p, n_tokens, attn_flops):
+    """The compute time of a step's two kernel classes, vectorized: ``(gemm_s, attention_s)``.
+
+    ``2 x P_MATMUL x n_tokens`` and ``attn_flops`` FLOPs over the instance's GPUs at
+    ``eta_compute x peak`` (:attr:`StepConstants.step_form` ``"classes"``; their sum is
+    :func:`step_parts`' ``compute_s`` up to rounding). Inputs are not validated.
+
+    Parameters
+    ----------
+    p : ndarray(float64) of shape (N_PARAMS,) or (n, N_PARAMS)
+    n_tokens, attn_flops : float or ndarray(float64), broadcastable against ``p[..., 0]``
+
+    Returns
+    -------
+    tuple of ndarray(float64)
+        Seconds.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    return _class_compute([p[..., i] for i in range(N_PARAMS)], n_tokens, attn_flops)
+
+
 _parts_nb = njit(cache=True, inline="always")(_parts)
+_class_compute_nb = njit(cache=True, inline="always")(_class_compute)
 _p2p_nb = njit(cache=True, inline="always")(_p2p)
 
 
@@ -936,5 +988,10 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops, n_seqs):
         Seconds.
     """
     w, kv, comp, ar, a2a = _parts_nb(p, n_tokens, kv_tokens, attn_flops)
-    a = w + kv
-    return (a if a >= comp else comp) + (ar + a2a) + _p2p_nb(p, n_tokens) + p[P_OVERHEAD] + p[P_OVERHEAD_SEQ] * n_seqs
+    if p[P_CLASSES] != 0.0:
+        gemm, attn = _class_compute_nb(p, n_tokens, attn_flops)
+        a = (w if w >= gemm else gemm) + (kv if kv >= attn else attn)
+    else:
+        a = w + kv
+        a = a if a >= comp else comp
+    return a + (ar + a2a) + _p2p_nb(p, n_tokens) + p[P_OVERHEAD] + p[P_OVERHEAD_SEQ] * n_seqs

@@ -50,7 +50,7 @@ from numba import njit
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
                          P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
-                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ)
+                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
@@ -320,6 +320,7 @@ def _step_consts_nb(pp, fst, i):
     d_ep = fst[i, F_D_EP]
     d_kv = fst[i, F_D_KV]
     ovh_seq = pp[i, P_OVERHEAD_SEQ]
+    classes = pp[i, P_CLASSES] != 0.0
     # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
     # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
     # ar_b == 0 and no all-to-all the communication is the same signed zero product
@@ -335,7 +336,7 @@ def _step_consts_nb(pp, fst, i):
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
                          ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
-                         d_kv, ovh_seq)
+                         d_kv, ovh_seq, classes)
 
 
 @njit(cache=True, inline="always")
@@ -346,22 +347,30 @@ def _step_s_nb(n_tok, kvf, attn, n_seq, parts):
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
         weight_s = weight_c
     kvb = kvf * kvpg
     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-    num = matmul2 * n_tok + attn
-    comp_s = (num / g if div_g else num) / d_c
+    if classes:
+        # a roofline per kernel class (StepConstants.step_form "classes"), as step_time_nb
+        mm = matmul2 * n_tok
+        gk = (mm / g if div_g else mm) / d_c
+        ak = (attn / g if div_g else attn) / d_c
+        roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
+    else:
+        num = matmul2 * n_tok + attn
+        comp_s = (num / g if div_g else num) / d_c
+        aw = weight_s + kv_time
+        roof = aw if aw >= comp_s else comp_s
     if comm_fixed:
         comm_s = comm_c
     else:
         comm_s = (n_ar * (ar_a + ar_b * (n_tok / dp * hid * 2.0) / d_nv)
                   + a2a_n2 * (a2a_a + a2a_b * (n_tok * topk / g * hid * 2.0) / d_ep))
-    aw = weight_s + kv_time
-    return (aw if aw >= comp_s else comp_s) + comm_s + overhead + ovh_seq * n_seq
+    return roof + comm_s + overhead + ovh_seq * n_seq
 
 
 @njit(cache=True)
@@ -372,7 +381,7 @@ def _step_nd_nb(n_tok, parts):
     only, so a plain call (no reference counting).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -541,6 +550,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     d_kvpg = d_parts[3]
     d_over = d_parts[5]
     d_ovs = d_parts[27]
+    d_cls = d_parts[28]
     d_kv = d_parts[26]
     d_dc = d_parts[11]
     d_divs = d_parts[20] or d_parts[21]
@@ -1031,9 +1041,14 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         else:
                             kvf = float(ctx)
                         kv_time = kvf * d_kvpg / d_dp / d_kv
-                        comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                        aw = w_s + kv_time
-                        dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                        if d_cls:
+                            gk = m2n / d_g / d_dc
+                            ak = d_c4 * kvf / d_g / d_dc
+                            dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
+                        else:
+                            comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                            aw = w_s + kv_time
+                            dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                         step += 1
                         active = 1
                         batch_sum += nd + 0
@@ -1059,9 +1074,14 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ex += npast
                                 kvf = float(ctx) - d_slide * float(ex)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                                aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                if d_cls:
+                                    gk = m2n / d_g / d_dc
+                                    ak = d_c4 * kvf / d_g / d_dc
+                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
+                                else:
+                                    comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                                    aw = w_s + kv_time
+                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1077,9 +1097,14 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                                aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                if d_cls:
+                                    gk = m2n / d_g / d_dc
+                                    ak = d_c4 * kvf / d_g / d_dc
+                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
+                                else:
+                                    comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
+                                    aw = w_s + kv_time
+                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1095,9 +1120,14 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_kv
-                                comp_s = (m2n + d_c4 * kvf) / d_dc
-                                aw = w_s + kv_time
-                                dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                if d_cls:
+                                    gk = m2n / d_dc
+                                    ak = d_c4 * kvf / d_dc
+                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
+                                else:
+                                    comp_s = (m2n + d_c4 * kvf) / d_dc
+                                    aw = w_s + kv_time
+                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb

@@ -60,7 +60,7 @@ from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ,
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES,
                          step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
@@ -297,6 +297,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     hid = p[P_HIDDEN]
     overhead = p[P_OVERHEAD]
     ovh_seq = p[P_OVERHEAD_SEQ]
+    classes = p[P_CLASSES] != 0.0       # a roofline per kernel class (StepConstants.step_form)
     d_bw = p[P_ETA_BW] * p[P_HBM_BW]
     d_kv = p[P_ETA_KV] * p[P_HBM_BW]     # the KV read's divisor (d_bw's value under SPEC §3's constants)
     wdense = p[P_WDENSE]
@@ -568,10 +569,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             attn = c4g * kvf
                             kvb = kvf * kvpg
                             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                            num = mm + attn
-                            comp_s = (num / g if div_g else num) / d_c
-                            aw = weight_s + kv_time
-                            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + seq_d
+                            if classes:
+                                gk = (mm / g if div_g else mm) / d_c
+                                ak = (attn / g if div_g else attn) / d_c
+                                roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
+                            else:
+                                num = mm + attn
+                                comp_s = (num / g if div_g else num) / d_c
+                                aw = weight_s + kv_time
+                                roof = aw if aw >= comp_s else comp_s
+                            d = roof + comm_s + overhead + seq_d
                             n_pure += 1
                             bsum_d += nf
                             t = t + d
@@ -698,10 +705,16 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     attn = c4g * kvf
                     kvb = kvf * kvpg
                     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                    num = mm + attn
-                    comp_s = (num / g if div_g else num) / d_c
-                    aw = weight_s + kv_time
-                    d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + seq_d
+                    if classes:
+                        gk = (mm / g if div_g else mm) / d_c
+                        ak = (attn / g if div_g else attn) / d_c
+                        roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
+                    else:
+                        num = mm + attn
+                        comp_s = (num / g if div_g else num) / d_c
+                        aw = weight_s + kv_time
+                        roof = aw if aw >= comp_s else comp_s
+                    d = roof + comm_s + overhead + seq_d
                     n_pure += 1
                     bsum_d += nf
                     t = t + d
@@ -1465,15 +1478,22 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 weight_s = weight_c
             kvb = kvf * kvpg
             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-            num = matmul2 * ntf + attn
-            comp_s = (num / g if div_g else num) / d_c
+            if classes:
+                mm3 = matmul2 * ntf
+                gk = (mm3 / g if div_g else mm3) / d_c
+                ak = (attn / g if div_g else attn) / d_c
+                roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
+            else:
+                num = matmul2 * ntf + attn
+                comp_s = (num / g if div_g else num) / d_c
+                aw = weight_s + kv_time
+                roof = aw if aw >= comp_s else comp_s
             if comm_fixed:
                 comm_s = comm_c
             else:
                 comm_s = (n_ar * (ar_a + ar_b * (ntf / dp * hid * 2.0) / d_nv)
                           + a2a_n2 * (a2a_a + a2a_b * (ntf * topk / g * hid * 2.0) / d_ep))
-            aw = weight_s + kv_time
-            d = (aw if aw >= comp_s else comp_s) + comm_s + overhead + ovh_seq * float(nsch)
+            d = roof + comm_s + overhead + ovh_seq * float(nsch)
             if gamma > 0 and nd > 0:
                 dd = step_time_nb(pd, float(nd), float(ctx), 4.0 * ld * qd * float(ctx), float(nd))
                 d = d + float(gamma) * dd

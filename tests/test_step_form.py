@@ -1,0 +1,195 @@
+"""The step time by kernel classes (StepConstants.step_form "classes", step model v2).
+
+SPEC §3 takes one roofline over the whole step, ``max(weight + KV read, GEMM + attention
+FLOPs)``; an engine runs a layer's GEMMs and its attention as separate kernels, so the
+``"classes"`` form sums a roofline per class, ``max(weight read, GEMM compute) + max(KV read,
+attention compute)``. Under SPEC §3's form (the default) every step time is unchanged to the
+bit; under the classes form every simulator path agrees with its pure-Python reference to the
+bit, and closed forms give the step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fastsim.catalog import default_catalog
+from fastsim.errors import FastsimInputError
+from fastsim.sim import ColocatedPlan, DisaggregatedPlan, PipelinePlan, simulate
+from fastsim.sim.policy import engine_policy
+from fastsim.stepmodel import (P_CLASSES, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_MATMUL, P_PEAK, P_WDENSE,
+                               StepConstants, class_compute, decode_attn_flops, stage_params, step_params, step_parts,
+                               step_time, step_time_nb)
+
+from reference_sim import check_against_reference, simulate_reference
+from test_sim_pipeline import _check_ref, _ref
+from test_sim_policy import check_policy_against_reference
+
+CAT = default_catalog()
+M8, H200, FP8 = CAT.model("llama-3.1-8b"), CAT.gpu("H200"), CAT.precision("FP8")
+K = StepConstants(step_form="classes")
+
+
+def test_spec_form_is_the_default_and_leaves_every_step_time_alone():
+    p0 = step_params(M8, H200, FP8, 1)
+    assert StepConstants().step_form == "spec" and p0[P_CLASSES] == 0.0
+    assert step_params(M8, H200, FP8, 1, K)[P_CLASSES] == 1.0
+    b = np.array([1.0, 64.0, 840.0])
+    kv = b * 2000.0
+    attn = decode_attn_flops(M8.layers, M8.attn_dim_decode, kv)
+    w, kvs, comp, ar, a2a = step_parts(p0, b, kv, attn)
+    np.testing.assert_array_equal(step_time(p0, b, kv, attn, b), np.maximum(w + kvs, comp) + (ar + a2a) + 0.0 + 1e-3)
+    with pytest.raises(FastsimInputError, match="step_form: got 'overlap'; allowed: one of spec, classes"):
+        StepConstants(step_form="overlap")
+
+
+def test_a_large_decode_batch_pays_its_gemms_and_its_kv_read_in_turn():
+    # Llama-3.1-8B FP8 on H200 at 840 running sequences of 2,000 tokens: the GEMMs are compute
+    # bound, the KV read bandwidth bound; the classes form adds the two, SPEC §3's takes the larger
+    p0, p1 = step_params(M8, H200, FP8, 1), step_params(M8, H200, FP8, 1, K)
+    b, kv = 840.0, 840.0 * 2000.0
+    attn = decode_attn_flops(M8.layers, M8.attn_dim_decode, kv)
+    d_c = 0.6 * p1[P_PEAK]
+    gemm = 2.0 * p1[P_MATMUL] * b / d_c
+    kv_s = kv * p1[P_KVPG] / (0.8 * p1[P_HBM_BW])
+    w_s = p1[P_WDENSE] / (0.8 * p1[P_HBM_BW])
+    attn_s = attn / d_c
+    assert gemm > w_s and kv_s > attn_s
+    assert float(step_time(p1, b, kv, attn, b)) == pytest.approx(gemm + kv_s + 1e-3, rel=1e-12)
+    assert float(step_time(p0, b, kv, attn, b)) == pytest.approx(max(w_s + kv_s, gemm + attn_s) + 1e-3, rel=1e-12)
+    assert float(step_time(p1, b, kv, attn, b)) > 1.2 * float(step_time(p0, b, kv, attn, b))
+    g, a = class_compute(p1, b, attn)
+    assert float(g) == pytest.approx(gemm, rel=1e-12) and float(a) == pytest.approx(attn_s, rel=1e-12)
+    # a lone decode reads weights and KV (both classes bandwidth bound) and a long prefill computes
+    # (both compute bound): the forms agree
+    for n, c, at in ((1.0, 2000.0, decode_attn_flops(M8.layers, M8.attn_dim_decode, 2000.0)), (8192.0, 0.0, 0.0)):
+        assert float(step_time(p1, n, c, at, 1.0)) == pytest.approx(float(step_time(p0, n, c, at, 1.0)), rel=1e-12)
+
+
+def test_the_kernels_scalar_step_time_is_the_same_expression():
+    p1 = step_params(CAT.model("llama-3.1-70b"), H200, FP8, 4, K)
+    assert p1[P_GPUS] == 4.0
+    for b in (1.0, 8.0, 256.0, 1300.0):
+        kv = b * 1500.0
+        attn = decode_attn_flops(80, CAT.model("llama-3.1-70b").attn_dim_decode, kv)
+        assert step_time_nb(p1, b, kv, attn, b) == float(step_time(p1, b, kv, attn, b))
+
+
+def test_the_form_is_carried_in_calibration_files(tmp_path):
+    from fastsim.constants import Calibration, CalibrationEntry, load_calibration
+    cal = Calibration((CalibrationEntry("*", "*", K),), engine="trtllm")
+    path = tmp_path / "c.toml"
+    cal.write(path)
+    assert 'step_form = "classes"' in path.read_text(encoding="utf-8")
+    assert load_calibration(path).step_constants("H200", "FP8", 1).step_form == "classes"
+    assert "step_form" not in Calibration((CalibrationEntry("*", "*", StepConstants()),)).to_toml()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('format_version = 1\n\n[[constants]]\ngpu = "*"\nprecision = "*"\nstep_form = 1\n', encoding="utf-8")
+    with pytest.raises(FastsimInputError, match="step_form: got 1; allowed: a string: spec or classes"):
+        load_calibration(bad)
+
+
+def test_the_ledger_step_is_the_step_model_s():
+    from fastsim.ledger import ledger
+    r0 = ledger("llama-3.1-8b", "H200", "FP8", 1, batch=840, context_tokens=2000)
+    r1 = ledger("llama-3.1-8b", "H200", "FP8", 1, batch=840, context_tokens=2000, constants=K)
+    p1 = step_params(M8, H200, FP8, 1, K)
+    kv = 840.0 * 2000.0
+    attn = decode_attn_flops(M8.layers, M8.attn_dim_decode, kv)
+    # the ledger's step adds its own launch term where the step model has overhead_s
+    assert r1.step_s - r1.launch_s - r1.host_s == pytest.approx(float(step_time(p1, 840.0, kv, attn, 840.0)) - 1e-3,
+                                                               rel=1e-9)
+    assert r1.step_s > r0.step_s
+    # the memory column is the bandwidth-bound class (the KV read), the compute column the GEMMs
+    assert r1.kv_read_s + r1.compute_s == pytest.approx(r1.step_s - r1.launch_s - r1.host_s - r1.allreduce_s, rel=1e-9)
+
+
+# ---------------------------------------------------------------- kernels against their references
+
+@st.composite
+def _small(draw):
+    n = draw(st.integers(1, 25))
+    gap = st.one_of(st.just(0.0), st.sampled_from([0.001, 0.004, 0.02]), st.floats(0.0, 0.08))
+    arrival = np.cumsum(np.array(draw(st.lists(gap, min_size=n, max_size=n)), dtype=np.float64))
+    prompt = np.array(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), dtype=np.int64)
+    output = np.array(draw(st.lists(st.integers(1, 25), min_size=n, max_size=n)), dtype=np.int64)
+    horizon = float(arrival[-1]) + draw(st.sampled_from([0.05, 0.3, 3.0]))
+    return arrival, prompt, output, horizon
+
+
+def _with_budget(p, kv):
+    q = p.copy()
+    q[P_KV_BUDGET_TOKENS] = kv
+    return q
+
+
+# a small GPU peak, so that the classes' compute binds at the batches the tests reach
+_SLOW = CAT.gpu("H100")
+PK = step_params(M8, _SLOW, CAT.precision("BF16"), 1, K)
+PK[P_PEAK] = PK[P_PEAK] / 200.0
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_slow_peak_makes_both_classes_bind_somewhere():
+    p0 = PK.copy()
+    p0[P_CLASSES] = 0.0
+    b = np.array([1.0, 4.0, 16.0])
+    kv = b * 300.0
+    attn = decode_attn_flops(M8.layers, M8.attn_dim_decode, kv)
+    assert (step_time(PK, b, kv, attn, b) != step_time(p0, b, kv, attn, b)).any()
+
+
+@SETTINGS
+@given(w=_small(), n_inst=st.integers(1, 3), chunk=st.sampled_from([1, 7, 64, 4096]), kv=st.floats(40.0, 3000.0),
+       routing=st.sampled_from(["least-loaded", "round-robin"]))
+def test_colocated_kernel_matches_reference(w, n_inst, chunk, kv, routing):
+    arrival, prompt, output, horizon = w
+    p = _with_budget(PK, kv)
+    res = simulate(ColocatedPlan(p, n_inst, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
+                   tpot_slo_s=0.02, routing=routing, sample_dt_s=0.07)
+    ref = simulate_reference("colocated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
+                             routing=routing, p=p, n_instances=n_inst, chunk=chunk, max_batch=0)
+    check_against_reference(res, ref, np.full(n_inst, np.floor(kv)))
+
+
+@SETTINGS
+@given(w=_small(), n_pf=st.integers(1, 2), n_dec=st.integers(1, 3), budget=st.sampled_from([1, 300, 8192]),
+       kv=st.floats(40.0, 3000.0))
+def test_disaggregated_kernel_matches_reference(w, n_pf, n_dec, budget, kv):
+    arrival, prompt, output, horizon = w
+    pp, pd = _with_budget(PK, kv), _with_budget(PK, kv)
+    res = simulate(DisaggregatedPlan(pp, n_pf, pd, n_dec, budget, 0), arrival, prompt, output, horizon_s=horizon,
+                   ttft_slo_s=0.5, tpot_slo_s=0.02, sample_dt_s=0.07)
+    ref = simulate_reference("disaggregated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
+                             routing="least-loaded", p_prefill=pp, n_prefill=n_pf, p_decode=pd, n_decode=n_dec,
+                             prefill_budget=budget, decode_max_batch=0)
+    check_against_reference(res, ref, np.array([np.floor(kv)] * (n_pf + n_dec)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), name=st.sampled_from(["vllm", "sglang", "trtllm"]))
+def test_policy_kernel_matches_reference(seed, name):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    arr = np.sort(rng.uniform(0.0, 3.0, n))
+    P, O = rng.integers(1, 2000, n), rng.integers(1, 60, n)
+    check_policy_against_reference(_with_budget(PK, float(rng.integers(3000, 60000))), int(rng.integers(1, 3)),
+                                   arr, P, O, engine_policy(name), horizon=5.0)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), S=st.integers(1, 3), trt=st.booleans())
+def test_pipeline_kernel_matches_reference(seed, S, trt):
+    rng = np.random.default_rng(seed)
+    rows = stage_params(M8, _SLOW, FP8, 1, K, pp=S)
+    rows[:, P_PEAK] = rows[:, P_PEAK] / 200.0
+    rows[:, P_KV_BUDGET_TOKENS] = float(rng.integers(2000, 40000))
+    pol = engine_policy("trtllm", max_num_batched_tokens=int(rng.integers(64, 4096)), max_num_seqs=int(rng.integers(1, 7)),
+                        block_tokens=16) if trt else None
+    plan = PipelinePlan(rows, int(rng.integers(1, 3)), int(rng.integers(16, 1024)), 0 if trt else int(rng.integers(0, 6)))
+    n = int(rng.integers(1, 80))
+    w = (np.sort(rng.uniform(0.0, 4.0, n)), rng.integers(1, 2000, n), rng.integers(1, 100, n))
+    res = simulate(plan, *w, horizon_s=6.0, routing="least-loaded", policy=pol or "lecture", ttft_slo_s=1.0,
+                   tpot_slo_s=0.1, sample_dt_s=1.0)
+    _check_ref(res, _ref(plan, pol, w, 6.0, "least-loaded"))
