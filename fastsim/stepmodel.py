@@ -904,6 +904,11 @@ def step_parts(p, n_tokens, kv_tokens, attn_flops):
 def step_time(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     """Step time in seconds, vectorized: ``max(weight + KV, compute) + all-reduce + all-to-all + overhead`` (SPEC §3).
 
+    Under :attr:`StepConstants.step_form` ``"classes"`` (``P_CLASSES`` 1.0, step model v2) the
+    roofline is taken per kernel class and summed: ``max(weight, GEMM compute) + max(KV,
+    attention compute)`` (:func:`class_compute`; Vidur, Agrawal et al., MLSys 2024, §4: the
+    operators' times add).
+
     The overhead is ``overhead_s + n_seqs x overhead_per_seq_s`` (step model v2's host time per
     sequence, :attr:`StepConstants.overhead_per_seq_s`; 0 under SPEC §3, whose step times this
     gives bit for bit).

@@ -71,6 +71,10 @@ def run_measured(args, cat) -> int:
         notes.append("one source family: no held-out figure (cross-validation needs two)")
     else:
         notes.append("held out: each source family's rows run with the constants fitted on the other families")
+    if fit.start.step_form == "classes":
+        notes.append("step form: classes, a roofline per kernel class summed (max(weight read, GEMM) + max(KV read, "
+                     "attention)), not fitted but the model's shape (fastsim.validate.fit.ENGINE_STEP_FORM; SPEC §3's "
+                     "figures take one roofline over the step)")
     source = (f"fastsim calibrate --measurements {path.name} --engine {args.engine}: in-sample "
               f"{_stat(fit.in_sample['fitted'])}; held out {_stat(fit.held_out['fitted'])}")
     if args.out:
