@@ -70,7 +70,11 @@ class LedgerResult(NamedTuple):
         Total kernel-launch time of the step: ``layers x kernels_per_layer x launch time``.
     step_s : float
         ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + p2p_s + launch_s
-        + host_s``.
+        + host_s``. Under :attr:`~fastsim.stepmodel.StepConstants.step_form` ``"classes"`` the
+        roofline is ``max(weight_read_s, GEMM) + max(kv_read_s, attention)``
+        (:func:`fastsim.stepmodel.class_compute`), and ``compute_s`` is the compute of the classes
+        that bind on compute (the GEMMs, the attention, both or neither: 0), so that the memory
+        side of those that bind on bandwidth plus ``compute_s`` is the roofline.
     binding : str
         The largest of memory side (weight + KV), compute, communication (all-reduce +
         all-to-all) and launch (with the host time): one of

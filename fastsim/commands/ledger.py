@@ -105,6 +105,12 @@ def _ledger(args):
     moe = model.is_moe
     pipe = args.pp > 1
     host = bool((df.host_s > 0).any()) if "host_s" in df else False
+    from ..stepmodel import resolve_constants as _resolve
+    classes = _resolve(_constants(args), gpu, prec, args.tp).step_form == "classes"
+    if classes:
+        notes.append("step form: classes (a roofline per kernel class, summed: max(weight, GEMM) + max(KV, "
+                     "attention)): the compute column is the compute of the classes bound by compute; the weight "
+                     "and KV columns are the reads, each in the step only where its class is bound by bandwidth")
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]
@@ -155,8 +161,11 @@ def _ledger(args):
                          "step, which is not an M/D/1 queue; utilization says whether the step keeps up")
     if args.format == "table":
         print(f"{model.name}: {args.kernels_per_layer} kernels/layer x {args.launch_us:g} us per launch; "
-              + ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch"
-                 if moe else "step = max(weight + KV, compute) + all-reduce + launch")
+              + (("step = max(weight (dense + experts touched), GEMM) + max(KV, attention) + all-reduce + all-to-all"
+                  " + launch" if moe else "step = max(weight, GEMM) + max(KV, attention) + all-reduce + launch")
+                 if classes else
+                 ("step = max(weight (dense + experts touched) + KV, compute) + all-reduce + all-to-all + launch"
+                  if moe else "step = max(weight + KV, compute) + all-reduce + launch"))
               + (" + host (the host time of the step's sequences)" if host else "")
               + (f"; layout {args.layout}" if moe else "")
               + ("; per pipeline stage, + the stage's send to the next" if pipe else ""))
