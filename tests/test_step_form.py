@@ -193,3 +193,21 @@ def test_pipeline_kernel_matches_reference(seed, S, trt):
     res = simulate(plan, *w, horizon_s=6.0, routing="least-loaded", policy=pol or "lecture", ttft_slo_s=1.0,
                    tpot_slo_s=0.1, sample_dt_s=1.0)
     _check_ref(res, _ref(plan, pol, w, 6.0, "least-loaded"))
+
+
+def test_the_ledger_command_says_how_its_columns_add_up_under_the_classes_form(tmp_path, capsys):
+    from fastsim.cli import main
+    cal = tmp_path / "classes.toml"
+    cal.write_text('format_version = 1\n\n[[constants]]\ngpu = "*"\nprecision = "*"\nstep_form = "classes"\n',
+                   encoding="utf-8")
+    args = ["ledger", "--model", "llama-3.1-8b", "--gpu", "H200", "--precision", "FP8", "--tp", "1", "--batch", "840",
+            "--context", "2000"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "step = max(weight + KV, compute) + all-reduce + launch" in out and "step form" not in out
+    assert main(args + ["--calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "step = max(weight, GEMM) + max(KV, attention) + all-reduce + launch" in out
+    assert "note: step form: classes" in out
+    # 1.954 ms of weights (its class bound by the GEMMs' 10.618 ms of compute) and 28.672 ms of KV read
+    assert "1.954" in out and "10.618" in out and "28.672" in out and "39.674" in out
