@@ -46,7 +46,8 @@ CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
 #: (``eta_kv`` None: the KV read at ``eta_bw``, SPEC §3).
 _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
                  "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9, "request_overhead_s": 0.0,
-                 "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "step_form": "spec"}
+                 "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "overhead_per_layer_s": 0.0,
+                 "step_form": "spec"}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).

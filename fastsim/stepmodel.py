@@ -183,6 +183,15 @@ class StepConstants:
         vLLM blog, 2024-09-05), and TensorRT-LLM's published inter-token latency grows with load
         faster than its GPU time. Default 0 (SPEC §3 has one fixed overhead per step); fitted
         per engine (:func:`fastsim.validate.fit.fit_measurements`).
+    overhead_per_layer_s : float
+        Step model v2: fixed time per transformer layer of a step (s), added to ``overhead_s``
+        (``P_OVERHEAD = overhead_s + layers x overhead_per_layer_s``; a pipeline stage counts its
+        own layers). Even under CUDA graphs each of a layer's 10-15 kernels leaves a gap of a
+        microsecond or more between launches on the stream, and a tensor-parallel layer waits
+        twice for its peers' all-reduce, so a step's fixed time grows with the depth of the
+        model: SPEC §4's ledger charges ``layers x kernels_per_layer x launch time`` for the same
+        reason. Default 0 (SPEC §3 has one overhead per step); fitted per engine
+        (:func:`fastsim.validate.fit.fit_measurements`).
     step_form : str
         How the step's parts combine (:data:`STEP_FORMS`). ``"spec"`` (default, SPEC §3): one
         roofline over the whole step, ``max(weight read + KV read, GEMM FLOPs + attention FLOPs)``,
@@ -211,6 +220,7 @@ class StepConstants:
     request_overhead_s: float = 0.0
     overhead_per_seq_s: float = 0.0
     moe_compute_factor: float = 1.0
+    overhead_per_layer_s: float = 0.0
     step_form: str = "spec"
 
     def __post_init__(self):
@@ -509,7 +519,9 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
     p[P_ETA_NV] = constants.eta_nvlink
-    p[P_OVERHEAD] = constants.overhead_s
+    # the per-layer part (step model v2; 0 under SPEC §3, whose overhead this is to the bit)
+    p[P_OVERHEAD] = (constants.overhead_s + model.layers * constants.overhead_per_layer_s
+                     if constants.overhead_per_layer_s else constants.overhead_s)
     p[P_KV_BUDGET_TOKENS] = kv_budget_tokens(model, precision, gpu, g, constants, dp=dp, ep=ep)
     p[P_NET_BW] = gpu.network_bw_bytes_per_s
     p[P_QDIM_PF] = model.attn_dim_prefill
@@ -719,6 +731,8 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         row = base.copy()
         row[P_MATMUL] = act
         row[P_LAYERS] = n
+        row[P_OVERHEAD] = (constants_.overhead_s + n * constants_.overhead_per_layer_s
+                           if constants_.overhead_per_layer_s else constants_.overhead_s)
         row[P_KVPG] = kv_layer * n
         row[P_WDENSE] = dense * wb / tp_attn
         row[P_WEXP] = routed * wb * share

@@ -211,3 +211,32 @@ def test_the_ledger_command_says_how_its_columns_add_up_under_the_classes_form(t
     assert "note: step form: classes" in out
     # 1.954 ms of weights (its class bound by the GEMMs' 10.618 ms of compute) and 28.672 ms of KV read
     assert "1.954" in out and "10.618" in out and "28.672" in out and "39.674" in out
+
+
+# ---------------------------------------------------------------- the fixed time per layer
+
+def test_the_fixed_time_per_layer_adds_to_the_step_overhead_by_the_model_s_depth():
+    from fastsim.stepmodel import P_LAYERS, P_OVERHEAD
+    c = 5e-6
+    kc = StepConstants(overhead_per_layer_s=c)
+    m70 = CAT.model("llama-3.1-70b")
+    assert step_params(M8, H200, FP8, 1)[P_OVERHEAD] == 1e-3            # SPEC §3, to the bit
+    assert step_params(M8, H200, FP8, 1, kc)[P_OVERHEAD] == pytest.approx(1e-3 + 32 * c, rel=1e-12)
+    assert step_params(m70, H200, FP8, 4, kc)[P_OVERHEAD] == pytest.approx(1e-3 + 80 * c, rel=1e-12)
+    # a pipeline stage pays for its own layers
+    S = stage_params(m70, H200, FP8, 4, kc, pp=2)
+    np.testing.assert_allclose(S[:, P_OVERHEAD], 1e-3 + S[:, P_LAYERS] * c, rtol=1e-12)
+    assert S[:, P_LAYERS].sum() == 80
+    np.testing.assert_array_equal(stage_params(m70, H200, FP8, 4, pp=2)[:, P_OVERHEAD], 1e-3)
+    with pytest.raises(FastsimInputError, match="overhead_per_layer_s"):
+        StepConstants(overhead_per_layer_s=-1e-6)
+
+
+def test_the_fixed_time_per_layer_is_carried_in_calibration_files_and_fitted(tmp_path):
+    from fastsim.constants import Calibration, CalibrationEntry, load_calibration
+    from fastsim.validate.fit import FITTABLE
+    path = tmp_path / "c.toml"
+    Calibration((CalibrationEntry("*", "*", StepConstants(overhead_per_layer_s=4e-6)),), engine="trtllm").write(path)
+    assert "overhead_per_layer_s = 4e-06" in path.read_text(encoding="utf-8")
+    assert load_calibration(path).step_constants("H200", "FP8", 1).overhead_per_layer_s == 4e-6
+    assert "overhead_per_layer_s" in FITTABLE

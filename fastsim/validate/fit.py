@@ -46,7 +46,7 @@ __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABL
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
             "fp4_compute_factor", "moe_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu",
-            "request_overhead_s")
+            "request_overhead_s", "overhead_per_layer_s")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -56,7 +56,8 @@ FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s
 BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0), "overhead_s": (1e-5, 0.05),
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
           "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2),
-          "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0)}
+          "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0),
+          "overhead_per_layer_s": (1e-7, 2e-4)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -78,6 +79,9 @@ START_REQUEST_OVERHEAD_S = 5e-3
 #: time at a batch of 256 (vLLM's host overhead, 62% of a Llama-3-8B step on an H100 before v0.6,
 #: was tens of ms at large batch: "vLLM v0.6.0: 2.7x Throughput Improvement", vLLM blog, 2024).
 START_OVERHEAD_PER_SEQ_S = 1e-5
+#: Where a fit of ``overhead_per_layer_s`` starts (s per layer of a step): 5 us, 12 kernels of a
+#: layer at SPEC §4's ledger launch time under CUDA graphs (about 0.4 us each) plus two all-reduce waits.
+START_OVERHEAD_PER_LAYER_S = 5e-6
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -241,7 +245,7 @@ def default_names(measurements, catalog) -> tuple:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
-    return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s")
+    return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
             + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys) + (("moe_compute_factor",) if moe else ())
             + (("request_overhead_s",) if latency else ()))
 
@@ -451,6 +455,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         # a fit of the per-sequence host time starts inside its bounds (SPEC §3's 0 is below them);
         # a fit without it keeps SPEC §3's 0
         start = replace(start, overhead_per_seq_s=START_OVERHEAD_PER_SEQ_S)
+    if start_default and "overhead_per_layer_s" in names:
+        start = replace(start, overhead_per_layer_s=START_OVERHEAD_PER_LAYER_S)
     for n in names:
         if n not in FITTABLE:
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
