@@ -240,3 +240,10 @@ def test_the_fixed_time_per_layer_is_carried_in_calibration_files_and_fitted(tmp
     assert "overhead_per_layer_s = 4e-06" in path.read_text(encoding="utf-8")
     assert load_calibration(path).step_constants("H200", "FP8", 1).overhead_per_layer_s == 4e-6
     assert "overhead_per_layer_s" in FITTABLE
+
+
+def test_a_parameter_vector_with_another_form_code_is_refused():
+    p = step_params(M8, H200, FP8, 1, K).copy()
+    p[P_CLASSES] = 0.5
+    with pytest.raises(FastsimInputError, match=r"p\[P_CLASSES\]: got 0.5; allowed: 0.0 .* or 1.0"):
+        ColocatedPlan(p, 1, 512)
