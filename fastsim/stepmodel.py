@@ -40,7 +40,7 @@ from numba import njit
 
 from .catalog import GPU, Model, Precision
 from .errors import FastsimInputError
-from .layouts import LAYOUTS, layout_degrees
+from .layouts import LAYOUTS, instance_layout_refusal, layout_degrees, layout_refusal
 
 __all__ = [
     "StepConstants", "resolve_constants", "step_params", "step_time", "step_parts", "step_time_nb", "kv_budget_tokens",
@@ -299,78 +299,6 @@ def resolve_constants(constants, gpu: GPU, precision: Precision, tp: int = 0) ->
         raise FastsimInputError("constants", type(constants).__name__,
                                 "a StepConstants or a fastsim.calibrate.Calibration")
     return get(gpu.name, precision.name, int(tp))
-
-
-def instance_layout_refusal(model: Model, gpu: GPU, gpus: int, dp: int = 1, ep: int = 1) -> str | None:
-    """Why an instance layout cannot serve a model, or None when it can (SPEC §10).
-
-    Parameters
-    ----------
-    model : Model
-    gpu : GPU
-        Gives ``gpus_per_node`` (not used for refusals today; groups may span nodes).
-    gpus : int
-        GPUs of the instance (G).
-    dp : int
-        Data-parallel attention ranks; must divide ``gpus``; attention TP = ``gpus / dp``.
-    ep : int
-        1 (experts tensor-sharded over the G GPUs, vLLM's default) or ``gpus`` (expert
-        parallelism; vLLM ``--enable-expert-parallel`` makes EP = TP x DP).
-
-    Returns
-    -------
-    str or None
-        A sentence naming what does not fit: TP not dividing the attention heads (vLLM refuses
-        it), EP other than 1 or G, EP or DP attention on a dense model (DP attention of a dense
-        model is just more instances), DP attention without EP, more expert-parallel GPUs than
-        experts.
-    """
-    if dp < 1 or gpus % dp:
-        return f"data-parallel attention ranks (dp = {dp}) must divide the instance's {gpus} GPUs"
-    why = model.tp_refusal(gpus // dp)
-    if why:
-        return why
-    if ep not in (1, gpus):
-        return f"expert parallelism must span 1 GPU or all {gpus} of the instance (got EP{ep})"
-    if not model.is_moe and (ep > 1 or dp > 1):
-        return f"{model.name} is dense: expert parallelism and data-parallel attention do not apply"
-    if dp > 1 and ep == 1:
-        return "data-parallel attention needs expert parallelism over the instance's GPUs (EP = G)"
-    if ep > 1 and ep > model.n_experts:
-        return f"EP{ep} spreads {model.name}'s {model.n_experts} experts over more GPUs than experts"
-    return None
-
-
-def layout_refusal(model: Model, gpu: GPU, layout: str, gpus: int) -> str | None:
-    """Why a named instance layout cannot serve a model on ``gpus`` GPUs, or None when it can (SPEC §10).
-
-    :func:`instance_layout_refusal` of the layout's degrees (:func:`layout_degrees`), and an
-    expert-parallel layout (``tp+ep``, ``dp+ep``) named on a dense model at any G: at G = 1 its
-    degrees are plain TP's, so the degrees alone do not show it.
-
-    Parameters
-    ----------
-    model : Model
-    gpu : GPU
-    layout : str
-        One of :data:`LAYOUTS`.
-    gpus : int
-        GPUs of the instance (G).
-
-    Returns
-    -------
-    str or None
-        A sentence naming what does not fit.
-
-    Raises
-    ------
-    FastsimInputError
-        An unknown layout.
-    """
-    dp, ep = layout_degrees(layout, gpus)
-    if layout != "tp" and not model.is_moe:
-        return f"{model.name} is dense: expert parallelism and data-parallel attention do not apply"
-    return instance_layout_refusal(model, gpu, int(gpus), dp, ep)
 
 
 def _check_layout(model, gpu, gpus, dp, ep):
