@@ -17,7 +17,8 @@ from fastsim.validate.run import engine_kv_dtype
 
 from test_validate import row, write_csv
 
-TRUE = StepConstants(eta_compute=0.45, eta_bw=0.6, overhead_s=2e-3)
+# in the step form the engine's fits take (fastsim.validate.fit.ENGINE_STEP_FORM): a fit keeps its start's form
+TRUE = StepConstants(eta_compute=0.45, eta_bw=0.6, overhead_s=2e-3, step_form="classes")
 
 
 def _step_rows(prefix, engine="trtllm", constants=TRUE):
@@ -48,6 +49,7 @@ def test_the_fit_recovers_the_constants_that_made_the_measurements_and_cross_val
     assert fit.held_out["per_metric"]["step_s"]["fitted"]["rows"] == 24
     cal = fit.calibration("test")
     assert cal.engine == "trtllm" and cal.entries[0].gpu == "*"
+    assert fit.constants.step_form == "classes" and 'step_form = "classes"' in cal.to_toml()
     for name, lo, hi in fit.interval95:
         assert lo <= getattr(fit.constants, name) <= hi
 
@@ -199,7 +201,7 @@ def test_a_fold_fits_only_what_its_rows_pin(tmp_path):
 def test_calibrate_measurements_table_shows_spec_3s_values_beside_the_start(tmp_path, capsys):
     # the fit of the host time per sequence starts at 10 us (inside its bounds), SPEC §3 has none: the
     # table's "SPEC §3" column is SPEC §3's value, the start its own column
-    truth = StepConstants(eta_bw=0.6, overhead_per_seq_s=3e-5)
+    truth = StepConstants(eta_bw=0.6, overhead_per_seq_s=3e-5, step_form="classes")
     csv = write_csv(tmp_path / "m.csv", *_step_rows("A", constants=truth), *_step_rows("C", constants=truth))
     assert main(["calibrate", "--measurements", str(csv), "--engine", "trtllm", "--fit", "eta_bw,overhead_per_seq_s",
                  "--no-cv"]) == 0
