@@ -70,7 +70,7 @@ ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 #: The step form a fit starts from and keeps (:attr:`fastsim.stepmodel.StepConstants.step_form`): a
 #: roofline per kernel class, as every engine runs a layer's GEMMs and its attention as separate
 #: kernels. Not a fitted number but the model's shape: on the shipped TensorRT-LLM rows it alone takes
-#: SPEC §3's constants from 31.7% to 26.3% median error.
+#: SPEC §3's constants from 31.7% to 26.8% median error.
 ENGINE_STEP_FORM = {"vllm": "classes", "sglang": "classes", "trtllm": "classes"}
 #: Where a fit of ``request_overhead_s`` starts (s): the middle of the 6-10 ms TensorRT-LLM's Triton path
 #: adds to the TTFT of Llama-3.1-8B at its lightest published load (the rows' own figures).
