@@ -6,6 +6,11 @@ release the GIL; :func:`instances` runs the first on blocks of rows on numba's t
 """
 from __future__ import annotations
 
+# numba's cache=True watches only this file, not the kernels it calls in other files
+# (fastsim.stepmodel.step_time_nb, fastsim.sim._kernels): when one of them changes, change this
+# line so that a cache compiled before is not reused. Step model revision: 2 (kernel classes,
+# StepConstants.step_form).
+
 import math
 
 import numpy as np

@@ -166,8 +166,10 @@ class Calibration:
                '# ("*" matches any); a GPU and precision without a table keep the default constants.',
                "# Units: eta_* are fractions of the catalog peak (FLOP/s, HBM bytes/s, NVLink bytes/s);",
                "# alpha_s is seconds per ring hop of an all-reduce; overhead_s is seconds per step (the",
-               "# host time per sequence: seconds per sequence of a step; the request overhead: seconds per",
-               "# request); the compute factors are fractions of eta_compute.",
+               "# host time per sequence: seconds per sequence of a step; overhead_per_layer_s: seconds per",
+               "# layer of a step; the request overhead: seconds per request); the compute factors are",
+               "# fractions of eta_compute; step_form is spec (SPEC §3's one roofline) or classes (a",
+               "# roofline per kernel class, summed: docs/STEP_MODEL.md).",
                f"format_version = {FORMAT_VERSION}",
                f"source = {_toml_str(self.source)}"]
         if self.engine:
@@ -227,7 +229,7 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
         (0, 1]; omitted: ``eta_bw``'s), ``kv_memory`` (``spec``, ``vllm``, ``trtllm``),
         ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``, ``request_overhead_s``,
-        ``overhead_per_seq_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]),
+        ``overhead_per_seq_s``, ``overhead_per_layer_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]),
         ``step_form`` (``spec``, ``classes``); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.

@@ -18,6 +18,7 @@ One forward pass of a tensor-parallel instance is broken into the parts a token 
     kernel launch  layers x kernels per layer x launch time
     host           sequences of the step x overhead_per_seq_s (step model v2; 0 under SPEC §3)
     step           max(weight read + KV read, compute) + all-reduce + kernel launch + host
+                   (under step_form "classes": max(weight read, GEMM) + max(KV read, attention) + ...)
 
 (and, when an arrival rate is given, an M/D/1 queueing wait with the step as the server; a MoE
 model adds its all-to-all, a pipeline stage its send to the next stage).

@@ -72,12 +72,13 @@ class LedgerResult(NamedTuple):
         ``max(weight_read_s + kv_read_s, compute_s) + allreduce_s + alltoall_s + p2p_s + launch_s
         + host_s``. Under :attr:`~fastsim.stepmodel.StepConstants.step_form` ``"classes"`` the
         roofline is ``max(weight_read_s, GEMM) + max(kv_read_s, attention)``
-        (:func:`fastsim.stepmodel.class_compute`), and ``compute_s`` is the compute of the classes
-        that bind on compute (the GEMMs, the attention, both or neither: 0), so that the memory
-        side of those that bind on bandwidth plus ``compute_s`` is the roofline.
+        (:func:`fastsim.stepmodel.class_compute`; ``compute_s`` is still GEMM + attention), and
+        ``binding`` weighs the reads of the classes bound by bandwidth against the compute of
+        those bound by compute.
     binding : str
-        The largest of memory side (weight + KV), compute, communication (all-reduce +
-        all-to-all) and launch (with the host time): one of
+        The largest of memory side (weight + KV; under the classes form the reads of the classes
+        bound by bandwidth), compute (under the classes form that of the classes bound by
+        compute), communication (all-reduce + all-to-all) and launch (with the host time): one of
         ``'memory'``, ``'compute'``, ``'communication'``, ``'launch'`` (ties go to the earlier).
     n_tokens : float
         Tokens processed in the step (decode: batch; prefill: batch x prompt tokens).
@@ -352,20 +353,20 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
     host = p[..., P_OVERHEAD_SEQ] * np.asarray(batch, dtype=np.float64)
     mem = w + kv
     roof = np.maximum(mem, comp)
+    side_mem, side_comp = mem, comp      # the two sides the binding weighs
     classes = p[..., P_CLASSES] != 0.0
     if np.any(classes):
-        # a roofline per kernel class (StepConstants.step_form "classes"): the memory column is the
-        # bandwidth-bound classes' time, the compute column the compute-bound ones', their sum the step's roofline
+        # a roofline per kernel class (StepConstants.step_form "classes"): the binding weighs the
+        # bandwidth-bound classes' reads against the compute-bound classes' compute
         gemm, attn = class_compute(p, n_tokens, attn_flops)
         w_mem, kv_mem = w >= gemm, kv >= attn
         roof = np.where(classes, np.maximum(w, gemm) + np.maximum(kv, attn), roof)
-        mem_c = np.where(w_mem, w, 0.0) + np.where(kv_mem, kv, 0.0)
-        comp_c = np.where(w_mem, 0.0, gemm) + np.where(kv_mem, 0.0, attn)
-        mem, comp = np.where(classes, mem_c, mem), np.where(classes, comp_c, comp)
+        side_mem = np.where(classes, np.where(w_mem, w, 0.0) + np.where(kv_mem, kv, 0.0), mem)
+        side_comp = np.where(classes, np.where(w_mem, 0.0, gemm) + np.where(kv_mem, 0.0, attn), comp)
     p2p = p2p_time(p, n_tokens)
     comm = ar + a2a + p2p
     step = roof + comm + launch + host
-    stacked = np.stack(np.broadcast_arrays(mem, comp, comm, launch + host), axis=-1)
+    stacked = np.stack(np.broadcast_arrays(side_mem, side_comp, comm, launch + host), axis=-1)
     code = np.argmax(stacked, axis=-1)          # first maximum: ties go to the earlier name
     tps = n_tokens / step / gpus
     is_pf = np.asarray(prefill, dtype=np.float64) > 0
@@ -757,8 +758,9 @@ _PLOT_OPTIONAL = ("alltoall_s", "p2p_s", "host_s")
 def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str = "Token ledger"):
     """Stacked bars of the step parts per configuration, saved as a figure (matplotlib Agg canvas).
 
-    Each bar stacks weight read, KV read, the part of compute not hidden under the memory side
-    (``max(0, compute - weight - KV)``), all-reduce, all-to-all and the stage send (where some bar
+    Each bar stacks weight read, KV read, the part of the roofline above them (under SPEC §3's
+    form the compute not hidden under the memory side, ``max(0, compute - weight - KV)``; under
+    the kernel classes', ``max(weight, GEMM) + max(KV, attention) - weight - KV``), all-reduce, all-to-all and the stage send (where some bar
     has them), kernel launch and the host time of the step's sequences (where a calibration sets
     it), so its height is the step time in ms. A tick marks the full compute time of each bar.
 
@@ -807,7 +809,12 @@ def plot_ledger(results, path, labels: Sequence[str] | None = None, title: str =
         labels = [str(i) for i in range(len(df))]
     if len(labels) != len(df):
         raise FastsimInputError("labels", labels, f"{len(df)} labels, one per result")
-    df = df.assign(compute_excess_s=np.maximum(0.0, df["compute_s"] - df["weight_read_s"] - df["kv_read_s"]))
+    # the roofline above the reads, whatever the step form: the step less every other part
+    rest = df["weight_read_s"] + df["kv_read_s"] + df["launch_s"]
+    for col in ("allreduce_s", "alltoall_s", "p2p_s", "host_s"):
+        if col in df:
+            rest = rest + df[col]
+    df = df.assign(compute_excess_s=np.maximum(0.0, df["step_s"] - rest))
 
     x = np.arange(len(df))
     # A Figure on its own Agg canvas: no pyplot, so the caller's backend and figures are untouched.

@@ -101,8 +101,12 @@ def test_the_ledger_step_is_the_step_model_s():
     assert r1.step_s - r1.launch_s - r1.host_s == pytest.approx(float(step_time(p1, 840.0, kv, attn, 840.0)) - 1e-3,
                                                                rel=1e-9)
     assert r1.step_s > r0.step_s
-    # the memory column is the bandwidth-bound class (the KV read), the compute column the GEMMs
-    assert r1.kv_read_s + r1.compute_s == pytest.approx(r1.step_s - r1.launch_s - r1.host_s - r1.allreduce_s, rel=1e-9)
+    # the columns are the parts of SPEC §3 (compute = GEMM + attention); the step adds the GEMMs' compute
+    # and the KV read (each class's larger side), and the binding weighs the KV read against the GEMMs
+    gemm, attn = class_compute(p1, 840.0, attn)
+    assert r1.compute_s == r0.compute_s == pytest.approx(float(gemm + attn), rel=1e-12)
+    assert r1.step_s - r1.launch_s - r1.host_s - r1.allreduce_s == pytest.approx(float(gemm) + r1.kv_read_s, rel=1e-9)
+    assert r1.binding == "memory"
 
 
 # ---------------------------------------------------------------- kernels against their references
@@ -210,7 +214,13 @@ def test_the_ledger_command_says_how_its_columns_add_up_under_the_classes_form(t
     assert "step = max(weight, GEMM) + max(KV, attention) + all-reduce + launch" in out
     assert "note: step form: classes" in out
     # 1.954 ms of weights (its class bound by the GEMMs' 10.618 ms of compute) and 28.672 ms of KV read
-    assert "1.954" in out and "10.618" in out and "28.672" in out and "39.674" in out
+    assert "1.954" in out and "11.360" in out and "28.672" in out and "39.674" in out
+    # the plot's bars are the step, in either form
+    from fastsim.ledger import ledger_table, plot_ledger
+    df = ledger_table(M8, H200, FP8, 1, batch=[1, 840], context_tokens=2000, constants=K)
+    plot_ledger(df, tmp_path / "l.png")
+    rest = df.weight_read_s + df.kv_read_s + df.launch_s + df.allreduce_s + df.host_s
+    assert ((df.step_s - rest) >= 0).all() and (df.step_s - rest).iloc[1] == pytest.approx(10.618e-3 - 1.954e-3, rel=1e-3)
 
 
 # ---------------------------------------------------------------- the fixed time per layer

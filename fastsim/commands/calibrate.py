@@ -65,7 +65,7 @@ def add_parser(sub):
                     help="--measurements: the engine whose rows are fitted (the calibration is tagged with it)")
     sp.add_argument("--fit", metavar="NAME,...",
                     help="--measurements: constants to fit (default: eta_compute, eta_bw, eta_kv, overhead_s, "
-                    "overhead_per_seq_s, the FP8 / FP4 compute factors of the precisions the rows use, "
+                    "overhead_per_seq_s, overhead_per_layer_s, the FP8 / FP4 compute factors of the precisions the rows use, "
                     "moe_compute_factor where rows run a mixture-of-experts model, and request_overhead_s where "
                     "rows measure TTFT or E2E)")
     sp.add_argument("--max-runs", type=_int_at_least(2), default=150,

@@ -99,7 +99,10 @@ def _ledger(args):
         notes.append(f"--calibration: its efficiencies and all-reduce constants apply here"
                      + (f", and its host time per sequence ({k.overhead_per_seq_s * 1e6:.3g} us, the host column)"
                         if k.overhead_per_seq_s > 0 else "")
-                     + f"; its per-step overhead ({k.overhead_s * 1e3:.3g} ms) does not: the ledger's launch column "
+                     + f"; its per-step overhead ({(k.overhead_s + model.layers * k.overhead_per_layer_s) * 1e3:.3g} ms"
+                     + (f": {k.overhead_s * 1e3:.3g} ms + {model.layers} layers x "
+                        f"{k.overhead_per_layer_s * 1e6:.3g} us" if k.overhead_per_layer_s > 0 else "")
+                     + ") does not: the ledger's launch column "
                      "is --kernels-per-layer x --launch-us per layer (SPEC §4), while plan, simulate and capacity "
                      "add the overhead")
     moe = model.is_moe
@@ -108,9 +111,8 @@ def _ledger(args):
     from ..stepmodel import resolve_constants as _resolve
     classes = _resolve(_constants(args), gpu, prec, args.tp).step_form == "classes"
     if classes:
-        notes.append("step form: classes (a roofline per kernel class, summed: max(weight, GEMM) + max(KV, "
-                     "attention)): the compute column is the compute of the classes bound by compute; the weight "
-                     "and KV columns are the reads, each in the step only where its class is bound by bandwidth")
+        notes.append("step form: classes (a roofline per kernel class, summed): the step adds max(weight, GEMM) "
+                     "and max(KV, attention), where the compute column is GEMM + attention")
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]

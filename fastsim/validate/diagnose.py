@@ -16,11 +16,14 @@ from typing import NamedTuple
 
 __all__ = ["diagnose", "Diagnosis", "CHANGES"]
 
-#: The one-change reruns: (label, StepConstants field or engine setting, factor on its value).
+#: The one-change reruns: (label, StepConstants field or engine setting, factor on its value). The
+#: overhead changes scale the whole fixed time of a step: ``overhead_s`` and step model v2's
+#: ``overhead_per_layer_s`` together (``_FIXED``).
 CHANGES = (
     ("eta_compute x 0.67", "eta_compute", 2 / 3), ("eta_compute x 1.5", "eta_compute", 1.5),
     ("eta_bw x 0.75", "eta_bw", 0.75), ("eta_bw x 1.2", "eta_bw", 1.2),
-    ("overhead_s x 4", "overhead_s", 4.0), ("overhead_s x 0.25", "overhead_s", 0.25),
+    ("fixed step time x 4 (overhead_s, overhead_per_layer_s)", "overhead_s", 4.0),
+    ("fixed step time x 0.25 (overhead_s, overhead_per_layer_s)", "overhead_s", 0.25),
     ("alpha_s x 10 (all-reduce latency)", "alpha_s", 10.0), ("eta_nvlink x 0.5 (all-reduce bandwidth)", "eta_nvlink", 0.5),
     ("memory_utilization x 0.8 (KV pool)", "memory_utilization", 0.8),
     ("max_num_seqs x 0.5", "max_num_seqs", 0.5), ("max_num_seqs x 2", "max_num_seqs", 2.0),
@@ -28,6 +31,7 @@ CHANGES = (
     ("max_num_batched_tokens x 2", "max_num_batched_tokens", 2.0),
 )
 _ENGINE = ("max_num_seqs", "max_num_batched_tokens")
+_FIXED = {"overhead_s": ("overhead_s", "overhead_per_layer_s")}
 
 
 class Diagnosis(NamedTuple):
@@ -115,10 +119,13 @@ def diagnose(result, catalog, constants=None) -> Diagnosis:
                 cur = getattr(pol, field) // dp
             r = run_group([m], catalog, base, models=models, overrides={field: max(1, int(round(cur * f)))})[0]
         else:
-            v = getattr(base, field) * f
-            if field in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization"):
-                v = min(v, 1.0)
-            r = run_group([m], catalog, replace(base, **{field: v}), models=models)[0]
+            kw = {}
+            for name in _FIXED.get(field, (field,)):
+                v = getattr(base, name) * f
+                if name in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization"):
+                    v = min(v, 1.0)
+                kw[name] = v
+            r = run_group([m], catalog, replace(base, **kw), models=models)[0]
         out.append((label, r.ratio))
     best, best_r = None, None
     err0 = abs(math.log(result.ratio))

@@ -1,8 +1,8 @@
 """Step-model constants fitted to serving measurements through the simulator, with cross-validation.
 
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
-``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute
-factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
+``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``,
+the FP8 / FP4 compute factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
 model and ``request_overhead_s`` where rows measure a TTFT or an E2E latency,
 :func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
@@ -20,7 +20,7 @@ are narrow and the cross-validated error is the figure to believe.
 Cross-validation: leave one source out. The rows are grouped by source family
 (:attr:`fastsim.validate.Measurement.family`: one published table, one repository's runs); for
 each family, the constants are fitted again on the other families' rows only, from the same
-starting point (SPEC §3's constants), and the held-out family's rows are then run with them. The
+starting point (SPEC §3's timing constants in the engine's step form, :data:`ENGINE_STEP_FORM`), and the held-out family's rows are then run with them. The
 held-out figures (median absolute error, geometric-mean ratio; :func:`fastsim.validate.summary.group_stats`)
 are never from rows a fit saw. An engine with one source family has no held-out figure.
 
@@ -218,7 +218,7 @@ def _calibration(engine, names, entries, source=""):
 
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
-    ``overhead_s``, ``overhead_per_seq_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
+    ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
     ``moe_compute_factor`` when rows run a mixture-of-experts model, and
     ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters).
 
