@@ -12,30 +12,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from fastsim.catalog import default_catalog
 from fastsim.errors import FastsimInputError
-from fastsim.sim import ColocatedPlan, DisaggregatedPlan, PipelinePlan, simulate
-from fastsim.sim.policy import engine_policy
-from fastsim.stepmodel import (P_KV_BUDGET_TOKENS, P_OVERHEAD, P_OVERHEAD_SEQ, StepConstants, decode_attn_flops,
+from fastsim.sim import ColocatedPlan, simulate
+from fastsim.stepmodel import (P_OVERHEAD, P_OVERHEAD_SEQ, StepConstants, decode_attn_flops,
                                pipeline_round_params, stage_params, step_params, step_time, step_time_nb)
 
-from reference_sim import check_against_reference, simulate_reference
-from test_sim_pipeline import _check_ref, _ref
-from test_sim_policy import check_policy_against_reference
+from kernel_checks import reference_tests
 
 CAT = default_catalog()
 M8, H100, FP8 = CAT.model("llama-3.1-8b"), CAT.gpu("H100"), CAT.precision("FP8")
 C_SEQ = 2.5e-4          # s per sequence: large, so that every step time changes visibly
 K = StepConstants(overhead_per_seq_s=C_SEQ)
-
-
-def _with_budget(p, kv):
-    q = p.copy()
-    q[P_KV_BUDGET_TOKENS] = kv
-    return q
 
 
 def test_the_step_time_adds_the_host_time_of_each_sequence():
@@ -91,73 +80,11 @@ def test_an_offline_batch_pays_its_batch_size_every_step():
 
 # ---------------------------------------------------------------- kernels against their references
 
-@st.composite
-def _small(draw):
-    n = draw(st.integers(1, 25))
-    gap = st.one_of(st.just(0.0), st.sampled_from([0.001, 0.004, 0.02]), st.floats(0.0, 0.08))
-    arrival = np.cumsum(np.array(draw(st.lists(gap, min_size=n, max_size=n)), dtype=np.float64))
-    prompt = np.array(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), dtype=np.int64)
-    output = np.array(draw(st.lists(st.integers(1, 25), min_size=n, max_size=n)), dtype=np.int64)
-    horizon = float(arrival[-1]) + draw(st.sampled_from([0.05, 0.3, 3.0]))
-    return arrival, prompt, output, horizon
-
-
 P8S = step_params(M8, H100, CAT.precision("BF16"), 1, K)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-
-@SETTINGS
-@given(w=_small(), n_inst=st.integers(1, 3), chunk=st.sampled_from([1, 7, 64, 4096]), kv=st.floats(40.0, 3000.0),
-       routing=st.sampled_from(["least-loaded", "round-robin"]))
-def test_colocated_kernel_matches_reference(w, n_inst, chunk, kv, routing):
-    arrival, prompt, output, horizon = w
-    p = _with_budget(P8S, kv)
-    res = simulate(ColocatedPlan(p, n_inst, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
-                   tpot_slo_s=0.02, routing=routing, sample_dt_s=0.07)
-    ref = simulate_reference("colocated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
-                             routing=routing, p=p, n_instances=n_inst, chunk=chunk, max_batch=0)
-    check_against_reference(res, ref, np.full(n_inst, np.floor(kv)))
-
-
-@SETTINGS
-@given(w=_small(), n_pf=st.integers(1, 2), n_dec=st.integers(1, 3), budget=st.sampled_from([1, 300, 8192]),
-       kv=st.floats(40.0, 3000.0))
-def test_disaggregated_kernel_matches_reference(w, n_pf, n_dec, budget, kv):
-    arrival, prompt, output, horizon = w
-    pp, pd = _with_budget(P8S, kv), _with_budget(P8S, kv)
-    res = simulate(DisaggregatedPlan(pp, n_pf, pd, n_dec, budget, 0), arrival, prompt, output, horizon_s=horizon,
-                   ttft_slo_s=0.5, tpot_slo_s=0.02, sample_dt_s=0.07)
-    ref = simulate_reference("disaggregated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
-                             routing="least-loaded", p_prefill=pp, n_prefill=n_pf, p_decode=pd, n_decode=n_dec,
-                             prefill_budget=budget, decode_max_batch=0)
-    check_against_reference(res, ref, np.array([np.floor(kv)] * (n_pf + n_dec)))
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), name=st.sampled_from(["vllm", "sglang", "trtllm"]))
-def test_policy_kernel_matches_reference(seed, name):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 60))
-    arr = np.sort(rng.uniform(0.0, 3.0, n))
-    P, O = rng.integers(1, 2000, n), rng.integers(1, 60, n)
-    check_policy_against_reference(_with_budget(P8S, float(rng.integers(3000, 60000))), int(rng.integers(1, 3)),
-                                   arr, P, O, engine_policy(name), horizon=5.0)
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), S=st.integers(1, 3), trt=st.booleans())
-def test_pipeline_kernel_matches_reference(seed, S, trt):
-    rng = np.random.default_rng(seed)
-    rows = stage_params(M8, H100, FP8, 1, K, pp=S)
-    rows[:, P_KV_BUDGET_TOKENS] = float(rng.integers(2000, 40000))
-    pol = engine_policy("trtllm", max_num_batched_tokens=int(rng.integers(64, 4096)), max_num_seqs=int(rng.integers(1, 7)),
-                        block_tokens=16) if trt else None
-    plan = PipelinePlan(rows, int(rng.integers(1, 3)), int(rng.integers(16, 1024)), 0 if trt else int(rng.integers(0, 6)))
-    n = int(rng.integers(1, 80))
-    w = (np.sort(rng.uniform(0.0, 4.0, n)), rng.integers(1, 2000, n), rng.integers(1, 100, n))
-    res = simulate(plan, *w, horizon_s=6.0, routing="least-loaded", policy=pol or "lecture", ttft_slo_s=1.0,
-                   tpot_slo_s=0.1, sample_dt_s=1.0)
-    _check_ref(res, _ref(plan, pol, w, 6.0, "least-loaded"))
+(test_colocated_kernel_matches_reference, test_disaggregated_kernel_matches_reference,
+ test_policy_kernel_matches_reference, test_pipeline_kernel_matches_reference) = reference_tests(
+    P8S, lambda S: stage_params(M8, H100, FP8, 1, K, pp=S))
 
 
 def test_the_constant_is_checked_and_carried_in_calibration_files(tmp_path):

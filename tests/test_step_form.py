@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from fastsim.catalog import default_catalog
 from fastsim.errors import FastsimInputError
-from fastsim.sim import ColocatedPlan, DisaggregatedPlan, PipelinePlan, simulate
-from fastsim.sim.policy import engine_policy
-from fastsim.stepmodel import (P_CLASSES, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_MATMUL, P_PEAK, P_WDENSE,
+from fastsim.sim import ColocatedPlan
+from fastsim.stepmodel import (P_CLASSES, P_GPUS, P_HBM_BW, P_KVPG, P_MATMUL, P_PEAK, P_WDENSE,
                                StepConstants, class_compute, decode_attn_flops, stage_params, step_params, step_parts,
                                step_time, step_time_nb)
 
-from reference_sim import check_against_reference, simulate_reference
-from test_sim_pipeline import _check_ref, _ref
-from test_sim_policy import check_policy_against_reference
+from kernel_checks import reference_tests
 
 CAT = default_catalog()
 M8, H200, FP8 = CAT.model("llama-3.1-8b"), CAT.gpu("H200"), CAT.precision("FP8")
@@ -83,7 +78,7 @@ def test_the_form_is_carried_in_calibration_files(tmp_path):
     cal.write(path)
     assert 'step_form = "classes"' in path.read_text(encoding="utf-8")
     assert load_calibration(path).step_constants("H200", "FP8", 1).step_form == "classes"
-    assert "step_form" not in Calibration((CalibrationEntry("*", "*", StepConstants()),)).to_toml()
+    assert "step_form =" not in Calibration((CalibrationEntry("*", "*", StepConstants()),)).to_toml()
     bad = tmp_path / "bad.toml"
     bad.write_text('format_version = 1\n\n[[constants]]\ngpu = "*"\nprecision = "*"\nstep_form = 1\n', encoding="utf-8")
     with pytest.raises(FastsimInputError, match="step_form: got 1; allowed: a string: spec or classes"):
@@ -111,28 +106,16 @@ def test_the_ledger_step_is_the_step_model_s():
 
 # ---------------------------------------------------------------- kernels against their references
 
-@st.composite
-def _small(draw):
-    n = draw(st.integers(1, 25))
-    gap = st.one_of(st.just(0.0), st.sampled_from([0.001, 0.004, 0.02]), st.floats(0.0, 0.08))
-    arrival = np.cumsum(np.array(draw(st.lists(gap, min_size=n, max_size=n)), dtype=np.float64))
-    prompt = np.array(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)), dtype=np.int64)
-    output = np.array(draw(st.lists(st.integers(1, 25), min_size=n, max_size=n)), dtype=np.int64)
-    horizon = float(arrival[-1]) + draw(st.sampled_from([0.05, 0.3, 3.0]))
-    return arrival, prompt, output, horizon
-
-
-def _with_budget(p, kv):
-    q = p.copy()
-    q[P_KV_BUDGET_TOKENS] = kv
-    return q
-
-
 # a small GPU peak, so that the classes' compute binds at the batches the tests reach
 _SLOW = CAT.gpu("H100")
 PK = step_params(M8, _SLOW, CAT.precision("BF16"), 1, K)
 PK[P_PEAK] = PK[P_PEAK] / 200.0
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _slow_stages(S):
+    rows = stage_params(M8, _SLOW, FP8, 1, K, pp=S)
+    rows[:, P_PEAK] = rows[:, P_PEAK] / 200.0
+    return rows
 
 
 def test_the_slow_peak_makes_both_classes_bind_somewhere():
@@ -144,59 +127,8 @@ def test_the_slow_peak_makes_both_classes_bind_somewhere():
     assert (step_time(PK, b, kv, attn, b) != step_time(p0, b, kv, attn, b)).any()
 
 
-@SETTINGS
-@given(w=_small(), n_inst=st.integers(1, 3), chunk=st.sampled_from([1, 7, 64, 4096]), kv=st.floats(40.0, 3000.0),
-       routing=st.sampled_from(["least-loaded", "round-robin"]))
-def test_colocated_kernel_matches_reference(w, n_inst, chunk, kv, routing):
-    arrival, prompt, output, horizon = w
-    p = _with_budget(PK, kv)
-    res = simulate(ColocatedPlan(p, n_inst, chunk), arrival, prompt, output, horizon_s=horizon, ttft_slo_s=0.5,
-                   tpot_slo_s=0.02, routing=routing, sample_dt_s=0.07)
-    ref = simulate_reference("colocated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
-                             routing=routing, p=p, n_instances=n_inst, chunk=chunk, max_batch=0)
-    check_against_reference(res, ref, np.full(n_inst, np.floor(kv)))
-
-
-@SETTINGS
-@given(w=_small(), n_pf=st.integers(1, 2), n_dec=st.integers(1, 3), budget=st.sampled_from([1, 300, 8192]),
-       kv=st.floats(40.0, 3000.0))
-def test_disaggregated_kernel_matches_reference(w, n_pf, n_dec, budget, kv):
-    arrival, prompt, output, horizon = w
-    pp, pd = _with_budget(PK, kv), _with_budget(PK, kv)
-    res = simulate(DisaggregatedPlan(pp, n_pf, pd, n_dec, budget, 0), arrival, prompt, output, horizon_s=horizon,
-                   ttft_slo_s=0.5, tpot_slo_s=0.02, sample_dt_s=0.07)
-    ref = simulate_reference("disaggregated", arrival, prompt, output, horizon=horizon, dt=0.07, max_context=131072,
-                             routing="least-loaded", p_prefill=pp, n_prefill=n_pf, p_decode=pd, n_decode=n_dec,
-                             prefill_budget=budget, decode_max_batch=0)
-    check_against_reference(res, ref, np.array([np.floor(kv)] * (n_pf + n_dec)))
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), name=st.sampled_from(["vllm", "sglang", "trtllm"]))
-def test_policy_kernel_matches_reference(seed, name):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 60))
-    arr = np.sort(rng.uniform(0.0, 3.0, n))
-    P, O = rng.integers(1, 2000, n), rng.integers(1, 60, n)
-    check_policy_against_reference(_with_budget(PK, float(rng.integers(3000, 60000))), int(rng.integers(1, 3)),
-                                   arr, P, O, engine_policy(name), horizon=5.0)
-
-
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), S=st.integers(1, 3), trt=st.booleans())
-def test_pipeline_kernel_matches_reference(seed, S, trt):
-    rng = np.random.default_rng(seed)
-    rows = stage_params(M8, _SLOW, FP8, 1, K, pp=S)
-    rows[:, P_PEAK] = rows[:, P_PEAK] / 200.0
-    rows[:, P_KV_BUDGET_TOKENS] = float(rng.integers(2000, 40000))
-    pol = engine_policy("trtllm", max_num_batched_tokens=int(rng.integers(64, 4096)), max_num_seqs=int(rng.integers(1, 7)),
-                        block_tokens=16) if trt else None
-    plan = PipelinePlan(rows, int(rng.integers(1, 3)), int(rng.integers(16, 1024)), 0 if trt else int(rng.integers(0, 6)))
-    n = int(rng.integers(1, 80))
-    w = (np.sort(rng.uniform(0.0, 4.0, n)), rng.integers(1, 2000, n), rng.integers(1, 100, n))
-    res = simulate(plan, *w, horizon_s=6.0, routing="least-loaded", policy=pol or "lecture", ttft_slo_s=1.0,
-                   tpot_slo_s=0.1, sample_dt_s=1.0)
-    _check_ref(res, _ref(plan, pol, w, 6.0, "least-loaded"))
+(test_colocated_kernel_matches_reference, test_disaggregated_kernel_matches_reference,
+ test_policy_kernel_matches_reference, test_pipeline_kernel_matches_reference) = reference_tests(PK, _slow_stages)
 
 
 def test_the_ledger_command_says_how_its_columns_add_up_under_the_classes_form(tmp_path, capsys):
