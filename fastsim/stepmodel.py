@@ -377,6 +377,16 @@ def _link_bw(gpu: GPU, group: int) -> float:
     return min(gpu.nvlink_bw_bytes_per_s, gpu.network_bw_bytes_per_s)
 
 
+def _fixed_overhead_s(constants, layers) -> float:
+    """``P_OVERHEAD`` of a step over ``layers`` layers (s): ``overhead_s + layers x overhead_per_layer_s``.
+
+    Exactly ``overhead_s`` when the per-layer time is 0 (SPEC §3's figures to the bit).
+    """
+    if not constants.overhead_per_layer_s:
+        return constants.overhead_s
+    return constants.overhead_s + layers * constants.overhead_per_layer_s
+
+
 def _moe_extra_params(model, moe_layers, constants) -> float:
     """Parameters added to ``P_MATMUL`` so that ``moe_layers`` layers' active experts run at
     ``moe_compute_factor`` of the compute efficiency (:attr:`StepConstants.moe_compute_factor`):
@@ -449,9 +459,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
     p[P_ETA_NV] = constants.eta_nvlink
-    # the per-layer part (step model v2; 0 under SPEC §3, whose overhead this is to the bit)
-    p[P_OVERHEAD] = (constants.overhead_s + model.layers * constants.overhead_per_layer_s
-                     if constants.overhead_per_layer_s else constants.overhead_s)
+    p[P_OVERHEAD] = _fixed_overhead_s(constants, model.layers)
     p[P_KV_BUDGET_TOKENS] = kv_budget_tokens(model, precision, gpu, g, constants, dp=dp, ep=ep)
     p[P_NET_BW] = gpu.network_bw_bytes_per_s
     p[P_QDIM_PF] = model.attn_dim_prefill
@@ -667,8 +675,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         row = base.copy()
         row[P_MATMUL] = act
         row[P_LAYERS] = n
-        row[P_OVERHEAD] = (constants_.overhead_s + n * constants_.overhead_per_layer_s
-                           if constants_.overhead_per_layer_s else constants_.overhead_s)
+        row[P_OVERHEAD] = _fixed_overhead_s(constants_, n)
         row[P_KVPG] = kv_layer * n
         row[P_WDENSE] = dense * wb / tp_attn
         row[P_WEXP] = routed * wb * share
@@ -901,7 +908,9 @@ def class_compute(p, n_tokens, attn_flops):
 
     ``2 x P_MATMUL x n_tokens`` and ``attn_flops`` FLOPs over the instance's GPUs at
     ``eta_compute x peak`` (:attr:`StepConstants.step_form` ``"classes"``; their sum is
-    :func:`step_parts`' ``compute_s`` up to rounding). Inputs are not validated.
+    :func:`step_parts`' ``compute_s`` up to rounding). Inputs are not validated (nothing is
+    raised). Formula: SPEC §3's compute term split by kernel class (docs/STEP_MODEL.md,
+    ``step_form``).
 
     Parameters
     ----------

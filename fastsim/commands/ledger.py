@@ -93,9 +93,9 @@ def _ledger(args):
                       launch_s=args.launch_us * 1e-6, arrival_rate_req_per_s=args.rate, layout=args.layout,
                       output_tokens=args.output_tokens, constants=_constants(args), pp=args.pp)
     rows, notes = [], []
+    from ..stepmodel import resolve_constants
+    k = resolve_constants(_constants(args), gpu, prec, args.tp)
     if _constants_choice(args).kind != "lecture":
-        from ..stepmodel import resolve_constants
-        k = resolve_constants(_constants(args), gpu, prec, args.tp)
         notes.append(f"--calibration: its efficiencies and all-reduce constants apply here"
                      + (f", and its host time per sequence ({k.overhead_per_seq_s * 1e6:.3g} us, the host column)"
                         if k.overhead_per_seq_s > 0 else "")
@@ -108,8 +108,7 @@ def _ledger(args):
     moe = model.is_moe
     pipe = args.pp > 1
     host = bool((df.host_s > 0).any()) if "host_s" in df else False
-    from ..stepmodel import resolve_constants as _resolve
-    classes = _resolve(_constants(args), gpu, prec, args.tp).step_form == "classes"
+    classes = k.step_form == "classes"
     if classes:
         notes.append("step form: classes (a roofline per kernel class, summed): the step adds max(weight, GEMM) "
                      "and max(KV, attention), where the compute column is GEMM + attention")

@@ -339,6 +339,27 @@ def _step_consts_nb(pp, fst, i):
                          d_kv, ovh_seq, classes)
 
 
+@njit(cache=True)
+def _roof_nb(weight_s, kv_s, mm, attn, g, div_g, d_c, classes):
+    """The roofline part of a step (s) from its reads and its FLOPs, in ``step_time_nb``'s operations.
+
+    ``weight_s`` and ``kv_s`` are the reads' seconds, ``mm`` the GEMM FLOPs (``2 x P_MATMUL x
+    n_tokens``) and ``attn`` the attention FLOPs, divided by ``g`` GPUs (when ``div_g``: an exact
+    shortcut, ``x / 1.0 == x``) and ``d_c = eta_c x peak``. SPEC §3: ``max(weight + KV, (mm +
+    attn) / g / d_c)``; with ``classes`` (``StepConstants.step_form``): ``max(weight, mm / g / d_c)
+    + max(KV, attn / g / d_c)``. Scalars only, so a plain call (no reference counting; the
+    compiler inlines it).
+    """
+    if classes:
+        gk = (mm / g if div_g else mm) / d_c
+        ak = (attn / g if div_g else attn) / d_c
+        return (weight_s if weight_s >= gk else gk) + (kv_s if kv_s >= ak else ak)
+    num = mm + attn
+    comp_s = (num / g if div_g else num) / d_c
+    aw = weight_s + kv_s
+    return aw if aw >= comp_s else comp_s
+
+
 @njit(cache=True, inline="always")
 def _step_s_nb(n_tok, kvf, attn, n_seq, parts):
     """Step time (s) of ``n_tok`` new tokens of ``n_seq`` sequences reading ``kvf`` held KV tokens with ``attn`` attention FLOPs.
@@ -354,17 +375,7 @@ def _step_s_nb(n_tok, kvf, attn, n_seq, parts):
         weight_s = weight_c
     kvb = kvf * kvpg
     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-    if classes:
-        # a roofline per kernel class (StepConstants.step_form "classes"), as step_time_nb
-        mm = matmul2 * n_tok
-        gk = (mm / g if div_g else mm) / d_c
-        ak = (attn / g if div_g else attn) / d_c
-        roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
-    else:
-        num = matmul2 * n_tok + attn
-        comp_s = (num / g if div_g else num) / d_c
-        aw = weight_s + kv_time
-        roof = aw if aw >= comp_s else comp_s
+    roof = _roof_nb(weight_s, kv_time, matmul2 * n_tok, attn, g, div_g, d_c, classes)
     if comm_fixed:
         comm_s = comm_c
     else:
@@ -1041,14 +1052,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         else:
                             kvf = float(ctx)
                         kv_time = kvf * d_kvpg / d_dp / d_kv
-                        if d_cls:
-                            gk = m2n / d_g / d_dc
-                            ak = d_c4 * kvf / d_g / d_dc
-                            dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
-                        else:
-                            comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                            aw = w_s + kv_time
-                            dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                        dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
                         step += 1
                         active = 1
                         batch_sum += nd + 0
@@ -1074,14 +1078,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ex += npast
                                 kvf = float(ctx) - d_slide * float(ex)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                if d_cls:
-                                    gk = m2n / d_g / d_dc
-                                    ak = d_c4 * kvf / d_g / d_dc
-                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
-                                else:
-                                    comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                                    aw = w_s + kv_time
-                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1097,14 +1094,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                if d_cls:
-                                    gk = m2n / d_g / d_dc
-                                    ak = d_c4 * kvf / d_g / d_dc
-                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
-                                else:
-                                    comp_s = (m2n + d_c4 * kvf) / d_g / d_dc
-                                    aw = w_s + kv_time
-                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1120,14 +1110,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_kv
-                                if d_cls:
-                                    gk = m2n / d_dc
-                                    ak = d_c4 * kvf / d_dc
-                                    dt_step = (w_s if w_s >= gk else gk) + (kv_time if kv_time >= ak else ak) + comm_s + d_over + seq_s
-                                else:
-                                    comp_s = (m2n + d_c4 * kvf) / d_dc
-                                    aw = w_s + kv_time
-                                    dt_step = (aw if aw >= comp_s else comp_s) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, 1.0, False, d_dc, d_cls) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb

@@ -55,6 +55,11 @@ Prefix-cache tables are int32 and only the reference counts are filled at the st
 """
 from __future__ import annotations
 
+# numba's cache=True watches only this file, not the kernels it calls in other files
+# (fastsim.stepmodel.step_time_nb, fastsim.sim._kernels): when one of them changes, change this
+# line so that a cache compiled before is not reused. Step model revision: 3 (kernel classes,
+# StepConstants.step_form).
+
 import numpy as np
 from numba import njit
 
@@ -569,15 +574,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             attn = c4g * kvf
                             kvb = kvf * kvpg
                             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                            if classes:
-                                gk = (mm / g if div_g else mm) / d_c
-                                ak = (attn / g if div_g else attn) / d_c
-                                roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
-                            else:
-                                num = mm + attn
-                                comp_s = (num / g if div_g else num) / d_c
-                                aw = weight_s + kv_time
-                                roof = aw if aw >= comp_s else comp_s
+                            roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes)
                             d = roof + comm_s + overhead + seq_d
                             n_pure += 1
                             bsum_d += nf
@@ -705,15 +702,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     attn = c4g * kvf
                     kvb = kvf * kvpg
                     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                    if classes:
-                        gk = (mm / g if div_g else mm) / d_c
-                        ak = (attn / g if div_g else attn) / d_c
-                        roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
-                    else:
-                        num = mm + attn
-                        comp_s = (num / g if div_g else num) / d_c
-                        aw = weight_s + kv_time
-                        roof = aw if aw >= comp_s else comp_s
+                    roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes)
                     d = roof + comm_s + overhead + seq_d
                     n_pure += 1
                     bsum_d += nf
@@ -1478,16 +1467,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 weight_s = weight_c
             kvb = kvf * kvpg
             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-            if classes:
-                mm3 = matmul2 * ntf
-                gk = (mm3 / g if div_g else mm3) / d_c
-                ak = (attn / g if div_g else attn) / d_c
-                roof = (weight_s if weight_s >= gk else gk) + (kv_time if kv_time >= ak else ak)
-            else:
-                num = matmul2 * ntf + attn
-                comp_s = (num / g if div_g else num) / d_c
-                aw = weight_s + kv_time
-                roof = aw if aw >= comp_s else comp_s
+            roof = K._roof_nb(weight_s, kv_time, matmul2 * ntf, attn, g, div_g, d_c, classes)
             if comm_fixed:
                 comm_s = comm_c
             else:
