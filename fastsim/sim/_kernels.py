@@ -555,6 +555,17 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     # prefill) and the last's (decode, in a disaggregated run)
     c2, c4, c4p, parts = _step_consts_nb(pp, fst, np.int64(0))
     _, d_c4, _, d_parts = _step_consts_nb(pp, fst, ni - 1)
+    # the colocated quiet steps' constants (see the colocated fast path)
+    c_g = parts[0]
+    c_dp = parts[1]
+    c_kvpg = parts[3]
+    c_over = parts[5]
+    c_dc = parts[11]
+    c_divg = parts[20]
+    c_divdp = parts[21]
+    c_kv = parts[26]
+    c_ovs = parts[27]
+    c_cls = parts[28]
     # the decode step's per-step divisors (see the decode path's quiet steps)
     d_g = d_parts[0]
     d_dp = d_parts[1]
@@ -1339,6 +1350,40 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         tb = tb + dt_step
                         if not (tb < ta and tb <= lim):
                             break
+                        # quiet steps (decode only): a step without prompt pieces has every
+                        # admitted request decoding and the admission stopped at the queue's head
+                        # (empty, or blocked by the batch cap or the KV budget, which only a finish
+                        # frees). While no request finishes at a step's end, the next boundary
+                        # completes the step (no first token, no finish), admits nothing and
+                        # composes the same batch with no pieces: a decode step whose time
+                        # depends only on the context. The boundary's operations on that path,
+                        # in its order (``0 + nd``, ``c4 * float(ctx)``, the same _step_s_nb
+                        # arguments, its terms of the batch size from _step_nd_nb once): the same
+                        # bits. Without a window only; the boundary above takes the step whose
+                        # end a finish reaches
+                        if pieces == 0 and not windowed:
+                            q_end = False
+                            w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), parts)
+                            seq_s = c_ovs * float(nd + 0)
+                            while wheel[_u(woff + (step & mask))] < 0:
+                                outstanding -= 0 + nd
+                                tokens_out += nd
+                                ctx += nd
+                                kvf = float(ctx)
+                                kvb = kvf * c_kvpg
+                                kv_time = (kvb / c_dp if c_divdp else kvb) / c_kv
+                                dt_step = (_roof_nb(w_s, kv_time, m2n, c4 * kvf, c_g, c_divg, c_dc, c_cls) + comm_s
+                                           + c_over + seq_s)
+                                step += 1
+                                batch_sum += nd + 0
+                                start = tb
+                                busy += dt_step
+                                tb = tb + dt_step
+                                if not (tb < ta and tb <= lim):
+                                    q_end = True
+                                    break
+                            if q_end:
+                                break
                     ist[ii, I_PF_HEAD] = pf_head
                     ist[ii, I_WAIT_HEAD] = wait_head
                     ist[ii, I_N_WAIT] = n_wait
