@@ -762,13 +762,16 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                 if n_routable == 0:
                     status[_u(r)] = REQ_REJECTED
                     continue
-                b = 0
+                # the least count first (a branch-free minimum the compiler vectorizes), then
+                # the first instance holding it: the lowest index among equals, as a scan that
+                # keeps the first strictly smaller count picks
                 bo = osc[0]
                 for i in range(1, n_route):
                     v = osc[_u(i)]
-                    if v < bo:
-                        bo = v
-                        b = i
+                    bo = v if v < bo else bo
+                b = 0
+                while osc[_u(b)] != bo:
+                    b += 1
             elif n_routable == n_entry:
                 if routing == ROUTE_ROUND_ROBIN:
                     b = rr_e % n_entry
@@ -1361,7 +1364,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         # arguments, its terms of the batch size from _step_nd_nb once): the same
                         # bits. Without a window only; the boundary above takes the step whose
                         # end a finish reaches
-                        if pieces == 0 and not windowed:
+                        if pieces == 0 and not windowed and wheel[_u(woff + (step & mask))] < 0:
                             q_end = False
                             w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), parts)
                             seq_s = c_ovs * float(nd + 0)
