@@ -15,6 +15,10 @@ straight-line code (then numba prunes the pairs). The event loop of :func:`_run_
 has its arrival path and its three boundary paths (colocated, prefill, decode) written out in
 place, each running an instance's boundaries in one loop with its state in locals; the step
 time comes from scalar-only helpers (:func:`_step_consts_nb` once per run, :func:`_step_s_nb`).
+The colocated and decode paths also run quiet steps (decode only, no finish at the step's end,
+the admission unchanged) in a tight loop with the step's terms of the batch size computed once:
+at light load most steps are quiet (a lone 250-token decode is 250 of them), and the loop
+performs the boundary's operations on that path in its order, so every value keeps its bits.
 
 Per-instance state lives in one int64 table ``ist`` (columns ``I_*``) and one float64 table
 ``fst`` (columns ``F_*``), one row per instance. The wrapper fills the configuration columns
