@@ -81,7 +81,7 @@ def test_light_load_16_instances(benchmark, warm):
     decode step (the kernel's tight loop): about 15 ms a run on 2 cores (23 ms before that loop).
     """
     from fastsim.analytic import Demand, plan_for
-    from fastsim.search.adapter import sim_plan
+    from fastsim.search import sim_plan
     from fastsim.workload import synthesize
     cat = default_catalog()
     s = cat.scenario("low-latency-8b")

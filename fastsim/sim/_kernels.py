@@ -1364,10 +1364,10 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         # completes the step (no first token, no finish), admits nothing and
                         # composes the same batch with no pieces: a decode step whose time
                         # depends only on the context. The boundary's operations on that path,
-                        # in its order (``0 + nd``, ``c4 * float(ctx)``, the same _step_s_nb
-                        # arguments, its terms of the batch size from _step_nd_nb once): the same
-                        # bits. Without a window only; the boundary above takes the step whose
-                        # end a finish reaches
+                        # in its order (``0 + nd``, ``c4 * float(ctx)``, then _step_s_nb's float
+                        # operations written out, its terms of the batch size from _step_nd_nb
+                        # once, as the decode path's quiet steps do): the same bits. Without a
+                        # window only; the boundary above takes the step whose end a finish reaches
                         if pieces == 0 and not windowed and wheel[_u(woff + (step & mask))] < 0:
                             q_end = False
                             w_s, m2n, comm_s = _step_nd_nb(float(nd + 0), parts)
