@@ -72,6 +72,9 @@ def add_parser(sub):
                     help="--measurements: at most this many runs per fit, spread over the source families "
                     "(default 150; held-out rows always run in full)")
     sp.add_argument("--no-cv", action="store_true", help="--measurements: skip the leave-one-source-out folds")
+    sp.add_argument("--no-prior", action="store_true",
+                    help="--measurements: fit the rows' likelihood alone (default: a maximum a posteriori fit, each "
+                    "constant with a Gaussian prior on its log centred on its start, fastsim.validate.fit.PRIOR_LOG_SD)")
     sp.add_argument("--plot", metavar="FILE.png", help="measured vs modelled times")
     sp.add_argument("--detail", action="store_true",
                     help="also fit each profiled model x TP and each all-reduce size on its own")

@@ -12,6 +12,16 @@ within bounds) minimises a robust sum over rows of the log ratio ``log(fastsim /
 (``loss="cauchy"``, ``f_scale = 0.1``: a row 10% off weighs about as in least squares, a row 10x
 off counts about logarithmically, so a few rows the model cannot express do not drag the rest).
 
+Priors: by default the fit is a maximum a posteriori one: each fitted constant has a Gaussian prior on
+its log, centred on its starting value (SPEC §3's constant, or the documented start of a v2 term) with
+the SD of :data:`PRIOR_LOG_SD`, and the fit minimises the rows' Cauchy negative log-likelihood
+(``sum log(1 + (r / f_scale)^2)``) plus the priors' ``sum (log c - log c0)^2 / (2 sd^2)``. A
+constant the rows pin moves where they put it (a hundred rows outweigh a prior); one they do not pin,
+as throughput rows at a thousand running sequences leave the weight read's efficiency or the fixed
+per-step time free to trade against each other, stays near its physical start instead of drifting to
+a bound (Gelman et al., "Bayesian Data Analysis", 3rd ed., §14.8, weakly informative priors as
+regularisation). A GPU's own entry (below) has its priors centred on the ``"*"`` fit.
+
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale, ``s^2``
 the residual variance; Bates and Watts 1988, §2.3), back-transformed, so they are asymmetric and
 positive. They are conditional on the model's form: where the form misses systematically they
@@ -41,7 +51,8 @@ from .run import run_key, run_measurements
 from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
-           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S"]
+           "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
+           "PRIOR_LOG_SD"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -82,6 +93,15 @@ START_OVERHEAD_PER_SEQ_S = 1e-5
 #: Where a fit of ``overhead_per_layer_s`` starts (s per layer of a step): 5 us, 12 kernels of a
 #: layer at SPEC §4's ledger launch time under CUDA graphs (about 0.4 us each) plus two all-reduce waits.
 START_OVERHEAD_PER_LAYER_S = 5e-6
+#: The SD of each constant's Gaussian prior on the log scale (module docstring, "Priors"): 0.5 (a factor
+#: of 1.65 at one SD) for the efficiencies and compute factors, whose start is SPEC §3's measured-MFU/MBU
+#: figures; 1.0 (a factor of 2.7) for the overheads and link constants, whose start is an estimate of a
+#: host or launch time.
+PRIOR_LOG_SD = {"eta_compute": 0.5, "eta_bw": 0.5, "eta_kv": 0.5, "fp8_compute_factor": 0.5,
+                "fp4_compute_factor": 0.5, "moe_compute_factor": 0.5, "eta_nvlink": 0.5,
+                "overhead_s": 1.0, "overhead_per_seq_s": 1.0, "overhead_per_layer_s": 1.0, "alpha_s": 1.0,
+                "reserved_bytes_per_gpu": 1.0, "request_overhead_s": 1.0}
+assert set(PRIOR_LOG_SD) == set(FITTABLE)
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -313,8 +333,9 @@ def _log_ratios(results):
     return ids, metrics, np.asarray(lr)
 
 
-def _fit(rows, catalog, start, names, max_nfev, threads, counter):
-    """Least squares on ``rows``: (constants, interval95, residuals at the start, at the fit)."""
+def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=None):
+    """Least squares on ``rows`` (with ``prior_log_sd``: the MAP fit of the module docstring, each constant's
+    prior centred on its value in ``start``): (constants, interval95, rows used, residuals at the start, at the fit)."""
     from scipy.optimize import least_squares
     # the rows every evaluation keeps: those expressed at the start (the fitted constants change
     # times, not what is expressed)
@@ -327,23 +348,35 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter):
     _, _, r0 = _log_ratios([r for r in base if r.predicted is not None])
     real = np.array([m.value for m in rows])
 
+    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
+    lo = np.log([BOUNDS[n][0] for n in names])
+    hi = np.log([BOUNDS[n][1] for n in names])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    sd = None if prior_log_sd is None else np.array([prior_log_sd[n] for n in names], dtype=np.float64)
+
     def fun(x):
         c = _constants_at(start, names, x)
         res = run_measurements(rows, catalog, c, threads=threads)
         counter[0] += 1
         pred = np.array([r.predicted if r.predicted is not None and r.predicted > 0 else np.nan for r in res])
         out = np.log(pred / real)
-        return np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
+        out = np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
+        if sd is None:
+            return out
+        # MAP (module docstring): the Cauchy negative log-likelihood of each row as a linear residual,
+        # sign(r) sqrt(2 log(1 + (r / f)^2)), then one Gaussian prior residual per constant
+        data = np.sign(out) * np.sqrt(2.0 * np.log1p((out / _F_SCALE) ** 2))
+        return np.concatenate([data, (x - x0) / sd])
 
-    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
-    lo = np.log([BOUNDS[n][0] for n in names])
-    hi = np.log([BOUNDS[n][1] for n in names])
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    sol = least_squares(fun, x0, bounds=(lo, hi), loss=_LOSS, f_scale=_F_SCALE, diff_step=0.02,
-                        x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
+    if sd is None:
+        sol = least_squares(fun, x0, bounds=(lo, hi), loss=_LOSS, f_scale=_F_SCALE, diff_step=0.02,
+                            x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
+    else:
+        sol = least_squares(fun, x0, bounds=(lo, hi), loss="linear", diff_step=0.02,
+                            x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
     c = _constants_at(start, names, sol.x)
     n, k = sol.fun.size, len(names)
-    s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1)
+    s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1) if sd is None else 1.0   # MAP: the posterior's own scale
     try:
         cov = np.linalg.inv(sol.jac.T @ sol.jac) * s2
         sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
@@ -359,9 +392,11 @@ def _stats(lr) -> dict:
     return group_stats(np.exp(lr)) if len(lr) else group_stats([])
 
 
-def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows):
-    """The ``"*"`` entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows."""
-    c_all, iv_all, used, _, _ = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads, counter)
+def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd=None):
+    """The ``"*"`` entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows
+    (its prior centred on the ``"*"`` entry's values)."""
+    c_all, iv_all, used, _, _ = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads, counter,
+                                     prior_log_sd)
     entries = [FitEntry("*", c_all, iv_all, len(used))]
     by_gpu = {}
     for m in rows:
@@ -375,7 +410,8 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
                 break
             try:
                 c, iv, used_g, _, _ = _fit(_subsample(by_gpu[g], None if max_runs is None else max(max_runs // 2, 4)),
-                                           cat, c_all, g_names, max(max_nfev // 2, 1), threads, counter)
+                                           cat, c_all, g_names, max(max_nfev // 2, 1), threads, counter,
+                                           prior_log_sd)
             except FastsimInputError:
                 continue                                   # too few expressed rows on this GPU
             if len(used_g) >= min_gpu_rows:
@@ -386,7 +422,7 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
 
 def fit_measurements(measurements, catalog=None, *, engine: str, names=None, start=None, max_runs: int | None = 150,
                      max_nfev: int = 40, min_gpu_rows: int = 20, cross_validate: bool = True,
-                     threads: int | None = None) -> MeasuredFit:
+                     threads: int | None = None, prior_log_sd="default") -> MeasuredFit:
     """Fit step-model constants to one engine's measurements through the simulator (module docstring).
 
     The ``"*"`` entry is fitted on every row; a GPU with at least ``min_gpu_rows`` rows gets an
@@ -424,6 +460,10 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         the full fit.
     threads : int, optional
         As in :func:`fastsim.validate.run_measurements`.
+    prior_log_sd : "default", dict or None
+        The SD of each fitted constant's Gaussian prior on the log scale (module docstring, "Priors"),
+        centred on its starting value: ``"default"`` is :data:`PRIOR_LOG_SD`; a dict gives every fitted
+        constant's; None fits the likelihood alone (no prior; ``loss="cauchy"``).
 
     Returns
     -------
@@ -460,12 +500,20 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     for n in names:
         if n not in FITTABLE:
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
+    prior = PRIOR_LOG_SD if isinstance(prior_log_sd, str) and prior_log_sd == "default" else prior_log_sd
+    if prior is not None:
+        if not isinstance(prior, dict):
+            raise FastsimInputError("prior_log_sd", prior_log_sd, "'default', a dict of log-scale SDs or None")
+        for n in names:
+            v = prior.get(n)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 < v < math.inf):
+                raise FastsimInputError(f"prior_log_sd[{n!r}]", v, "a finite SD > 0 for every fitted constant")
     if max_runs is not None:
         max_runs = require_count("max_runs", max_runs, len(names) + 1)
     max_nfev = require_count("max_nfev", max_nfev, 1)
     min_gpu_rows = require_count("min_gpu_rows", min_gpu_rows, 2)
     counter = [0]
-    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows)
+    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior)
     cal = _calibration(engine, names, entries)
     res_fit = run_measurements(rows, cat, cal, threads=threads)
     res_0 = run_measurements(rows, cat, baseline, threads=threads)
@@ -482,7 +530,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             rest = [m for m in rows if m.family != fam]
             names_f, start_f = _fold_names(names, start, rest, cat)
             try:
-                ent_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter, min_gpu_rows)
+                ent_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter, min_gpu_rows,
+                                     prior)
             except FastsimInputError:
                 continue                                   # too few rows left to fit: no fold
             cal_f = _calibration(engine, names_f, ent_f)
