@@ -216,8 +216,10 @@ def section_fitted(recs, summ, shipped=True, **_):
     lines += [
         "`python tools/make_fit.py` fits step model v2's constants per engine through the simulator "
         "(`fastsim calibrate --measurements FILE.csv --engine E`; `fastsim.validate.fit`): each evaluation runs "
-        "every training row as its benchmark ran; least squares on the log ratio (Cauchy loss, so a few rows the "
-        "model cannot express do not drag the rest), a `*` entry for the engine and one per GPU with 20 rows or "
+        "every training row as its benchmark ran; a maximum a posteriori fit on the log ratio (a Cauchy likelihood, so "
+        "a few rows the model cannot express do not drag the rest, and a Gaussian prior on each constant's log "
+        "centred on its start, `fastsim.validate.fit.PRIOR_LOG_SD`, so a constant the rows do not pin stays near "
+        "it), a `*` entry for the engine and one per GPU with 20 rows or "
         "more (its efficiencies refitted), starting from SPEC §3's timing constants with the engine's KV-pool "
         "rule, in the step form of a roofline per kernel class (`step_form = \"classes\"`: max(weight read, GEMM) + "
         "max(KV read, attention), `docs/STEP_MODEL.md`; SPEC §3's figures take one roofline over the step). Leave one "

@@ -20,11 +20,18 @@ constant the rows pin moves where they put it (a hundred rows outweigh a prior);
 as throughput rows at a thousand running sequences leave the weight read's efficiency or the fixed
 per-step time free to trade against each other, stays near its physical start instead of drifting to
 a bound (Gelman et al., "Bayesian Data Analysis", 3rd ed., §14.8, weakly informative priors as
-regularisation). A GPU's own entry (below) has its priors centred on the ``"*"`` fit.
+regularisation). The FP8 and FP4 compute factors' priors are centred on the published ratio of
+low-precision to BF16 GEMM speed (:data:`PRIOR_CENTRE`), not on SPEC §3's 1.0, which is their upper
+bound; every other prior is centred on the constant's start. A GPU's own entry (below) has its
+priors centred on the ``"*"`` fit (the GPU's rows then count in both fits: a shrinkage towards the
+pooled fit, not a model of the spread between GPUs).
 
-Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale, ``s^2``
-the residual variance; Bates and Watts 1988, §2.3), back-transformed, so they are asymmetric and
-positive. They are conditional on the model's form: where the form misses systematically they
+Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale; Bates and
+Watts 1988, §2.3), back-transformed, so they are asymmetric and positive. Without a prior ``s^2`` is
+the residual variance; with one, ``J`` holds the priors' rows and ``s^2 = 1``: the Laplace
+(Gauss-Newton) approximation of the posterior at the Cauchy scale ``f_scale``, so a constant the
+rows do not pin reports about its prior's own interval, and the intervals do not widen with the
+rows' scatter. They are conditional on the model's form: where the form misses systematically they
 are narrow and the cross-validated error is the figure to believe.
 
 Cross-validation: leave one source out. The rows are grouped by source family
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from numbers import Real
 from typing import NamedTuple
 
 import numpy as np
@@ -52,7 +60,7 @@ from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
-           "PRIOR_LOG_SD"]
+           "PRIOR_LOG_SD", "PRIOR_CENTRE"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -94,14 +102,18 @@ START_OVERHEAD_PER_SEQ_S = 1e-5
 #: layer at SPEC §4's ledger launch time under CUDA graphs (about 0.4 us each) plus two all-reduce waits.
 START_OVERHEAD_PER_LAYER_S = 5e-6
 #: The SD of each constant's Gaussian prior on the log scale (module docstring, "Priors"): 0.5 (a factor
-#: of 1.65 at one SD) for the efficiencies and compute factors, whose start is SPEC §3's measured-MFU/MBU
-#: figures; 1.0 (a factor of 2.7) for the overheads and link constants, whose start is an estimate of a
-#: host or launch time.
+#: of 1.65 at one SD) for the efficiencies, centred on SPEC §3's MFU / MBU figures, and for the compute
+#: factors, centred on :data:`PRIOR_CENTRE`; 1.0 (a factor of 2.7) for the overheads and link constants,
+#: whose start is an estimate of a host or launch time.
 PRIOR_LOG_SD = {"eta_compute": 0.5, "eta_bw": 0.5, "eta_kv": 0.5, "fp8_compute_factor": 0.5,
                 "fp4_compute_factor": 0.5, "moe_compute_factor": 0.5, "eta_nvlink": 0.5,
                 "overhead_s": 1.0, "overhead_per_seq_s": 1.0, "overhead_per_layer_s": 1.0, "alpha_s": 1.0,
                 "reserved_bytes_per_gpu": 1.0, "request_overhead_s": 1.0}
 assert set(PRIOR_LOG_SD) == set(FITTABLE)
+#: Prior centres that are not the constant's start: an FP8 GEMM runs at 1.3-1.9x its BF16 speed on a 2x
+#: peak (cuBLAS, DeepGEMM), so 0.8 of BF16's fraction of peak; a CUTLASS NVFP4 GEMM at 2-3x on a 4x peak,
+#: so 0.6 (the figures behind :data:`BOUNDS`' floors). SPEC §3's 1.0 is their upper bound.
+PRIOR_CENTRE = {"fp8_compute_factor": 0.8, "fp4_compute_factor": 0.6}
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -177,6 +189,9 @@ class MeasuredFit:
         (``{"start", "fitted"}``), and per metric under ``"per_metric"``.
     evaluations : int
         Simulator passes, over every fit.
+    prior_log_sd : dict or None
+        The log-scale SD of each fitted constant's prior (their centres: the start, or
+        :data:`PRIOR_CENTRE`), or None for a likelihood-only fit.
     """
 
     engine: str
@@ -187,6 +202,7 @@ class MeasuredFit:
     folds: tuple
     held_out: dict
     evaluations: int
+    prior_log_sd: dict | None = None
 
     @property
     def constants(self):
@@ -227,7 +243,9 @@ class MeasuredFit:
                 "start": asdict(self.start), "in_sample": self.in_sample, "held_out": self.held_out,
                 "folds": [{"family": f.family, "rows": f.rows, "median_abs_pct_error": f.median_abs_pct_error,
                            "geomean_ratio": f.geomean_ratio} for f in self.folds],
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations,
+                "prior_log_sd": None if self.prior_log_sd is None else dict(self.prior_log_sd),
+                "prior_centre": None if self.prior_log_sd is None else dict(PRIOR_CENTRE)}
 
 
 def _calibration(engine, names, entries, source=""):
@@ -335,7 +353,8 @@ def _log_ratios(results):
 
 def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=None):
     """Least squares on ``rows`` (with ``prior_log_sd``: the MAP fit of the module docstring, each constant's
-    prior centred on its value in ``start``): (constants, interval95, rows used, residuals at the start, at the fit)."""
+    prior centred on its value in ``start`` or on :data:`PRIOR_CENTRE`'s): (constants, interval95, rows used,
+    log ratios at the start, the optimiser's residuals at the fit (with a prior: transformed, then the priors'))."""
     from scipy.optimize import least_squares
     # the rows every evaluation keeps: those expressed at the start (the fitted constants change
     # times, not what is expressed)
@@ -352,7 +371,9 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
     lo = np.log([BOUNDS[n][0] for n in names])
     hi = np.log([BOUNDS[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    sd = None if prior_log_sd is None else np.array([prior_log_sd[n] for n in names], dtype=np.float64)
+    prior_sd = None if prior_log_sd is None else np.array([prior_log_sd[n] for n in names], dtype=np.float64)
+    # the priors' centres: the start (clipped into the bounds), or PRIOR_CENTRE's figure where it has one
+    centre = np.clip(np.log([PRIOR_CENTRE.get(n, math.exp(v)) for n, v in zip(names, x0)]), lo + 1e-9, hi - 1e-9)
 
     def fun(x):
         c = _constants_at(start, names, x)
@@ -361,14 +382,14 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
         pred = np.array([r.predicted if r.predicted is not None and r.predicted > 0 else np.nan for r in res])
         out = np.log(pred / real)
         out = np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
-        if sd is None:
+        if prior_sd is None:
             return out
         # MAP (module docstring): the Cauchy negative log-likelihood of each row as a linear residual,
         # sign(r) sqrt(2 log(1 + (r / f)^2)), then one Gaussian prior residual per constant
         data = np.sign(out) * np.sqrt(2.0 * np.log1p((out / _F_SCALE) ** 2))
-        return np.concatenate([data, (x - x0) / sd])
+        return np.concatenate([data, (x - centre) / prior_sd])
 
-    if sd is None:
+    if prior_sd is None:
         sol = least_squares(fun, x0, bounds=(lo, hi), loss=_LOSS, f_scale=_F_SCALE, diff_step=0.02,
                             x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
     else:
@@ -376,7 +397,8 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
                             x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
     c = _constants_at(start, names, sol.x)
     n, k = sol.fun.size, len(names)
-    s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1) if sd is None else 1.0   # MAP: the posterior's own scale
+    # MAP: the Laplace approximation at the Cauchy scale (module docstring), the priors' rows in the Jacobian
+    s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1) if prior_sd is None else 1.0
     try:
         cov = np.linalg.inv(sol.jac.T @ sol.jac) * s2
         sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
@@ -473,7 +495,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     ------
     FastsimInputError
         An unknown engine or constant; fewer expressed rows than constants; bad ``max_runs``,
-        ``max_nfev`` or ``min_gpu_rows``.
+        ``max_nfev`` or ``min_gpu_rows``; a ``prior_log_sd`` that is not ``"default"``, None or a
+        mapping of constants in :data:`FITTABLE` to finite SDs > 0 covering every fitted constant.
     """
     from ..catalog import default_catalog
     from ..constants import ENGINES
@@ -502,12 +525,17 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
     prior = PRIOR_LOG_SD if isinstance(prior_log_sd, str) and prior_log_sd == "default" else prior_log_sd
     if prior is not None:
-        if not isinstance(prior, dict):
-            raise FastsimInputError("prior_log_sd", prior_log_sd, "'default', a dict of log-scale SDs or None")
+        from collections.abc import Mapping
+        if not isinstance(prior, Mapping):
+            raise FastsimInputError("prior_log_sd", prior_log_sd, "'default', a mapping of log-scale SDs or None")
+        for n in prior:
+            if n not in FITTABLE:
+                raise FastsimInputError("prior_log_sd", n, "keys among " + ", ".join(FITTABLE))
         for n in names:
             v = prior.get(n)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 < v < math.inf):
+            if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 < float(v) < math.inf):
                 raise FastsimInputError(f"prior_log_sd[{n!r}]", v, "a finite SD > 0 for every fitted constant")
+        prior = {n: float(v) for n, v in prior.items()}
     if max_runs is not None:
         max_runs = require_count("max_runs", max_runs, len(names) + 1)
     max_nfev = require_count("max_nfev", max_nfev, 1)
@@ -553,4 +581,5 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     held = {"start": _stats(np.asarray(held_start)), "fitted": _stats(np.asarray(held_fit)),
             "per_metric": {mt: {"start": _stats(np.asarray(a)), "fitted": _stats(np.asarray(b))}
                            for mt, (a, b) in sorted(held_metric.items())}}
-    return MeasuredFit(engine, names, tuple(entries), start, in_sample, tuple(folds), held, counter[0])
+    return MeasuredFit(engine, names, tuple(entries), start, in_sample, tuple(folds), held, counter[0],
+                       None if prior is None else {n: prior[n] for n in names})
