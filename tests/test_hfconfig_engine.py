@@ -188,6 +188,8 @@ FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8
     (CT_FP8, "FP8", 1 + 4 / 4096),                       # an FP32 scale per output channel
     (FP8_BLOCK, "FP8", 1 + 4 / (128 * 128)),             # an FP32 scale per 128 x 128 block
     ({"activation_scheme": "static", "quant_method": "fp8"}, "FP8", 1.0),
+    ({"activation_scale_ub": 1200.0, "modules_to_not_convert": ["lm_head"], "quant_method": "fbgemm_fp8"},
+     "FP8", 1 + 4 / 4096),                                # FBGEMMFp8Config: an FP32 scale per output channel
 ])
 def test_checkpoint_weight_bytes(tmp_path, qc, prec, per):
     """Bytes per parameter = (quantised linear weights x bytes per weight + BF16 embedding, LM head and
@@ -361,3 +363,20 @@ def test_errors_name_file_and_key(tmp_path, over, key, value):
     msg = str(exc.value)
     assert msg.startswith(f"{path} key {key}: got {value}; allowed: ")
     assert "model.bad" not in msg and "\n" not in msg
+
+
+def test_fbgemm_fp8_405b_checkpoint_hand_figure():
+    """meta-llama/Llama-3.1-405B-FP8 (the shipped config the VD-l405-H100 rows run): only the MLPs of
+    layers 1-124 are FP8 (llama-models' convert_to_fp8_quantized_model), at 1 + 4 / 16384 bytes a weight;
+    the other 81,314,922,496 parameters are BF16: 124 x 3 x 16384 x 53248 = 324,538,466,304 FP8 weights,
+    324,617,699,328 + 162,629,844,992 = 487,247,544,320 bytes."""
+    from fastsim.validate import SHIPPED_MEASUREMENTS
+    m = model_from_hf_config(str(SHIPPED_MEASUREMENTS.parent / "configs" / "llama-3.1-405b-fp8" / "config.json"))
+    assert m.total_params == 405_853_388_800
+    assert m.checkpoint_precision == "FP8"
+    fp8 = 124 * 3 * 16384 * 53248
+    assert m.checkpoint_weight_bytes * m.total_params == pytest.approx(
+        fp8 * (1 + 4 / 16384) + (m.total_params - fp8) * 2, rel=1e-12)
+    assert m.checkpoint_weight_bytes * m.total_params == pytest.approx(487_247_544_320, abs=2.0)
+    assert set(m.checkpoint_bf16_modules) == {"embedding", "lm_head", "attention", "mlp"}
+    assert "487.2 GB" in m.checkpoint_note and "FBGEMM" in m.checkpoint_note

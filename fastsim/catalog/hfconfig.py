@@ -601,6 +601,14 @@ def _quantization(top: dict, cfg: dict, m: Model, where: str) -> dict:
         src = "vLLM's Fp8LinearMethod.create_weights (weight, weight_scale_inv)"
         for k in ("ignored_layers", "modules_to_not_convert"):
             bf16.update(_unconverted(qc, k, m, where))
+    elif method == "fbgemm_fp8":
+        # vLLM's FBGEMMFp8Config (model_executor/layers/quantization/fbgemm_fp8.py): the layers named in
+        # modules_to_not_convert run unquantised (its ignore list), every other linear layer holds FP8
+        # weights and an FP32 weight_scale per output channel (ChannelQuantScaleParameter); activations
+        # are quantised per token at run time, under activation_scale_ub
+        prec, per, how = "FP8", 1 + 4 / m.hidden, "1 + 4-byte FP32 scale per output channel"
+        src = "vLLM's FBGEMMFp8LinearMethod.create_weights (weight, weight_scale)"
+        bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
     elif method == "mxfp4":
         prec, per, how = "MXFP4", 0.5 + 1 / 32, "0.5 + 1-byte E8M0 scale / 32-element block"
         src = "vLLM's Mxfp4MoEMethod (only the experts are MXFP4; every other layer is unquantised)"
@@ -608,12 +616,12 @@ def _quantization(top: dict, cfg: dict, m: Model, where: str) -> dict:
         bf16.update(_unconverted(qc, "modules_to_not_convert", m, where))
     else:
         _refuse(where, "quantization_config.quant_method", qc.get("quant_method"),
-                "awq, gptq, compressed-tensors, fp8 or mxfp4 (other checkpoint formats are not modelled)")
+                "awq, gptq, compressed-tensors, fp8, fbgemm_fp8 or mxfp4 (other checkpoint formats are not modelled)")
     # bytes = sum over the parts of params x (kept x 2 + (1 - kept) x per): BF16 where kept
     total = sum(n * (bf16.get(part, 0.0) * 2.0 + (1.0 - bf16.get(part, 0.0)) * per) for part, n in parts.items())
     wb = total / m.total_params
     kept = tuple(p for p in ("embedding", "lm_head", "router") + quantised if parts[p] > 0 and bf16.get(p, 0.0) > 0)
-    label = {"awq": "an AWQ", "gptq": "a GPTQ", "fp8": "an FP8", "mxfp4": "an MXFP4"}.get(method, f"a {method}")
+    label = {"awq": "an AWQ", "gptq": "a GPTQ", "fp8": "an FP8", "fbgemm_fp8": "an FBGEMM FP8", "mxfp4": "an MXFP4"}.get(method, f"a {method}")
     note = (f"{m.name}: {label} checkpoint, served at {prec} only ({how} = {per:.6g} bytes per quantised weight, "
             f"{src}; in BF16: {', '.join(kept)}): {wb:.4g} bytes per parameter, {m.total_params * wb / 1e9:,.1f} GB "
             "of weights")
@@ -712,7 +720,9 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
       strategy), ``1 + 4 / hidden_size`` (``channel``) or 1 (``tensor``) at FP8, 4-bit float
       weights and activations in 16-element groups at NVFP4 (0.5625); ``quant_method`` ``fp8``
       ``1 + 4 / (weight_block_size[0] x [1])`` (1 without blocks) at FP8, ``activation_scheme``
-      dynamic or static; ``mxfp4`` 0.53125 for the routed experts only (vLLM's
+      dynamic or static; ``fbgemm_fp8`` (vLLM's ``FBGEMMFp8Config``, Meta's FP8 Llama 3.1
+      checkpoints) ``1 + 4 / hidden_size`` (an FP32 scale per output channel) at FP8, the
+      modules its ``modules_to_not_convert`` names unquantised; ``mxfp4`` 0.53125 for the routed experts only (vLLM's
       ``Mxfp4Config`` quantises the fused-MoE layers) at MXFP4. The input embedding, the LM head,
       MoE routers (vLLM builds them unquantised) and the norms stay in BF16, and so do the
       modules ``modules_to_not_convert`` / ``ignore`` / ``ignored_layers`` name (by part:
@@ -743,7 +753,7 @@ def model_from_hf_config(path: str, name: str | None = None) -> Model:
     ``global_head_dim``; ``attention_window``, ``window_size``; a RoPE type vLLM does not
     build, YaRN without ``original_max_position_embeddings``, ``rope_type`` and ``type`` that
     disagree, a factor that is not a number > 0; a ``quant_method`` other than awq, gptq,
-    compressed-tensors, fp8, mxfp4, bit widths and schemes without a fastsim precision (INT8
+    compressed-tensors, fp8, fbgemm_fp8, mxfp4, bit widths and schemes without a fastsim precision (INT8
     activations...), a module-list entry fastsim cannot place, mixed compressed-tensors
     schemes; any
     other key naming experts, MoE, windows or chunks with a value; per-layer lists of different
