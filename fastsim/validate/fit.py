@@ -22,9 +22,20 @@ per-step time free to trade against each other, stays near its physical start in
 a bound (Gelman et al., "Bayesian Data Analysis", 3rd ed., §14.8, weakly informative priors as
 regularisation). The FP8 and FP4 compute factors' priors are centred on the published ratio of
 low-precision to BF16 GEMM speed (:data:`PRIOR_CENTRE`), not on SPEC §3's 1.0, which is their upper
-bound; every other prior is centred on the constant's start. A GPU's own entry (below) has its
-priors centred on the ``"*"`` fit (the GPU's rows then count in both fits: a shrinkage towards the
-pooled fit, not a model of the spread between GPUs).
+bound; every other prior is centred on the constant's start (a GPU's own entry: below).
+
+Per-GPU entries: an engine's kernels differ per GPU, so a GPU with enough rows gets its own
+efficiencies (:data:`GPU_FITTED`). Two methods (:data:`ENGINE_GPU_FIT`):
+
+- ``"joint"``: one hierarchical fit of every entry at once (a random-effects model: Gelman et al.,
+  "Bayesian Data Analysis", 3rd ed., §5.4-5.5). The parameters are the ``"*"`` constants and each
+  such GPU's efficiencies; each GPU efficiency has a Gaussian prior on its log centred on the ``"*"``
+  one (SD :data:`GPU_LOG_SD`), and every row is run on its GPU's entry. A GPU far from the others
+  (vLLM on MI300X runs far below its datasheet's roofline) then moves its own entry, not the
+  ``"*"`` one that every other GPU, and a GPU seen in a held-out family only, runs on.
+- ``"sequential"``: the ``"*"`` entry fitted on every row first, then each GPU's efficiencies
+  refitted on its own rows from it, their priors centred on the ``"*"`` fit (the GPU's rows then
+  count in both fits: a shrinkage towards the pooled fit, not a model of the spread between GPUs).
 
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale; Bates and
 Watts 1988, §2.3), back-transformed, so they are asymmetric and positive. Without a prior ``s^2`` is
@@ -60,7 +71,7 @@ from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
-           "PRIOR_LOG_SD", "PRIOR_CENTRE"]
+           "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -114,6 +125,14 @@ assert set(PRIOR_LOG_SD) == set(FITTABLE)
 #: peak (cuBLAS, DeepGEMM), so 0.8 of BF16's fraction of peak; a CUTLASS NVFP4 GEMM at 2-3x on a 4x peak,
 #: so 0.6 (the figures behind :data:`BOUNDS`' floors). SPEC §3's 1.0 is their upper bound.
 PRIOR_CENTRE = {"fp8_compute_factor": 0.8, "fp4_compute_factor": 0.6}
+#: How each engine's per-GPU entries are fitted (``gpu_fit`` of :func:`fit_measurements`; module
+#: docstring, "Per-GPU entries"): ``"joint"`` (a hierarchical fit, every entry at once) or
+#: ``"sequential"`` (the ``"*"`` entry first, then each GPU's from it). The shipped TensorRT-LLM fit
+#: was made sequentially and keeps that method until it is refitted.
+ENGINE_GPU_FIT = {"vllm": "joint", "sglang": "joint", "trtllm": "sequential"}
+#: Log-scale SD of the prior on a GPU's efficiency around the ``"*"`` entry's in a joint fit.
+GPU_LOG_SD = 0.5
+_GPU_FITS = ("joint", "sequential")
 _LOSS = "cauchy"
 _F_SCALE = 0.1
 _FLOPS_FACTOR = {"fp8": "fp8_compute_factor", "fp4": "fp4_compute_factor"}
@@ -175,8 +194,7 @@ class MeasuredFit:
     names : tuple of str
         The fitted constants.
     entries : tuple of FitEntry
-        ``"*"`` first (fitted on every row), then one per GPU with at least ``min_gpu_rows`` rows
-        (fitted on that GPU's rows, from the ``"*"`` entry).
+        ``"*"`` first, then one per GPU with at least ``min_gpu_rows`` rows (``gpu_fit``).
     start : StepConstants
         Where every fit started; the value of every constant not fitted.
     in_sample : dict
@@ -192,6 +210,8 @@ class MeasuredFit:
     prior_log_sd : dict or None
         The log-scale SD of each fitted constant's prior (their centres: the start, or
         :data:`PRIOR_CENTRE`), or None for a likelihood-only fit.
+    gpu_fit : str
+        How the per-GPU entries were fitted: ``"joint"`` or ``"sequential"`` (module docstring).
     """
 
     engine: str
@@ -203,6 +223,7 @@ class MeasuredFit:
     held_out: dict
     evaluations: int
     prior_log_sd: dict | None = None
+    gpu_fit: str = "sequential"
 
     @property
     def constants(self):
@@ -245,7 +266,8 @@ class MeasuredFit:
                            "geomean_ratio": f.geomean_ratio} for f in self.folds],
                 "evaluations": self.evaluations,
                 "prior_log_sd": None if self.prior_log_sd is None else dict(self.prior_log_sd),
-                "prior_centre": None if self.prior_log_sd is None else dict(PRIOR_CENTRE)}
+                "prior_centre": None if self.prior_log_sd is None else dict(PRIOR_CENTRE),
+                "gpu_fit": self.gpu_fit, "gpu_log_sd": GPU_LOG_SD if self.gpu_fit == "joint" else None}
 
 
 def _calibration(engine, names, entries, source=""):
@@ -414,9 +436,97 @@ def _stats(lr) -> dict:
     return group_stats(np.exp(lr)) if len(lr) else group_stats([])
 
 
-def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd=None):
-    """The ``"*"`` entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows
-    (its prior centred on the ``"*"`` entry's values)."""
+def _fit_joint(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd=None):
+    """The joint (hierarchical) fit of the module docstring: the ``"*"`` constants and, for each GPU with at
+    least ``min_gpu_rows`` expressed rows in the subsample, its own :data:`GPU_FITTED` efficiencies, fitted at
+    once on every row (each run on its GPU's entry); each GPU efficiency's log has a Gaussian prior of SD
+    :data:`GPU_LOG_SD` around the ``"*"`` one (without ``prior_log_sd``: no priors at all, the GPU
+    efficiencies free). Returns the entries, ``"*"`` first."""
+    from scipy.optimize import least_squares
+    from ..constants import Calibration, CalibrationEntry
+    rows = _subsample(rows, max_runs)
+    base = run_measurements(rows, cat, start, threads=threads)
+    counter[0] += 1
+    rows = [m for m, r in zip(rows, base) if r.predicted is not None]
+    k = len(names)
+    if len(rows) < k + 1:
+        raise FastsimInputError("measurements", f"{len(rows)} expressed rows",
+                                f"more expressed rows than fitted constants ({k})")
+    real = np.array([m.value for m in rows])
+    count = {}
+    for m in rows:
+        count[m.gpu.upper()] = count.get(m.gpu.upper(), 0) + 1
+    gi = [i for i, n in enumerate(names) if n in GPU_FITTED]
+    gpus = sorted(g for g, c in count.items() if c >= min_gpu_rows) if len(count) > 1 and gi else []
+    ng = len(gi)
+    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
+    lo = np.log([BOUNDS[n][0] for n in names])
+    hi = np.log([BOUNDS[n][1] for n in names])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    X0 = np.concatenate([x0] + [x0[gi]] * len(gpus))
+    L = np.concatenate([lo] + [lo[gi]] * len(gpus))
+    H = np.concatenate([hi] + [hi[gi]] * len(gpus))
+    prior_sd = None if prior_log_sd is None else np.array([prior_log_sd[n] for n in names], dtype=np.float64)
+    centre = np.clip(np.log([PRIOR_CENTRE.get(n, math.exp(v)) for n, v in zip(names, x0)]), lo + 1e-9, hi - 1e-9)
+
+    def gpu_x(X, j):
+        x = X[:k].copy()
+        x[gi] = X[k + j * ng:k + (j + 1) * ng]
+        return x
+
+    def cal_of(X):
+        ents = [CalibrationEntry("*", "*", _constants_at(start, names, X[:k]), tuple(names))]
+        ents += [CalibrationEntry(g, "*", _constants_at(start, names, gpu_x(X, j)), tuple(names))
+                 for j, g in enumerate(gpus)]
+        return Calibration(tuple(ents), "", "")
+
+    def fun(X):
+        res = run_measurements(rows, cat, cal_of(X), threads=threads)
+        counter[0] += 1
+        pred = np.array([r.predicted if r.predicted is not None and r.predicted > 0 else np.nan for r in res])
+        out = np.log(pred / real)
+        out = np.where(np.isfinite(out), out, 5.0)       # a row a trial cannot express counts as 5 (e^5 off)
+        if prior_sd is None:
+            return out
+        data = np.sign(out) * np.sqrt(2.0 * np.log1p((out / _F_SCALE) ** 2))
+        dev = [(X[k + j * ng:k + (j + 1) * ng] - X[:k][gi]) / GPU_LOG_SD for j in range(len(gpus))]
+        return np.concatenate([data, (X[:k] - centre) / prior_sd] + dev)
+
+    kw = dict(bounds=(L, H), diff_step=0.02, x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
+    sol = (least_squares(fun, X0, loss=_LOSS, f_scale=_F_SCALE, **kw) if prior_sd is None
+           else least_squares(fun, X0, loss="linear", **kw))
+    n = sol.fun.size
+    s2 = float(np.sum(sol.fun ** 2)) / max(n - X0.size, 1) if prior_sd is None else 1.0
+    try:
+        cov = np.linalg.inv(sol.jac.T @ sol.jac) * s2
+    except np.linalg.LinAlgError:
+        cov = np.full((X0.size, X0.size), np.inf)
+
+    def iv(x, idx):
+        out = []
+        for nm, v, i in zip(names, x, idx):
+            sd = math.sqrt(max(cov[i, i], 0.0)) if math.isfinite(cov[i, i]) else math.inf
+            out.append((nm, float(math.exp(v - 1.96 * sd)), float(math.exp(v + 1.96 * sd))) if sd < 10.0
+                       else (nm, math.nan, math.nan))
+        return tuple(out)
+
+    entries = [FitEntry("*", _constants_at(start, names, sol.x[:k]), iv(sol.x[:k], range(k)), len(rows))]
+    for j, g in enumerate(gpus):
+        idx = list(range(k))
+        for t, i in enumerate(gi):
+            idx[i] = k + j * ng + t
+        x = gpu_x(sol.x, j)
+        entries.append(FitEntry(g, _constants_at(start, names, x), iv(x, idx), count[g]))
+    return entries
+
+
+def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd=None,
+                 gpu_fit="sequential"):
+    """The entries of ``gpu_fit``'s method (module docstring, "Per-GPU entries"). Sequential: the ``"*"``
+    entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows (its prior
+    centred on the ``"*"`` entry's values)."""
+    if gpu_fit == "joint":
+        return _fit_joint(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd)
     c_all, iv_all, used, _, _ = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads, counter,
                                      prior_log_sd)
     entries = [FitEntry("*", c_all, iv_all, len(used))]
@@ -444,13 +554,14 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
 
 def fit_measurements(measurements, catalog=None, *, engine: str, names=None, start=None, max_runs: int | None = 150,
                      max_nfev: int = 40, min_gpu_rows: int = 20, cross_validate: bool = True,
-                     threads: int | None = None, prior_log_sd="default") -> MeasuredFit:
+                     threads: int | None = None, prior_log_sd="default", gpu_fit: str | None = None) -> MeasuredFit:
     """Fit step-model constants to one engine's measurements through the simulator (module docstring).
 
-    The ``"*"`` entry is fitted on every row; a GPU with at least ``min_gpu_rows`` rows gets an
-    entry of its own, its efficiencies (:data:`GPU_FITTED`) refitted on its rows from the ``"*"``
-    fit with half the runs and evaluations (an engine's kernels differ per GPU: vLLM on MI300X
-    runs far below the roofline its datasheet gives).
+    A GPU with at least ``min_gpu_rows`` rows gets an entry of its own, its efficiencies
+    (:data:`GPU_FITTED`) fitted with the ``"*"`` entry in one hierarchical fit (``gpu_fit="joint"``)
+    or refitted on its rows from the ``"*"`` fit with half the runs and evaluations
+    (``"sequential"``); an engine's kernels differ per GPU: vLLM on MI300X runs far below the
+    roofline its datasheet gives.
 
     Parameters
     ----------
@@ -486,6 +597,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         The SD of each fitted constant's Gaussian prior on the log scale (module docstring, "Priors"),
         centred on its starting value: ``"default"`` is :data:`PRIOR_LOG_SD`; a dict gives every fitted
         constant's; None fits the likelihood alone (no prior; ``loss="cauchy"``).
+    gpu_fit : str, optional
+        How the per-GPU entries are fitted (module docstring, "Per-GPU entries"): ``"joint"`` or
+        ``"sequential"``; default: the engine's in :data:`ENGINE_GPU_FIT`.
 
     Returns
     -------
@@ -496,7 +610,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     FastsimInputError
         An unknown engine or constant; fewer expressed rows than constants; bad ``max_runs``,
         ``max_nfev`` or ``min_gpu_rows``; a ``prior_log_sd`` that is not ``"default"``, None or a
-        mapping of constants in :data:`FITTABLE` to finite SDs > 0 covering every fitted constant.
+        mapping of constants in :data:`FITTABLE` to finite SDs > 0 covering every fitted constant; a
+        ``gpu_fit`` other than ``"joint"`` or ``"sequential"``.
     """
     from ..catalog import default_catalog
     from ..constants import ENGINES
@@ -504,6 +619,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     from ..stepmodel import StepConstants
     if engine not in ENGINES:
         raise FastsimInputError("engine", engine, "one of " + ", ".join(ENGINES))
+    gpu_fit = ENGINE_GPU_FIT[engine] if gpu_fit is None else gpu_fit
+    if not isinstance(gpu_fit, str) or gpu_fit not in _GPU_FITS:
+        raise FastsimInputError("gpu_fit", gpu_fit, "'joint' or 'sequential'")
     cat = catalog if catalog is not None else default_catalog()
     start_default = start is None
     if start is None:
@@ -541,7 +659,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     max_nfev = require_count("max_nfev", max_nfev, 1)
     min_gpu_rows = require_count("min_gpu_rows", min_gpu_rows, 2)
     counter = [0]
-    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior)
+    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior,
+                           gpu_fit)
     cal = _calibration(engine, names, entries)
     res_fit = run_measurements(rows, cat, cal, threads=threads)
     res_0 = run_measurements(rows, cat, baseline, threads=threads)
@@ -559,7 +678,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             names_f, start_f = _fold_names(names, start, rest, cat)
             try:
                 ent_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter, min_gpu_rows,
-                                     prior)
+                                     prior, gpu_fit)
             except FastsimInputError:
                 continue                                   # too few rows left to fit: no fold
             cal_f = _calibration(engine, names_f, ent_f)
@@ -582,4 +701,4 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             "per_metric": {mt: {"start": _stats(np.asarray(a)), "fitted": _stats(np.asarray(b))}
                            for mt, (a, b) in sorted(held_metric.items())}}
     return MeasuredFit(engine, names, tuple(entries), start, in_sample, tuple(folds), held, counter[0],
-                       None if prior is None else {n: prior[n] for n in names})
+                       None if prior is None else {n: prior[n] for n in names}, gpu_fit)
