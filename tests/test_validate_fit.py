@@ -21,17 +21,17 @@ from test_validate import row, write_csv
 TRUE = StepConstants(eta_compute=0.45, eta_bw=0.6, overhead_s=2e-3, step_form="classes")
 
 
-def _step_rows(prefix, engine="trtllm", constants=TRUE):
-    """Decode steps of Llama-3.1-8B BF16 on one H100, their times from the step model at ``constants``."""
+def _step_rows(prefix, engine="trtllm", constants=TRUE, gpu="H100"):
+    """Decode steps of Llama-3.1-8B BF16 on one ``gpu``, their times from the step model at ``constants``."""
     cat = default_catalog()
-    p = step_params(cat.model("llama-3.1-8b"), cat.gpu("H100"), cat.precision("BF16"), 1, constants)
+    p = step_params(cat.model("llama-3.1-8b"), cat.gpu(gpu), cat.precision("BF16"), 1, constants)
     out = []
     for i, (b, ctx) in enumerate([(b, c) for b in (1, 8, 64, 512, 4096, 8192) for c in (100, 2000)]):
         kv = b * float(ctx)
         t = float(step_time(p, float(b), kv, decode_attn_flops(p[P_LAYERS], p[P_QDIM_DEC], kv), float(b)))
         out.append(row(id=f"{prefix}{i}", engine=engine, benchmark="step", metric="step_s", stat="mean", value=repr(t),
                        input_tokens=None, output_tokens=None, num_requests=None, max_num_batched_tokens=None,
-                       max_num_seqs=None, batch=str(b), context_tokens=str(ctx)))
+                       max_num_seqs=None, batch=str(b), context_tokens=str(ctx), gpu=gpu))
     return out
 
 
@@ -280,3 +280,37 @@ def test_calibrate_measurements_table_shows_spec_3s_values_beside_the_start(tmp_
     p = {r["parameter"]: r for r in json.loads(capsys.readouterr().out)["parameters"]}
     assert p["eta_kv"]["spec"] == 0.8 and p["eta_kv"]["default"] == 0.8        # eta_bw's, not null
     assert p["overhead_s"]["spec"] == 1e-3
+
+
+def test_the_joint_fit_recovers_each_gpus_efficiencies_and_shrinks_them_together(tmp_path):
+    """Two GPUs whose rows were made with different weight-read efficiencies (H100 0.6, H200 0.4) and one
+    shared fixed time: the joint fit (fastsim.validate.fit, "Per-GPU entries") recovers both GPUs' eta_bw
+    and the shared overhead_s exactly without priors; with them (each GPU's eta_bw around the "*" one, SD
+    GPU_LOG_SD) the two GPU figures stay within a few per cent and move towards each other."""
+    from dataclasses import replace
+    slow = replace(TRUE, eta_bw=0.4)
+    csv = write_csv(tmp_path / "m.csv", *_step_rows("A", "vllm"), *_step_rows("C", "vllm", slow, gpu="H200"))
+    ms = read_measurements(csv)
+    names = ("eta_compute", "eta_bw", "overhead_s")
+    exact = fit_measurements(ms, engine="vllm", names=names, min_gpu_rows=12, prior_log_sd=None,
+                             cross_validate=False)
+    assert exact.gpu_fit == "joint"                      # vLLM's method (ENGINE_GPU_FIT)
+    by = {e.gpu: e.constants for e in exact.entries}
+    assert sorted(by) == ["*", "H100", "H200"]
+    assert by["H100"].eta_bw == pytest.approx(0.6, rel=1e-3) and by["H200"].eta_bw == pytest.approx(0.4, rel=1e-3)
+    for g in ("H100", "H200"):
+        assert by[g].overhead_s == pytest.approx(TRUE.overhead_s, rel=1e-3)
+        assert by[g].eta_compute == pytest.approx(TRUE.eta_compute, rel=1e-2)
+    assert exact.in_sample["fitted"]["median_abs_pct_error"] < 0.1
+    mapfit = fit_measurements(ms, engine="vllm", names=names, min_gpu_rows=12, cross_validate=False)
+    m = {e.gpu: e.constants for e in mapfit.entries}
+    assert m["H200"].eta_bw == pytest.approx(0.4, rel=3e-2) and m["H100"].eta_bw == pytest.approx(0.6, rel=3e-2)
+    assert m["H100"].eta_bw / m["H200"].eta_bw < 0.6 / 0.4            # pulled towards each other
+    assert mapfit.to_dict()["gpu_fit"] == "joint" and mapfit.to_dict()["gpu_log_sd"] == 0.5
+    # the sequential method on the same rows, and a method that does not exist
+    seq = fit_measurements(ms, engine="vllm", names=names, min_gpu_rows=12, prior_log_sd=None,
+                           cross_validate=False, gpu_fit="sequential")
+    assert seq.gpu_fit == "sequential" and seq.to_dict()["gpu_log_sd"] is None
+    for bad in ("pooled", 1, None.__class__):
+        with pytest.raises(FastsimInputError, match="gpu_fit"):
+            fit_measurements(ms, engine="vllm", names=names, cross_validate=False, gpu_fit=bad)
