@@ -314,3 +314,19 @@ def test_the_joint_fit_recovers_each_gpus_efficiencies_and_shrinks_them_together
     for bad in ("pooled", 1, None.__class__):
         with pytest.raises(FastsimInputError, match="gpu_fit"):
             fit_measurements(ms, engine="vllm", names=names, cross_validate=False, gpu_fit=bad)
+
+
+def test_calibrate_measurements_gpu_fit_flag(tmp_path, capsys):
+    """``calibrate --measurements --gpu-fit`` picks the per-GPU method and the notes say which one ran."""
+    from dataclasses import replace
+    csv = write_csv(tmp_path / "m.csv", *_step_rows("A", "vllm"),
+                    *_step_rows("C", "vllm", replace(TRUE, eta_bw=0.4), gpu="H200"))
+    for flag, word in (([], "jointly"), (["--gpu-fit", "sequential"], "sequentially")):
+        assert main(["calibrate", "--measurements", str(csv), "--engine", "vllm", "--fit", "eta_bw,overhead_s",
+                     "--no-cv", "--format", "json", *flag]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["gpu_fit"] == {"jointly": "joint", "sequentially": "sequential"}[word]
+        assert any(f"per-GPU entries fitted {word}, 0 GPU(s)" in n for n in doc["notes"])   # 12 rows a GPU
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--measurements", str(csv), "--engine", "vllm", "--gpu-fit", "pooled"])
+    assert "--gpu-fit" in capsys.readouterr().err

@@ -220,7 +220,11 @@ def section_fitted(recs, summ, shipped=True, **_):
         "a few rows the model cannot express do not drag the rest, and a Gaussian prior on each constant's log "
         "centred on its start, `fastsim.validate.fit.PRIOR_LOG_SD`, so a constant the rows do not pin stays near "
         "it), a `*` entry for the engine and one per GPU with 20 rows or "
-        "more (its efficiencies refitted), starting from SPEC §3's timing constants with the engine's KV-pool "
+        "more (its efficiencies fitted with the `*` entry in one hierarchical fit, each GPU's prior centred on the "
+        "`*` one, `gpu_fit = \"joint\"`, or refitted on its rows from the `*` fit, `\"sequential\"`; the method of "
+        "each engine's fit: "
+        + ", ".join(f"{e} {rep[e].get('gpu_fit', 'sequential')}" for e in sorted(rep) if "held_out" in rep[e])
+        + "), starting from SPEC §3's timing constants with the engine's KV-pool "
         "rule, in the step form of a roofline per kernel class (`step_form = \"classes\"`: max(weight read, GEMM) + "
         "max(KV read, attention), `docs/STEP_MODEL.md`; SPEC §3's figures take one roofline over the step). Leave one "
         "source out: each source family's rows are run with the constants fitted on the other "

@@ -64,12 +64,17 @@ def run_measured(args, cat) -> int:
     if args.fit:
         names = [n.strip() for n in args.fit.split(",") if n.strip()]
     fit = fit_measurements(ms, cat, engine=args.engine, names=names, max_runs=args.max_runs,
-                           cross_validate=not args.no_cv, prior_log_sd=None if getattr(args, "no_prior", False) else "default")
+                           cross_validate=not args.no_cv, prior_log_sd=None if getattr(args, "no_prior", False) else "default",
+                           gpu_fit=getattr(args, "gpu_fit", None))
     notes = [f"{fit.rows:,} rows of {args.engine} fitted ({fit.evaluations:,} simulator passes); every row run "
              "as its benchmark ran, on the engine's policy"]
     notes.append("likelihood alone (--no-prior)" if getattr(args, "no_prior", False) else
                  "maximum a posteriori: each constant's log has a Gaussian prior centred on its start "
                  "(fastsim.validate.fit.PRIOR_LOG_SD), so a constant the rows do not pin stays near it")
+    notes.append(f"per-GPU entries fitted {fit.gpu_fit}ly, {len(fit.entries) - 1} GPU(s) with enough rows" + (
+        " (one hierarchical fit: each GPU's efficiencies with a prior around the '*' entry's, "
+        "fastsim.validate.fit.GPU_LOG_SD)" if fit.gpu_fit == "joint" else
+        " (the '*' entry first, then each GPU's refitted on its rows from it)"))
     if not fit.folds:
         notes.append("one source family: no held-out figure (cross-validation needs two)")
     else:

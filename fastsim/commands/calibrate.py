@@ -75,6 +75,10 @@ def add_parser(sub):
     sp.add_argument("--no-prior", action="store_true",
                     help="--measurements: fit the rows' likelihood alone (default: a maximum a posteriori fit, each "
                     "constant with a Gaussian prior on its log centred on its start, fastsim.validate.fit.PRIOR_LOG_SD)")
+    sp.add_argument("--gpu-fit", choices=("joint", "sequential"),
+                    help="--measurements: how the per-GPU entries are fitted: joint (one hierarchical fit, each GPU's "
+                    "efficiencies with a prior around the '*' entry's) or sequential (the '*' entry first, then each "
+                    "GPU's from it); default: the engine's, fastsim.validate.fit.ENGINE_GPU_FIT")
     sp.add_argument("--plot", metavar="FILE.png", help="measured vs modelled times")
     sp.add_argument("--detail", action="store_true",
                     help="also fit each profiled model x TP and each all-reduce size on its own")
