@@ -37,6 +37,11 @@ vLLM (``vllm-project/vllm``):
   free_block_queue.popleft()``); the rule here counts it, so a command passes both.
 * ``vllm/config/cache.py``, ``CacheDType`` (``--kv-cache-dtype``): ``auto``, ``bfloat16``,
   ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp8_inc``, ``fp8_ds_mla``; ``block_size`` 16 on CUDA.
+* The engine generation (:func:`vllm_v0_engine`): vLLM v0.8.0 (March 2025) made the V1 engine the
+  default (``vllm-project/vllm`` pull request 13726, "V1 is now enabled by default";
+  ``VLLM_USE_V1=0`` kept V0 until V0's removal); every release before it runs the V0 engine
+  (``vllm/engine/llm_engine.py``, ``vllm/core/scheduler.py``), whose scheduler, defaults and
+  per-step host work are not V1's. Every rule of this module and fastsim's ``vllm`` policy are V1's.
 
 SGLang (``sgl-project/sglang``):
 
@@ -59,12 +64,13 @@ SGLang (``sgl-project/sglang``):
 from __future__ import annotations
 
 import math
+import re
 
 from .errors import FastsimInputError
 
 __all__ = ["VLLM_BLOCK_SIZE", "SGLANG_PAGE_SIZE", "VLLM_KV_CACHE_DTYPES", "SGLANG_KV_CACHE_DTYPES",
            "vllm_kv_blocks", "vllm_max_model_len", "sglang_context_length", "vllm_refusal", "sglang_refusal",
-           "check_engine_policy"]
+           "check_engine_policy", "vllm_v0_engine", "VLLM_V1_DEFAULT_RELEASE", "VLLM_V1_DEFAULT_MONTH"]
 
 #: vLLM's KV block on CUDA (tokens; ``CacheConfig.block_size`` default, ``vllm/config/cache.py``).
 VLLM_BLOCK_SIZE = 16
@@ -75,8 +81,69 @@ VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_
 #: ``--kv-cache-dtype`` values of SGLang this module knows (``ServerArgs.kv_cache_dtype`` choices).
 SGLANG_KV_CACHE_DTYPES = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "bfloat16")
 
+#: The first vLLM release whose default engine is V1 (v0.8.0; vllm-project/vllm pull request 13726).
+VLLM_V1_DEFAULT_RELEASE = (0, 8)
+#: Its month (year, month): a run dated only by its publication before it ran V0.
+VLLM_V1_DEFAULT_MONTH = (2025, 3)
+
 _SCHED = "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len"
 _KVCHK = "vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory"
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_MONTH_NAMES = "|".join(sorted({m for n in _MONTHS for m in (n, n[:3], n[:4])}, key=len, reverse=True))
+_USE_V1 = re.compile(r"VLLM_USE_V1\s*=\s*([01])")
+_GENERATION = re.compile(r"(?<![\w.])V([01])(?![\w.])", re.IGNORECASE)
+_VERSION = re.compile(r"(?<![\w.])v?(\d{1,2})\.(\d+)(?:\.\d+)?", re.IGNORECASE)
+_MONTH_YEAR = re.compile(r"(?<![a-z])(" + _MONTH_NAMES + r")\.?,?\s+(?:\d{1,2},?\s+)?(\d{4})\b", re.IGNORECASE)
+_ISO_MONTH = re.compile(r"\b(\d{4})-(\d{2})\b")
+
+
+def vllm_v0_engine(engine_version: str) -> bool | None:
+    """Whether a vLLM run of this ``engine_version`` ran the V0 engine (True), V1 (False) or cannot be told (None).
+
+    Parameters
+    ----------
+    engine_version : str
+        The version a measurement states (``fastsim.validate.Measurement.engine_version``): a
+        release (``"0.6.3.post2.dev308+gb489fc3c"``, ``"v0.19.0"``), a name that says the engine
+        (``"inference-sim fork of vLLM V1"``), or a note dated by month (``"not stated (ROCm build,
+        Oct 2024)"``).
+
+    Returns
+    -------
+    bool or None
+        In this order: ``VLLM_USE_V1=0`` / ``=1`` decides; else a ``V0`` / ``V1`` word (not a
+        release such as ``v0.7.3``); else the first release ``X.Y`` in the text: below
+        :data:`VLLM_V1_DEFAULT_RELEASE` (v0.8.0) V0, at or above it V1; else a month and year
+        (``Oct 2024``, ``October 12, 2024``, ``2024-10``) before :data:`VLLM_V1_DEFAULT_MONTH`
+        (March 2025, when v0.8.0 made V1 the default: vllm-project/vllm pull request 13726) V0,
+        from it on V1; else None (nothing to tell by: the run is taken as the V1 engine
+        fastsim models, which ``fastsim validate`` runs).
+
+    Raises
+    ------
+    FastsimInputError
+        ``engine_version`` is not a string.
+    """
+    if not isinstance(engine_version, str):
+        raise FastsimInputError("engine_version", engine_version, "a string (the vLLM version a run states)")
+    for rx in (_USE_V1, _GENERATION):
+        g = rx.search(engine_version)
+        if g:
+            return g.group(1) == "0"
+    v = _VERSION.search(engine_version)
+    if v:
+        return (int(v.group(1)), int(v.group(2))) < VLLM_V1_DEFAULT_RELEASE
+    d = _MONTH_YEAR.search(engine_version)
+    if d:
+        month = next(i for i, n in enumerate(_MONTHS, 1) if n.startswith(d.group(1).lower()))
+        return (int(d.group(2)), month) < VLLM_V1_DEFAULT_MONTH
+    d = _ISO_MONTH.search(engine_version)
+    if d and 1 <= int(d.group(2)) <= 12:
+        return (int(d.group(1)), int(d.group(2))) < VLLM_V1_DEFAULT_MONTH
+    return None
 
 
 def _whole(x) -> int:

@@ -227,7 +227,8 @@ def test_done_when_every_starter_row_is_expressed_with_the_trtllm_policy():
             if r.measurement.id in STARTER and r.predicted is None]
     assert left == []
     assert all(r.predicted is not None or "pipeline parallelism" in r.reason or "model feature" in r.reason
-               or "itl_s p" in r.reason for r in rep.results)
+               or "itl_s p" in r.reason or r.reason.startswith("vLLM's V0 engine") for r in rep.results)
+    assert sum(1 for r in rep.results if r.predicted is None and r.reason.startswith("vLLM's V0 engine")) == 54
 
 
 def test_diagnosis_finds_the_constant_that_made_the_measurement(tmp_path):
@@ -357,3 +358,50 @@ def test_a_missing_column_error_says_what_the_file_has_and_what_it_lacks(tmp_pat
     missing = [c for c in COLUMNS if c not in ("id", "engine", "model", "engine_version", "source", "note",
                                                "kv_cache_dtype")]
     assert exc.value.allowed.startswith("every column of the schema; missing: " + ", ".join(missing) + " (")
+
+
+@pytest.mark.parametrize("version, v0", [
+    ("0.6.3.post2.dev308+gb489fc3c", True), ("0.6.4.dev4+gc9fc1608", True), ("v0.7.3", True),
+    ("0.8.0", False), ("0.19.0", False), ("inference-sim fork of vLLM V1", False), ("a V0 build", True),
+    ("not stated (ROCm build, Oct 2024)", True), ("not stated, Feb. 2025", True), ("not stated, March 2025", False),
+    ("V0.9.0", False), ("vllm==0.6.3", True), ("0.9.0 (VLLM_USE_V1=0)", True), ("0.7.3 (VLLM_USE_V1=1)", False),
+    ("October 12, 2024", True), ("2024-10", True), ("2025-04", False), ("Marathon 2024", None), ("nightly", None),
+    ("not stated", None), ("", None), ("test", None)])
+def test_the_vllm_engine_generation_of_a_stated_version(version, v0):
+    """v0.8.0 (March 2025) made V1 vLLM's default engine: VLLM_USE_V1, else a V0 / V1 word, else the release, else the
+    month."""
+    from fastsim.engine_rules import vllm_v0_engine
+    assert vllm_v0_engine(version) is v0
+
+
+def test_the_vllm_engine_generation_needs_a_string():
+    from fastsim.engine_rules import vllm_v0_engine
+    with pytest.raises(FastsimInputError, match="engine_version"):
+        vllm_v0_engine(0.6)
+
+
+def test_a_vllm_v0_run_is_not_expressed_and_makes_no_fold(tmp_path):
+    """The vllm policy is V1's scheduler: a V0 run's row carries its reason and enters no error figure; a fit
+    neither trains on it nor holds its family out (two V1 families and one V0 family: two folds, the V1 ones)."""
+    from fastsim.validate.fit import fit_measurements
+    old = [row(id=f"OLD-{i}", engine_version="0.6.3.post2", num_requests=n) for i, n in enumerate((8, 16, 32))]
+    new = [row(id=f"{fam}-{i}", engine_version="0.19.0", num_requests=n + k, value=v)
+           for k, fam in enumerate(("NA", "NB")) for i, (n, v) in enumerate(((8, 900), (16, 1700), (32, 3000)))]
+    ms = read_measurements(write_csv(tmp_path / "m.csv", *old, *new))
+    res = {r.measurement.id: r for r in run_measurements(ms, threads=1)}
+    for i in range(3):
+        r = res[f"OLD-{i}"]
+        assert r.predicted is None and r.reason.startswith("vLLM's V0 engine (engine_version '0.6.3.post2', before "
+                                                           "v0.8.0 made V1 the default)")
+    assert all(r.predicted is not None for k, r in res.items() if not k.startswith("OLD"))
+    s = summarize([r.record() for r in res.values()])
+    assert (s["expressed"], s["not_expressed"]) == (6, 3) and s["not_expressed_reasons"] == {"vLLM's V0 engine": 3}
+    fit = fit_measurements(ms, engine="vllm", names=("eta_bw",), cross_validate=True, max_runs=None, max_nfev=3)
+    assert fit.rows == 6
+    assert [(f.family, f.rows) for f in fit.folds] == [("NA", 3), ("NB", 3)]
+    assert fit.held_out["fitted"]["rows"] == 6
+    # a V0 run of the same settings as a V1 one is its own run, not the V1 run's figure
+    twin = read_measurements(write_csv(tmp_path / "t.csv", row(id="V0", engine_version="0.7.3", num_requests=8),
+                                       row(id="V1", engine_version="0.8.0", num_requests=8)))
+    a, b = run_measurements(twin, threads=1)
+    assert a.predicted is None and b.predicted is not None

@@ -18,7 +18,8 @@ settings, and read the row's figure with :func:`fastsim.sim.benchmark_figures`. 
 the same run (the TTFT and the ITL of one benchmark) share one simulation. A row fastsim cannot
 express gets ``predicted = None`` and its reason: pipeline parallelism under a policy that does not simulate it, a policy
 this fastsim lacks, a model feature the step model does not have, a statistic the simulator does
-not give (ITL percentiles), a deployment whose weights leave no KV, engine settings the engine
+not give (ITL percentiles), a vLLM run of the V0 engine (before v0.8.0: fastsim's ``vllm`` policy is
+V1's; :func:`fastsim.engine_rules.vllm_v0_engine`), a deployment whose weights leave no KV, engine settings the engine
 would not start with (:func:`fastsim.engine_rules.vllm_refusal`,
 :func:`~fastsim.engine_rules.sglang_refusal`), requests the engine would refuse (prompt + output
 above the model's context, which every run uses as its engine does: all or some of a row's
@@ -33,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..engine_rules import vllm_v0_engine
 from ..errors import FastsimInputError
 
 __all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "engine_constants", "engine_kv_dtype", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
@@ -102,6 +104,9 @@ class RowResult(NamedTuple):
 def run_key(m) -> tuple:
     """The fields that decide a measurement's run (rows with equal keys share one simulation).
 
+    A vLLM row's engine generation is one of them (:func:`fastsim.engine_rules.vllm_v0_engine`: a V0
+    run is not expressed, a V1 run of the same settings is).
+
     Parameters
     ----------
     m : Measurement
@@ -112,7 +117,8 @@ def run_key(m) -> tuple:
     """
     return (m.engine, m.benchmark, m.model, m.gpu, m.precision, m.tp, m.pp, m.layout, m.instances, m.input_tokens,
             m.output_tokens, m.num_requests, m.rate_req_per_s, m.trace, m.max_batch, m.max_num_batched_tokens,
-            m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens, m.kv_cache_dtype)
+            m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens, m.kv_cache_dtype,
+            vllm_v0_engine(m.engine_version) if m.engine == "vllm" else None)
 
 
 class _ModelRefused(Exception):
@@ -323,6 +329,10 @@ def _unexpressible(m) -> str | None:
     if m.pp > 1 and m.benchmark == "step":
         return (f"a step time of a pipeline (pp {m.pp}): fastsim's step is one stage's, and the row does not say "
                 "whether it gives a stage's step or the pipeline's round")
+    if m.engine == "vllm" and vllm_v0_engine(m.engine_version):
+        return (f"vLLM's V0 engine (engine_version '{m.engine_version}', before v0.8.0 made V1 the default): fastsim's "
+                "vllm policy is the V1 scheduler (vllm/v1/core/sched/scheduler.py) with V1's defaults and host path; "
+                "V0's scheduler, defaults and per-step host work are not modelled (fastsim.engine_rules.vllm_v0_engine)")
     if m.benchmark != "step" and ENGINE_POLICY[m.engine] not in POLICIES:
         return (f"no '{ENGINE_POLICY[m.engine]}' policy in this fastsim (policies: {', '.join(POLICIES)}); "
                 "no other policy stands in for it")
