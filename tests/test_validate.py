@@ -394,6 +394,8 @@ def test_a_vllm_v0_run_is_not_expressed_and_makes_no_fold(tmp_path):
         assert r.predicted is None and r.reason.startswith("vLLM's V0 engine (engine_version '0.6.3.post2', before "
                                                            "v0.8.0 made V1 the default)")
     assert all(r.predicted is not None for k, r in res.items() if not k.startswith("OLD"))
+    from fastsim.validate.run import unexpressible
+    assert [unexpressible(m) == res[m.id].reason for m in ms] == [True] * 9   # decided before any setup
     s = summarize([r.record() for r in res.values()])
     assert (s["expressed"], s["not_expressed"]) == (6, 3) and s["not_expressed_reasons"] == {"vLLM's V0 engine": 3}
     fit = fit_measurements(ms, engine="vllm", names=("eta_bw",), cross_validate=True, max_runs=None, max_nfev=3)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from fastsim.catalog import load_catalog  # noqa: E402
 from fastsim.validate import SHIPPED_CALIBRATIONS, SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements  # noqa: E402
 from fastsim.validate.fit import fit_measurements  # noqa: E402
-from fastsim.validate.run import _unexpressible  # noqa: E402
+from fastsim.validate.run import unexpressible  # noqa: E402
 
 REPORT = SHIPPED_CALIBRATIONS / "fit-report.json"
 
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     report = json.loads(REPORT.read_text(encoding="utf-8")) if REPORT.is_file() else {}
     for engine in engines:
         # the families with a row fastsim can express (a vLLM V0 run, for one, is not: its family makes no fold)
-        families = sorted({m.family for m in ms if m.engine == engine and _unexpressible(m) is None})
+        families = sorted({m.family for m in ms if m.engine == engine and unexpressible(m) is None})
         if len(families) < 2:
             report[engine] = {"engine": engine, "shipped": False, "families": families,
                               "reason": "one source family: no held-out rows to judge a fit by"}

@@ -67,7 +67,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import FastsimInputError
-from .run import _unexpressible, run_key, run_measurements
+from .run import run_key, run_measurements, unexpressible
 from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
@@ -637,7 +637,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         raise FastsimInputError("engine", engine, "an engine with rows in the measurements")
     # a row no policy can run (a vLLM V0 run, a pipeline under a policy without one) is neither
     # fitted nor held out, and a family without an expressed row makes no fold
-    rows = [m for m in rows if _unexpressible(m) is None]
+    rows = [m for m in rows if unexpressible(m) is None]
     if not rows:
         raise FastsimInputError("engine", engine, "an engine with rows fastsim can express")
     names = tuple(names) if names is not None else default_names(rows, cat)

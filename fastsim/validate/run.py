@@ -37,7 +37,7 @@ import numpy as np
 from ..engine_rules import vllm_v0_engine
 from ..errors import FastsimInputError
 
-__all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "engine_constants", "engine_kv_dtype", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
+__all__ = ["RowResult", "validate", "run_measurements", "run_group", "run_key", "unexpressible", "engine_constants", "engine_kv_dtype", "ENGINE_POLICY", "ONLINE_SEED", "STAGE_S"]
 
 #: The fastsim policy each engine's rows run on (:mod:`fastsim.sim.policy`).
 ENGINE_POLICY = {"trtllm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
@@ -320,8 +320,22 @@ def _step_figure(m, s: _Setup) -> float:
                            float(m.batch)))
 
 
-def _unexpressible(m) -> str | None:
-    """Why a row cannot be run at all, before any setup (None: it can be tried)."""
+def unexpressible(m) -> str | None:
+    """Why a row cannot be run at all, before any setup or simulation (None: it can be tried).
+
+    Parameters
+    ----------
+    m : Measurement
+
+    Returns
+    -------
+    str or None
+        The reason, worded for ``fastsim validate``'s table: pipeline parallelism under a policy
+        without pipelines (:data:`PP_POLICIES`), a pipeline's step time, a vLLM run of the V0 engine
+        (:func:`fastsim.engine_rules.vllm_v0_engine`), an engine whose policy this fastsim lacks, a
+        step row's statistic other than the mean. A row that passes may still be refused at setup
+        (a model feature, engine settings) or by its run (:func:`run_group`).
+    """
     from ..sim.policy import POLICIES
     if m.pp > 1 and m.benchmark != "step" and ENGINE_POLICY[m.engine] not in PP_POLICIES:
         return (f"pipeline parallelism (pp {m.pp}) under the {ENGINE_POLICY[m.engine]} policy: fastsim simulates "
@@ -367,7 +381,7 @@ def run_group(rows, cat, constants, *, models=None, policy=None, overrides=None)
     models = {} if models is None else models
     m0 = rows[0]
     pol_name = "step model" if m0.benchmark == "step" else (policy or ENGINE_POLICY[m0.engine])
-    why = None if policy else _unexpressible(m0)
+    why = None if policy else unexpressible(m0)
     if why:
         return [RowResult(m, None, why, pol_name) for m in rows]
     try:
