@@ -74,7 +74,7 @@ __all__ = [
  P_N_AR,          # all-reduces per step
  P_N_A2A,         # MoE layers with a dispatch + combine all-to-all
  P_TOPK,          # experts per token (all-to-all volume)
- P_EP_BW,         # link bandwidth of the expert group (bytes/s)
+ P_EP_BW,         # link bandwidth of the expert group (bytes/s), x eta_nvlink / P_ETA_NV (eta_pcie: the ring's only)
  P_WINDOW,        # sliding window (tokens; 0 = none)
  P_SLIDE_FRAC,    # fraction of the layers that slide
  P_ETA_KV,        # achieved fraction of HBM bandwidth on the paged KV read (step model v2; SPEC §3: eta_bw)
@@ -174,6 +174,18 @@ class StepConstants:
         ``eta_compute x moe_compute_factor`` (times the precision's factor), in ``P_MATMUL``:
         ``active params + active expert params x (1 / factor - 1)``, so 1.0 gives SPEC §10's
         figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
+    moe_pad_fraction : float
+        Step model v2: the cost of routing granularity, dimensionless (default 0: SPEC §10). A
+        grouped GEMM runs each expert's rows as whole tiles (CUTLASS and DeepGEMM grouped GEMMs
+        tile M by 64 or 128 rows): a step of ``n`` tokens gives each of the ``E`` experts about
+        ``n k / E`` rows, padded by half a tile on average, so its expert FLOPs grow by a factor
+        ``1 + pad x E / (n k)``. At the step sizes of a loaded engine this is ``1 + q E / k``
+        with ``q = pad / n`` fitted as one constant (Gale et al., "MegaBlocks", MLSys 2023, §3,
+        on padding each expert's batch to the block size; DeepSeek's DeepGEMM aligns each
+        expert's rows to its block M). It charges a fine-grained model (Qwen3-235B-A22B's 128
+        experts, top-8: ``E / k = 16``; DeepSeek-V3's 256, top-8: 32) more than a coarse one
+        (Mixtral's 8, top-2: 4), where one ``moe_compute_factor`` charges them alike. The
+        active expert FLOPs run at ``eta_compute x moe_compute_factor / (1 + q E / k)``.
     overhead_per_seq_s : float
         Step model v2: the engine's host time per sequence of a step (s), added to the step on
         top of ``overhead_s``: a step of ``n`` sequences (its decodes and its prompt pieces)
@@ -194,6 +206,18 @@ class StepConstants:
         model: SPEC §4's ledger charges ``layers x kernels_per_layer x launch time`` for the same
         reason. Default 0 (SPEC §3 has one overhead per step); fitted per engine
         (:func:`fastsim.validate.fit.fit_measurements`).
+    eta_pcie : float or None
+        Step model v2: the achieved fraction of the link bandwidth of an all-reduce (and of a
+        pipeline stage's activation send) among GPUs whose tensor-parallel link is PCIe
+        (:attr:`fastsim.catalog.GPU.tp_link` ``"pcie"``), or None (default) for ``eta_nvlink``'s
+        (SPEC §3 has one link efficiency). Without NVLink a ring all-reduce crosses PCIe switches,
+        host bridges and, at 8 GPUs, the link between the two CPU sockets, and it is bounded by
+        what the CPUs' root complexes move, not by the cards' x16 links: NCCL's all_reduce_perf
+        on 8 PCIe Gen5 RTX 5090s reaches a bus bandwidth of 28 GB/s (0.44 of 64 GB/s per
+        direction), 35 GB/s (0.55) on 4 (NVIDIA/nccl issue 1639, with the NCCL maintainers'
+        reading: "On PCI systems, the performance you get is usually determined by the bandwidth
+        your CPU and memory can deliver"); fitted per engine
+        (:func:`fastsim.validate.fit.fit_measurements`, which starts it at 0.5).
     step_form : str
         How the step's parts combine (:data:`STEP_FORMS`). ``"spec"`` (default, SPEC §3): one
         roofline over the whole step, ``max(weight read + KV read, GEMM FLOPs + attention FLOPs)``,
@@ -222,8 +246,10 @@ class StepConstants:
     request_overhead_s: float = 0.0
     overhead_per_seq_s: float = 0.0
     moe_compute_factor: float = 1.0
+    moe_pad_fraction: float = 0.0
     overhead_per_layer_s: float = 0.0
     step_form: str = "spec"
+    eta_pcie: float | None = None
 
     def __post_init__(self):
         if self.step_form not in STEP_FORMS:
@@ -232,8 +258,11 @@ class StepConstants:
             raise FastsimInputError("kv_memory", self.kv_memory, "one of " + ", ".join(KV_MEMORY_RULES))
         if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
             raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
+        if self.eta_pcie is not None and (isinstance(self.eta_pcie, bool) or not isinstance(self.eta_pcie, (int, float))
+                                          or not 0.0 < self.eta_pcie <= 1.0):
+            raise FastsimInputError("eta_pcie", self.eta_pcie, "a fraction in (0, 1], or None (eta_nvlink's)")
         for f in fields(self):
-            if f.name in ("eta_kv", "kv_memory", "step_form"):
+            if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 <= v < np.inf):    # NaN and inf fail too
@@ -251,6 +280,24 @@ class StepConstants:
     def kv_efficiency(self) -> float:
         """The KV read's fraction of HBM bandwidth (float): ``eta_kv``, or ``eta_bw`` when it is None."""
         return self.eta_bw if self.eta_kv is None else float(self.eta_kv)
+
+    def link_efficiency(self, tp_link: str) -> float:
+        """The achieved fraction of a tensor-parallel link's bandwidth: ``eta_pcie`` over PCIe when it is
+        set, else ``eta_nvlink`` (class docstring).
+
+        Parameters
+        ----------
+        tp_link : str
+            The GPU's link (:attr:`fastsim.catalog.GPU.tp_link`): ``"nvlink"`` or ``"pcie"``.
+
+        Returns
+        -------
+        float
+            A fraction in (0, 1]; exactly ``eta_nvlink`` for NVLink and for ``eta_pcie`` None (SPEC §3).
+        """
+        if tp_link == "pcie" and self.eta_pcie is not None:
+            return float(self.eta_pcie)
+        return self.eta_nvlink
 
     def compute_efficiency(self, flops_key: str) -> float:
         """The achieved fraction of a precision's peak FLOP/s: ``eta_compute``, times
@@ -389,13 +436,16 @@ def _fixed_overhead_s(constants, layers) -> float:
 
 def _moe_extra_params(model, moe_layers, constants) -> float:
     """Parameters added to ``P_MATMUL`` so that ``moe_layers`` layers' active experts run at
-    ``moe_compute_factor`` of the compute efficiency (:attr:`StepConstants.moe_compute_factor`):
-    ``moe_layers x experts_per_token x expert_params x (1 / factor - 1)``; exactly 0.0 for a dense
-    model or a factor of 1.0 (SPEC §10's figures to the bit)."""
+    ``moe_compute_factor / (1 + moe_pad_fraction x E / k)`` of the compute efficiency
+    (:attr:`StepConstants.moe_compute_factor`, :attr:`StepConstants.moe_pad_fraction`):
+    ``moe_layers x experts_per_token x expert_params x ((1 + q E / k) / factor - 1)``; exactly 0.0 for a
+    dense model or a factor of 1.0 and a fraction of 0 (SPEC §10's figures to the bit)."""
     f = constants.moe_compute_factor
-    if not model.is_moe or f == 1.0 or moe_layers <= 0:
+    q = constants.moe_pad_fraction
+    if not model.is_moe or (f == 1.0 and q == 0.0) or moe_layers <= 0:
         return 0.0
-    return float(moe_layers) * model.experts_per_token * model.expert_params * (1.0 / f - 1.0)
+    slow = 1.0 + q * model.n_experts / model.experts_per_token
+    return float(moe_layers) * model.experts_per_token * model.expert_params * (slow / f - 1.0)
 
 
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
@@ -458,7 +508,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_ETA_C] = constants.compute_efficiency(precision.flops_key)
     p[P_ETA_BW] = constants.eta_bw
     p[P_ALPHA] = constants.alpha_s
-    p[P_ETA_NV] = constants.eta_nvlink
+    p[P_ETA_NV] = constants.link_efficiency(gpu.tp_link)
     p[P_OVERHEAD] = _fixed_overhead_s(constants, model.layers)
     p[P_KV_BUDGET_TOKENS] = kv_budget_tokens(model, precision, gpu, g, constants, dp=dp, ep=ep)
     p[P_NET_BW] = gpu.network_bw_bytes_per_s
@@ -473,7 +523,9 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_N_AR] = 2 * (model.layers - model.moe_layers) + moe_ar * model.moe_layers
     p[P_N_A2A] = model.moe_layers if ep > 1 else 0
     p[P_TOPK] = model.experts_per_token
-    p[P_EP_BW] = _link_bw(gpu, g)
+    # the all-to-all runs at eta_nvlink of its link even on PCIe (eta_pcie is the ring all-reduce's, measured as
+    # NCCL's all-reduce bus bandwidth): the kernels charge it at P_ETA_NV x P_EP_BW, so the bandwidth is scaled
+    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV])
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency
@@ -693,7 +745,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
             bw = gpu.nvlink_bw_bytes_per_s if (end - 1) // gpn == end // gpn else \
                 min(gpu.nvlink_bw_bytes_per_s, gpu.network_bw_bytes_per_s)
             row[P_P2P_LAT] = constants_.alpha_s
-            row[P_P2P_S_PER_TOKEN] = PP_ACTIVATION_TENSORS * model.hidden * 2.0 / tp_attn / (constants_.eta_nvlink * bw)
+            row[P_P2P_S_PER_TOKEN] = PP_ACTIVATION_TENSORS * model.hidden * 2.0 / tp_attn / (constants_.link_efficiency(gpu.tp_link) * bw)
         bf16 = emb * ((s == 0) + last)
         row[P_KV_BUDGET_TOKENS] = _stage_kv_tokens(model, served, gpu, g, constants_, dp, held_dense,
                                                     routed * wb * (share * g), bf16, row[P_KVPG])

@@ -7,7 +7,10 @@ from typing import Mapping
 from ..errors import FastsimInputError
 from ._checks import _pos
 
-__all__ = ["GPU"]
+__all__ = ["GPU", "TP_LINKS"]
+
+#: What may carry a GPU's tensor-parallel all-reduce inside a node (:attr:`GPU.tp_link`).
+TP_LINKS = ("nvlink", "pcie")
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,18 @@ class GPU:
         where it differs from the datasheet's ``hbm_bytes``; 0 (default): ``hbm_bytes``. Used by
         the engines' memory rules of :class:`fastsim.stepmodel.StepConstants` (``kv_memory``),
         never by SPEC §3's.
+    tp_link : str
+        What carries the tensor-parallel all-reduce inside a node: ``"nvlink"`` (default: NVLink
+        or NVSwitch, SPEC §3) or ``"pcie"`` (a PCIe card without NVLink: L40S, RTX PRO 6000, RTX
+        4090), whose all-reduce runs through the PCIe switches and host bridges at a smaller
+        fraction of the link bandwidth (:attr:`fastsim.stepmodel.StepConstants.eta_pcie`).
 
     Raises
     ------
     FastsimInputError
         ``peak_flops_per_s`` is not a non-empty mapping, any peak, bandwidth, capacity, price
-        or power is not a finite number > 0, or ``gpus_per_node`` is not an integer > 0.
+        or power is not a finite number > 0, ``gpus_per_node`` is not an integer > 0, or ``tp_link`` is
+        neither ``"nvlink"`` nor ``"pcie"``.
     """
 
     name: str
@@ -70,6 +79,7 @@ class GPU:
     default_grid: bool = True
     gpus_per_node: int = 8
     hbm_bytes_reported: float = 0.0
+    tp_link: str = "nvlink"
 
     @property
     def reported_hbm_bytes(self) -> float:
@@ -90,5 +100,7 @@ class GPU:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or v > 0) or v != v or v == float("inf"):
             raise FastsimInputError(f"gpu.{self.name}.hbm_bytes_reported", v, "a finite number of bytes > 0, or 0 "
                                     "(hbm_bytes)")
+        if not isinstance(self.tp_link, str) or self.tp_link not in TP_LINKS:
+            raise FastsimInputError(f"gpu.{self.name}.tp_link", self.tp_link, "one of " + ", ".join(TP_LINKS))
         if not isinstance(self.default_grid, bool):
             raise FastsimInputError(f"gpu.{self.name}.default_grid", self.default_grid, "true or false")

@@ -3,8 +3,8 @@
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
 ``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``,
 the FP8 / FP4 compute factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
-model and ``request_overhead_s`` where rows measure a TTFT or an E2E latency,
-:func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
+model, ``request_overhead_s`` where rows measure a TTFT or an E2E latency and ``eta_pcie`` where rows run
+a PCIe GPU on more than one GPU, :func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
 :func:`scipy.optimize.least_squares` (trust region reflective, on the log of each constant,
@@ -72,12 +72,13 @@ from .summary import group_stats
 
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
-           "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD"]
+           "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD", "START_ETA_PCIE",
+           "START_MOE_PAD_FRACTION"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
             "fp4_compute_factor", "moe_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu",
-            "request_overhead_s", "overhead_per_layer_s")
+            "request_overhead_s", "overhead_per_layer_s", "eta_pcie", "moe_pad_fraction")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -88,7 +89,7 @@ BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0)
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
           "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2),
           "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0),
-          "overhead_per_layer_s": (1e-7, 2e-4)}
+          "overhead_per_layer_s": (1e-7, 2e-4), "eta_pcie": (0.05, 1.0), "moe_pad_fraction": (1e-4, 0.5)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -113,6 +114,15 @@ START_OVERHEAD_PER_SEQ_S = 1e-5
 #: Where a fit of ``overhead_per_layer_s`` starts (s per layer of a step): 5 us, 12 kernels of a
 #: layer at SPEC §4's ledger launch time under CUDA graphs (about 0.4 us each) plus two all-reduce waits.
 START_OVERHEAD_PER_LAYER_S = 5e-6
+#: Where a fit of ``eta_pcie`` starts, and its value where no training row runs a PCIe GPU at TP > 1:
+#: 0.5 of the link bandwidth per direction, NCCL's all-reduce bus bandwidth over PCIe Gen5 (28 GB/s
+#: on 8 RTX 5090s, 35 GB/s on 4, of 64 GB/s: NVIDIA/nccl issue 1639;
+#: :attr:`fastsim.stepmodel.StepConstants.eta_pcie`).
+START_ETA_PCIE = 0.5
+#: Where a fit of ``moe_pad_fraction`` starts: half a 128-row tile of padding per expert over a step of about
+#: 3,000 tokens (TensorRT-LLM's and vLLM's default token budgets are 8,192 and 2,048-8,192 per step), 0.02
+#: (:attr:`fastsim.stepmodel.StepConstants.moe_pad_fraction`).
+START_MOE_PAD_FRACTION = 0.02
 #: The SD of each constant's Gaussian prior on the log scale (module docstring, "Priors"): 0.5 (a factor
 #: of 1.65 at one SD) for the efficiencies, centred on SPEC §3's MFU / MBU figures, and for the compute
 #: factors, centred on :data:`PRIOR_CENTRE`; 1.0 (a factor of 2.7) for the overheads and link constants,
@@ -120,7 +130,8 @@ START_OVERHEAD_PER_LAYER_S = 5e-6
 PRIOR_LOG_SD = {"eta_compute": 0.5, "eta_bw": 0.5, "eta_kv": 0.5, "fp8_compute_factor": 0.5,
                 "fp4_compute_factor": 0.5, "moe_compute_factor": 0.5, "eta_nvlink": 0.5,
                 "overhead_s": 1.0, "overhead_per_seq_s": 1.0, "overhead_per_layer_s": 1.0, "alpha_s": 1.0,
-                "reserved_bytes_per_gpu": 1.0, "request_overhead_s": 1.0}
+                "reserved_bytes_per_gpu": 1.0, "request_overhead_s": 1.0, "eta_pcie": 0.5,
+                "moe_pad_fraction": 1.0}
 assert set(PRIOR_LOG_SD) == set(FITTABLE)
 #: Prior centres that are not the constant's start: an FP8 GEMM runs at 1.3-1.9x its BF16 speed on a 2x
 #: peak (cuBLAS, DeepGEMM), so 0.8 of BF16's fraction of peak; a CUTLASS NVFP4 GEMM at 2-3x on a 4x peak,
@@ -283,8 +294,9 @@ def _calibration(engine, names, entries, source=""):
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
     ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
-    ``moe_compute_factor`` when rows run a mixture-of-experts model, and
-    ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters).
+    ``moe_compute_factor`` and ``moe_pad_fraction`` when rows run a mixture-of-experts model, and
+    ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters), and
+    ``eta_pcie`` when rows run a PCIe GPU (:attr:`fastsim.catalog.GPU.tp_link`) on more than one GPU.
 
     Parameters
     ----------
@@ -296,8 +308,13 @@ def default_names(measurements, catalog) -> tuple:
     tuple of str
     """
     keys, seen = set(), set()
-    latency = moe = False
+    latency = moe = pcie = False
     for m in measurements:
+        if not pcie and (m.tp > 1 or m.pp > 1):
+            try:
+                pcie = catalog.gpu(m.gpu).tp_link == "pcie"
+            except FastsimInputError:
+                pass
         latency = latency or m.metric in ("ttft_s", "e2e_s")
         if not moe and m.model not in seen:
             seen.add(m.model)
@@ -310,21 +327,24 @@ def default_names(measurements, catalog) -> tuple:
         except FastsimInputError:
             pass
     return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
-            + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys) + (("moe_compute_factor",) if moe else ())
-            + (("request_overhead_s",) if latency else ()))
+            + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
+            + (("moe_compute_factor", "moe_pad_fraction") if moe else ())
+            + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
 
 
 def _fold_names(names, start, rows, catalog):
     """The constants a fold fits, and its start: a constant the fold's rows cannot pin (a compute
     factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows,
-    ``moe_compute_factor`` without a mixture-of-experts model's rows) is not
-    fitted and keeps SPEC §3's value, never a value read off the held-out rows."""
+    ``moe_compute_factor`` without a mixture-of-experts model's rows, ``eta_pcie`` without rows of a
+    PCIe GPU at TP > 1) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
+    :data:`START_ETA_PCIE`, a published figure), never a value read off the held-out rows."""
     from ..stepmodel import StepConstants
     pinned = set(default_names(rows, catalog))
-    conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s", "moe_compute_factor"}
+    conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s", "moe_compute_factor", "moe_pad_fraction",
+                                                   "eta_pcie"}
     keep = tuple(n for n in names if n not in conditional or n in pinned)
     spec = StepConstants()
-    reset = {n: getattr(spec, n) for n in names if n not in keep}
+    reset = {n: getattr(spec, n) for n in names if n not in keep and n != "eta_pcie"}
     return keep, (replace(start, **reset) if reset else start)
 
 
@@ -354,6 +374,16 @@ def _subsample(rows, max_runs):
         idx = np.linspace(0, len(keys) - 1, quota[f]).round().astype(int) if quota[f] else []
         keep.update(keys[i] for i in sorted(set(int(i) for i in idx)))
     return [m for m in rows if run_key(m) in keep]
+
+
+def _start_value(start, name) -> float:
+    """Where ``name``'s fit starts: its value in ``start`` (``eta_kv`` / ``eta_pcie`` None: the efficiency they
+    stand for), at least its lower bound."""
+    if name == "eta_kv":
+        return start.kv_efficiency
+    if name == "eta_pcie":
+        return start.link_efficiency("pcie")
+    return max(getattr(start, name), BOUNDS[name][0])
 
 
 def _constants_at(start, names, x):
@@ -393,7 +423,7 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
     _, _, r0 = _log_ratios([r for r in base if r.predicted is not None])
     real = np.array([m.value for m in rows])
 
-    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
+    x0 = np.log([_start_value(start, n) for n in names])
     lo = np.log([BOUNDS[n][0] for n in names])
     hi = np.log([BOUNDS[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
@@ -463,7 +493,7 @@ def _fit_joint(rows, cat, start, names, max_runs, max_nfev, threads, counter, mi
     gi = [i for i, n in enumerate(names) if n in GPU_FITTED]
     gpus = sorted(g for g, c in count.items() if c >= min_gpu_rows) if len(count) > 1 and gi else []
     ng = len(gi)
-    x0 = np.log([start.kv_efficiency if n == "eta_kv" else max(getattr(start, n), BOUNDS[n][0]) for n in names])
+    x0 = np.log([_start_value(start, n) for n in names])
     lo = np.log([BOUNDS[n][0] for n in names])
     hi = np.log([BOUNDS[n][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
@@ -582,7 +612,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         (default: SPEC §3's timing constants with the engine's KV-pool rule,
         :data:`ENGINE_KV_MEMORY`, :data:`ENGINE_RESERVED_BYTES` set aside, the step form of
         :data:`ENGINE_STEP_FORM`, and
-        :data:`START_REQUEST_OVERHEAD_S`; :data:`START_OVERHEAD_PER_SEQ_S` when it fits
+        :data:`START_REQUEST_OVERHEAD_S`, :data:`START_ETA_PCIE`; :data:`START_OVERHEAD_PER_SEQ_S` when it fits
         ``overhead_per_seq_s``). The figures the
         fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
         ``held_out["start"]``).
@@ -630,7 +660,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     start_default = start is None
     if start is None:
         start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES,
-                              request_overhead_s=START_REQUEST_OVERHEAD_S, step_form=ENGINE_STEP_FORM[engine])
+                              request_overhead_s=START_REQUEST_OVERHEAD_S, step_form=ENGINE_STEP_FORM[engine],
+                              eta_pcie=START_ETA_PCIE)
     baseline = StepConstants()
     rows = [m for m in measurements if m.engine == engine]
     if not rows:
@@ -647,6 +678,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         start = replace(start, overhead_per_seq_s=START_OVERHEAD_PER_SEQ_S)
     if start_default and "overhead_per_layer_s" in names:
         start = replace(start, overhead_per_layer_s=START_OVERHEAD_PER_LAYER_S)
+    if start_default and "moe_pad_fraction" in names:
+        start = replace(start, moe_pad_fraction=START_MOE_PAD_FRACTION)
     for n in names:
         if n not in FITTABLE:
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
