@@ -87,3 +87,9 @@ def test_the_fit_fits_eta_pcie_only_on_pcie_rows_at_tp_above_one():
     names, start_f = _fold_names(("eta_compute", "eta_pcie"), start, nvlink, CAT)
     assert names == ("eta_compute",) and start_f.eta_pcie == START_ETA_PCIE == 0.5
     assert _start_value(StepConstants(), "eta_pcie") == 0.85 and _start_value(start, "eta_pcie") == 0.5
+
+
+def test_the_rtx_4090_entry_reports_what_nvidia_smi_shows():
+    # 24,564 MiB: the memory vLLM sizes its pool from on an RTX 4090 (torch.cuda.mem_get_info's total)
+    assert CAT.gpu("RTX4090").reported_hbm_bytes == 24564 * 2 ** 20
+    assert CAT.gpu("RTX4090").hbm_bytes == 24e9

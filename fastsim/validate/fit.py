@@ -143,7 +143,8 @@ PRIOR_CENTRE = {"fp8_compute_factor": 0.8, "fp4_compute_factor": 0.6}
 #: is sequential: refitted jointly (``tools/make_fit.py --engine trtllm --max-runs 80 --max-nfev 30``
 #: with ``gpu_fit="joint"``) it was held out 13.7% (0.960) against the sequential fit's 13.2% (0.953),
 #: in sample 11.6% against 9.0%, trading ITL (11.6% at 1.060 against 19.7% at 1.225) for TTFT (12.3% at
-#: 0.877 against 7.9% at 0.968) and the T2 family (28.8% against 18.6%).
+#: 0.877 against 7.9% at 0.968) and the T2 family (28.8% against 18.6%); both measured before ``moe_pad_fraction``
+#: and ``eta_pcie`` were in the model.
 ENGINE_GPU_FIT = {"vllm": "joint", "sglang": "joint", "trtllm": "sequential"}
 #: Log-scale SD of the prior on a GPU's efficiency around the ``"*"`` entry's in a joint fit.
 GPU_LOG_SD = 0.5
