@@ -175,17 +175,13 @@ class StepConstants:
         ``active params + active expert params x (1 / factor - 1)``, so 1.0 gives SPEC §10's
         figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     moe_pad_fraction : float
-        Step model v2: the cost of routing granularity, dimensionless (default 0: SPEC §10). A
-        grouped GEMM runs each expert's rows as whole tiles (CUTLASS and DeepGEMM grouped GEMMs
-        tile M by 64 or 128 rows): a step of ``n`` tokens gives each of the ``E`` experts about
-        ``n k / E`` rows, padded by half a tile on average, so its expert FLOPs grow by a factor
-        ``1 + pad x E / (n k)``. At the step sizes of a loaded engine this is ``1 + q E / k``
-        with ``q = pad / n`` fitted as one constant (Gale et al., "MegaBlocks", MLSys 2023, §3,
-        on padding each expert's batch to the block size; DeepSeek's DeepGEMM aligns each
-        expert's rows to its block M). It charges a fine-grained model (Qwen3-235B-A22B's 128
-        experts, top-8: ``E / k = 16``; DeepSeek-V3's 256, top-8: 32) more than a coarse one
-        (Mixtral's 8, top-2: 4), where one ``moe_compute_factor`` charges them alike. The
-        active expert FLOPs run at ``eta_compute x moe_compute_factor / (1 + q E / k)``.
+        Step model v2, dimensionless (default 0: SPEC §10): a grouped GEMM runs each expert's
+        ``n k / E`` rows of an ``n``-token step as whole 64- or 128-row tiles, half a tile of
+        padding per expert on average, so expert FLOPs grow by ``1 + pad x E / (n k)``, taken at a
+        loaded engine's step size as ``1 + q E / k`` with one fitted ``q = pad / n`` (Gale et al.,
+        "MegaBlocks", MLSys 2023, §3; DeepGEMM aligns each expert's rows to its block M): a
+        fine-grained model (Qwen3-235B-A22B, ``E / k = 16``) pays more than a coarse one (Mixtral,
+        4). Active expert FLOPs run at ``eta_compute x moe_compute_factor / (1 + q E / k)``.
     overhead_per_seq_s : float
         Step model v2: the engine's host time per sequence of a step (s), added to the step on
         top of ``overhead_s``: a step of ``n`` sequences (its decodes and its prompt pieces)
@@ -207,17 +203,12 @@ class StepConstants:
         reason. Default 0 (SPEC §3 has one overhead per step); fitted per engine
         (:func:`fastsim.validate.fit.fit_measurements`).
     eta_pcie : float or None
-        Step model v2: the achieved fraction of the link bandwidth of an all-reduce (and of a
-        pipeline stage's activation send) among GPUs whose tensor-parallel link is PCIe
-        (:attr:`fastsim.catalog.GPU.tp_link` ``"pcie"``), or None (default) for ``eta_nvlink``'s
-        (SPEC §3 has one link efficiency). Without NVLink a ring all-reduce crosses PCIe switches,
-        host bridges and, at 8 GPUs, the link between the two CPU sockets, and it is bounded by
-        what the CPUs' root complexes move, not by the cards' x16 links: NCCL's all_reduce_perf
-        on 8 PCIe Gen5 RTX 5090s reaches a bus bandwidth of 28 GB/s (0.44 of 64 GB/s per
-        direction), 35 GB/s (0.55) on 4 (NVIDIA/nccl issue 1639, with the NCCL maintainers'
-        reading: "On PCI systems, the performance you get is usually determined by the bandwidth
-        your CPU and memory can deliver"); fitted per engine
-        (:func:`fastsim.validate.fit.fit_measurements`, which starts it at 0.5).
+        Step model v2: the all-reduce's (and a pipeline send's) fraction of the link bandwidth on
+        GPUs whose TP link is PCIe (:attr:`fastsim.catalog.GPU.tp_link`), or None (default):
+        ``eta_nvlink``'s. The ring crosses PCIe switches, host bridges and the CPU sockets' link,
+        bounded by what the root complexes move: NCCL's all_reduce_perf on 8 (4) PCIe Gen5 RTX
+        5090s reaches 28 (35) GB/s of bus bandwidth of 64 GB/s per direction (NVIDIA/nccl issue
+        1639); fitted per engine (:func:`fastsim.validate.fit.fit_measurements` starts it at 0.5).
     step_form : str
         How the step's parts combine (:data:`STEP_FORMS`). ``"spec"`` (default, SPEC §3): one
         roofline over the whole step, ``max(weight read + KV read, GEMM FLOPs + attention FLOPs)``,
@@ -258,8 +249,8 @@ class StepConstants:
             raise FastsimInputError("kv_memory", self.kv_memory, "one of " + ", ".join(KV_MEMORY_RULES))
         if self.eta_kv is not None and not (isinstance(self.eta_kv, (int, float)) and 0.0 < self.eta_kv <= 1.0):
             raise FastsimInputError("eta_kv", self.eta_kv, "a fraction in (0, 1], or None (eta_bw's)")
-        if self.eta_pcie is not None and (isinstance(self.eta_pcie, bool) or not isinstance(self.eta_pcie, (int, float))
-                                          or not 0.0 < self.eta_pcie <= 1.0):
+        v = self.eta_pcie
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0):
             raise FastsimInputError("eta_pcie", self.eta_pcie, "a fraction in (0, 1], or None (eta_nvlink's)")
         for f in fields(self):
             if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form"):
@@ -282,22 +273,19 @@ class StepConstants:
         return self.eta_bw if self.eta_kv is None else float(self.eta_kv)
 
     def link_efficiency(self, tp_link: str) -> float:
-        """The achieved fraction of a tensor-parallel link's bandwidth: ``eta_pcie`` over PCIe when it is
-        set, else ``eta_nvlink`` (class docstring).
+        """The all-reduce's fraction of a TP link's bandwidth: ``eta_pcie`` on PCIe when set, else ``eta_nvlink``.
 
         Parameters
         ----------
         tp_link : str
-            The GPU's link (:attr:`fastsim.catalog.GPU.tp_link`): ``"nvlink"`` or ``"pcie"``.
+            :attr:`fastsim.catalog.GPU.tp_link`: ``"nvlink"`` or ``"pcie"``.
 
         Returns
         -------
         float
-            A fraction in (0, 1]; exactly ``eta_nvlink`` for NVLink and for ``eta_pcie`` None (SPEC §3).
+            In (0, 1]; exactly ``eta_nvlink`` (SPEC §3) on NVLink or with ``eta_pcie`` None.
         """
-        if tp_link == "pcie" and self.eta_pcie is not None:
-            return float(self.eta_pcie)
-        return self.eta_nvlink
+        return float(self.eta_pcie) if tp_link == "pcie" and self.eta_pcie is not None else self.eta_nvlink
 
     def compute_efficiency(self, flops_key: str) -> float:
         """The achieved fraction of a precision's peak FLOP/s: ``eta_compute``, times
@@ -523,9 +511,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_N_AR] = 2 * (model.layers - model.moe_layers) + moe_ar * model.moe_layers
     p[P_N_A2A] = model.moe_layers if ep > 1 else 0
     p[P_TOPK] = model.experts_per_token
-    # the all-to-all runs at eta_nvlink of its link even on PCIe (eta_pcie is the ring all-reduce's, measured as
-    # NCCL's all-reduce bus bandwidth): the kernels charge it at P_ETA_NV x P_EP_BW, so the bandwidth is scaled
-    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV])
+    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV])   # all-to-all at eta_nvlink: eta_pcie is the ring's
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency
