@@ -11,7 +11,7 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
     KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_kv x HBM B/s)   (eta_kv = eta_bw in SPEC §3)
     compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
     all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
-    all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_link x link B/s)]
+    all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_nvlink x link B/s)]
     step        = max(weight read + KV read, compute) + all-reduce + all-to-all + fixed overhead
                   (step model v2: StepConstants.step_form "classes" takes max(weight read, GEMM) +
                   max(KV read, attention) instead; docs/STEP_MODEL.md)
@@ -19,8 +19,8 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
 ``n_ar`` = 2 per dense layer, 2 per MoE layer with tensor-sharded experts and 1 per MoE layer under
 expert parallelism (whose dispatch and combine are the two all-to-alls, ``n_a2a`` = MoE layers).
 A group that fits in one node (``gpu.gpus_per_node``) runs at the NVLink bandwidth, a group that
-spans nodes at the slowest link it crosses, the scale-out bandwidth per GPU (SPEC §10). For a
-dense model with ``dp = ep = 1`` every term is SPEC §3's.
+spans nodes at the slowest link it crosses, the scale-out bandwidth per GPU (SPEC §10); ``eta_link`` is
+``eta_pcie`` on a PCIe GPU when set, else ``eta_nvlink``. Dense, ``dp = ep = 1``: every term is SPEC §3's.
 
 The formula is written once, in plain arithmetic, so that it runs both on numpy arrays (the
 vectorized form over a grid of configurations) and inside numba kernels (the scalar form
@@ -172,7 +172,7 @@ class StepConstants:
         Sparse Training with Mixture-of-Experts", MLSys 2023, §3; DeepSeek-V3 technical report,
         §3.4, on the load imbalance across experts). The active expert FLOPs are charged at
         ``eta_compute x moe_compute_factor`` (times the precision's factor), in ``P_MATMUL``:
-        ``active params + active expert params x (1 / factor - 1)``, so 1.0 gives SPEC §10's
+        ``active params + active expert params x ((1 + q E / k) / factor - 1)`` (q: ``moe_pad_fraction``), so 1.0 gives SPEC §10's
         figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     moe_pad_fraction : float
         Step model v2, dimensionless (default 0: SPEC §10): a grouped GEMM runs each expert's

@@ -65,7 +65,13 @@ def test_the_fit_fits_it_with_moe_rows_only():
     dense = [m for m in ms if is_moe(m) is False]
     assert {"moe_compute_factor", "moe_pad_fraction"} <= set(default_names(moe, cat))
     assert not {"moe_compute_factor", "moe_pad_fraction"} & set(default_names(dense, cat))
-    assert START_MOE_PAD_FRACTION == 0.02
+    # one granularity E/k: the term and moe_compute_factor enter only as their ratio, so it is not fitted
+    qwen = [m for m in moe if m.model.startswith("qwen3")]
+    assert {cat.model(m.model).n_experts / cat.model(m.model).experts_per_token for m in qwen} == {16.0}
+    names = default_names(qwen, cat)
+    assert "moe_compute_factor" in names and "moe_pad_fraction" not in names
+    mixed = qwen + [m for m in moe if m.model == "mixtral-8x7b"][:1]
+    assert "moe_pad_fraction" in default_names(mixed, cat)
     # a fit's start: the documented 0.02 where it fits the term
     fit = fit_measurements(moe[:40], cat, engine="trtllm", names=("moe_pad_fraction",), max_runs=8, max_nfev=1,
                            cross_validate=False)

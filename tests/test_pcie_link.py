@@ -80,6 +80,11 @@ def test_the_fit_fits_eta_pcie_only_on_pcie_rows_at_tp_above_one():
     assert "eta_pcie" in default_names(t17, CAT)                                    # L40S at TP 4 and 8
     single = [m for m in t17 if m.gpu == "L40S" and m.tp == 1]
     assert single and "eta_pcie" not in default_names(single, CAT)
+    # dp+ep runs no ring (attention TP 1): those rows cannot pin it; a pipeline's send over PCIe can
+    dpep = [m for m in ms if m.gpu == "RTXPRO6000" and m.layout == "dp+ep" and m.pp == 1]
+    assert dpep and {m.tp for m in dpep} >= {2, 4, 8} and "eta_pcie" not in default_names(dpep, CAT)
+    pipe = [m for m in ms if m.gpu == "RTXPRO6000" and m.layout == "tp" and m.tp == 1 and m.pp > 1]
+    assert pipe and "eta_pcie" in default_names(pipe, CAT)
     nvlink = [m for m in ms if m.gpu == "H100"]
     assert "eta_pcie" not in default_names(nvlink, CAT)
     # a fold without such rows keeps the start's published figure, not SPEC §3's None
@@ -93,3 +98,12 @@ def test_the_rtx_4090_entry_reports_what_nvidia_smi_shows():
     # 24,564 MiB: the memory vLLM sizes its pool from on an RTX 4090 (torch.cuda.mem_get_info's total)
     assert CAT.gpu("RTX4090").reported_hbm_bytes == 24564 * 2 ** 20
     assert CAT.gpu("RTX4090").hbm_bytes == 24e9
+
+
+def test_a_pipeline_send_over_pcie_runs_at_eta_pcie():
+    from fastsim.stepmodel import P_P2P_S_PER_TOKEN, stage_params
+    rtx = CAT.gpu("RTXPRO6000")
+    a = stage_params(M70, rtx, CAT.precision("NVFP4"), 1, StepConstants(), pp=2)
+    b = stage_params(M70, rtx, CAT.precision("NVFP4"), 1, StepConstants(eta_pcie=0.425), pp=2)
+    assert a[0, P_P2P_S_PER_TOKEN] > 0.0 and a[1, P_P2P_S_PER_TOKEN] == 0.0          # the last stage sends nothing
+    assert b[0, P_P2P_S_PER_TOKEN] == pytest.approx(2.0 * a[0, P_P2P_S_PER_TOKEN], rel=1e-12)   # 0.85 / 0.425

@@ -94,6 +94,8 @@ def run_measured(args, cat) -> int:
     spec = StepConstants()
 
     def value(c, n):
+        if n == "eta_pcie":
+            return c.link_efficiency("pcie")                             # eta_pcie None: eta_nvlink's
         return c.kv_efficiency if n == "eta_kv" else getattr(c, n)      # eta_kv None: eta_bw's
     # "default": where the fit started (SPEC §3's timing constants with the engine's KV-pool rule and
     # the starts of the v2 overheads, fastsim.validate.fit); "spec": SPEC §3's own value

@@ -24,7 +24,7 @@ CHANGES = (
     ("eta_bw x 0.75", "eta_bw", 0.75), ("eta_bw x 1.2", "eta_bw", 1.2),
     ("fixed step time x 4 (overhead_s, overhead_per_layer_s)", "overhead_s", 4.0),
     ("fixed step time x 0.25 (overhead_s, overhead_per_layer_s)", "overhead_s", 0.25),
-    ("alpha_s x 10 (all-reduce latency)", "alpha_s", 10.0), ("eta_nvlink x 0.5 (all-reduce bandwidth)", "eta_nvlink", 0.5),
+    ("alpha_s x 10 (all-reduce latency)", "alpha_s", 10.0), ("eta_nvlink x 0.5 (all-reduce bandwidth; eta_pcie too)", "eta_nvlink", 0.5),
     ("memory_utilization x 0.8 (KV pool)", "memory_utilization", 0.8),
     ("max_num_seqs x 0.5", "max_num_seqs", 0.5), ("max_num_seqs x 2", "max_num_seqs", 2.0),
     ("max_num_batched_tokens x 0.5", "max_num_batched_tokens", 0.5),
@@ -125,6 +125,8 @@ def diagnose(result, catalog, constants=None) -> Diagnosis:
                 if name in ("eta_compute", "eta_bw", "eta_nvlink", "memory_utilization"):
                     v = min(v, 1.0)
                 kw[name] = v
+            if field == "eta_nvlink" and base.eta_pcie is not None:
+                kw["eta_pcie"] = base.eta_pcie * f          # the all-reduce's bandwidth on a PCIe GPU too
             r = run_group([m], catalog, replace(base, **kw), models=models)[0]
         out.append((label, r.ratio))
     best, best_r = None, None

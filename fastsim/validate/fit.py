@@ -4,7 +4,7 @@
 ``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``,
 the FP8 / FP4 compute factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
 model, ``request_overhead_s`` where rows measure a TTFT or an E2E latency and ``eta_pcie`` where rows run
-a PCIe GPU on more than one GPU, :func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
+a PCIe GPU at an attention TP > 1 or in a pipeline, :func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
 :func:`scipy.optimize.least_squares` (trust region reflective, on the log of each constant,
@@ -114,7 +114,7 @@ START_OVERHEAD_PER_SEQ_S = 1e-5
 #: Where a fit of ``overhead_per_layer_s`` starts (s per layer of a step): 5 us, 12 kernels of a
 #: layer at SPEC §4's ledger launch time under CUDA graphs (about 0.4 us each) plus two all-reduce waits.
 START_OVERHEAD_PER_LAYER_S = 5e-6
-#: Where a fit of ``eta_pcie`` starts, and its value where no training row runs a PCIe GPU at TP > 1:
+#: Where a fit of ``eta_pcie`` starts, and its value where no training row pins it (a PCIe GPU at TP > 1 or in a pipeline):
 #: 0.5 of the link bandwidth per direction, NCCL's all-reduce bus bandwidth over PCIe Gen5 (28 GB/s
 #: on 8 RTX 5090s, 35 GB/s on 4, of 64 GB/s: NVIDIA/nccl issue 1639;
 #: :attr:`fastsim.stepmodel.StepConstants.eta_pcie`).
@@ -295,9 +295,11 @@ def _calibration(engine, names, entries, source=""):
 def default_names(measurements, catalog) -> tuple:
     """The constants fitted by default for a set of rows: ``eta_compute``, ``eta_bw``, ``eta_kv``,
     ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
-    ``moe_compute_factor`` and ``moe_pad_fraction`` when rows run a mixture-of-experts model, and
-    ``request_overhead_s`` when rows measure a TTFT or an E2E latency (the figures it enters), and
-    ``eta_pcie`` when rows run a PCIe GPU (:attr:`fastsim.catalog.GPU.tp_link`) on more than one GPU.
+    ``moe_compute_factor`` when rows run a mixture-of-experts model, ``moe_pad_fraction`` when they run
+    models of at least two granularities ``E / k`` (with one, it and ``moe_compute_factor`` enter only as
+    their ratio and cannot be told apart), ``request_overhead_s`` when rows measure a TTFT or an E2E
+    latency (the figures it enters), and ``eta_pcie`` when rows run a PCIe GPU
+    (:attr:`fastsim.catalog.GPU.tp_link`) with an attention TP > 1 or a pipeline (a ring or a send over PCIe).
 
     Parameters
     ----------
@@ -308,28 +310,36 @@ def default_names(measurements, catalog) -> tuple:
     -------
     tuple of str
     """
-    keys, seen = set(), set()
+    from ..layouts import layout_degrees
+    keys, seen, granularity = set(), set(), set()
     latency = moe = pcie = False
     for m in measurements:
-        if not pcie and (m.tp > 1 or m.pp > 1):
+        try:
+            ring = m.tp // layout_degrees(m.layout, m.tp)[0] > 1         # attention TP: dp+ep has no ring
+        except FastsimInputError:
+            ring = False
+        if not pcie and (ring or m.pp > 1):                              # the ring, or a pipeline's send
             try:
                 pcie = catalog.gpu(m.gpu).tp_link == "pcie"
             except FastsimInputError:
                 pass
         latency = latency or m.metric in ("ttft_s", "e2e_s")
-        if not moe and m.model not in seen:
+        if m.model not in seen:
             seen.add(m.model)
             try:
-                moe = catalog.model(m.model).is_moe
+                model = catalog.model(m.model)
             except FastsimInputError:
-                pass
+                model = None
+            if model is not None and model.is_moe:
+                moe = True
+                granularity.add(model.n_experts / model.experts_per_token)
         try:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
             pass
     return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
             + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
-            + (("moe_compute_factor", "moe_pad_fraction") if moe else ())
+            + (("moe_compute_factor",) if moe else ()) + (("moe_pad_fraction",) if len(granularity) > 1 else ())
             + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
 
 
@@ -337,7 +347,7 @@ def _fold_names(names, start, rows, catalog):
     """The constants a fold fits, and its start: a constant the fold's rows cannot pin (a compute
     factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows,
     ``moe_compute_factor`` without a mixture-of-experts model's rows, ``eta_pcie`` without rows of a
-    PCIe GPU at TP > 1) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
+    PCIe GPU at an attention TP > 1 or in a pipeline, ``moe_pad_fraction`` without two granularities) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
     :data:`START_ETA_PCIE`, a published figure), never a value read off the held-out rows."""
     from ..stepmodel import StepConstants
     pinned = set(default_names(rows, catalog))
