@@ -172,8 +172,8 @@ class StepConstants:
         Sparse Training with Mixture-of-Experts", MLSys 2023, §3; DeepSeek-V3 technical report,
         §3.4, on the load imbalance across experts). The active expert FLOPs are charged at
         ``eta_compute x moe_compute_factor`` (times the precision's factor), in ``P_MATMUL``:
-        ``active params + active expert params x ((1 + q E / k) / factor - 1)`` (q: ``moe_pad_fraction``), so 1.0 gives SPEC §10's
-        figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
+        ``active params + active expert params x ((1 + q E / k) / factor - 1)`` (q: ``moe_pad_fraction``), so 1.0 with q = 0 gives
+        SPEC §10's figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     moe_pad_fraction : float
         Step model v2, dimensionless (default 0: SPEC §10): a grouped GEMM runs each expert's
         ``n k / E`` rows of an ``n``-token step as whole 64- or 128-row tiles, half a tile of

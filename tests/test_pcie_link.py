@@ -47,6 +47,9 @@ def test_the_ring_allreduce_over_pcie_by_hand():
     q = step_params(M70, L40S, FP8, 8, StepConstants())
     assert q[P_ETA_NV] == 0.85
     assert float(step_parts(q, n, 0.0, 0.0)[3]) == pytest.approx(ar * 0.5 / 0.85, rel=0.01)
+    spec = 2 * 7 * 0.43e-6 + 2 * 7 / 8 * (n * M70.hidden * 2.0) / (0.85 * 32e9)
+    assert float(step_parts(q, n, 0.0, 0.0)[3]) == pytest.approx(q[P_N_AR] * spec, rel=1e-12)
+    assert (q == step_params(M70, L40S, FP8, 8, StepConstants(eta_pcie=None))).all()
 
 
 def test_eta_pcie_leaves_nvlink_gpus_and_the_all_to_all_alone():
