@@ -47,7 +47,7 @@ CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
 _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
                  "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9, "request_overhead_s": 0.0,
                  "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "overhead_per_layer_s": 0.0,
-                 "step_form": "spec", "eta_pcie": None, "moe_pad_fraction": 0.0}
+                 "step_form": "spec", "eta_pcie": None, "moe_pad_fraction": 0.0, "moe_load_cv": 0.0}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
@@ -229,7 +229,7 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         >= 0), ``fp8_compute_factor``, ``fp4_compute_factor`` (> 0), ``eta_kv`` (a fraction in
         (0, 1]; omitted: ``eta_bw``'s), ``kv_memory`` (``spec``, ``vllm``, ``trtllm``),
         ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``, ``request_overhead_s``,
-        ``overhead_per_seq_s``, ``overhead_per_layer_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]), ``moe_pad_fraction`` (>= 0),
+        ``overhead_per_seq_s``, ``overhead_per_layer_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]), ``moe_pad_fraction``, ``moe_load_cv`` (>= 0),
         ``step_form`` (``spec``, ``classes``), ``eta_pcie`` (a fraction in (0, 1]; omitted:
         ``eta_nvlink``'s on PCIe GPUs too); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level

@@ -12,7 +12,12 @@ step model, the analytic screen and the ledger all read them from below:
 * :func:`speculative_tokens_per_round`: ``(1 - a^(gamma + 1)) / (1 - a)`` tokens per
   speculative-decoding round (Leviathan, Kalman, Matias, ICML 2023, eq. 1; SPEC section 4);
 * :func:`joules_per_token`: board power over token throughput (SPEC section 4; lecture 16
-  exercise 10).
+  exercise 10);
+* :func:`expected_max_std_normal`: the mean of the largest of ``n`` standard normal variates
+  (Royston, "Expected normal order statistics (exact and approximate)", Applied Statistics 31,
+  1982);
+* :func:`ep_busiest_rank_factor`: the busiest expert-parallel rank's routed load over the mean,
+  ``1 + z_G x cv x sqrt((G - 1) / E)`` (step model v2, docs/STEP_MODEL.md).
 
 The array forms (cost, instances, wait) broadcast and do not validate; the scalar forms
 (tokens per round, joules per token) check their arguments and raise
@@ -20,6 +25,7 @@ The array forms (cost, instances, wait) broadcast and do not validate; the scala
 """
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Integral, Real
 
@@ -28,7 +34,7 @@ import numpy as np
 from .errors import FastsimInputError, require_positive
 
 __all__ = ["cost_usd_per_million_output_tokens", "instances_needed", "md1_mean_wait_s",
-           "speculative_tokens_per_round", "joules_per_token"]
+           "speculative_tokens_per_round", "joules_per_token", "expected_max_std_normal", "ep_busiest_rank_factor"]
 
 #: Largest count :func:`instances_needed` returns: every count up to it is exact in float64, and
 #: it times any GPU count of an instance stays far inside int64 (no overflow, however large the rate).
@@ -223,3 +229,85 @@ def joules_per_token(power_w: float, gpus: int, tokens_per_s_per_gpu: float) -> 
     n = _int_at_least("gpus", gpus, 1)
     t = _positive("tokens_per_s_per_gpu", tokens_per_s_per_gpu)
     return p * n / (t * n)
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_std_normal(n: int) -> float:
+    """The mean of the largest of ``n`` independent standard normal variates.
+
+    ``E[max] = integral of x n phi(x) Phi(x)^(n - 1) dx``, by quadrature (scipy.integrate.quad).
+
+    Parameters
+    ----------
+    n : int
+        How many variates, 1 to 4,096.
+
+    Returns
+    -------
+    float
+        0 for 1 (exactly), 0.5642 for 2 (``1 / sqrt(pi)``), 1.0294 for 4, 1.4236 for 8, 1.7660 for 16.
+
+    Raises
+    ------
+    FastsimInputError
+        ``n`` not an integer from 1 to 4,096.
+
+    Notes
+    -----
+    Source: Royston, "Expected normal order statistics (exact and approximate)", Applied
+    Statistics 31 (1982), 161-165 (tabulated values: 0.5642, 1.0294, 1.4236 for 2, 4, 8).
+    """
+    n = _int_at_least("n", n, 1)
+    if n > 4096:
+        raise FastsimInputError("n", n, "an integer from 1 to 4,096")
+    if n == 1:
+        return 0.0
+    from scipy import integrate, special, stats
+    dens = (lambda x: x * n * math.exp(stats.norm.logpdf(x) + (n - 1) * special.log_ndtr(x)))
+    return float(integrate.quad(dens, -12.0, 12.0, points=[0.0, 3.0], limit=200, epsabs=1e-12)[0])
+
+
+def ep_busiest_rank_factor(n_experts: int, ep: int, expert_load_cv: float) -> float:
+    """The busiest expert-parallel rank's routed tokens over the mean rank's (a step waits for it).
+
+    ``1 + z_G x cv x sqrt((G - 1) / E)``: a rank holds ``E / G`` of the ``E`` experts; when each
+    expert's share of a step's routed tokens varies with coefficient of variation ``cv`` around
+    ``1 / E``, a rank's share varies with ``cv x sqrt((G - 1) / E)`` around ``1 / G`` (a sum of
+    ``E / G`` shares drawn without replacement), and the largest of ``G`` such shares lies
+    ``z_G`` = :func:`expected_max_std_normal` ``(G)`` of them above the mean (a normal
+    approximation). One rank (``G = 1``, tensor-sharded experts: every GPU computes a slice of
+    every expert) or ``cv = 0`` (uniform routing, SPEC §10) gives exactly 1.0.
+
+    Parameters
+    ----------
+    n_experts : int
+        Routed experts ``E``, >= 1.
+    ep : int
+        Expert-parallel ranks ``G``, >= 1 (1: the experts are tensor-sharded).
+    expert_load_cv : float
+        Coefficient of variation of an expert's share of a step's routed tokens, >= 0.
+
+    Returns
+    -------
+    float
+        >= 1. Qwen3-235B-A22B (``E`` = 128) at EP8 with ``cv`` = 1: ``1 + 1.4236 x sqrt(7 / 128)`` = 1.333.
+
+    Raises
+    ------
+    FastsimInputError
+        ``n_experts`` or ``ep`` not a positive integer, ``expert_load_cv`` negative or not finite.
+
+    Notes
+    -----
+    Source: the routed load's imbalance across experts, which the DeepSeek-V3 technical report
+    (arXiv:2412.19437, §3.4) answers in serving with redundant copies of the busiest experts; the
+    order statistic from :func:`expected_max_std_normal`. docs/STEP_MODEL.md, ``moe_load_cv``.
+    """
+    e = _int_at_least("n_experts", n_experts, 1)
+    g = _int_at_least("ep", ep, 1)
+    cv = float(expert_load_cv) if isinstance(expert_load_cv, Real) and not isinstance(expert_load_cv, bool) else -1.0
+    if not (0.0 <= cv < math.inf):
+        raise FastsimInputError("expert_load_cv", expert_load_cv, "a finite number >= 0")
+    if g == 1 or cv == 0.0:
+        return 1.0
+    return 1.0 + expected_max_std_normal(min(g, 4096)) * cv * math.sqrt((g - 1) / e)

@@ -11,7 +11,7 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
     KV read     = kv_tokens x KV bytes per token per GPU / dp / (eta_kv x HBM B/s)   (eta_kv = eta_bw in SPEC §3)
     compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
     all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
-    all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x hidden x 2 B / (eta_nvlink x link B/s)]
+    all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x busiest x hidden x 2 B / (eta_nvlink x link B/s)]
     step        = max(weight read + KV read, compute) + all-reduce + all-to-all + fixed overhead
                   (step model v2: StepConstants.step_form "classes" takes max(weight read, GEMM) +
                   max(KV read, attention) instead; docs/STEP_MODEL.md)
@@ -42,6 +42,7 @@ from numba import njit
 
 from .catalog import GPU, Model, Precision
 from .errors import FastsimInputError
+from .formulas import ep_busiest_rank_factor
 from .layouts import LAYOUTS, instance_layout_refusal, layout_degrees, layout_refusal
 
 __all__ = [
@@ -163,25 +164,20 @@ class StepConstants:
         Default 0 (SPEC §3 has none). TensorRT-LLM's Triton path adds 6-10 ms of TTFT on 8B at
         the lightest load in its published tables; fitted per engine
         (:func:`fastsim.validate.fit.fit_measurements`).
-    moe_compute_factor : float
-        Step model v2: the fraction of the dense GEMMs' compute efficiency a mixture-of-experts
-        layer's routed experts reach (default 1.0, SPEC §10 charges them as dense matmuls): an
-        expert's grouped GEMM runs ``tokens x experts_per_token / n_experts`` rows, far fewer than
-        a dense layer's, behind a router, a top-k and a permutation of the tokens to their experts
-        and back, and the step waits for the busiest expert (Gale et al., "MegaBlocks: Efficient
-        Sparse Training with Mixture-of-Experts", MLSys 2023, §3; DeepSeek-V3 technical report,
-        §3.4, on the load imbalance across experts). The active expert FLOPs are charged at
-        ``eta_compute x moe_compute_factor`` (times the precision's factor), in ``P_MATMUL``:
-        ``active params + active expert params x ((1 + q E / k) / factor - 1)`` (q: ``moe_pad_fraction``), so 1.0 with q = 0 gives
-        SPEC §10's figures to the bit. Fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
-    moe_pad_fraction : float
-        Step model v2, dimensionless (default 0: SPEC §10): a grouped GEMM runs each expert's
-        ``n k / E`` rows of an ``n``-token step as whole 64- or 128-row tiles, half a tile of
-        padding per expert on average, so expert FLOPs grow by ``1 + pad x E / (n k)``, taken at a
-        loaded engine's step size as ``1 + q E / k`` with one fitted ``q = pad / n`` (Gale et al.,
-        "MegaBlocks", MLSys 2023, §3; DeepGEMM aligns each expert's rows to its block M): a
-        fine-grained model (Qwen3-235B-A22B, ``E / k = 16``) pays more than a coarse one (Mixtral,
-        4). Active expert FLOPs run at ``eta_compute x moe_compute_factor / (1 + q E / k)``.
+    moe_compute_factor, moe_pad_fraction, moe_load_cv : float
+        Step model v2, dimensionless; the defaults (1.0, 0, 0) give SPEC §10's figures to the bit.
+        A mixture-of-experts layer's active expert FLOPs run at ``eta_compute x factor / ((1 + q E
+        / k) x busiest)`` (folded into ``P_MATMUL``). ``moe_compute_factor`` (in (0, 1]): the
+        grouped GEMMs' fraction of the dense efficiency, behind a router, a top-k and a permutation
+        (Gale et al., "MegaBlocks", MLSys 2023, §3). ``moe_pad_fraction`` ``q``: each expert's
+        ``n k / E`` rows run as whole 64- or 128-row tiles, ``1 + pad x E / (n k)`` taken at a loaded
+        step as ``1 + q E / k`` (DeepGEMM aligns each expert's rows to its block M), so Qwen3-235B
+        (``E / k`` = 16) pays more than Mixtral (4). ``moe_load_cv`` ``cv``: the coefficient of
+        variation of an expert's share of a step's routed tokens; under expert parallelism over
+        ``G`` ranks the step waits for the busiest rank, ``busiest =``
+        :func:`fastsim.formulas.ep_busiest_rank_factor` ``= 1 + z_G cv sqrt((G - 1) / E)`` (its
+        all-to-all receive too; DeepSeek-V3 report, arXiv:2412.19437, §3.4); 1 for tensor-sharded
+        experts. All fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     overhead_per_seq_s : float
         Step model v2: the engine's host time per sequence of a step (s), added to the step on
         top of ``overhead_s``: a step of ``n`` sequences (its decodes and its prompt pieces)
@@ -238,6 +234,7 @@ class StepConstants:
     overhead_per_seq_s: float = 0.0
     moe_compute_factor: float = 1.0
     moe_pad_fraction: float = 0.0
+    moe_load_cv: float = 0.0
     overhead_per_layer_s: float = 0.0
     step_form: str = "spec"
     eta_pcie: float | None = None
@@ -422,18 +419,21 @@ def _fixed_overhead_s(constants, layers) -> float:
     return constants.overhead_s + layers * constants.overhead_per_layer_s
 
 
-def _moe_extra_params(model, moe_layers, constants) -> float:
+def _moe_extra_params(model, moe_layers, constants, ep=1) -> float:
     """Parameters added to ``P_MATMUL`` so that ``moe_layers`` layers' active experts run at
-    ``moe_compute_factor / (1 + moe_pad_fraction x E / k)`` of the compute efficiency
-    (:attr:`StepConstants.moe_compute_factor`, :attr:`StepConstants.moe_pad_fraction`):
-    ``moe_layers x experts_per_token x expert_params x ((1 + q E / k) / factor - 1)``; exactly 0.0 for a
-    dense model or a factor of 1.0 and a fraction of 0 (SPEC §10's figures to the bit)."""
-    f = constants.moe_compute_factor
-    q = constants.moe_pad_fraction
-    if not model.is_moe or (f == 1.0 and q == 0.0) or moe_layers <= 0:
+    ``moe_compute_factor / ((1 + moe_pad_fraction x E / k) x busiest)`` of the compute efficiency,
+    ``busiest`` the EP rank's load factor (:func:`fastsim.formulas.ep_busiest_rank_factor`, ``moe_load_cv``):
+    ``moe_layers x experts_per_token x expert_params x (slow / factor - 1)``; exactly 0.0 for a
+    dense model or a factor of 1.0 and a fraction and CV of 0 (SPEC §10's figures to the bit)."""
+    f, q = constants.moe_compute_factor, constants.moe_pad_fraction
+    if not model.is_moe or (f == 1.0 and q == 0.0 and constants.moe_load_cv == 0.0) or moe_layers <= 0:
         return 0.0
-    slow = 1.0 + q * model.n_experts / model.experts_per_token
+    slow = (1.0 + q * model.n_experts / model.experts_per_token) * _busiest(model, ep, constants)
     return float(moe_layers) * model.experts_per_token * model.expert_params * (slow / f - 1.0)
+
+
+def _busiest(model, ep, constants) -> float:
+    return ep_busiest_rank_factor(model.n_experts, ep, constants.moe_load_cv) if model.is_moe else 1.0
 
 
 def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
@@ -484,7 +484,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     tp_attn = g // dp
     wb = precision.weight_bytes
     p = np.empty(N_PARAMS, dtype=np.float64)
-    p[P_MATMUL] = model.active_matmul_params + _moe_extra_params(model, model.moe_layers, constants)
+    p[P_MATMUL] = model.active_matmul_params + _moe_extra_params(model, model.moe_layers, constants, ep)
     p[P_WBYTES] = wb
     p[P_TP] = tp_attn
     p[P_HBM_BW] = gpu.hbm_bw_bytes_per_s
@@ -511,7 +511,8 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_N_AR] = 2 * (model.layers - model.moe_layers) + moe_ar * model.moe_layers
     p[P_N_A2A] = model.moe_layers if ep > 1 else 0
     p[P_TOPK] = model.experts_per_token
-    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV])   # all-to-all at eta_nvlink: eta_pcie is the ring's
+    # all-to-all at eta_nvlink (eta_pcie is the ring's), received by the busiest EP rank
+    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV]) / _busiest(model, ep, constants)
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency
@@ -707,7 +708,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         nm = n - nd
         last = s == len(stages) - 1
         act = nd * dense_layer + nm * moe_active + (head_active if last else 0.0) + _moe_extra_params(
-            model, nm, constants_)
+            model, nm, constants_, ep)
         dense = nd * dense_layer + nm * moe_dense + (head_dense if last else 0.0)
         routed = nm * model.n_experts * model.expert_params if model.is_moe else 0.0
         row = base.copy()

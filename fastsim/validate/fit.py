@@ -73,12 +73,12 @@ from .summary import group_stats
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
            "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD", "START_ETA_PCIE",
-           "START_MOE_PAD_FRACTION"]
+           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
             "fp4_compute_factor", "moe_compute_factor", "alpha_s", "eta_nvlink", "reserved_bytes_per_gpu",
-            "request_overhead_s", "overhead_per_layer_s", "eta_pcie", "moe_pad_fraction")
+            "request_overhead_s", "overhead_per_layer_s", "eta_pcie", "moe_pad_fraction", "moe_load_cv")
 #: Bounds of each fitted constant (its own unit): the efficiencies are fractions, the overheads
 #: seconds; a factor's upper bound is also capped by ``1 / eta_compute`` at every evaluation. The
 #: compute factors are held to what low-precision GEMMs reach: FP8 at least half of BF16's fraction
@@ -89,7 +89,8 @@ BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0)
           "fp8_compute_factor": (0.5, 1.0), "fp4_compute_factor": (0.3, 1.0), "alpha_s": (1e-8, 1e-4),
           "eta_nvlink": (0.05, 1.0), "reserved_bytes_per_gpu": (1e8, 2e10), "request_overhead_s": (1e-4, 0.2),
           "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0),
-          "overhead_per_layer_s": (1e-7, 2e-4), "eta_pcie": (0.05, 1.0), "moe_pad_fraction": (1e-4, 0.5)}
+          "overhead_per_layer_s": (1e-7, 2e-4), "eta_pcie": (0.05, 1.0), "moe_pad_fraction": (1e-4, 0.5),
+          "moe_load_cv": (1e-3, 4.0)}
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -123,6 +124,11 @@ START_ETA_PCIE = 0.5
 #: 3,000 tokens (TensorRT-LLM's and vLLM's default token budgets are 8,192 and 2,048-8,192 per step), 0.02
 #: (:attr:`fastsim.stepmodel.StepConstants.moe_pad_fraction`).
 START_MOE_PAD_FRACTION = 0.02
+#: Where a fit of ``moe_load_cv`` starts: an expert's share of a step's routed tokens varying by half its mean
+#: (an estimate: routers trained with a balancing loss still send some experts several times the mean's
+#: tokens in a step, which is why DeepSeek-V3 serves with redundant copies of the busiest experts,
+#: arXiv:2412.19437 §3.4; :attr:`fastsim.stepmodel.StepConstants.moe_load_cv`).
+START_MOE_LOAD_CV = 0.5
 #: The SD of each constant's Gaussian prior on the log scale (module docstring, "Priors"): 0.5 (a factor
 #: of 1.65 at one SD) for the efficiencies, centred on SPEC §3's MFU / MBU figures, and for the compute
 #: factors, centred on :data:`PRIOR_CENTRE`; 1.0 (a factor of 2.7) for the overheads and link constants,
@@ -131,7 +137,7 @@ PRIOR_LOG_SD = {"eta_compute": 0.5, "eta_bw": 0.5, "eta_kv": 0.5, "fp8_compute_f
                 "fp4_compute_factor": 0.5, "moe_compute_factor": 0.5, "eta_nvlink": 0.5,
                 "overhead_s": 1.0, "overhead_per_seq_s": 1.0, "overhead_per_layer_s": 1.0, "alpha_s": 1.0,
                 "reserved_bytes_per_gpu": 1.0, "request_overhead_s": 1.0, "eta_pcie": 0.5,
-                "moe_pad_fraction": 1.0}
+                "moe_pad_fraction": 1.0, "moe_load_cv": 1.0}
 assert set(PRIOR_LOG_SD) == set(FITTABLE)
 #: Prior centres that are not the constant's start: an FP8 GEMM runs at 1.3-1.9x its BF16 speed on a 2x
 #: peak (cuBLAS, DeepGEMM), so 0.8 of BF16's fraction of peak; a CUTLASS NVFP4 GEMM at 2-3x on a 4x peak,
@@ -297,7 +303,9 @@ def default_names(measurements, catalog) -> tuple:
     ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
     ``moe_compute_factor`` when rows run a mixture-of-experts model, ``moe_pad_fraction`` when they run
     models of at least two granularities ``E / k`` (with one, it and ``moe_compute_factor`` enter only as
-    their ratio and cannot be told apart), ``request_overhead_s`` when rows measure a TTFT or an E2E
+    their ratio and cannot be told apart), ``moe_load_cv`` when MoE rows run expert parallelism and at
+    least one other expert-parallel shape (EP degree and expert count, tensor-sharded experts counting as
+    one: with a single shape it too enters only as a ratio with ``moe_compute_factor``), ``request_overhead_s`` when rows measure a TTFT or an E2E
     latency (the figures it enters), and ``eta_pcie`` when rows run a PCIe GPU
     (:attr:`fastsim.catalog.GPU.tp_link`) with an attention TP > 1 or a pipeline (a ring or a send over PCIe).
 
@@ -311,13 +319,14 @@ def default_names(measurements, catalog) -> tuple:
     tuple of str
     """
     from ..layouts import layout_degrees
-    keys, seen, granularity = set(), set(), set()
+    keys, seen, granularity, ep_shapes = set(), {}, set(), set()
     latency = moe = pcie = False
     for m in measurements:
         try:
-            ring = m.tp // layout_degrees(m.layout, m.tp)[0] > 1         # attention TP: dp+ep has no ring
+            dp, ep = layout_degrees(m.layout, m.tp)
         except FastsimInputError:
-            ring = False
+            dp, ep = m.tp, 1
+        ring = m.tp // dp > 1                                            # attention TP: dp+ep has no ring
         if not pcie and (ring or m.pp > 1):                              # the ring, or a pipeline's send
             try:
                 pcie = catalog.gpu(m.gpu).tp_link == "pcie"
@@ -325,14 +334,16 @@ def default_names(measurements, catalog) -> tuple:
                 pass
         latency = latency or m.metric in ("ttft_s", "e2e_s")
         if m.model not in seen:
-            seen.add(m.model)
             try:
                 model = catalog.model(m.model)
             except FastsimInputError:
                 model = None
-            if model is not None and model.is_moe:
+            seen[m.model] = model.n_experts if model is not None and model.is_moe else 0
+            if seen[m.model]:
                 moe = True
                 granularity.add(model.n_experts / model.experts_per_token)
+        if seen[m.model]:                                                # the busiest EP rank's shape
+            ep_shapes.add((ep, seen[m.model]) if ep > 1 else (1, 0))
         try:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
@@ -340,6 +351,7 @@ def default_names(measurements, catalog) -> tuple:
     return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
             + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
             + (("moe_compute_factor",) if moe else ()) + (("moe_pad_fraction",) if len(granularity) > 1 else ())
+            + (("moe_load_cv",) if len(ep_shapes) > 1 and any(g > 1 for g, _ in ep_shapes) else ())
             + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
 
 
@@ -347,12 +359,13 @@ def _fold_names(names, start, rows, catalog):
     """The constants a fold fits, and its start: a constant the fold's rows cannot pin (a compute
     factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows,
     ``moe_compute_factor`` without a mixture-of-experts model's rows, ``eta_pcie`` without rows of a
-    PCIe GPU at an attention TP > 1 or in a pipeline, ``moe_pad_fraction`` without two granularities) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
+    PCIe GPU at an attention TP > 1 or in a pipeline, ``moe_pad_fraction`` without two granularities,
+    ``moe_load_cv`` without MoE rows at two expert-parallel shapes) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
     :data:`START_ETA_PCIE`, a published figure), never a value read off the held-out rows."""
     from ..stepmodel import StepConstants
     pinned = set(default_names(rows, catalog))
     conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s", "moe_compute_factor", "moe_pad_fraction",
-                                                   "eta_pcie"}
+                                                   "eta_pcie", "moe_load_cv"}
     keep = tuple(n for n in names if n not in conditional or n in pinned)
     spec = StepConstants()
     reset = {n: getattr(spec, n) for n in names if n not in keep and n != "eta_pcie"}
@@ -691,6 +704,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         start = replace(start, overhead_per_layer_s=START_OVERHEAD_PER_LAYER_S)
     if start_default and "moe_pad_fraction" in names:
         start = replace(start, moe_pad_fraction=START_MOE_PAD_FRACTION)
+    if start_default and "moe_load_cv" in names:
+        start = replace(start, moe_load_cv=START_MOE_LOAD_CV)
     for n in names:
         if n not in FITTABLE:
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
