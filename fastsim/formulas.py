@@ -14,13 +14,12 @@ step model, the analytic screen and the ledger all read them from below:
 * :func:`joules_per_token`: board power over token throughput (SPEC section 4; lecture 16
   exercise 10);
 * :func:`expected_max_std_normal`: the mean of the largest of ``n`` standard normal variates
-  (Royston, "Expected normal order statistics (exact and approximate)", Applied Statistics 31,
-  1982);
+  (Harter, Biometrika 48, 1961);
 * :func:`ep_busiest_rank_factor`: the busiest expert-parallel rank's routed load over the mean,
-  ``1 + z_G x cv x sqrt((G - 1) / E)`` (step model v2, docs/STEP_MODEL.md).
+  ``1 + z_G x cv x sqrt(G / E)`` (step model v2, docs/STEP_MODEL.md).
 
 The array forms (cost, instances, wait) broadcast and do not validate; the scalar forms
-(tokens per round, joules per token) check their arguments and raise
+(tokens per round, joules per token, the order statistic, the busiest rank) check their arguments and raise
 :class:`fastsim.errors.FastsimInputError`.
 """
 from __future__ import annotations
@@ -231,7 +230,6 @@ def joules_per_token(power_w: float, gpus: int, tokens_per_s_per_gpu: float) -> 
     return p * n / (t * n)
 
 
-@functools.lru_cache(maxsize=256)
 def expected_max_std_normal(n: int) -> float:
     """The mean of the largest of ``n`` independent standard normal variates.
 
@@ -240,7 +238,7 @@ def expected_max_std_normal(n: int) -> float:
     Parameters
     ----------
     n : int
-        How many variates, 1 to 4,096.
+        How many variates, >= 1.
 
     Returns
     -------
@@ -250,16 +248,19 @@ def expected_max_std_normal(n: int) -> float:
     Raises
     ------
     FastsimInputError
-        ``n`` not an integer from 1 to 4,096.
+        ``n`` not an integer >= 1.
 
     Notes
     -----
-    Source: Royston, "Expected normal order statistics (exact and approximate)", Applied
-    Statistics 31 (1982), 161-165 (tabulated values: 0.5642, 1.0294, 1.4236 for 2, 4, 8).
+    Source: Harter, "Expected values of normal order statistics", Biometrika 48 (1961), 151-165
+    (tabulated: 0.5642, 1.0294, 1.4236 for 2, 4, 8); Royston, Applied Statistics 31 (1982),
+    algorithm AS 177, computes them.
     """
-    n = _int_at_least("n", n, 1)
-    if n > 4096:
-        raise FastsimInputError("n", n, "an integer from 1 to 4,096")
+    return _expected_max(_int_at_least("n", n, 1))
+
+
+@functools.lru_cache(maxsize=256)
+def _expected_max(n: int) -> float:
     if n == 1:
         return 0.0
     from scipy import integrate, special, stats
@@ -270,32 +271,34 @@ def expected_max_std_normal(n: int) -> float:
 def ep_busiest_rank_factor(n_experts: int, ep: int, expert_load_cv: float) -> float:
     """The busiest expert-parallel rank's routed tokens over the mean rank's (a step waits for it).
 
-    ``1 + z_G x cv x sqrt((G - 1) / E)``: a rank holds ``E / G`` of the ``E`` experts; when each
-    expert's share of a step's routed tokens varies with coefficient of variation ``cv`` around
-    ``1 / E``, a rank's share varies with ``cv x sqrt((G - 1) / E)`` around ``1 / G`` (a sum of
-    ``E / G`` shares drawn without replacement), and the largest of ``G`` such shares lies
-    ``z_G`` = :func:`expected_max_std_normal` ``(G)`` of them above the mean (a normal
-    approximation). One rank (``G = 1``, tensor-sharded experts: every GPU computes a slice of
-    every expert) or ``cv = 0`` (uniform routing, SPEC §10) gives exactly 1.0.
+    ``1 + z_G x cv x sqrt(G / E)``: each of the ``E`` experts receives a step's routed tokens with
+    coefficient of variation ``cv`` around the mean; a rank holds ``E / G`` of them, so its load,
+    their sum, varies with ``cv x sqrt(G / E)`` around the mean rank's, and the largest of the
+    ``G`` ranks' loads lies ``z_G`` = :func:`expected_max_std_normal` ``(G)`` of those above it (a
+    normal approximation; measuring the ranks against their own mean, which the total fixes, leaves
+    the maximum's excess unchanged). One rank (``G = 1``, tensor-sharded experts: every GPU computes
+    a slice of every expert) or ``cv = 0`` (uniform routing, SPEC §10) gives exactly 1.0; an ``E``
+    that ``G`` does not divide is taken at ``E / G`` experts a rank.
 
     Parameters
     ----------
     n_experts : int
         Routed experts ``E``, >= 1.
     ep : int
-        Expert-parallel ranks ``G``, >= 1 (1: the experts are tensor-sharded).
+        Expert-parallel ranks ``G``, 1 to ``n_experts`` (1: the experts are tensor-sharded).
     expert_load_cv : float
-        Coefficient of variation of an expert's share of a step's routed tokens, >= 0.
+        Coefficient of variation of an expert's routed tokens in a step, >= 0.
 
     Returns
     -------
     float
-        >= 1. Qwen3-235B-A22B (``E`` = 128) at EP8 with ``cv`` = 1: ``1 + 1.4236 x sqrt(7 / 128)`` = 1.333.
+        >= 1. Qwen3-235B-A22B (``E`` = 128) at EP8 with ``cv`` = 1: ``1 + 1.4236 x sqrt(8 / 128)`` = 1.356.
 
     Raises
     ------
     FastsimInputError
-        ``n_experts`` or ``ep`` not a positive integer, ``expert_load_cv`` negative or not finite.
+        ``n_experts`` not a positive integer, ``ep`` not an integer from 1 to ``n_experts``,
+        ``expert_load_cv`` negative or not finite.
 
     Notes
     -----
@@ -305,9 +308,11 @@ def ep_busiest_rank_factor(n_experts: int, ep: int, expert_load_cv: float) -> fl
     """
     e = _int_at_least("n_experts", n_experts, 1)
     g = _int_at_least("ep", ep, 1)
+    if g > e:
+        raise FastsimInputError("ep", ep, f"an integer from 1 to n_experts ({e}): a rank holds one expert at least")
     cv = float(expert_load_cv) if isinstance(expert_load_cv, Real) and not isinstance(expert_load_cv, bool) else -1.0
     if not (0.0 <= cv < math.inf):
         raise FastsimInputError("expert_load_cv", expert_load_cv, "a finite number >= 0")
     if g == 1 or cv == 0.0:
         return 1.0
-    return 1.0 + expected_max_std_normal(min(g, 4096)) * cv * math.sqrt((g - 1) / e)
+    return 1.0 + _expected_max(g) * cv * math.sqrt(g / e)

@@ -173,9 +173,9 @@ class StepConstants:
         ``n k / E`` rows run as whole 64- or 128-row tiles, ``1 + pad x E / (n k)`` taken at a loaded
         step as ``1 + q E / k`` (DeepGEMM aligns each expert's rows to its block M), so Qwen3-235B
         (``E / k`` = 16) pays more than Mixtral (4). ``moe_load_cv`` ``cv``: the coefficient of
-        variation of an expert's share of a step's routed tokens; under expert parallelism over
+        variation of an expert's routed tokens in a step; under expert parallelism over
         ``G`` ranks the step waits for the busiest rank, ``busiest =``
-        :func:`fastsim.formulas.ep_busiest_rank_factor` ``= 1 + z_G cv sqrt((G - 1) / E)`` (its
+        :func:`fastsim.formulas.ep_busiest_rank_factor` ``= 1 + z_G cv sqrt(G / E)`` (its
         all-to-all receive too; DeepSeek-V3 report, arXiv:2412.19437, §3.4); 1 for tensor-sharded
         experts. All fitted per engine (:func:`fastsim.validate.fit.fit_measurements`).
     overhead_per_seq_s : float

@@ -200,6 +200,19 @@ def test_kv_cache_dtype_column_changes_the_kv_pool(tmp_path):
         read_measurements(bad)
 
 
+def test_the_shipped_gpt_oss_rows_run_the_published_fp8_kv_cache():
+    """The perf-overview's GPT-OSS llm_options.yml sets kv_cache_config dtype fp8 (B200, GB200), where
+    trtllm-bench's own map would keep an MXFP4 checkpoint's KV at BF16: the rows say so, and run one byte a value."""
+    from fastsim.catalog import load_catalog
+    from fastsim.validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS
+    from fastsim.validate.run import _row_precision
+    cat = load_catalog([str(SHIPPED_CATALOG)])
+    oss = [m for m in read_measurements(SHIPPED_MEASUREMENTS, cat) if m.model.startswith("gpt-oss")]
+    assert len(oss) == 20 and {m.gpu for m in oss} == {"B200", "GB200"}
+    assert {m.kv_cache_dtype for m in oss} == {"fp8"}
+    assert {_row_precision(m, cat.precision(m.precision)).kv_bytes for m in oss} == {1}
+
+
 def test_fp8_and_fp4_compute_factors_scale_only_their_peaks():
     cat = default_catalog()
     c = StepConstants(fp8_compute_factor=0.75, fp4_compute_factor=0.5)

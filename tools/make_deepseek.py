@@ -1013,8 +1013,9 @@ def _not_modelled(R):
         "compares with its measured kernels);",
         "mixed precision within a step: every FLOP runs at the precision's peak and the KV cache has the "
         "precision's element size, where DeepSeek runs MLA in BF16 (ablation (d));",
-        "expert load imbalance and EPLB's redundant experts: fastsim's all-to-all and expert compute take the mean "
-        "load, and it places ceil(E/G) experts per GPU (ablation (c));",
+        "expert load imbalance and EPLB's redundant experts: at SPEC §3's constants fastsim's all-to-all and "
+        "expert compute take the mean load (step model v2's moe_load_cv, 0 there, charges the busiest rank), and it "
+        "places ceil(E/G) experts per GPU (ablation (c));",
         "attention to a cached prefix, and prefix caching on disk (SPEC §10 names prefix caching; the ledger's "
         "prefill starts from an empty cache; ablation (g));",
         "the KV-cache transfer from prefill to decode nodes, the load balancers between data-parallel ranks, and "

@@ -67,8 +67,8 @@ def add_parser(sub):
                     help="--measurements: constants to fit (default: eta_compute, eta_bw, eta_kv, overhead_s, "
                     "overhead_per_seq_s, overhead_per_layer_s, the FP8 / FP4 compute factors of the precisions the rows use, "
                     "moe_compute_factor where rows run a mixture-of-experts model, moe_pad_fraction where they "
-                    "run two granularities E/k or more, moe_load_cv where they run expert parallelism and another "
-                    "expert-parallel shape, request_overhead_s where rows measure TTFT or E2E, and "
+                    "run two granularities E/k or more, moe_load_cv where one MoE model runs at two "
+                    "expert-parallel degrees or more, request_overhead_s where rows measure TTFT or E2E, and "
                     "eta_pcie where rows run a PCIe GPU at an attention TP > 1 or in a pipeline)")
     sp.add_argument("--max-runs", type=_int_at_least(2), default=150,
                     help="--measurements: at most this many runs per fit, spread over the source families "

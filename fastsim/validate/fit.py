@@ -3,7 +3,8 @@
 :func:`fit_measurements` fits some of :class:`fastsim.stepmodel.StepConstants` (by default
 ``eta_compute``, ``eta_bw``, ``eta_kv``, ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``,
 the FP8 / FP4 compute factors of the precisions the rows use, ``moe_compute_factor`` where rows run a mixture-of-experts
-model, ``request_overhead_s`` where rows measure a TTFT or an E2E latency and ``eta_pcie`` where rows run
+model, ``moe_pad_fraction`` where they run two granularities ``E / k`` or more, ``moe_load_cv`` where one
+MoE model runs at two expert-parallel degrees or more, ``request_overhead_s`` where rows measure a TTFT or an E2E latency and ``eta_pcie`` where rows run
 a PCIe GPU at an attention TP > 1 or in a pipeline, :func:`default_names`) to the rows of one engine of a measurement set (:mod:`fastsim.validate.records`):
 each evaluation runs every training row the way its benchmark ran
 (:func:`fastsim.validate.run_measurements`, the engine's own policy), and
@@ -103,7 +104,7 @@ ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 #: The step form a fit starts from and keeps (:attr:`fastsim.stepmodel.StepConstants.step_form`): a
 #: roofline per kernel class, as every engine runs a layer's GEMMs and its attention as separate
 #: kernels. Not a fitted number but the model's shape: on the shipped TensorRT-LLM rows it alone takes
-#: SPEC §3's constants from 31.7% to 26.8% median error.
+#: SPEC §3's constants from 32.4% to 26.8% median error.
 ENGINE_STEP_FORM = {"vllm": "classes", "sglang": "classes", "trtllm": "classes"}
 #: Where a fit of ``request_overhead_s`` starts (s): the middle of the 6-10 ms TensorRT-LLM's Triton path
 #: adds to the TTFT of Llama-3.1-8B at its lightest published load (the rows' own figures).
@@ -124,7 +125,7 @@ START_ETA_PCIE = 0.5
 #: 3,000 tokens (TensorRT-LLM's and vLLM's default token budgets are 8,192 and 2,048-8,192 per step), 0.02
 #: (:attr:`fastsim.stepmodel.StepConstants.moe_pad_fraction`).
 START_MOE_PAD_FRACTION = 0.02
-#: Where a fit of ``moe_load_cv`` starts: an expert's share of a step's routed tokens varying by half its mean
+#: Where a fit of ``moe_load_cv`` starts: an expert's routed tokens in a step varying by half their mean
 #: (an estimate: routers trained with a balancing loss still send some experts several times the mean's
 #: tokens in a step, which is why DeepSeek-V3 serves with redundant copies of the busiest experts,
 #: arXiv:2412.19437 §3.4; :attr:`fastsim.stepmodel.StepConstants.moe_load_cv`).
@@ -149,8 +150,8 @@ PRIOR_CENTRE = {"fp8_compute_factor": 0.8, "fp4_compute_factor": 0.6}
 #: is sequential: refitted jointly (``tools/make_fit.py --engine trtllm --max-runs 80 --max-nfev 30``
 #: with ``gpu_fit="joint"``) it was held out 13.7% (0.960) against the sequential fit's 13.2% (0.953),
 #: in sample 11.6% against 9.0%, trading ITL (11.6% at 1.060 against 19.7% at 1.225) for TTFT (12.3% at
-#: 0.877 against 7.9% at 0.968) and the T2 family (28.8% against 18.6%); both measured before ``moe_pad_fraction``
-#: and ``eta_pcie`` were in the model.
+#: 0.877 against 7.9% at 0.968) and the T2 family (28.8% against 18.6%); both measured before ``moe_pad_fraction``,
+#: ``eta_pcie`` and ``moe_load_cv`` were in the model.
 ENGINE_GPU_FIT = {"vllm": "joint", "sglang": "joint", "trtllm": "sequential"}
 #: Log-scale SD of the prior on a GPU's efficiency around the ``"*"`` entry's in a joint fit.
 GPU_LOG_SD = 0.5
@@ -303,9 +304,10 @@ def default_names(measurements, catalog) -> tuple:
     ``overhead_s``, ``overhead_per_seq_s``, ``overhead_per_layer_s``, the FP8 / FP4 compute factor of each low-precision peak the rows run on,
     ``moe_compute_factor`` when rows run a mixture-of-experts model, ``moe_pad_fraction`` when they run
     models of at least two granularities ``E / k`` (with one, it and ``moe_compute_factor`` enter only as
-    their ratio and cannot be told apart), ``moe_load_cv`` when MoE rows run expert parallelism and at
-    least one other expert-parallel shape (EP degree and expert count, tensor-sharded experts counting as
-    one: with a single shape it too enters only as a ratio with ``moe_compute_factor``), ``request_overhead_s`` when rows measure a TTFT or an E2E
+    their ratio and cannot be told apart), ``moe_load_cv`` when one MoE model's rows run at two
+    expert-parallel degrees or more, tensor-sharded experts counting as degree 1 (only then does the busiest
+    rank's load vary where the model's granularity, and so ``moe_compute_factor`` and ``moe_pad_fraction``,
+    stay fixed), ``request_overhead_s`` when rows measure a TTFT or an E2E
     latency (the figures it enters), and ``eta_pcie`` when rows run a PCIe GPU
     (:attr:`fastsim.catalog.GPU.tp_link`) with an attention TP > 1 or a pipeline (a ring or a send over PCIe).
 
@@ -319,7 +321,7 @@ def default_names(measurements, catalog) -> tuple:
     tuple of str
     """
     from ..layouts import layout_degrees
-    keys, seen, granularity, ep_shapes = set(), {}, set(), set()
+    keys, seen, granularity, ep_degrees = set(), {}, set(), {}
     latency = moe = pcie = False
     for m in measurements:
         try:
@@ -342,8 +344,8 @@ def default_names(measurements, catalog) -> tuple:
             if seen[m.model]:
                 moe = True
                 granularity.add(model.n_experts / model.experts_per_token)
-        if seen[m.model]:                                                # the busiest EP rank's shape
-            ep_shapes.add((ep, seen[m.model]) if ep > 1 else (1, 0))
+        if seen[m.model]:                                                # the busiest EP rank's degree
+            ep_degrees.setdefault(m.model, set()).add(ep)
         try:
             keys.add(catalog.precision(m.precision).flops_key)
         except FastsimInputError:
@@ -351,7 +353,7 @@ def default_names(measurements, catalog) -> tuple:
     return (("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
             + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
             + (("moe_compute_factor",) if moe else ()) + (("moe_pad_fraction",) if len(granularity) > 1 else ())
-            + (("moe_load_cv",) if len(ep_shapes) > 1 and any(g > 1 for g, _ in ep_shapes) else ())
+            + (("moe_load_cv",) if any(len(d) > 1 for d in ep_degrees.values()) else ())
             + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
 
 
@@ -360,7 +362,7 @@ def _fold_names(names, start, rows, catalog):
     factor without rows at its precision, ``request_overhead_s`` without TTFT or E2E rows,
     ``moe_compute_factor`` without a mixture-of-experts model's rows, ``eta_pcie`` without rows of a
     PCIe GPU at an attention TP > 1 or in a pipeline, ``moe_pad_fraction`` without two granularities,
-    ``moe_load_cv`` without MoE rows at two expert-parallel shapes) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
+    ``moe_load_cv`` without one MoE model at two expert-parallel degrees) is not fitted and keeps SPEC §3's value (``eta_pcie``: its start,
     :data:`START_ETA_PCIE`, a published figure), never a value read off the held-out rows."""
     from ..stepmodel import StepConstants
     pinned = set(default_names(rows, catalog))
