@@ -419,20 +419,20 @@ def _fixed_overhead_s(constants, layers) -> float:
     return constants.overhead_s + layers * constants.overhead_per_layer_s
 
 
-def _moe_extra_params(model, moe_layers, constants, ep=1) -> float:
+def _moe_extra_params(model, moe_layers, constants, busiest) -> float:
     """Parameters added to ``P_MATMUL`` so that ``moe_layers`` layers' active experts run at
-    ``moe_compute_factor / ((1 + moe_pad_fraction x E / k) x busiest)`` of the compute efficiency,
-    ``busiest`` the EP rank's load factor (:func:`fastsim.formulas.ep_busiest_rank_factor`, ``moe_load_cv``):
-    ``moe_layers x experts_per_token x expert_params x (slow / factor - 1)``; exactly 0.0 for a
-    dense model or a factor of 1.0 and a fraction and CV of 0 (SPEC §10's figures to the bit)."""
+    ``moe_compute_factor / ((1 + moe_pad_fraction x E / k) x busiest)`` of the compute efficiency
+    (``busiest``: :func:`_busiest`): ``moe_layers x experts_per_token x expert_params x (slow / factor - 1)``;
+    exactly 0.0 for a dense model or a factor and a load of 1.0 and a fraction of 0 (SPEC §10 to the bit)."""
     f, q = constants.moe_compute_factor, constants.moe_pad_fraction
-    if not model.is_moe or (f == 1.0 and q == 0.0 and constants.moe_load_cv == 0.0) or moe_layers <= 0:
+    if not model.is_moe or (f == 1.0 and q == 0.0 and busiest == 1.0) or moe_layers <= 0:
         return 0.0
-    slow = (1.0 + q * model.n_experts / model.experts_per_token) * _busiest(model, ep, constants)
+    slow = (1.0 + q * model.n_experts / model.experts_per_token) * busiest
     return float(moe_layers) * model.experts_per_token * model.expert_params * (slow / f - 1.0)
 
 
 def _busiest(model, ep, constants) -> float:
+    """The busiest EP rank's load over the mean (:func:`fastsim.formulas.ep_busiest_rank_factor`); 1.0 for a dense model."""
     return ep_busiest_rank_factor(model.n_experts, ep, constants.moe_load_cv) if model.is_moe else 1.0
 
 
@@ -483,8 +483,8 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
                                 f"a precision {gpu.name} has a peak for: {', '.join(gpu.peak_flops_per_s)}")
     tp_attn = g // dp
     wb = precision.weight_bytes
-    p = np.empty(N_PARAMS, dtype=np.float64)
-    p[P_MATMUL] = model.active_matmul_params + _moe_extra_params(model, model.moe_layers, constants, ep)
+    p, busiest = np.empty(N_PARAMS, dtype=np.float64), _busiest(model, ep, constants)
+    p[P_MATMUL] = model.active_matmul_params + _moe_extra_params(model, model.moe_layers, constants, busiest)
     p[P_WBYTES] = wb
     p[P_TP] = tp_attn
     p[P_HBM_BW] = gpu.hbm_bw_bytes_per_s
@@ -512,7 +512,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_N_A2A] = model.moe_layers if ep > 1 else 0
     p[P_TOPK] = model.experts_per_token
     # all-to-all at eta_nvlink (eta_pcie is the ring's), received by the busiest EP rank
-    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV]) / _busiest(model, ep, constants)
+    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV]) / busiest
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency
@@ -700,7 +700,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     tp_attn = g // dp
     share = expert_share(model, g, ep)
     kv_layer = base[P_KVPG] / L
-    moe_ar = 2 if ep == 1 else 1           # all-reduces per MoE layer, as step_params counts them
+    moe_ar, busiest = (2 if ep == 1 else 1), _busiest(model, ep, constants_)   # MoE all-reduces, busiest EP rank: as step_params
     out = np.empty((len(stages), N_PARAMS), dtype=np.float64)
     a = 0
     for s, n in enumerate(stages):
@@ -708,7 +708,7 @@ def stage_params(model: Model, gpu: GPU, precision: Precision, tp: int,
         nm = n - nd
         last = s == len(stages) - 1
         act = nd * dense_layer + nm * moe_active + (head_active if last else 0.0) + _moe_extra_params(
-            model, nm, constants_, ep)
+            model, nm, constants_, busiest)
         dense = nd * dense_layer + nm * moe_dense + (head_dense if last else 0.0)
         routed = nm * model.n_experts * model.expert_params if model.is_moe else 0.0
         row = base.copy()
