@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # numba's cache=True watches only this file, not the kernels it calls in other files
 # (fastsim.stepmodel.step_time_nb, fastsim.sim._kernels): when one of them changes, change this
-# line so that a cache compiled before is not reused. Step model revision: 3 (kernel classes,
-# StepConstants.step_form).
+# line so that a cache compiled before is not reused. Step model revision: 4 (kernel classes,
+# StepConstants.step_form; the GEMM class's blend, StepConstants.gemm_blend_p).
 
 import math
 

@@ -47,7 +47,8 @@ CONSTANTS = ("eta_compute", "eta_bw", "alpha_s", "eta_nvlink", "overhead_s")
 _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv": None, "kv_memory": "spec",
                  "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9, "request_overhead_s": 0.0,
                  "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "overhead_per_layer_s": 0.0,
-                 "step_form": "spec", "eta_pcie": None, "moe_pad_fraction": 0.0, "moe_load_cv": 0.0}
+                 "step_form": "spec", "eta_pcie": None, "moe_pad_fraction": 0.0, "moe_load_cv": 0.0,
+                 "gemm_blend_p": None}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
@@ -169,7 +170,8 @@ class Calibration:
                "# host time per sequence: seconds per sequence of a step; overhead_per_layer_s: seconds per",
                "# layer of a step; the request overhead: seconds per request); the compute factors are",
                "# fractions of eta_compute; step_form is spec (SPEC §3's one roofline) or classes (a",
-               "# roofline per kernel class, summed: docs/STEP_MODEL.md).",
+               "# roofline per kernel class, summed: docs/STEP_MODEL.md); gemm_blend_p is the exponent of",
+               "# the GEMM class's p-norm of weight read and compute (omitted: their max).",
                f"format_version = {FORMAT_VERSION}",
                f"source = {_toml_str(self.source)}"]
         if self.engine:
@@ -231,7 +233,8 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         ``reserved_bytes_per_gpu`` (bytes), ``memory_utilization``, ``request_overhead_s``,
         ``overhead_per_seq_s``, ``overhead_per_layer_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]), ``moe_pad_fraction``, ``moe_load_cv`` (>= 0),
         ``step_form`` (``spec``, ``classes``), ``eta_pcie`` (a fraction in (0, 1]; omitted:
-        ``eta_nvlink``'s on PCIe GPUs too); omitted constants keep
+        ``eta_nvlink``'s on PCIe GPUs too), ``gemm_blend_p`` (an exponent >= 1 under ``step_form``
+        ``classes``; omitted: the GEMM class's max); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional

@@ -20,12 +20,12 @@ import numpy as np
 
 from .catalog import GPU, Model, Precision, default_catalog
 from .errors import FastsimInputError, require_positive, require_tp  # noqa: F401
-from .formulas import _int_at_least, _positive, md1_mean_wait_s
+from .formulas import _int_at_least, _positive, gemm_blend_s, md1_mean_wait_s
 from .formulas import cost_usd_per_million_output_tokens as _array_cost
 from .stepmodel import (P_ETA_BW, P_GPUS, P_HBM_BW, P_KV_BUDGET_TOKENS, P_KVPG, P_LAYERS, P_OVERHEAD_SEQ, P_CLASSES, P_PP, P_WDENSE, P_WEXP,
                         P_WBYTES, P_DP, StepConstants, decode_attn_flops, p2p_time, resolve_constants,
                         expert_share, kv_budget_tokens, layout_degrees, prefill_attn_flops, stage_layers, stage_params,
-                        step_params, step_parts, class_compute)
+                        step_params, step_parts, class_compute, P_GEMM_Q)
 
 __all__ = [
     "LedgerResult", "ledger", "ledger_table", "pipeline_round_s", "memory_per_gpu", "cost_usd_per_million_output_tokens",
@@ -360,9 +360,10 @@ def _core(p, n_tokens, kv_tokens, attn_flops, kernels_per_layer, launch_s, rate,
         # bandwidth-bound classes' reads against the compute-bound classes' compute
         gemm, attn = class_compute(p, n_tokens, attn_flops)
         w_mem, kv_mem = w >= gemm, kv >= attn
-        roof = np.where(classes, np.maximum(w, gemm) + np.maximum(kv, attn), roof)
-        side_mem = np.where(classes, np.where(w_mem, w, 0.0) + np.where(kv_mem, kv, 0.0), mem)
-        side_comp = np.where(classes, np.where(w_mem, 0.0, gemm) + np.where(kv_mem, 0.0, attn), comp)
+        gb = gemm_blend_s(w, gemm, p[..., P_GEMM_Q])     # max(w, gemm) unless StepConstants.gemm_blend_p
+        roof = np.where(classes, gb + np.maximum(kv, attn), roof)
+        side_mem = np.where(classes, np.where(w_mem, gb, 0.0) + np.where(kv_mem, kv, 0.0), mem)
+        side_comp = np.where(classes, np.where(w_mem, 0.0, gb) + np.where(kv_mem, 0.0, attn), comp)
     p2p = p2p_time(p, n_tokens)
     comm = ar + a2a + p2p
     step = roof + comm + launch + host

@@ -42,7 +42,8 @@ from numba import njit
 
 from .catalog import GPU, Model, Precision
 from .errors import FastsimInputError
-from .formulas import ep_busiest_rank_factor
+from .formulas import (decode_attn_flops, ep_busiest_rank_factor, gemm_blend_nb, gemm_blend_s,  # noqa: F401
+                       prefill_attn_flops)
 from .layouts import LAYOUTS, instance_layout_refusal, layout_degrees, layout_refusal
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "instance_layout_refusal", "layout_refusal", "layout_degrees", "LAYOUTS", "decode_attn_flops", "prefill_attn_flops", "P_MATMUL", "N_PARAMS", "STEP_FORMS", "class_compute",
     "PARAM_NAMES", "P_ETA_KV", "KV_MEMORY_RULES", "P_PP", "P_P2P_LAT", "P_P2P_S_PER_TOKEN", "stage_params",
     "stage_layers", "pp_refusal", "pipeline_round_params", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "p2p_time", "PP_ACTIVATION_TENSORS",
+    "P_GEMM_Q",
 ]
 
 # Layout of the packed parameter vector (float64) passed to the kernels.
@@ -85,14 +87,15 @@ __all__ = [
  P_REQ_OVERHEAD,  # per-request time outside the GPU schedule, added to TTFT and E2E (s; StepConstants.request_overhead_s)
  P_OVERHEAD_SEQ,  # host time per sequence of a step (s; StepConstants.overhead_per_seq_s)
  P_CLASSES,       # 1.0: the step by kernel classes (StepConstants.step_form "classes"); 0.0: SPEC §3's roofline
- ) = range(36)
-N_PARAMS = 36
+ P_GEMM_Q,        # 1 / StepConstants.gemm_blend_p: the GEMM class's blend of read and compute (0.0: their max)
+ ) = range(37)
+N_PARAMS = 37
 #: The parameters' names, in vector order (``PARAM_NAMES[P_TP] == "P_TP"``): errors name them.
 PARAM_NAMES = ("P_MATMUL", "P_WBYTES", "P_TP", "P_HBM_BW", "P_PEAK", "P_KVPG", "P_LAYERS", "P_HIDDEN", "P_NVLINK",
                "P_ETA_C", "P_ETA_BW", "P_ALPHA", "P_ETA_NV", "P_OVERHEAD", "P_KV_BUDGET_TOKENS", "P_NET_BW",
                "P_QDIM_PF", "P_QDIM_DEC", "P_WDENSE", "P_WEXP", "P_KFRAC", "P_DP", "P_GPUS", "P_N_AR", "P_N_A2A",
                "P_TOPK", "P_EP_BW", "P_WINDOW", "P_SLIDE_FRAC", "P_ETA_KV", "P_PP", "P_P2P_LAT",
-               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "P_CLASSES")
+               "P_P2P_S_PER_TOKEN", "P_REQ_OVERHEAD", "P_OVERHEAD_SEQ", "P_CLASSES", "P_GEMM_Q")
 assert len(PARAM_NAMES) == N_PARAMS and all(globals()[n] == i for i, n in enumerate(PARAM_NAMES))
 
 
@@ -217,6 +220,12 @@ class StepConstants:
         (per-operator times summed, as Vidur does: Agrawal et al., "Vidur: A Large-Scale
         Simulation Framework for LLM Inference", MLSys 2024, §4). The two forms agree when one
         side binds both classes (a small batch reads weights and KV; a prefill computes).
+    gemm_blend_p : float or None
+        Step model v2, under ``step_form`` ``"classes"`` only: the GEMM class's time is the p-norm
+        of its weight read and its compute, ``(read^p + compute^p)^(1/p)``, with ``p`` this value
+        (>= 1; 1 adds them), or None (default): their max, the roofline. A GEMM near the ridge
+        reaches neither peak (tile and wave quantisation: :func:`fastsim.formulas.gemm_blend_s`,
+        whose ``p`` = 1.23 is fitted to Vidur's H100 matmul profiles).
     """
 
     eta_compute: float = 0.6
@@ -238,6 +247,7 @@ class StepConstants:
     overhead_per_layer_s: float = 0.0
     step_form: str = "spec"
     eta_pcie: float | None = None
+    gemm_blend_p: float | None = None
 
     def __post_init__(self):
         if self.step_form not in STEP_FORMS:
@@ -249,8 +259,14 @@ class StepConstants:
         v = self.eta_pcie
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0):
             raise FastsimInputError("eta_pcie", self.eta_pcie, "a fraction in (0, 1], or None (eta_nvlink's)")
+        v = self.gemm_blend_p
+        if v is not None and (isinstance(v, bool) or not isinstance(v, Real) or not 1.0 <= v < np.inf):
+            raise FastsimInputError("gemm_blend_p", v, "a finite exponent >= 1 (1: read + compute), or None (their max)")
+        if v is not None and self.step_form != "classes":
+            raise FastsimInputError("gemm_blend_p", v, "None under step_form 'spec' (it blends the GEMM class of "
+                                    "step_form 'classes')")
         for f in fields(self):
-            if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form"):
+            if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form", "gemm_blend_p"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 <= v < np.inf):    # NaN and inf fail too
@@ -522,6 +538,7 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     p[P_REQ_OVERHEAD] = constants.request_overhead_s
     p[P_OVERHEAD_SEQ] = constants.overhead_per_seq_s
     p[P_CLASSES] = 1.0 if constants.step_form == "classes" else 0.0
+    p[P_GEMM_Q] = 0.0 if constants.gemm_blend_p is None else 1.0 / float(constants.gemm_blend_p)
     if pp != 1:
         return _bottleneck(stage_params(model, gpu, precision, g, constants, pp=pp, dp=dp, ep=ep))
     return p
@@ -812,48 +829,6 @@ def p2p_time(p, n_tokens):
     return _p2p([p[..., i] for i in range(N_PARAMS)], n_tokens)
 
 
-def decode_attn_flops(layers, attn_dim, context_tokens):
-    """Attention FLOPs of decode tokens: ``4 x layers x context x attn_dim`` summed over tokens (SPEC §3).
-
-    Parameters
-    ----------
-    layers : float or ndarray(float64)
-        Transformer layers.
-    attn_dim : float or ndarray(float64)
-        Attention width of decode tokens, :attr:`Model.attn_dim_decode` (q_dim = heads x head_dim
-        for GQA; never the hidden size, SPEC §3 as revised).
-    context_tokens : float or ndarray(float64)
-        Context tokens attended to, summed over the decode tokens of the step (full-context
-        equivalent: :meth:`Model.kv_tokens_held` for sliding-window models).
-
-    Returns
-    -------
-    float or ndarray(float64)
-        FLOPs (whole model, before the division by the GPUs), shape of the broadcast inputs.
-    """
-    return 4.0 * layers * attn_dim * context_tokens
-
-
-def prefill_attn_flops(layers, attn_dim, chunk_tokens):
-    """Causal attention FLOPs of a prefill chunk of c tokens: ``2 x layers x c^2 x attn_dim`` (SPEC §3).
-
-    Parameters
-    ----------
-    layers : float or ndarray(float64)
-        Transformer layers.
-    attn_dim : float or ndarray(float64)
-        Attention width of prefill tokens, :attr:`Model.attn_dim_prefill`.
-    chunk_tokens : float or ndarray(float64)
-        Prompt tokens in the chunk (c).
-
-    Returns
-    -------
-    float or ndarray(float64)
-        FLOPs (whole model, before the division by the GPUs), shape of the broadcast inputs.
-    """
-    return 2.0 * layers * attn_dim * chunk_tokens * chunk_tokens
-
-
 def _parts(c, n_tokens, kv_tokens, attn_flops):
     # c: the packed parameters, indexable by P_* (a float64 vector, or a list of column arrays)
     d_bw = c[P_ETA_BW] * c[P_HBM_BW]
@@ -903,7 +878,8 @@ def step_time(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     Under :attr:`StepConstants.step_form` ``"classes"`` (``P_CLASSES`` 1.0, step model v2) the
     roofline is taken per kernel class and summed: ``max(weight, GEMM compute) + max(KV,
     attention compute)`` (:func:`class_compute`; Vidur, Agrawal et al., MLSys 2024, §4: the
-    operators' times add).
+    operators' times add); with ``P_GEMM_Q`` > 0 (:attr:`StepConstants.gemm_blend_p`) the GEMM
+    class's max is :func:`fastsim.formulas.gemm_blend_s`' p-norm.
 
     The overhead is ``overhead_s + n_seqs x overhead_per_seq_s`` (step model v2's host time per
     sequence, :attr:`StepConstants.overhead_per_seq_s`; 0 under SPEC §3, whose step times this
@@ -931,7 +907,7 @@ def step_time(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     classes = p[..., P_CLASSES] != 0.0
     if np.any(classes):
         gemm, attn = class_compute(p, n_tokens, attn_flops)
-        roof = np.where(classes, np.maximum(w, gemm) + np.maximum(kv, attn), roof)
+        roof = np.where(classes, gemm_blend_s(w, gemm, p[..., P_GEMM_Q]) + np.maximum(kv, attn), roof)
     return (roof + (ar + a2a) + p2p_time(p, n_tokens) + p[..., P_OVERHEAD]
             + p[..., P_OVERHEAD_SEQ] * n_seqs)
 
@@ -993,7 +969,7 @@ def step_time_nb(p, n_tokens, kv_tokens, attn_flops, n_seqs):
     w, kv, comp, ar, a2a = _parts_nb(p, n_tokens, kv_tokens, attn_flops)
     if p[P_CLASSES] != 0.0:
         gemm, attn = _class_compute_nb(p, n_tokens, attn_flops)
-        a = (w if w >= gemm else gemm) + (kv if kv >= attn else attn)
+        a = gemm_blend_nb(w, gemm, p[P_GEMM_Q]) + (kv if kv >= attn else attn)
     else:
         a = w + kv
         a = a if a >= comp else comp

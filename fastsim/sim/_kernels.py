@@ -54,7 +54,8 @@ from numba import njit
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NET_BW, P_NVLINK,
                          P_OVERHEAD, P_PEAK, P_QDIM_DEC, P_QDIM_PF, P_SLIDE_FRAC, P_TOPK, P_TP, P_WDENSE,
-                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES)
+                         P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES,
+                         P_GEMM_Q, gemm_blend_nb)
 # The status codes are plain ints; if one changes, clear the numba cache (cache=True only
 # watches this file).
 from .records import (REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_HETEROGENEOUS, RUN_OK,
@@ -325,6 +326,7 @@ def _step_consts_nb(pp, fst, i):
     d_kv = fst[i, F_D_KV]
     ovh_seq = pp[i, P_OVERHEAD_SEQ]
     classes = pp[i, P_CLASSES] != 0.0
+    gq = pp[i, P_GEMM_Q]
     # exact shortcuts of the step time, same bits: x / 1.0 == x; a dense model's
     # weight read is (wdense + 0.0) / d_bw == wdense / d_bw at every step; and with
     # ar_b == 0 and no all-to-all the communication is the same signed zero product
@@ -340,24 +342,25 @@ def _step_consts_nb(pp, fst, i):
               + a2a_n2 * (a2a_a + a2a_b * (1.0 * topk / g * hid * 2.0) / d_ep)) if comm_fixed else 0.0
     return c2, c4, c4p, (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a,
                          ar_b, d_nv, a2a_n2, a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c,
-                         d_kv, ovh_seq, classes)
+                         d_kv, ovh_seq, classes, gq)
 
 
 @njit(cache=True)
-def _roof_nb(weight_s, kv_s, mm, attn, g, div_g, d_c, classes):
+def _roof_nb(weight_s, kv_s, mm, attn, g, div_g, d_c, classes, gq):
     """The roofline part of a step (s) from its reads and its FLOPs, in ``step_time_nb``'s operations.
 
     ``weight_s`` and ``kv_s`` are the reads' seconds, ``mm`` the GEMM FLOPs (``2 x P_MATMUL x
     n_tokens``) and ``attn`` the attention FLOPs, divided by ``g`` GPUs (when ``div_g``: an exact
     shortcut, ``x / 1.0 == x``) and ``d_c = eta_c x peak``. SPEC §3: ``max(weight + KV, (mm +
     attn) / g / d_c)``; with ``classes`` (``StepConstants.step_form``): ``max(weight, mm / g / d_c)
-    + max(KV, attn / g / d_c)``. Scalars only, so a plain call (no reference counting; the
+    + max(KV, attn / g / d_c)``, the GEMM class's max blended by ``gq`` (``P_GEMM_Q``:
+    :func:`fastsim.stepmodel.gemm_blend_nb`; 0.0 is the max). Scalars only, so a plain call (no reference counting; the
     compiler inlines it).
     """
     if classes:
         gk = (mm / g if div_g else mm) / d_c
         ak = (attn / g if div_g else attn) / d_c
-        return (weight_s if weight_s >= gk else gk) + (kv_s if kv_s >= ak else ak)
+        return gemm_blend_nb(weight_s, gk, gq) + (kv_s if kv_s >= ak else ak)
     num = mm + attn
     comp_s = (num / g if div_g else num) / d_c
     aw = weight_s + kv_s
@@ -372,14 +375,14 @@ def _step_s_nb(n_tok, kvf, attn, n_seq, parts):
     scalars only (an inlined helper taking arrays would pay reference counting at every call).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes, gq) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
         weight_s = weight_c
     kvb = kvf * kvpg
     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-    roof = _roof_nb(weight_s, kv_time, matmul2 * n_tok, attn, g, div_g, d_c, classes)
+    roof = _roof_nb(weight_s, kv_time, matmul2 * n_tok, attn, g, div_g, d_c, classes, gq)
     if comm_fixed:
         comm_s = comm_c
     else:
@@ -396,7 +399,7 @@ def _step_nd_nb(n_tok, parts):
     only, so a plain call (no reference counting).
     """
     (g, dp, topk, kvpg, hid, overhead, wdense, wexp, keep, d_bw, matmul2, d_c, n_ar, ar_a, ar_b, d_nv, a2a_n2,
-     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes) = parts
+     a2a_a, a2a_b, d_ep, div_g, div_dp, moe_w, weight_c, comm_fixed, comm_c, d_kv, ovh_seq, classes, gq) = parts
     if moe_w:
         weight_s = (wdense + wexp * (1.0 - keep ** n_tok)) / d_bw
     else:
@@ -570,6 +573,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     c_kv = parts[26]
     c_ovs = parts[27]
     c_cls = parts[28]
+    c_gq = parts[29]
     # the decode step's per-step divisors (see the decode path's quiet steps)
     d_g = d_parts[0]
     d_dp = d_parts[1]
@@ -577,6 +581,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
     d_over = d_parts[5]
     d_ovs = d_parts[27]
     d_cls = d_parts[28]
+    d_gq = d_parts[29]
     d_kv = d_parts[26]
     d_dc = d_parts[11]
     d_divs = d_parts[20] or d_parts[21]
@@ -1070,7 +1075,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                         else:
                             kvf = float(ctx)
                         kv_time = kvf * d_kvpg / d_dp / d_kv
-                        dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
+                        dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls, d_gq) + comm_s + d_over + seq_s
                         step += 1
                         active = 1
                         batch_sum += nd + 0
@@ -1096,7 +1101,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ex += npast
                                 kvf = float(ctx) - d_slide * float(ex)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls, d_gq) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1112,7 +1117,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_dp / d_kv
-                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, d_g, True, d_dc, d_cls, d_gq) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1128,7 +1133,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 ctx += nd
                                 kvf = float(ctx)
                                 kv_time = kvf * d_kvpg / d_kv
-                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, 1.0, False, d_dc, d_cls) + comm_s + d_over + seq_s
+                                dt_step = _roof_nb(w_s, kv_time, m2n, d_c4 * kvf, 1.0, False, d_dc, d_cls, d_gq) + comm_s + d_over + seq_s
                                 step += 1
                                 batch_sum += nd + 0
                                 start = tb
@@ -1379,7 +1384,7 @@ def _run_nb(pp, ist, fst, arrival, prompt, output, first, finish, inst, dinst, s
                                 kvf = float(ctx)
                                 kvb = kvf * c_kvpg
                                 kv_time = (kvb / c_dp if c_divdp else kvb) / c_kv
-                                dt_step = (_roof_nb(w_s, kv_time, m2n, c4 * kvf, c_g, c_divg, c_dc, c_cls) + comm_s
+                                dt_step = (_roof_nb(w_s, kv_time, m2n, c4 * kvf, c_g, c_divg, c_dc, c_cls, c_gq) + comm_s
                                            + c_over + seq_s)
                                 step += 1
                                 batch_sum += nd + 0

@@ -57,15 +57,15 @@ from __future__ import annotations
 
 # numba's cache=True watches only this file, not the kernels it calls in other files
 # (fastsim.stepmodel.step_time_nb, fastsim.sim._kernels): when one of them changes, change this
-# line so that a cache compiled before is not reused. Step model revision: 3 (kernel classes,
-# StepConstants.step_form).
+# line so that a cache compiled before is not reused. Step model revision: 4 (kernel classes,
+# StepConstants.step_form; the GEMM class's blend, StepConstants.gemm_blend_p).
 
 import numpy as np
 from numba import njit
 
 from ..stepmodel import (P_ALPHA, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_HIDDEN,
                          P_KFRAC, P_KVPG, P_LAYERS, P_MATMUL, P_N_A2A, P_N_AR, P_NVLINK, P_OVERHEAD, P_PEAK,
-                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES,
+                         P_QDIM_DEC, P_QDIM_PF, P_TOPK, P_TP, P_WDENSE, P_WEXP, P_ETA_KV, P_REQ_OVERHEAD, P_OVERHEAD_SEQ, P_CLASSES, P_GEMM_Q,
                          step_time_nb)
 from . import _kernels as K
 from .records import REQ_FINISHED, REQ_REJECTED, REQ_UNFINISHED, RUN_OK
@@ -303,6 +303,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
     overhead = p[P_OVERHEAD]
     ovh_seq = p[P_OVERHEAD_SEQ]
     classes = p[P_CLASSES] != 0.0       # a roofline per kernel class (StepConstants.step_form)
+    gq = p[P_GEMM_Q]                    # the GEMM class's blend (StepConstants.gemm_blend_p)
     d_bw = p[P_ETA_BW] * p[P_HBM_BW]
     d_kv = p[P_ETA_KV] * p[P_HBM_BW]     # the KV read's divisor (d_bw's value under SPEC §3's constants)
     wdense = p[P_WDENSE]
@@ -574,7 +575,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                             attn = c4g * kvf
                             kvb = kvf * kvpg
                             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                            roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes)
+                            roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes, gq)
                             d = roof + comm_s + overhead + seq_d
                             n_pure += 1
                             bsum_d += nf
@@ -702,7 +703,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                     attn = c4g * kvf
                     kvb = kvf * kvpg
                     kv_time = (kvb / dp if div_dp else kvb) / d_kv
-                    roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes)
+                    roof = K._roof_nb(weight_s, kv_time, mm, attn, g, div_g, d_c, classes, gq)
                     d = roof + comm_s + overhead + seq_d
                     n_pure += 1
                     bsum_d += nf
@@ -1467,7 +1468,7 @@ def _run_policy_nb(p, pd, cfg, cf, arrival, prompt, output, boff, bids, first, f
                 weight_s = weight_c
             kvb = kvf * kvpg
             kv_time = (kvb / dp if div_dp else kvb) / d_kv
-            roof = K._roof_nb(weight_s, kv_time, matmul2 * ntf, attn, g, div_g, d_c, classes)
+            roof = K._roof_nb(weight_s, kv_time, matmul2 * ntf, attn, g, div_g, d_c, classes, gq)
             if comm_fixed:
                 comm_s = comm_c
             else:

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..errors import FastsimInputError
 from ..stepmodel import (N_PARAMS, P_DP, P_EP_BW, P_ETA_BW, P_ETA_C, P_ETA_NV, P_GPUS, P_HBM_BW, P_KFRAC,
-                         P_KV_BUDGET_TOKENS, P_MATMUL, P_NET_BW, P_NVLINK, P_PEAK, P_PP, P_TP, PARAM_NAMES, P_CLASSES)
+                         P_KV_BUDGET_TOKENS, P_MATMUL, P_NET_BW, P_NVLINK, P_PEAK, P_PP, P_TP, PARAM_NAMES, P_CLASSES,
+                         P_GEMM_Q)
 from . import _kernels as K
 from .window import kv_window
 
@@ -80,6 +81,9 @@ def _params(field: str, p) -> np.ndarray:
     if a[P_CLASSES] not in (0.0, 1.0):
         raise FastsimInputError(f"{field}[P_CLASSES]", float(a[P_CLASSES]),
                                 "0.0 (SPEC §3's roofline) or 1.0 (a roofline per kernel class: StepConstants.step_form)")
+    if a[P_GEMM_Q] > 1.0 or (a[P_GEMM_Q] != 0.0 and a[P_CLASSES] == 0.0):
+        raise FastsimInputError(f"{field}[P_GEMM_Q]", float(a[P_GEMM_Q]),
+                                "1 / StepConstants.gemm_blend_p in [0, 1], and 0.0 under SPEC §3's roofline (P_CLASSES 0.0)")
     a.setflags(write=False)
     return a
 

@@ -74,7 +74,7 @@ from .summary import group_stats
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
            "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD", "START_ETA_PCIE",
-           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV"]
+           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV", "START_GEMM_BLEND_P"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -106,6 +106,11 @@ ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 #: kernels. Not a fitted number but the model's shape: on the shipped TensorRT-LLM rows it alone takes
 #: SPEC §3's constants from 32.4% to 26.8% median error.
 ENGINE_STEP_FORM = {"vllm": "classes", "sglang": "classes", "trtllm": "classes"}
+#: The GEMM class's blend a fit starts from and keeps (:attr:`fastsim.stepmodel.StepConstants.gemm_blend_p`):
+#: the exponent of the p-norm of weight read and compute fitted to Vidur's H100 matmul profiles (Llama-2-7B
+#: and 70B, CodeLlama-34B at 1 to 4,096 tokens and TP 1 to 8: :func:`fastsim.calibrate.fit_operations`
+#: with ``blend=True``), kernel measurements outside the serving rows; not fitted to them.
+START_GEMM_BLEND_P = 1.23
 #: Where a fit of ``request_overhead_s`` starts (s): the middle of the 6-10 ms TensorRT-LLM's Triton path
 #: adds to the TTFT of Llama-3.1-8B at its lightest published load (the rows' own figures).
 START_REQUEST_OVERHEAD_S = 5e-3
@@ -687,7 +692,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if start is None:
         start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES,
                               request_overhead_s=START_REQUEST_OVERHEAD_S, step_form=ENGINE_STEP_FORM[engine],
-                              eta_pcie=START_ETA_PCIE)
+                              eta_pcie=START_ETA_PCIE, gemm_blend_p=START_GEMM_BLEND_P)
     baseline = StepConstants()
     rows = [m for m in measurements if m.engine == engine]
     if not rows:
