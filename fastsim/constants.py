@@ -26,14 +26,15 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .catalog import Catalog, default_catalog
+from .engine_rules import ENGINE_RUNTIMES
 from .errors import FastsimInputError
 from .stepmodel import StepConstants, resolve_constants
 
-__all__ = ["Calibration", "CalibrationEntry", "load_calibration", "resolve_constants", "FORMAT_VERSION",
+__all__ = ["Calibration", "CalibrationEntry", "RuntimeEntry", "RUNTIME_CONSTANTS", "load_calibration", "resolve_constants", "FORMAT_VERSION",
            "CONSTANTS", "FILE_CONSTANTS", "ENGINES", "ENGINE_NAMES", "CONSTANTS_CHOICES", "SHIPPED_CALIBRATIONS",
            "SHIPPED_GPUS", "ConstantsChoice", "choose_step_constants", "shipped_calibration", "shipped_fit",
            "is_shipped_calibration"]
@@ -51,6 +52,9 @@ _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv":
                  "gemm_blend_p": None}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
+#: The constants a ``[[runtime]]`` table may hold: the host's costs, which are the runtime's own (its
+#: scheduler, its launches, its per-sequence work), where the kernels' efficiencies are the GPU's.
+RUNTIME_CONSTANTS = ("overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
 #: Engines a calibration may be tagged with (the serving engine its measurements ran on).
 ENGINES = ("trtllm", "vllm", "sglang")
 #: How the output names each engine.
@@ -99,6 +103,27 @@ class CalibrationEntry:
 
 
 @dataclass(frozen=True)
+class RuntimeEntry:
+    """The host costs of one of an engine's other runtimes (:data:`fastsim.engine_rules.ENGINE_RUNTIMES`).
+
+    Attributes
+    ----------
+    name : str
+        The runtime (``"tensorrt"``: TensorRT-LLM's TensorRT-engine runtime); never the engine's
+        default, whose constants are the entries'.
+    constants : tuple of (str, float)
+        ``(name, value)`` of :data:`RUNTIME_CONSTANTS`, replacing the entries' own for that runtime.
+    fitted : tuple of str
+    interval95 : tuple of (str, float, float)
+    """
+
+    name: str
+    constants: tuple = ()
+    fitted: tuple = ()
+    interval95: tuple = ()
+
+
+@dataclass(frozen=True)
 class Calibration:
     """Step-model constants per (GPU, precision), fitted by :func:`fastsim.calibrate.calibrate` or read by
     :func:`load_calibration`.
@@ -121,11 +146,38 @@ class Calibration:
         all-reduce implementation are the engine's own: constants fitted on one engine are not
         another's, and :func:`fastsim.validate.run_measurements` applies a tagged calibration to
         its engine's rows only.
+    runtimes : tuple of RuntimeEntry
+        The host costs of the engine's other runtimes (TensorRT-LLM's TensorRT engine beside its
+        default PyTorch backend): :meth:`for_runtime` applies them; every command plans on the
+        default runtime (the entries as they are), ``fastsim validate`` runs each row on its own.
     """
 
     entries: tuple = ()
     source: str = ""
     engine: str = ""
+    runtimes: tuple = ()
+
+    def for_runtime(self, runtime: str) -> "Calibration":
+        """This calibration as it applies to one runtime of its engine.
+
+        Parameters
+        ----------
+        runtime : str
+            A runtime (:attr:`fastsim.validate.Measurement.runtime`); ``""`` or the engine's
+            default: the entries as they are.
+
+        Returns
+        -------
+        Calibration
+            Every entry's constants with the runtime's :attr:`RuntimeEntry.constants` in place of its
+            own (no runtimes of its own); ``self`` where no table names ``runtime``.
+        """
+        for r in self.runtimes:
+            if r.name == runtime:
+                kw = dict(r.constants)
+                ents = tuple(replace(e, constants=replace(e.constants, **kw)) for e in self.entries)
+                return Calibration(ents, self.source, self.engine)
+        return self
 
     def step_constants(self, gpu: str, precision: str, tp: int = 0) -> StepConstants:
         """The constants for a GPU, precision and tensor-parallel group.
@@ -188,6 +240,15 @@ class Calibration:
                 out.append(f"{name} = {_toml_str(v) if isinstance(v, str) else _toml_float(v)}")
             out.append("fitted = [" + ", ".join(_toml_str(n) for n in e.fitted) + "]   # the others are defaults")
             iv = ", ".join(f"{n} = [{_toml_float(lo)}, {_toml_float(hi)}]" for n, lo, hi in e.interval95
+                           if math.isfinite(lo) and math.isfinite(hi))
+            out.append("interval95 = { " + iv + " }" if iv else "interval95 = {}")
+            out.append("")
+        for r in self.runtimes:
+            out += ["[[runtime]]   # host costs of another runtime of the engine, in place of the tables' own",
+                    f"name = {_toml_str(r.name)}"]
+            out += [f"{n} = {_toml_float(v)}" for n, v in r.constants]
+            out.append("fitted = [" + ", ".join(_toml_str(n) for n in r.fitted) + "]")
+            iv = ", ".join(f"{n} = [{_toml_float(lo)}, {_toml_float(hi)}]" for n, lo, hi in r.interval95
                            if math.isfinite(lo) and math.isfinite(hi))
             out.append("interval95 = { " + iv + " }" if iv else "interval95 = {}")
             out.append("")
@@ -260,9 +321,10 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         raise FastsimInputError("--calibration", where, f"a readable calibration file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FastsimInputError("--calibration", where, f"a TOML calibration file ({exc})") from None
-    bad = set(doc) - {"format_version", "source", "engine", "constants"}
+    bad = set(doc) - {"format_version", "source", "engine", "constants", "runtime"}
     if bad:
-        raise FastsimInputError(f"{where}: key", sorted(bad)[0], "format_version, source, engine, [[constants]]")
+        raise FastsimInputError(f"{where}: key", sorted(bad)[0],
+                                "format_version, source, engine, [[constants]], [[runtime]]")
     engine = doc.get("engine", "")
     if engine != "" and engine not in ENGINES:
         raise FastsimInputError(f"{where}: engine", engine, "one of " + ", ".join(ENGINES))
@@ -325,7 +387,50 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         entries.append(CalibrationEntry(names[0], names[1], const, tuple(fitted),
                                         tuple((k, float(v[0]), float(v[1])) for k, v in iv.items()), tp))
     src = doc.get("source", "")
-    return Calibration(tuple(entries), str(src), engine)
+    return Calibration(tuple(entries), str(src), engine, _runtime_tables(doc.get("runtime", []), where, engine))
+
+
+def _runtime_tables(tables, where, engine) -> tuple:
+    """The ``[[runtime]]`` tables of a calibration file (:class:`RuntimeEntry`), checked."""
+    others = ENGINE_RUNTIMES.get(engine, ("",))[1:]
+    if not isinstance(tables, list):
+        raise FastsimInputError(f"{where}: runtime", tables, "[[runtime]] tables")
+    if tables and not others:
+        raise FastsimInputError(f"{where}: runtime", "a [[runtime]] table",
+                                "none: only a calibration tagged with an engine of several runtimes (trtllm) has them")
+    out, seen = [], set()
+    for i, t in enumerate(tables, 1):
+        at = f"{where}: [[runtime]] {i}"
+        bad = set(t) - {"name", "fitted", "interval95", *RUNTIME_CONSTANTS}
+        if bad:
+            raise FastsimInputError(f"{at}: key", sorted(bad)[0], ", ".join(["name", "fitted", "interval95",
+                                                                              *RUNTIME_CONSTANTS]))
+        name = t.get("name")
+        if name not in others or name in seen:
+            raise FastsimInputError(f"{at}: name", name, "one of " + ", ".join(others) + ", once each")
+        seen.add(name)
+        kw = {}
+        for n in RUNTIME_CONSTANTS:
+            if n in t:
+                v = t[n]
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise FastsimInputError(f"{at}: {n}", v, "a number")
+                kw[n] = float(v)
+        try:
+            StepConstants(**kw)
+        except FastsimInputError as exc:
+            raise FastsimInputError(f"{at}: {exc.field}", exc.value, exc.allowed) from None
+        fitted = t.get("fitted", [])
+        if not isinstance(fitted, list) or any(f not in RUNTIME_CONSTANTS for f in fitted):
+            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(RUNTIME_CONSTANTS))
+        iv = t.get("interval95", {})
+        if not (isinstance(iv, dict) and all(k in RUNTIME_CONSTANTS and isinstance(v, list) and len(v) == 2
+                                             and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                     for x in v) for k, v in iv.items())):
+            raise FastsimInputError(f"{at}: interval95", iv, "a table of name = [low, high]")
+        out.append(RuntimeEntry(name, tuple(kw.items()), tuple(fitted),
+                                tuple((k, float(v[0]), float(v[1])) for k, v in iv.items())))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------- which constants a command runs on

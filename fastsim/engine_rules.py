@@ -70,7 +70,8 @@ from .errors import FastsimInputError
 
 __all__ = ["VLLM_BLOCK_SIZE", "SGLANG_PAGE_SIZE", "VLLM_KV_CACHE_DTYPES", "SGLANG_KV_CACHE_DTYPES",
            "vllm_kv_blocks", "vllm_max_model_len", "sglang_context_length", "vllm_refusal", "sglang_refusal",
-           "check_engine_policy", "vllm_v0_engine", "VLLM_V1_DEFAULT_RELEASE", "VLLM_V1_DEFAULT_MONTH"]
+           "check_engine_policy", "vllm_v0_engine", "VLLM_V1_DEFAULT_RELEASE", "VLLM_V1_DEFAULT_MONTH",
+           "ENGINE_RUNTIMES", "engine_runtime", "TRTLLM_PYTORCH_DEFAULT_RELEASE"]
 
 #: vLLM's KV block on CUDA (tokens; ``CacheConfig.block_size`` default, ``vllm/config/cache.py``).
 VLLM_BLOCK_SIZE = 16
@@ -98,6 +99,58 @@ _GENERATION = re.compile(r"(?<![\w.])V([01])(?![\w.])", re.IGNORECASE)
 _VERSION = re.compile(r"(?<![\w.])v?(\d{1,2})\.(\d+)(?:\.\d+)?", re.IGNORECASE)
 _MONTH_YEAR = re.compile(r"(?<![a-z])(" + _MONTH_NAMES + r")\.?,?\s+(?:\d{1,2},?\s+)?(\d{4})\b", re.IGNORECASE)
 _ISO_MONTH = re.compile(r"\b(\d{4})-(\d{2})\b")
+
+
+#: Each engine's runtimes, its default (the one a plan runs on) first: TensorRT-LLM's PyTorch backend
+#: (``tensorrt_llm._torch``, the ``PyExecutor``) and its TensorRT-engine runtime (engines built by
+#: ``trtllm-build``, run by the C++ executor, as Triton's ``tensorrtllm`` backend does). vLLM and SGLang
+#: have one runtime each here (vLLM's V0 engine is refused, not a runtime: :func:`vllm_v0_engine`).
+ENGINE_RUNTIMES = {"trtllm": ("pytorch", "tensorrt"), "vllm": ("",), "sglang": ("",)}
+#: The first TensorRT-LLM release whose ``LLM`` API, ``trtllm-bench`` and ``trtllm-serve`` run the
+#: PyTorch backend by default (1.0; the TensorRT engine's ``LLM`` moved to
+#: ``tensorrt_llm._tensorrt_engine``); the backend itself is in every release from 0.17.
+TRTLLM_PYTORCH_DEFAULT_RELEASE = (1, 0)
+
+
+def engine_runtime(engine: str, engine_version: str) -> str:
+    """The runtime a measurement of ``engine`` at ``engine_version`` ran on (:data:`ENGINE_RUNTIMES`).
+
+    TensorRT-LLM: ``"pytorch"`` where the version names the PyTorch backend; ``"tensorrt"`` where it
+    names the TensorRT engine or Triton (whose ``tensorrtllm`` backend runs TensorRT engines); else by
+    the first release ``X.Y`` in the text: below :data:`TRTLLM_PYTORCH_DEFAULT_RELEASE` (1.0)
+    ``"tensorrt"``, from it on ``"pytorch"``; with no release either (not stated) the default,
+    ``"pytorch"``. Other engines: ``""`` (one runtime).
+
+    Parameters
+    ----------
+    engine : str
+        ``trtllm``, ``vllm`` or ``sglang``.
+    engine_version : str
+        The version a measurement states (``"0.17 (TensorRT engine)"``, ``"0.14 (Triton)"``,
+        ``"perf-overview (PyTorch backend)"``, ``"1.1.0"``).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    FastsimInputError
+        ``engine_version`` is not a string.
+    """
+    if not isinstance(engine_version, str):
+        raise FastsimInputError("engine_version", engine_version, "a string (the version a run states)")
+    if engine != "trtllm":
+        return ""
+    low = engine_version.lower()
+    if "pytorch" in low:
+        return "pytorch"
+    if "tensorrt engine" in low or "triton" in low:
+        return "tensorrt"
+    v = _VERSION.search(engine_version)
+    if v and (int(v.group(1)), int(v.group(2))) < TRTLLM_PYTORCH_DEFAULT_RELEASE:
+        return "tensorrt"
+    return "pytorch"
 
 
 def vllm_v0_engine(engine_version: str) -> bool | None:

@@ -50,6 +50,7 @@ LAYERS = {
 GROUPS = {"fastsim.ledger": ("fastsim.ledger_",), "fastsim.analytic": ("fastsim._analytic_nb",)}
 #: The arrows allowed within a row: (importer, imported).
 SAME_ROW = {("fastsim.planner", "fastsim.verified"), ("fastsim.constants", "fastsim.stepmodel"),
+            ("fastsim.constants", "fastsim.engine_rules"),     # a calibration's [[runtime]] names: the engine's runtimes
             ("fastsim.specdec", "fastsim.stepmodel")} | {
     (m, "fastsim.errors") for m in LAYERS[0] if m != "fastsim.errors"}
 MAX_CLI_LINES = 300

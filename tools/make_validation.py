@@ -258,10 +258,17 @@ def section_fitted(recs, summ, shipped=True, **_):
         cons = []
         for e in d["entries"]:
             for n in d["names"]:
+                if "@" in n:                   # a runtime's host cost: its own rows below
+                    continue
                 lo, hi = e["interval95"].get(n, [None, None])
                 v = e["constants"][n]
                 iv = "not identified" if lo is None or lo != lo else f"{lo:.4g} - {hi:.4g}"
                 cons.append([e["gpu"], e["rows"], n, f"{v:.4g}", iv])
+        for r in d.get("runtimes", []):        # [[runtime]] tables: the host costs of another runtime
+            for n, v in r["constants"].items():
+                lo, hi = r["interval95"].get(n, [None, None])
+                iv = "not identified" if lo is None or lo != lo else f"{lo:.4g} - {hi:.4g}"
+                cons.append([f"* ({r['name']} runtime)", d["entries"][0]["rows"], n, f"{v:.4g}", iv])
         lines += ["", f"{engine}, fitted constants (95% intervals from the Jacobian, conditional on the model's "
                       "form):", "", table(["GPU", "rows fitted", "constant", "fitted", "95% interval"], cons)]
     return "\n".join(lines)

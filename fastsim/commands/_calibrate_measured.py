@@ -102,6 +102,10 @@ def run_measured(args, cat) -> int:
     params = [{"gpu": e.gpu, "rows": e.rows, "parameter": n, "value": getattr(e.constants, n), "ci95_low": lo,
                "ci95_high": hi, "default": value(fit.start, n), "spec": value(spec, n)}
               for e in fit.entries for n, lo, hi in e.interval95]
+    # the host costs of the engine's other runtimes ([[runtime]] tables: fastsim.validate.fit, "Runtimes")
+    params += [{"gpu": f"* ({r.name} runtime)", "rows": fit.rows, "parameter": n, "value": dict(r.constants)[n],
+                "ci95_low": lo, "ci95_high": hi, "default": value(fit.start, n), "spec": value(spec, n)}
+               for r in fit.runtimes for n, lo, hi in r.interval95]
     if args.format == "json":
         doc = fit.to_dict()
         doc.update(parameters=params, calibration_file=args.out, notes=notes)

@@ -39,6 +39,18 @@ efficiencies (:data:`GPU_FITTED`). Two methods (:data:`ENGINE_GPU_FIT`):
   refitted on its own rows from it, their priors centred on the ``"*"`` fit (the GPU's rows then
   count in both fits: a shrinkage towards the pooled fit, not a model of the spread between GPUs).
 
+Runtimes: an engine may run on several runtimes (:data:`fastsim.engine_rules.ENGINE_RUNTIMES`; each row's
+is :attr:`fastsim.validate.Measurement.runtime`): TensorRT-LLM's PyTorch backend (its default from 1.0) and
+its TensorRT-engine runtime (``trtllm-build`` engines under the C++ executor, Triton's backend). Their
+kernels are alike, their hosts are not (a Python scheduler against a C++ one), so where the rows run the
+default runtime and another, the host's costs (:data:`RUNTIME_FITTED`) are fitted once per runtime, named
+``constant@runtime`` for the other (``overhead_s@tensorrt``), each with the prior of its constant, and
+written to the calibration's ``[[runtime]]`` tables; the efficiencies stay shared. On the shipped
+TensorRT-LLM rows, constants fitted on the Triton rows alone (family ``O``, TensorRT engine) predicted
+the v0.17 TensorRT-engine rows (``T17``) at 7.8% median error where those fitted on the PyTorch-backend
+rows alone (``T``, ``T2``) were 12.5% off (0.869), both measured before ``gemm_blend_p``. A joint fit (``gpu_fit="joint"``) keeps one host for
+every runtime.
+
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale; Bates and
 Watts 1988, §2.3), back-transformed, so they are asymmetric and positive. Without a prior ``s^2`` is
 the residual variance; with one, ``J`` holds the priors' rows and ``s^2 = 1``: the Laplace
@@ -67,6 +79,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..engine_rules import ENGINE_RUNTIMES
 from ..errors import FastsimInputError
 from .run import run_key, run_measurements, unexpressible
 from .summary import group_stats
@@ -74,7 +87,7 @@ from .summary import group_stats
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
            "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD", "START_ETA_PCIE",
-           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV", "START_GEMM_BLEND_P"]
+           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV", "START_GEMM_BLEND_P", "RUNTIME_FITTED"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -92,6 +105,12 @@ BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0)
           "overhead_per_seq_s": (1e-7, 2e-4), "moe_compute_factor": (0.2, 1.0),
           "overhead_per_layer_s": (1e-7, 2e-4), "eta_pcie": (0.05, 1.0), "moe_pad_fraction": (1e-4, 0.5),
           "moe_load_cv": (1e-3, 4.0)}
+#: The constants fitted once per runtime of an engine with several (:data:`fastsim.engine_rules.ENGINE_RUNTIMES`;
+#: module docstring, "Runtimes"): the host's costs, named ``constant@runtime`` for a runtime other than the
+#: engine's default (``overhead_s@tensorrt``), written to the calibration's ``[[runtime]]`` tables
+#: (:data:`fastsim.constants.RUNTIME_CONSTANTS`).
+RUNTIME_FITTED = ("overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
+_SEP = "@"
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -252,6 +271,7 @@ class MeasuredFit:
     evaluations: int
     prior_log_sd: dict | None = None
     gpu_fit: str = "sequential"
+    runtimes: tuple = ()
 
     @property
     def constants(self):
@@ -280,7 +300,7 @@ class MeasuredFit:
         -------
         fastsim.constants.Calibration
         """
-        return _calibration(self.engine, self.names, self.entries, source)
+        return _calibration(self.engine, self.names, self.entries, source, self.runtimes)
 
     def to_dict(self) -> dict:
         """The fit as a JSON-ready dict (entries with constants and intervals, in-sample and held-out figures, folds)."""
@@ -295,13 +315,42 @@ class MeasuredFit:
                 "evaluations": self.evaluations,
                 "prior_log_sd": None if self.prior_log_sd is None else dict(self.prior_log_sd),
                 "prior_centre": None if self.prior_log_sd is None else dict(PRIOR_CENTRE),
-                "gpu_fit": self.gpu_fit, "gpu_log_sd": GPU_LOG_SD if self.gpu_fit == "joint" else None}
+                "gpu_fit": self.gpu_fit, "gpu_log_sd": GPU_LOG_SD if self.gpu_fit == "joint" else None,
+                "runtimes": [{"name": r.name, "constants": dict(r.constants),
+                              "interval95": {n: [None if lo != lo else lo, None if hi != hi else hi]
+                                             for n, lo, hi in r.interval95}} for r in self.runtimes]}
 
 
-def _calibration(engine, names, entries, source=""):
+def _calibration(engine, names, entries, source="", runtimes=()):
     from ..constants import Calibration, CalibrationEntry
-    return Calibration(tuple(CalibrationEntry(e.gpu, "*", e.constants, tuple(names), e.interval95) for e in entries),
-                       source, engine)
+    base = tuple(n for n in names if _SEP not in n)
+    return Calibration(tuple(CalibrationEntry(e.gpu, "*", e.constants, base, e.interval95) for e in entries),
+                       source, engine, tuple(runtimes))
+
+
+def _base(name) -> str:
+    """A fitted name's constant: ``overhead_s@tensorrt`` -> ``overhead_s``."""
+    return name.split(_SEP, 1)[0]
+
+
+def _point(start, names, x, start_rt=None):
+    """The constants at ``x``: (StepConstants of the names without a runtime, {runtime: {constant: value}})."""
+    rt = {r: dict(v) for r, v in (start_rt or {}).items()}
+    plain = [(n, v) for n, v in zip(names, x) if _SEP not in n]
+    for n, v in zip(names, x):
+        if _SEP in n:
+            f, r = n.split(_SEP, 1)
+            rt.setdefault(r, {})[f] = float(math.exp(v))
+    return _constants_at(start, [n for n, _ in plain], [v for _, v in plain]), rt
+
+
+def _runnable(c, rt):
+    """What :func:`run_measurements` runs: ``c``, with the runtimes' host costs where there are some."""
+    if not rt:
+        return c
+    from ..constants import Calibration, CalibrationEntry, RuntimeEntry
+    return Calibration((CalibrationEntry("*", "*", c),), runtimes=tuple(
+        RuntimeEntry(r, tuple((f, kv[f]) for f in RUNTIME_FITTED if f in kv)) for r, kv in sorted(rt.items())))
 
 
 def default_names(measurements, catalog) -> tuple:
@@ -325,10 +374,13 @@ def default_names(measurements, catalog) -> tuple:
     -------
     tuple of str
     """
+    from ..engine_rules import ENGINE_RUNTIMES
     from ..layouts import layout_degrees
     keys, seen, granularity, ep_degrees = set(), {}, set(), {}
     latency = moe = pcie = False
+    runtimes = {}
     for m in measurements:
+        runtimes.setdefault(m.engine, set()).add(m.runtime)
         try:
             dp, ep = layout_degrees(m.layout, m.tp)
         except FastsimInputError:
@@ -359,7 +411,10 @@ def default_names(measurements, catalog) -> tuple:
             + tuple(_FLOPS_FACTOR[k] for k in ("fp8", "fp4") if k in keys)
             + (("moe_compute_factor",) if moe else ()) + (("moe_pad_fraction",) if len(granularity) > 1 else ())
             + (("moe_load_cv",) if any(len(d) > 1 for d in ep_degrees.values()) else ())
-            + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
+            + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ())
+            + tuple(f"{f}{_SEP}{r}" for e, seen_rt in sorted(runtimes.items()) if len(seen_rt) > 1
+                    and ENGINE_RUNTIMES.get(e, ("",))[0] in seen_rt
+                    for r in ENGINE_RUNTIMES.get(e, ("",))[1:] if r in seen_rt for f in RUNTIME_FITTED))
 
 
 def _fold_names(names, start, rows, catalog):
@@ -373,9 +428,9 @@ def _fold_names(names, start, rows, catalog):
     pinned = set(default_names(rows, catalog))
     conditional = set(_FLOPS_FACTOR.values()) | {"request_overhead_s", "moe_compute_factor", "moe_pad_fraction",
                                                    "eta_pcie", "moe_load_cv"}
-    keep = tuple(n for n in names if n not in conditional or n in pinned)
+    keep = tuple(n for n in names if (n not in conditional and _SEP not in n) or n in pinned)
     spec = StepConstants()
-    reset = {n: getattr(spec, n) for n in names if n not in keep and n != "eta_pcie"}
+    reset = {n: getattr(spec, n) for n in names if n not in keep and n != "eta_pcie" and _SEP not in n}
     return keep, (replace(start, **reset) if reset else start)
 
 
@@ -410,6 +465,7 @@ def _subsample(rows, max_runs):
 def _start_value(start, name) -> float:
     """Where ``name``'s fit starts: its value in ``start`` (``eta_kv`` / ``eta_pcie`` None: the efficiency they
     stand for), at least its lower bound."""
+    name = _base(name)
     if name == "eta_kv":
         return start.kv_efficiency
     if name == "eta_pcie":
@@ -438,14 +494,15 @@ def _log_ratios(results):
     return ids, metrics, np.asarray(lr)
 
 
-def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=None):
+def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=None, start_rt=None):
     """Least squares on ``rows`` (with ``prior_log_sd``: the MAP fit of the module docstring, each constant's
     prior centred on its value in ``start`` or on :data:`PRIOR_CENTRE`'s): (constants, interval95, rows used,
-    log ratios at the start, the optimiser's residuals at the fit (with a prior: transformed, then the priors'))."""
+    log ratios at the start, the optimiser's residuals at the fit (with a prior: transformed, then the priors'),
+    the runtimes' host costs ``{runtime: {constant: value}}``, from ``start_rt`` and the names ``constant@runtime``)."""
     from scipy.optimize import least_squares
     # the rows every evaluation keeps: those expressed at the start (the fitted constants change
     # times, not what is expressed)
-    base = run_measurements(rows, catalog, start, threads=threads)
+    base = run_measurements(rows, catalog, _runnable(start, start_rt), threads=threads)
     counter[0] += 1
     rows = [m for m, r in zip(rows, base) if r.predicted is not None]
     if len(rows) < len(names) + 1:
@@ -455,16 +512,16 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
     real = np.array([m.value for m in rows])
 
     x0 = np.log([_start_value(start, n) for n in names])
-    lo = np.log([BOUNDS[n][0] for n in names])
-    hi = np.log([BOUNDS[n][1] for n in names])
+    lo = np.log([BOUNDS[_base(n)][0] for n in names])
+    hi = np.log([BOUNDS[_base(n)][1] for n in names])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    prior_sd = None if prior_log_sd is None else np.array([prior_log_sd[n] for n in names], dtype=np.float64)
+    prior_sd = None if prior_log_sd is None else np.array([prior_log_sd[_base(n)] for n in names], dtype=np.float64)
     # the priors' centres: the start (clipped into the bounds), or PRIOR_CENTRE's figure where it has one
-    centre = np.clip(np.log([PRIOR_CENTRE.get(n, math.exp(v)) for n, v in zip(names, x0)]), lo + 1e-9, hi - 1e-9)
+    centre = np.clip(np.log([PRIOR_CENTRE.get(_base(n), math.exp(v)) for n, v in zip(names, x0)]), lo + 1e-9,
+                     hi - 1e-9)
 
     def fun(x):
-        c = _constants_at(start, names, x)
-        res = run_measurements(rows, catalog, c, threads=threads)
+        res = run_measurements(rows, catalog, _runnable(*_point(start, names, x, start_rt)), threads=threads)
         counter[0] += 1
         pred = np.array([r.predicted if r.predicted is not None and r.predicted > 0 else np.nan for r in res])
         out = np.log(pred / real)
@@ -482,7 +539,7 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
     else:
         sol = least_squares(fun, x0, bounds=(lo, hi), loss="linear", diff_step=0.02,
                             x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4)
-    c = _constants_at(start, names, sol.x)
+    c, rt = _point(start, names, sol.x, start_rt)
     n, k = sol.fun.size, len(names)
     # MAP: the Laplace approximation at the Cauchy scale (module docstring), the priors' rows in the Jacobian
     s2 = float(np.sum(sol.fun ** 2)) / max(n - k, 1) if prior_sd is None else 1.0
@@ -494,7 +551,7 @@ def _fit(rows, catalog, start, names, max_nfev, threads, counter, prior_log_sd=N
     # a constant the rows do not pin (a zero Jacobian column, e.g. at a bound) has no interval: NaN
     iv = tuple((nm, float(math.exp(v - 1.96 * s)), float(math.exp(v + 1.96 * s))) if math.isfinite(s) and s < 10.0
                else (nm, math.nan, math.nan) for nm, v, s in zip(names, sol.x, sd))
-    return c, iv, rows, r0, sol.fun
+    return c, iv, rows, r0, sol.fun, rt
 
 
 def _stats(lr) -> dict:
@@ -590,10 +647,17 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
     """The entries of ``gpu_fit``'s method (module docstring, "Per-GPU entries"). Sequential: the ``"*"``
     entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows (its prior
     centred on the ``"*"`` entry's values)."""
-    if gpu_fit == "joint":
-        return _fit_joint(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior_log_sd)
-    c_all, iv_all, used, _, _ = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads, counter,
-                                     prior_log_sd)
+    from ..constants import RuntimeEntry
+    if gpu_fit == "joint":            # one runtime's host costs for every row (module docstring, "Runtimes")
+        return _fit_joint(rows, cat, start, tuple(n for n in names if _SEP not in n), max_runs, max_nfev, threads,
+                          counter, min_gpu_rows, prior_log_sd), ()
+    c_all, iv_all, used, _, _, rt_all = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads,
+                                             counter, prior_log_sd)
+    runtimes = tuple(RuntimeEntry(r, tuple((f, kv[f]) for f in RUNTIME_FITTED if f in kv),
+                                  tuple(_base(n) for n in names if n.endswith(_SEP + r)),
+                                  tuple((_base(n), lo, hi) for n, lo, hi in iv_all if n.endswith(_SEP + r)))
+                     for r, kv in sorted(rt_all.items()))
+    iv_all = tuple(x for x in iv_all if _SEP not in x[0])
     entries = [FitEntry("*", c_all, iv_all, len(used))]
     by_gpu = {}
     for m in rows:
@@ -606,15 +670,15 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
             if not g_names:
                 break
             try:
-                c, iv, used_g, _, _ = _fit(_subsample(by_gpu[g], None if max_runs is None else max(max_runs // 2, 4)),
-                                           cat, c_all, g_names, max(max_nfev // 2, 1), threads, counter,
-                                           prior_log_sd)
+                c, iv, used_g, _, _, _ = _fit(
+                    _subsample(by_gpu[g], None if max_runs is None else max(max_runs // 2, 4)), cat, c_all, g_names,
+                    max(max_nfev // 2, 1), threads, counter, prior_log_sd, start_rt=rt_all)
             except FastsimInputError:
                 continue                                   # too few expressed rows on this GPU
             if len(used_g) >= min_gpu_rows:
                 iv = tuple(x for x in iv_all if x[0] not in g_names) + iv
                 entries.append(FitEntry(g, c, iv, len(used_g)))
-    return entries
+    return entries, runtimes
 
 
 def fit_measurements(measurements, catalog=None, *, engine: str, names=None, start=None, max_runs: int | None = 150,
@@ -714,8 +778,11 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if start_default and "moe_load_cv" in names:
         start = replace(start, moe_load_cv=START_MOE_LOAD_CV)
     for n in names:
-        if n not in FITTABLE:
-            raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE))
+        if _base(n) not in FITTABLE or (_SEP in n and (_base(n) not in RUNTIME_FITTED or n.split(_SEP, 1)[1]
+                                                        not in ENGINE_RUNTIMES[engine][1:])):
+            raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE) + ", or "
+                                    + ", ".join(RUNTIME_FITTED) + " + '@' + another runtime of the engine ("
+                                    + (", ".join(ENGINE_RUNTIMES[engine][1:]) or "none") + ")")
     prior = PRIOR_LOG_SD if isinstance(prior_log_sd, str) and prior_log_sd == "default" else prior_log_sd
     if prior is not None:
         from collections.abc import Mapping
@@ -725,7 +792,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             if n not in FITTABLE:
                 raise FastsimInputError("prior_log_sd", n, "keys among " + ", ".join(FITTABLE))
         for n in names:
-            v = prior.get(n)
+            v = prior.get(_base(n))
             if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 < float(v) < math.inf):
                 raise FastsimInputError(f"prior_log_sd[{n!r}]", v, "a finite SD > 0 for every fitted constant")
         prior = {n: float(v) for n, v in prior.items()}
@@ -734,9 +801,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     max_nfev = require_count("max_nfev", max_nfev, 1)
     min_gpu_rows = require_count("min_gpu_rows", min_gpu_rows, 2)
     counter = [0]
-    entries = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows, prior,
-                           gpu_fit)
-    cal = _calibration(engine, names, entries)
+    entries, runtimes = _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows,
+                                     prior, gpu_fit)
+    cal = _calibration(engine, names, entries, runtimes=runtimes)
     res_fit = run_measurements(rows, cat, cal, threads=threads)
     res_0 = run_measurements(rows, cat, baseline, threads=threads)
     counter[0] += 2
@@ -752,11 +819,11 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             rest = [m for m in rows if m.family != fam]
             names_f, start_f = _fold_names(names, start, rest, cat)
             try:
-                ent_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter, min_gpu_rows,
-                                     prior, gpu_fit)
+                ent_f, rt_f = _fit_entries(rest, cat, start_f, names_f, max_runs, max_nfev, threads, counter,
+                                           min_gpu_rows, prior, gpu_fit)
             except FastsimInputError:
                 continue                                   # too few rows left to fit: no fold
-            cal_f = _calibration(engine, names_f, ent_f)
+            cal_f = _calibration(engine, names_f, ent_f, runtimes=rt_f)
             res_f = run_measurements([rows[i] for i in out_idx], cat, cal_f, threads=threads)
             counter[0] += 1
             pairs = [(a, res_0[i]) for a, i in zip(res_f, out_idx)
@@ -776,4 +843,4 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             "per_metric": {mt: {"start": _stats(np.asarray(a)), "fitted": _stats(np.asarray(b))}
                            for mt, (a, b) in sorted(held_metric.items())}}
     return MeasuredFit(engine, names, tuple(entries), start, in_sample, tuple(folds), held, counter[0],
-                       None if prior is None else {n: prior[n] for n in names}, gpu_fit)
+                       None if prior is None else {n: prior[_base(n)] for n in names}, gpu_fit, runtimes)

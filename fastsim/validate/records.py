@@ -192,6 +192,18 @@ class Measurement(NamedTuple):
         m = _STARTER_ID.fullmatch(self.id)
         return m.group(1) if m else self.id.split("-", 1)[0]
 
+    @property
+    def runtime(self) -> str:
+        """The engine's runtime the row ran on (:func:`fastsim.engine_rules.engine_runtime`): TensorRT-LLM's
+        ``"pytorch"`` or ``"tensorrt"``, ``""`` for an engine with one.
+
+        Returns
+        -------
+        str
+        """
+        from ..engine_rules import engine_runtime
+        return engine_runtime(self.engine, self.engine_version)
+
 
 _STARTER_ID = re.compile(r"([A-Z]+)\d+(?:-(?:ttft|itl|tpot|e2e)(?:-[a-z0-9]+)?)?")
 _REQUIRED = {

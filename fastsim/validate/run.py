@@ -105,7 +105,9 @@ def run_key(m) -> tuple:
     """The fields that decide a measurement's run (rows with equal keys share one simulation).
 
     A vLLM row's engine generation is one of them (:func:`fastsim.engine_rules.vllm_v0_engine`: a V0
-    run is not expressed, a V1 run of the same settings is).
+    run is not expressed, a V1 run of the same settings is), and so is its runtime
+    (:attr:`Measurement.runtime`: a calibration may hold other constants for TensorRT-LLM's TensorRT
+    engine than for its PyTorch backend).
 
     Parameters
     ----------
@@ -118,7 +120,7 @@ def run_key(m) -> tuple:
     return (m.engine, m.benchmark, m.model, m.gpu, m.precision, m.tp, m.pp, m.layout, m.instances, m.input_tokens,
             m.output_tokens, m.num_requests, m.rate_req_per_s, m.trace, m.max_batch, m.max_num_batched_tokens,
             m.max_num_seqs, m.shared_prefix_tokens, m.batch, m.context_tokens, m.kv_cache_dtype,
-            vllm_v0_engine(m.engine_version) if m.engine == "vllm" else None)
+            vllm_v0_engine(m.engine_version) if m.engine == "vllm" else None, m.runtime)
 
 
 class _ModelRefused(Exception):
@@ -504,6 +506,7 @@ def run_measurements(measurements, catalog=None, constants=None, *, threads: int
     """
     from .._threads import num_threads
     from ..catalog import default_catalog
+    from ..constants import Calibration
     cat = catalog if catalog is not None else default_catalog()
     for_engine = engine_constants(constants)
     threads = num_threads() if threads is None else threads
@@ -530,7 +533,10 @@ def run_measurements(measurements, catalog=None, constants=None, *, threads: int
 
     def work(idx):
         rows = [measurements[i] for i in idx]
-        for i, r in zip(idx, run_group(rows, cat, for_engine(rows[0].engine), models=models)):
+        c = for_engine(rows[0].engine)
+        if isinstance(c, Calibration):
+            c = c.for_runtime(rows[0].runtime)       # its [[runtime]] table's constants, where it has one
+        for i, r in zip(idx, run_group(rows, cat, c, models=models)):
             out[i] = r
     if threads == 1 or len(order) == 1:
         for idx in order:
