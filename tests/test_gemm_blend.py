@@ -130,14 +130,14 @@ def test_carried_in_calibration_files(tmp_path):
 def test_the_shipped_h100_profiles_give_the_exponent_the_fits_start_from():
     from fastsim.calibrate import fit_operations
     from fastsim.calibrate.readers import read_profiles
-    from fastsim.validate.fit import START_GEMM_BLEND_P, fit_measurements  # noqa: F401
+    from fastsim.validate.fit import PROFILE_GEMM_BLEND_P
     ops, _ = read_profiles(["vidur-h100"])
     f0 = fit_operations(ops, H100, BF16)
     f1 = fit_operations(ops, H100, BF16, blend=True)
     assert "gemm_blend_p" not in f0.values
-    assert f1.values["gemm_blend_p"] == pytest.approx(START_GEMM_BLEND_P, abs=0.01)
+    assert f1.values["gemm_blend_p"] == pytest.approx(PROFILE_GEMM_BLEND_P, abs=0.01)
     lo, hi = f1.interval95["gemm_blend_p"]
-    assert lo < START_GEMM_BLEND_P < hi
+    assert lo < PROFILE_GEMM_BLEND_P < hi
     assert f0.median_abs_rel_error == pytest.approx(0.094, abs=0.001)
     assert f1.median_abs_rel_error == pytest.approx(0.068, abs=0.001)
 
@@ -150,16 +150,19 @@ def test_the_shipped_h100_profiles_give_the_exponent_the_fits_start_from():
     assert all(abs(v - 1.0) < 0.05 for v in m1.values())
 
 
-def test_the_fits_start_from_it():
-    from fastsim.validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements
+def test_a_fit_started_from_it_keeps_it_and_the_engines_fits_start_from_the_max():
     from fastsim.catalog import load_catalog
-    from fastsim.validate.fit import START_GEMM_BLEND_P, fit_measurements
+    from fastsim.validate import SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, read_measurements
+    from fastsim.validate.fit import PROFILE_GEMM_BLEND_P, fit_measurements
     cat = load_catalog([str(SHIPPED_CATALOG)])
     rows = [m for m in read_measurements(SHIPPED_MEASUREMENTS, cat) if m.engine == "trtllm"][:3]
-    fit = fit_measurements(rows, cat, engine="trtllm", names=("overhead_s",), max_runs=None, max_nfev=1,
-                           cross_validate=False)
-    assert fit.start.gemm_blend_p == START_GEMM_BLEND_P
-    assert all(e.constants.gemm_blend_p == START_GEMM_BLEND_P for e in fit.entries)
+    start = StepConstants(step_form="classes", kv_memory="trtllm", gemm_blend_p=PROFILE_GEMM_BLEND_P)
+    fit = fit_measurements(rows, cat, engine="trtllm", names=("overhead_s",), start=start, max_runs=None,
+                           max_nfev=1, cross_validate=False)
+    assert all(e.constants.gemm_blend_p == PROFILE_GEMM_BLEND_P for e in fit.entries)
+    plain = fit_measurements(rows, cat, engine="trtllm", names=("overhead_s",), max_runs=None, max_nfev=1,
+                             cross_validate=False)
+    assert plain.start.step_form == "classes" and plain.start.gemm_blend_p is None
 
 
 # ---------------------------------------------------------------- kernels against their references

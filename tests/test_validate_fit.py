@@ -12,15 +12,13 @@ from fastsim.errors import FastsimInputError
 from fastsim.stepmodel import (P_ETA_C, P_LAYERS, P_QDIM_DEC, StepConstants, decode_attn_flops, step_params,
                                step_time)
 from fastsim.validate import engine_constants, read_measurements, run_measurements
-from fastsim.validate.fit import START_GEMM_BLEND_P, fit_measurements
+from fastsim.validate.fit import fit_measurements
 from fastsim.validate.run import engine_kv_dtype
 
 from test_validate import row, write_csv
 
-# in the step form the engine's fits take (fastsim.validate.fit.ENGINE_STEP_FORM, START_GEMM_BLEND_P): a fit
-# keeps its start's form
-TRUE = StepConstants(eta_compute=0.45, eta_bw=0.6, overhead_s=2e-3, step_form="classes",
-                     gemm_blend_p=START_GEMM_BLEND_P)
+# in the step form the engine's fits take (fastsim.validate.fit.ENGINE_STEP_FORM): a fit keeps its start's form
+TRUE = StepConstants(eta_compute=0.45, eta_bw=0.6, overhead_s=2e-3, step_form="classes")
 
 
 def _step_rows(prefix, engine="trtllm", constants=TRUE, gpu="H100"):
@@ -279,8 +277,7 @@ def test_a_fold_fits_only_what_its_rows_pin(tmp_path):
 def test_calibrate_measurements_table_shows_spec_3s_values_beside_the_start(tmp_path, capsys):
     # the fit of the host time per sequence starts at 10 us (inside its bounds), SPEC §3 has none: the
     # table's "SPEC §3" column is SPEC §3's value, the start its own column
-    truth = StepConstants(eta_bw=0.6, overhead_per_seq_s=3e-5, step_form="classes",
-                          gemm_blend_p=START_GEMM_BLEND_P)
+    truth = StepConstants(eta_bw=0.6, overhead_per_seq_s=3e-5, step_form="classes")
     csv = write_csv(tmp_path / "m.csv", *_step_rows("A", constants=truth), *_step_rows("C", constants=truth))
     assert main(["calibrate", "--measurements", str(csv), "--engine", "trtllm", "--fit", "eta_bw,overhead_per_seq_s",
                  "--no-cv"]) == 0
