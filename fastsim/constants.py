@@ -375,19 +375,24 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
             const = StepConstants(**kw)
         except FastsimInputError as exc:
             raise FastsimInputError(f"{at}: {exc.field}", exc.value, exc.allowed) from None
-        fitted = t.get("fitted", [])
-        if not isinstance(fitted, list) or any(f not in FILE_CONSTANTS for f in fitted):
-            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(FILE_CONSTANTS))
-        iv = t.get("interval95", {})
-        ok = isinstance(iv, dict) and all(k in FILE_CONSTANTS and isinstance(v, list) and len(v) == 2
-                                          and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
-                                          for k, v in iv.items())
-        if not ok:
-            raise FastsimInputError(f"{at}: interval95", iv, "a table of name = [low, high]")
-        entries.append(CalibrationEntry(names[0], names[1], const, tuple(fitted),
-                                        tuple((k, float(v[0]), float(v[1])) for k, v in iv.items()), tp))
+        fitted, iv = _fitted_and_intervals(t, at, FILE_CONSTANTS)
+        entries.append(CalibrationEntry(names[0], names[1], const, fitted, iv, tp))
     src = doc.get("source", "")
     return Calibration(tuple(entries), str(src), engine, _runtime_tables(doc.get("runtime", []), where, engine))
+
+
+def _fitted_and_intervals(t, at, names) -> tuple:
+    """A table's ``fitted`` (a tuple of names) and ``interval95`` (``(name, low, high)``), checked against ``names``."""
+    fitted = t.get("fitted", [])
+    if not isinstance(fitted, list) or any(f not in names for f in fitted):
+        raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(names))
+    iv = t.get("interval95", {})
+    ok = isinstance(iv, dict) and all(k in names and isinstance(v, list) and len(v) == 2
+                                      and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+                                      for k, v in iv.items())
+    if not ok:
+        raise FastsimInputError(f"{at}: interval95", iv, "a table of name = [low, high]")
+    return tuple(fitted), tuple((k, float(v[0]), float(v[1])) for k, v in iv.items())
 
 
 def _runtime_tables(tables, where, engine) -> tuple:
@@ -420,16 +425,8 @@ def _runtime_tables(tables, where, engine) -> tuple:
             StepConstants(**kw)
         except FastsimInputError as exc:
             raise FastsimInputError(f"{at}: {exc.field}", exc.value, exc.allowed) from None
-        fitted = t.get("fitted", [])
-        if not isinstance(fitted, list) or any(f not in RUNTIME_CONSTANTS for f in fitted):
-            raise FastsimInputError(f"{at}: fitted", fitted, "a list of names among " + ", ".join(RUNTIME_CONSTANTS))
-        iv = t.get("interval95", {})
-        if not (isinstance(iv, dict) and all(k in RUNTIME_CONSTANTS and isinstance(v, list) and len(v) == 2
-                                             and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                     for x in v) for k, v in iv.items())):
-            raise FastsimInputError(f"{at}: interval95", iv, "a table of name = [low, high]")
-        out.append(RuntimeEntry(name, tuple(kw.items()), tuple(fitted),
-                                tuple((k, float(v[0]), float(v[1])) for k, v in iv.items())))
+        fitted, iv = _fitted_and_intervals(t, at, RUNTIME_CONSTANTS)
+        out.append(RuntimeEntry(name, tuple(kw.items()), fitted, iv))
     return tuple(out)
 
 

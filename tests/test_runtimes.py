@@ -96,6 +96,8 @@ def test_runtime_tables_round_trip_and_are_checked(tmp_path):
             ("trtllm", 'name = "tensorrt"\neta_bw = 0.5\n', r"\[\[runtime\]\] 1: key: got 'eta_bw'"),
             ("trtllm", 'name = "tensorrt"\noverhead_s = -1.0\n', r"\[\[runtime\]\] 1: overhead_s: got -1.0"),
             ("trtllm", 'name = "tensorrt"\noverhead_s = "1"\n', r"\[\[runtime\]\] 1: overhead_s: got '1'; allowed: a number"),
+            ("trtllm", 'name = "tensorrt"\nfitted = ["eta_bw"]\n', r"\[\[runtime\]\] 1: fitted: got \['eta_bw'\]"),
+            ("trtllm", 'name = "tensorrt"\ninterval95 = { overhead_s = [1.0] }\n', r"\[\[runtime\]\] 1: interval95: got"),
             ("vllm", 'name = "tensorrt"\n', r"runtime: got 'a \[\[runtime\]\] table'; allowed: none")):
         bad = tmp_path / "bad.toml"
         bad.write_text(head.format(e=engine) + body, encoding="utf-8")
