@@ -52,7 +52,9 @@ at 7.8% median error where those fitted on the PyTorch-backend rows alone (``T``
 (``tools/make_fit.py --engine trtllm --max-runs 80 --max-nfev 30``), TensorRT-LLM's held-out error rose
 from 12.3% (0.921) to 14.5% (0.890): ITL 16.6% (1.133) to 12.0% (0.881), but TTFT 8.5% to 18.0% (0.767)
 and the PyTorch-backend family T 13.9% to 17.7%, each runtime's host pinned by two families only when one
-is left out. A joint fit (``gpu_fit="joint"``) keeps one host for every runtime.
+is left out; with them alone, from 12.1% (0.950) to 14.3% (0.891): TTFT 11.3% to 30.7% (0.625), the Triton
+family ``O`` 9.2% to 14.9%, and the v0.17 family ``T17`` no better (11.8% against 11.7%). A joint fit
+(``gpu_fit="joint"``) keeps one host for every runtime.
 
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale; Bates and
 Watts 1988, §2.3), back-transformed, so they are asymmetric and positive. Without a prior ``s^2`` is
