@@ -337,6 +337,8 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
     allowed = {"gpu", "precision", "tp", "fitted", "interval95", *FILE_CONSTANTS}
     for i, t in enumerate(tables, 1):
         at = f"{where}: [[constants]] {i}"
+        if not isinstance(t, dict):
+            raise FastsimInputError(at, t, "a [[constants]] table")
         bad = set(t) - allowed
         if bad:
             raise FastsimInputError(f"{at}: key", sorted(bad)[0], ", ".join(sorted(allowed)))
@@ -406,6 +408,8 @@ def _runtime_tables(tables, where, engine) -> tuple:
     out, seen = [], set()
     for i, t in enumerate(tables, 1):
         at = f"{where}: [[runtime]] {i}"
+        if not isinstance(t, dict):
+            raise FastsimInputError(at, t, "a [[runtime]] table")
         bad = set(t) - {"name", "fitted", "interval95", *RUNTIME_CONSTANTS}
         if bad:
             raise FastsimInputError(f"{at}: key", sorted(bad)[0], ", ".join(["name", "fitted", "interval95",

@@ -116,7 +116,8 @@ def engine_runtime(engine: str, engine_version: str) -> str:
     """The runtime a measurement of ``engine`` at ``engine_version`` ran on (:data:`ENGINE_RUNTIMES`).
 
     TensorRT-LLM: ``"pytorch"`` where the version names the PyTorch backend; ``"tensorrt"`` where it
-    names the TensorRT engine or Triton (whose ``tensorrtllm`` backend runs TensorRT engines); else by
+    names the TensorRT engine (``TensorRT engine``, ``TensorRT-engine``, ``trtllm-build``) or Triton
+    (whose ``tensorrtllm`` backend runs TensorRT engines); else by
     the first release ``X.Y`` in the text: below :data:`TRTLLM_PYTORCH_DEFAULT_RELEASE` (1.0)
     ``"tensorrt"``, from it on ``"pytorch"``; with no release either (not stated) the default,
     ``"pytorch"``. Other engines: ``""`` (one runtime).
@@ -145,7 +146,7 @@ def engine_runtime(engine: str, engine_version: str) -> str:
     low = engine_version.lower()
     if "pytorch" in low:
         return "pytorch"
-    if "tensorrt engine" in low or "triton" in low:
+    if re.search(r"tensorrt[ _-]?engine|trtllm-build|triton", low):
         return "tensorrt"
     v = _VERSION.search(engine_version)
     if v and (int(v.group(1)), int(v.group(2))) < TRTLLM_PYTORCH_DEFAULT_RELEASE:

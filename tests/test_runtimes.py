@@ -30,7 +30,8 @@ K = StepConstants(step_form="classes", overhead_s=1e-3)
 @pytest.mark.parametrize("version, runtime", [
     ("perf-overview (PyTorch backend)", "pytorch"), ("0.17 (TensorRT engine)", "tensorrt"),
     ("0.14 (Triton)", "tensorrt"), ("0.21.0", "tensorrt"), ("v0.9.0", "tensorrt"), ("1.0.0", "pytorch"),
-    ("1.1.0rc3", "pytorch"), ("", "pytorch"), ("0.20 PyTorch flow", "pytorch"), ("not stated", "pytorch")])
+    ("1.1.0rc3", "pytorch"), ("", "pytorch"), ("0.20 PyTorch flow", "pytorch"), ("not stated", "pytorch"),
+    ("1.0 (TensorRT-engine)", "tensorrt"), ("trtllm-build engine 1.0", "tensorrt")])
 def test_the_runtime_is_read_off_the_version(version, runtime):
     assert engine_runtime("trtllm", version) == runtime
     assert engine_runtime("vllm", version) == ""
@@ -138,3 +139,20 @@ def test_a_fit_over_both_runtimes_writes_a_runtime_table(tmp_path):
     fit.calibration("test").write(path)
     assert load_calibration(path, CAT).runtimes == fit.runtimes
     assert fit.to_dict()["runtimes"][0]["name"] == "tensorrt"
+
+
+def test_entries_that_are_not_tables_are_refused(tmp_path):
+    for text, match in (('format_version = 1\nengine = "trtllm"\nruntime = [1]\n', r"\[\[runtime\]\] 1: got 1; allowed: a \[\[runtime\]\] table"),
+                        ('format_version = 1\nconstants = [2]\n', r"\[\[constants\]\] 1: got 2; allowed: a \[\[constants\]\] table")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text, encoding="utf-8")
+        with pytest.raises(FastsimInputError, match=match):
+            load_calibration(bad, CAT)
+
+
+def test_a_joint_fit_refuses_a_runtime_s_own_constants():
+    rows = [m for m in TRT if m.model == "llama-3.1-8b" and m.gpu == "H100"][:6]
+    with pytest.raises(FastsimInputError, match="names: got 'overhead_s@tensorrt'; allowed: no runtime's own constant "
+                                                "under gpu_fit 'joint'"):
+        fit_measurements(rows, CAT, engine="trtllm", names=("overhead_s", "overhead_s@tensorrt"), max_nfev=1,
+                         cross_validate=False, gpu_fit="joint")

@@ -111,7 +111,9 @@ def _ledger(args):
     classes = k.step_form == "classes"
     if classes:
         notes.append("step form: classes (a roofline per kernel class, summed): the step adds max(weight, GEMM) "
-                     "and max(KV, attention), where the compute column is GEMM + attention")
+                     "and max(KV, attention), where the compute column is GEMM + attention"
+                     + (f"; with gemm_blend_p {k.gemm_blend_p:g} the GEMM class is (weight^p + GEMM^p)^(1/p), "
+                        "more than either near the ridge" if k.gemm_blend_p is not None else ""))
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]

@@ -671,9 +671,9 @@ def _fit_entries(rows, cat, start, names, max_runs, max_nfev, threads, counter, 
     entry fitted on ``rows``, then one per GPU with at least ``min_gpu_rows`` expressed rows (its prior
     centred on the ``"*"`` entry's values)."""
     from ..constants import RuntimeEntry
-    if gpu_fit == "joint":            # one runtime's host costs for every row (module docstring, "Runtimes")
-        return _fit_joint(rows, cat, start, tuple(n for n in names if _SEP not in n), max_runs, max_nfev, threads,
-                          counter, min_gpu_rows, prior_log_sd), ()
+    if gpu_fit == "joint":            # one host for every runtime (fit_measurements refuses '@' names here)
+        return _fit_joint(rows, cat, start, names, max_runs, max_nfev, threads, counter, min_gpu_rows,
+                          prior_log_sd), ()
     c_all, iv_all, used, _, _, rt_all = _fit(_subsample(rows, max_runs), cat, start, names, max_nfev, threads,
                                              counter, prior_log_sd)
     runtimes = tuple(RuntimeEntry(r, tuple((f, kv[f]) for f in RUNTIME_FITTED if f in kv),
@@ -806,6 +806,9 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
             raise FastsimInputError("names", n, "constants among " + ", ".join(FITTABLE) + ", or "
                                     + ", ".join(RUNTIME_FITTED) + " + '@' + another runtime of the engine ("
                                     + (", ".join(ENGINE_RUNTIMES[engine][1:]) or "none") + ")")
+        if _SEP in n and gpu_fit == "joint":
+            raise FastsimInputError("names", n, "no runtime's own constant under gpu_fit 'joint' (one host for "
+                                    "every runtime); gpu_fit 'sequential' fits them")
     prior = PRIOR_LOG_SD if isinstance(prior_log_sd, str) and prior_log_sd == "default" else prior_log_sd
     if prior is not None:
         from collections.abc import Mapping
