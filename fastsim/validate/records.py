@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from ..engine_rules import engine_runtime
 from ..errors import FastsimInputError
 from ..layouts import LAYOUTS
 
@@ -201,7 +202,6 @@ class Measurement(NamedTuple):
         -------
         str
         """
-        from ..engine_rules import engine_runtime
         return engine_runtime(self.engine, self.engine_version)
 
 
