@@ -25,7 +25,9 @@ def simulate_json(capsys, *extra):
 
 
 def test_simulate_policy_outputs_match_the_api(capsys):
-    d = simulate_json(capsys, "--policy", "vllm", "--max-num-seqs", "64", "--shared-prefix", "1024")
+    # SPEC §3's constants, as the API's default (the vllm policy's own default is vLLM's fit)
+    d = simulate_json(capsys, "--policy", "vllm", "--max-num-seqs", "64", "--shared-prefix", "1024",
+                      "--constants", "lecture")
     r = d["runs"][0]
     assert r["policy"] == "vllm"
     # the same run through the API
@@ -88,7 +90,7 @@ def test_a_disaggregated_plan_under_trtllm_is_refused_naming_every_engine_policy
 def test_capacity_under_vllm(capsys):
     rc, out, err = run(capsys, "capacity", "--scenario", "chat", "--gpu", "B200", "--precision", "FP8",
                        "--instances", "1", "--seeds", "2", "--horizon", "60", "--tol", "0.05", "--format", "json",
-                       "--policy", "vllm", "--max-num-batched-tokens", "2048")
+                       "--policy", "vllm", "--max-num-batched-tokens", "2048", "--constants", "lecture")
     assert rc == 0, err
     d = json.loads(out)
     assert any("policy vllm" in n and "max_num_batched_tokens 2048" in n for n in d["notes"])

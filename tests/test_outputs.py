@@ -233,7 +233,7 @@ def test_capacity_estimate_inside_its_bracket_and_interval(capsys):
     assert lo <= res["rate_req_per_s"] <= hi and ci_lo <= res["rate_req_per_s"] <= ci_hi
     assert res["estimate_in_ci"] is True and res["notes"] == [
         "step constants: SPEC §3's (the default scheduler; --policy trtllm runs on the constants fitted to "
-        "TensorRT-LLM measurements)"]
+        "TensorRT-LLM measurements, --policy vllm runs on the constants fitted to vLLM measurements)"]
 
 
 def test_capacity_estimate_outside_its_interval_is_explained():

@@ -59,6 +59,29 @@ def test_the_fit_recovers_the_constants_that_made_the_measurements_and_cross_val
         assert lo <= getattr(fit.constants, name) <= hi
 
 
+def test_families_without_a_shared_gpu_fit_the_engines_host_alone(tmp_path):
+    """Family A on the H100 and C on the A100: no held-out family can judge a GPU's efficiencies, so a
+    default fit fits the engine's host costs alone and keeps SPEC §3's efficiencies (fastsim.validate.fit,
+    "GPUs no other family ran"); where the families share a GPU, the default names are all of them."""
+    from fastsim.validate.fit import HOST_FITTED, default_names, families_share_gpu
+    cat = default_catalog()
+    shared = read_measurements(write_csv(tmp_path / "s.csv", *_step_rows("A"), *_step_rows("C")))
+    apart = read_measurements(write_csv(tmp_path / "a.csv", *_step_rows("A"), *_step_rows("C", gpu="A100")))
+    assert families_share_gpu(shared) and not families_share_gpu(apart)
+    assert not families_share_gpu(shared[:12])                          # one family shares with none
+    fit = fit_measurements(apart, engine="trtllm", max_nfev=2, max_runs=None, cross_validate=False)
+    # step rows measure no TTFT or E2E: no request overhead to fit
+    assert fit.names == ("overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
+    assert set(fit.names) < set(HOST_FITTED) and "eta_compute" in default_names(apart, cat)
+    assert (fit.constants.eta_compute, fit.constants.eta_bw) == (StepConstants().eta_compute, StepConstants().eta_bw)
+    assert [e.gpu for e in fit.entries] == ["*"]                        # no GPU entry: no efficiency to refit
+    # names given are fitted as given
+    assert fit_measurements(apart, engine="trtllm", names=("eta_bw",), max_nfev=2, max_runs=None,
+                            cross_validate=False).names == ("eta_bw",)
+    assert fit_measurements(shared, engine="trtllm", max_nfev=1, max_runs=None,
+                            cross_validate=False).names == default_names(shared, cat)
+
+
 def _small_batch_rows(prefix):
     """Decode steps at 1 and 2 sequences: weight-read bound, so they pin ``weight bytes / eta_bw + overhead_s``
     and barely tell the two apart."""

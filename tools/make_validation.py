@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from fastsim.validate import (SHIPPED_CALIBRATIONS, SHIPPED_CATALOG, SHIPPED_MEASUREMENTS, diagnose,  # noqa: E402
                               optimism, plot_validation, read_measurements, run_measurements, summarize)
 from fastsim.validate.run import ONLINE_SEED, STAGE_S  # noqa: E402
+from fastsim.validate.fit import HOST_FITTED  # noqa: E402
 
 #: The sections of the document, in order: (key, heading).
 SECTIONS = (
@@ -227,13 +228,18 @@ def section_fitted(recs, summ, shipped=True, **_):
         + ", ".join(f"{e} {rep[e].get('gpu_fit', 'sequential')}" for e in sorted(rep) if "held_out" in rep[e])
         + "), starting from SPEC §3's timing constants with the engine's KV-pool "
         "rule, in the step form of a roofline per kernel class (`step_form = \"classes\"`: max(weight read, GEMM) + "
-        "max(KV read, attention), `docs/STEP_MODEL.md`; SPEC §3's figures take one roofline over the step). Leave one "
+        "max(KV read, attention), `docs/STEP_MODEL.md`; SPEC §3's figures take one roofline over the step). Where no "
+        "GPU is measured by two source families, no held-out family can judge a GPU's efficiencies, and the fit is "
+        "the engine's own constants alone, its host's per-step costs and its per-request cost "
+        "(`fastsim.validate.fit.HOST_FITTED`), every efficiency SPEC §3's: "
+        + (", ".join(e for e in sorted(rep) if "held_out" in rep[e]
+                     and set(rep[e].get("names", ())) <= set(HOST_FITTED)) or "no engine's today") + ". Leave one "
         "source out: each source family's rows are run with the constants fitted on the other "
         "families only, and the held-out figures below are over those runs, never over rows a fit saw. A fit "
         "ships (`fastsim/data/calibrations/<engine>.toml`) if and only if its held-out error is below SPEC §3's on "
         "the same rows; a shipped fit is the default (`--constants fitted`) of `fastsim validate` on its engine's "
         "rows and of every planning command run on its engine's policy"
-        + "".join(f" (`--policy {e}`)" for e in sorted(rep) if rep[e].get("shipped")) + ", while the default "
+        + " (" + ", ".join(f"`--policy {e}`" for e in sorted(rep) if rep[e].get("shipped")) + "), while the default "
         "scheduler keeps SPEC §3's and `--constants lecture` gives SPEC §3's everywhere.", ""]
     rows = []
     for engine in sorted(rep):

@@ -69,7 +69,8 @@ def add_parser(sub):
                     "moe_compute_factor where rows run a mixture-of-experts model, moe_pad_fraction where they "
                     "run two granularities E/k or more, moe_load_cv where one MoE model runs at two "
                     "expert-parallel degrees or more, request_overhead_s where rows measure TTFT or E2E, and "
-                    "eta_pcie where rows run a PCIe GPU at an attention TP > 1 or in a pipeline; add "
+                    "eta_pcie where rows run a PCIe GPU at an attention TP > 1 or in a pipeline; of these, the "
+                    "host costs and request_overhead_s alone where no GPU is measured by two source families; add "
                     "overhead_s@tensorrt, overhead_per_seq_s@tensorrt, overhead_per_layer_s@tensorrt to fit "
                     "TensorRT-LLM's TensorRT-engine runtime's host costs apart from its PyTorch backend's)")
     sp.add_argument("--max-runs", type=_int_at_least(2), default=150,

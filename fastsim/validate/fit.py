@@ -56,6 +56,15 @@ is left out; with them alone, from 12.1% (0.950) to 14.3% (0.891): TTFT 11.3% to
 family ``O`` 9.2% to 14.9%, and the v0.17 family ``T17`` no better (11.8% against 11.7%). A joint fit
 (``gpu_fit="joint"``) keeps one host for every runtime.
 
+GPUs no other family ran: a GPU's efficiencies are its kernels', and only a family measured on the same
+GPU can judge them held out. Where no GPU is measured by two source families, the default names
+(``names=None``) are the engine's own constants alone (:data:`HOST_FITTED`: the host's per-step costs and
+the per-request cost, which an engine carries to every GPU), and every efficiency keeps SPEC §3's value.
+vLLM's shipped rows are such a set: family ``B`` runs on the H100 only, ``L`` on the RTX 4090 and the
+RTX PRO 6000. Fitted with the default names of a set that shares GPUs, their efficiencies included, vLLM's
+held-out error was 20.9% (0.829) against SPEC §3's 14.6% (0.868): the efficiencies fitted on one family's
+GPUs do not carry to the other's (``tools/make_fit.py --engine vllm --max-runs 80 --max-nfev 30``).
+
 Intervals: 95%, from the Jacobian at the optimum (``s^2 (J^T J)^-1`` on the log scale; Bates and
 Watts 1988, §2.3), back-transformed, so they are asymmetric and positive. Without a prior ``s^2`` is
 the residual variance; with one, ``J`` holds the priors' rows and ``s^2 = 1``: the Laplace
@@ -92,7 +101,8 @@ from .summary import group_stats
 __all__ = ["fit_measurements", "MeasuredFit", "FitEntry", "FoldResult", "FITTABLE", "BOUNDS", "default_names",
            "ENGINE_KV_MEMORY", "ENGINE_RESERVED_BYTES", "START_REQUEST_OVERHEAD_S", "START_OVERHEAD_PER_SEQ_S",
            "PRIOR_LOG_SD", "PRIOR_CENTRE", "ENGINE_GPU_FIT", "GPU_LOG_SD", "START_ETA_PCIE",
-           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV", "PROFILE_GEMM_BLEND_P", "RUNTIME_FITTED", "runtime_names"]
+           "START_MOE_PAD_FRACTION", "START_MOE_LOAD_CV", "PROFILE_GEMM_BLEND_P", "RUNTIME_FITTED", "runtime_names",
+           "HOST_FITTED", "families_share_gpu"]
 
 #: Constants :func:`fit_measurements` may fit, in the order reports list them.
 FITTABLE = ("eta_compute", "eta_bw", "eta_kv", "overhead_s", "overhead_per_seq_s", "fp8_compute_factor",
@@ -116,6 +126,10 @@ BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0)
 #: (:data:`fastsim.constants.RUNTIME_CONSTANTS`).
 RUNTIME_FITTED = ("overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
 _SEP = "@"
+#: The engine's own constants, the same on every GPU it runs on: the host's per-step costs and the
+#: per-request cost on the way into and out of the engine. Where no GPU is measured by two source
+#: families, a default fit fits these alone (module docstring, "GPUs no other family ran").
+HOST_FITTED = RUNTIME_FITTED + ("request_overhead_s",)
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
 GPU_FITTED = ("eta_compute", "eta_bw", "eta_kv")
@@ -417,6 +431,26 @@ def default_names(measurements, catalog) -> tuple:
             + (("moe_compute_factor",) if moe else ()) + (("moe_pad_fraction",) if len(granularity) > 1 else ())
             + (("moe_load_cv",) if any(len(d) > 1 for d in ep_degrees.values()) else ())
             + (("request_overhead_s",) if latency else ()) + (("eta_pcie",) if pcie else ()))
+
+
+def families_share_gpu(measurements) -> bool:
+    """Whether a GPU type is measured by two source families or more (module docstring, "GPUs no other
+    family ran").
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+
+    Returns
+    -------
+    bool
+        False where each GPU's rows come from one family (then leaving a family out predicts it on GPUs
+        no training row ran on, and a default fit fits :data:`HOST_FITTED` alone).
+    """
+    seen = {}
+    for m in measurements:
+        seen.setdefault(m.gpu, set()).add(m.family)
+    return any(len(f) > 1 for f in seen.values())
 
 
 def runtime_names(measurements) -> tuple:
@@ -724,7 +758,8 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     engine : str
         ``trtllm``, ``vllm`` or ``sglang``.
     names : sequence of str, optional
-        Constants to fit, among :data:`FITTABLE` (default: :func:`default_names`).
+        Constants to fit, among :data:`FITTABLE` (default: :func:`default_names`; those among
+        :data:`HOST_FITTED` alone where :func:`families_share_gpu` is False).
     start : StepConstants, optional
         The starting point of the ``"*"`` fits and the value of every constant not fitted
         (default: SPEC §3's timing constants with the engine's KV-pool rule,
@@ -789,7 +824,11 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     rows = [m for m in rows if unexpressible(m) is None]
     if not rows:
         raise FastsimInputError("engine", engine, "an engine with rows fastsim can express")
-    names = tuple(names) if names is not None else default_names(rows, cat)
+    if names is None:
+        names = default_names(rows, cat)
+        if not families_share_gpu(rows):
+            names = tuple(n for n in names if n in HOST_FITTED)
+    names = tuple(names)
     if start_default and "overhead_per_seq_s" in names:
         # a fit of the per-sequence host time starts inside its bounds (SPEC §3's 0 is below them);
         # a fit without it keeps SPEC §3's 0
