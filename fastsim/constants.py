@@ -49,7 +49,7 @@ _V2_CONSTANTS = {"fp8_compute_factor": 1.0, "fp4_compute_factor": 1.0, "eta_kv":
                  "reserved_bytes_per_gpu": 0.0, "memory_utilization": 0.9, "request_overhead_s": 0.0,
                  "overhead_per_seq_s": 0.0, "moe_compute_factor": 1.0, "overhead_per_layer_s": 0.0,
                  "step_form": "spec", "eta_pcie": None, "moe_pad_fraction": 0.0, "moe_load_cv": 0.0,
-                 "gemm_blend_p": None}
+                 "gemm_blend_p": None, "moe_dispatch": "per_expert"}
 #: Every constant a calibration file may hold: SPEC §3's five, then step model v2's.
 FILE_CONSTANTS = CONSTANTS + tuple(_V2_CONSTANTS)
 #: The constants a ``[[runtime]]`` table may hold: the host's costs, which are the runtime's own (its
@@ -223,7 +223,8 @@ class Calibration:
                "# layer of a step; the request overhead: seconds per request); the compute factors are",
                "# fractions of eta_compute; step_form is spec (SPEC §3's one roofline) or classes (a",
                "# roofline per kernel class, summed: docs/STEP_MODEL.md); gemm_blend_p is the exponent of",
-               "# the GEMM class's p-norm of weight read and compute (omitted: their max).",
+               "# the GEMM class's p-norm of weight read and compute (omitted: their max); moe_dispatch is",
+               "# how an expert-parallel MoE layer moves its tokens (per_expert, SPEC §10; per_rank; allgather).",
                f"format_version = {FORMAT_VERSION}",
                f"source = {_toml_str(self.source)}"]
         if self.engine:
@@ -295,7 +296,8 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         ``overhead_per_seq_s``, ``overhead_per_layer_s`` (seconds), ``moe_compute_factor`` (a fraction in (0, 1]), ``moe_pad_fraction``, ``moe_load_cv`` (>= 0),
         ``step_form`` (``spec``, ``classes``), ``eta_pcie`` (a fraction in (0, 1]; omitted:
         ``eta_nvlink``'s on PCIe GPUs too), ``gemm_blend_p`` (an exponent >= 1 under ``step_form``
-        ``classes``; omitted: the GEMM class's max); omitted constants keep
+        ``classes``; omitted: the GEMM class's max), ``moe_dispatch`` (``per_expert``, ``per_rank``,
+        ``allgather``; omitted: ``per_expert``, SPEC §10); omitted constants keep
         their defaults. ``fitted`` and ``interval95`` are informative. An optional top-level
         ``engine`` (``trtllm``, ``vllm``, ``sglang``) names the engine the constants were fitted on.
     catalog : Catalog, optional
@@ -364,10 +366,11 @@ def load_calibration(path, catalog: Catalog | None = None) -> Calibration:
         for name in FILE_CONSTANTS:
             if name in t:
                 v = t[name]
-                if name in ("kv_memory", "step_form"):
+                if name in ("kv_memory", "step_form", "moe_dispatch"):
                     if not isinstance(v, str):
-                        raise FastsimInputError(f"{at}: {name}", v, "a string: " + ("spec, vllm or trtllm"
-                                                if name == "kv_memory" else "spec or classes"))
+                        raise FastsimInputError(f"{at}: {name}", v, "a string: " + {
+                            "kv_memory": "spec, vllm or trtllm", "step_form": "spec or classes",
+                            "moe_dispatch": "per_expert, per_rank or allgather"}[name])
                     kw[name] = v
                     continue
                 if isinstance(v, bool) or not isinstance(v, (int, float)):

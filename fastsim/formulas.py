@@ -39,7 +39,7 @@ from .errors import FastsimInputError, require_positive
 
 __all__ = ["cost_usd_per_million_output_tokens", "instances_needed", "md1_mean_wait_s",
            "speculative_tokens_per_round", "joules_per_token", "expected_max_std_normal", "ep_busiest_rank_factor",
-           "decode_attn_flops", "prefill_attn_flops", "gemm_blend_s"]
+           "decode_attn_flops", "prefill_attn_flops", "gemm_blend_s", "dispatch_copies", "MOE_DISPATCH"]
 
 #: Largest count :func:`instances_needed` returns: every count up to it is exact in float64, and
 #: it times any GPU count of an instance stays far inside int64 (no overflow, however large the rate).
@@ -272,6 +272,73 @@ def _expected_max(n: int) -> float:
     from scipy import integrate, special, stats
     dens = (lambda x: x * n * math.exp(stats.norm.logpdf(x) + (n - 1) * special.log_ndtr(x)))
     return float(integrate.quad(dens, -12.0, 12.0, points=[0.0, 3.0], limit=200, epsabs=1e-12)[0])
+
+
+#: How an expert-parallel MoE layer moves its tokens (:attr:`fastsim.stepmodel.StepConstants.moe_dispatch`;
+#: :func:`dispatch_copies`).
+MOE_DISPATCH = ("per_expert", "per_rank", "allgather")
+
+
+def dispatch_copies(n_experts: int, experts_per_token: int, ep: int, rule: str = "per_expert") -> float:
+    """Copies of a token's hidden state an expert-parallel MoE layer's dispatch moves (its combine the same).
+
+    The all-to-all's volume (SPEC §10; :mod:`fastsim.stepmodel`) is ``(G-1)/G x n_tokens x copies / G``
+    hidden states a rank receives, ``G`` the EP ranks:
+
+    - ``"per_expert"`` (SPEC §10): one copy per routed expert, ``k``.
+    - ``"per_rank"``: one copy per *rank* holding one of the token's experts, the expected number of
+      distinct ranks among its ``k`` experts, ``G x (1 - C(E - E/G, k) / C(E, k))`` under uniform
+      routing (a rank holds ``E / G`` experts; the ``k`` distinct experts are drawn without
+      replacement). DeepEP's dispatch sends a token once to each rank that needs it and its combine
+      reduces on the rank before sending back (deepseek-ai/DeepEP README; DeepSeek-V3 report,
+      arXiv:2412.19437, §3.2, once per node across nodes). ``<= min(k, G)``.
+    - ``"allgather"``: every rank receives every other rank's tokens (an AllGather before the
+      experts, a ReduceScatter after), ``G`` copies whatever the routing. TensorRT-LLM's attention-DP
+      MoE takes this path unless its EP degree exceeds ``k`` on an MNNVL (GB200 NVL72) domain or
+      with DeepEP enabled (``tensorrt_llm/_torch/modules/fused_moe``, ``select_alltoall_method_type``:
+      ``moe_ep_size <= top_k`` returns ``NotEnabled``); vLLM's ``naive`` all2all backend likewise
+      broadcasts every token.
+
+    Parameters
+    ----------
+    n_experts : int
+        Routed experts ``E``, >= 1.
+    experts_per_token : int
+        Routed experts per token ``k``, 1 to ``n_experts``.
+    ep : int
+        Expert-parallel ranks ``G``, 1 to ``n_experts``.
+    rule : str
+        One of :data:`MOE_DISPATCH`.
+
+    Returns
+    -------
+    float
+        Copies per token, > 0. Qwen3-30B-A3B (``E`` = 128, ``k`` = 8) at ``G`` = 2: ``per_expert`` 8,
+        ``per_rank`` 1.994, ``allgather`` 2.
+
+    Raises
+    ------
+    FastsimInputError
+        A count out of range, or an unknown ``rule``.
+    """
+    e = _int_at_least("n_experts", n_experts, 1)
+    k = _int_at_least("experts_per_token", experts_per_token, 1)
+    g = _int_at_least("ep", ep, 1)
+    if k > e:
+        raise FastsimInputError("experts_per_token", experts_per_token, f"at most n_experts ({e})")
+    if g > e:
+        raise FastsimInputError("ep", ep, f"at most n_experts ({e})")
+    if rule not in MOE_DISPATCH:
+        raise FastsimInputError("moe_dispatch", rule, "one of " + ", ".join(MOE_DISPATCH))
+    if rule == "per_expert":
+        return float(k)
+    if rule == "allgather":
+        return float(g)
+    # P(no expert of the token on a given rank): k draws without replacement avoid its E / G experts
+    miss, other = 1.0, e - e / g
+    for i in range(k):
+        miss *= max(other - i, 0.0) / (e - i)
+    return g * (1.0 - miss)
 
 
 def ep_busiest_rank_factor(n_experts: int, ep: int, expert_load_cv: float) -> float:

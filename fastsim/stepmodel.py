@@ -12,6 +12,8 @@ step that processes ``n_tokens`` new tokens and reads ``kv_tokens`` cached token
     compute     = (2 x active matmul params x n_tokens + attention FLOPs) / G / (eta_compute x peak FLOP/s)
     all-reduce  = n_ar x [2 (tp-1) alpha + 2 (tp-1)/tp x (n_tokens / dp) x hidden x 2 B / (eta_link x link B/s)]
     all-to-all  = n_a2a x 2 x [(G-1) alpha + (G-1)/G x (n_tokens x k / G) x busiest x hidden x 2 B / (eta_nvlink x link B/s)]
+                  (k: the copies of a token the dispatch moves, the experts per token under SPEC §10;
+                  step model v2: StepConstants.moe_dispatch, fastsim.formulas.dispatch_copies)
     step        = max(weight read + KV read, compute) + all-reduce + all-to-all + fixed overhead
                   (step model v2: StepConstants.step_form "classes" takes max(weight read, GEMM) +
                   max(KV read, attention) instead; docs/STEP_MODEL.md)
@@ -42,7 +44,7 @@ from numba import njit
 
 from .catalog import GPU, Model, Precision
 from .errors import FastsimInputError
-from .formulas import (decode_attn_flops, ep_busiest_rank_factor, gemm_blend_nb, gemm_blend_s,  # noqa: F401
+from .formulas import (MOE_DISPATCH, decode_attn_flops, dispatch_copies, ep_busiest_rank_factor, gemm_blend_nb, gemm_blend_s,  # noqa: F401
                        prefill_attn_flops)
 from .layouts import LAYOUTS, instance_layout_refusal, layout_degrees, layout_refusal
 
@@ -76,7 +78,7 @@ __all__ = [
  P_GPUS,          # GPUs of the instance (G)
  P_N_AR,          # all-reduces per step
  P_N_A2A,         # MoE layers with a dispatch + combine all-to-all
- P_TOPK,          # experts per token (all-to-all volume)
+ P_TOPK,          # copies of a token the all-to-all moves (experts per token under SPEC §10; StepConstants.moe_dispatch)
  P_EP_BW,         # link bandwidth of the expert group (bytes/s), x eta_nvlink / P_ETA_NV (eta_pcie: the ring's only)
  P_WINDOW,        # sliding window (tokens; 0 = none)
  P_SLIDE_FRAC,    # fraction of the layers that slide
@@ -226,6 +228,14 @@ class StepConstants:
         (>= 1; 1 adds them), or None (default): their max, the roofline. A GEMM near the ridge
         reaches neither peak (tile and wave quantisation: :func:`fastsim.formulas.gemm_blend_s`,
         whose ``p`` = 1.23 is fitted to Vidur's H100 matmul profiles).
+    moe_dispatch : str
+        Step model v2: how an expert-parallel MoE layer moves its tokens (:data:`MOE_DISPATCH`), the
+        copies of a token its all-to-all carries (:func:`fastsim.formulas.dispatch_copies`):
+        ``"per_expert"`` (default, SPEC §10: one per routed expert, ``k``), ``"per_rank"`` (one per
+        rank holding one of its experts: DeepEP) or ``"allgather"`` (every rank gets every token,
+        ``G``: TensorRT-LLM's attention-DP MoE at an EP degree up to ``k``). Under ``"allgather"``
+        the volume does not follow the routing, so the busiest rank's excess (``moe_load_cv``) does
+        not enter it.
     """
 
     eta_compute: float = 0.6
@@ -248,8 +258,11 @@ class StepConstants:
     step_form: str = "spec"
     eta_pcie: float | None = None
     gemm_blend_p: float | None = None
+    moe_dispatch: str = "per_expert"
 
     def __post_init__(self):
+        if self.moe_dispatch not in MOE_DISPATCH:
+            raise FastsimInputError("moe_dispatch", self.moe_dispatch, "one of " + ", ".join(MOE_DISPATCH))
         if self.step_form not in STEP_FORMS:
             raise FastsimInputError("step_form", self.step_form, "one of " + ", ".join(STEP_FORMS))
         if self.kv_memory not in KV_MEMORY_RULES:
@@ -266,7 +279,7 @@ class StepConstants:
             raise FastsimInputError("gemm_blend_p", v, "None under step_form 'spec' (it blends the GEMM class of "
                                     "step_form 'classes')")
         for f in fields(self):
-            if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form", "gemm_blend_p"):
+            if f.name in ("eta_kv", "eta_pcie", "kv_memory", "step_form", "gemm_blend_p", "moe_dispatch"):
                 continue
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, Real) or not (0.0 <= v < np.inf):    # NaN and inf fail too
@@ -526,9 +539,13 @@ def step_params(model: Model, gpu: GPU, precision: Precision, tp: int,
     moe_ar = 2 if ep == 1 else 1
     p[P_N_AR] = 2 * (model.layers - model.moe_layers) + moe_ar * model.moe_layers
     p[P_N_A2A] = model.moe_layers if ep > 1 else 0
-    p[P_TOPK] = model.experts_per_token
-    # all-to-all at eta_nvlink (eta_pcie is the ring's), received by the busiest EP rank
-    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV]) / busiest
+    # the copies of a token the dispatch moves (StepConstants.moe_dispatch; k under SPEC §10)
+    p[P_TOPK] = (dispatch_copies(model.n_experts, model.experts_per_token, ep, constants.moe_dispatch)
+                 if model.is_moe and ep > 1 else model.experts_per_token)
+    # all-to-all at eta_nvlink (eta_pcie is the ring's), received by the busiest EP rank (an
+    # AllGather's volume does not follow the routing)
+    p[P_EP_BW] = _link_bw(gpu, g) * (constants.eta_nvlink / p[P_ETA_NV]) / (
+        1.0 if constants.moe_dispatch == "allgather" else busiest)
     p[P_WINDOW] = model.sliding_window
     p[P_SLIDE_FRAC] = model.sliding_fraction
     p[P_ETA_KV] = constants.kv_efficiency

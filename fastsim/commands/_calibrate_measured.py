@@ -83,6 +83,10 @@ def run_measured(args, cat) -> int:
         notes.append("step form: classes, a roofline per kernel class summed (max(weight read, GEMM) + max(KV read, "
                      "attention)), not fitted but the model's shape (fastsim.validate.fit.ENGINE_STEP_FORM; SPEC §3's "
                      "figures take one roofline over the step)")
+    if fit.start.moe_dispatch != "per_expert":
+        notes.append(f"MoE dispatch: {fit.start.moe_dispatch}, the copies of a token an expert-parallel layer moves "
+                     "(fastsim.formulas.dispatch_copies), not fitted but the engine's communication "
+                     "(fastsim.validate.fit.ENGINE_MOE_DISPATCH; SPEC §10 sends one copy per routed expert)")
     source = (f"fastsim calibrate --measurements {path.name} --engine {args.engine}: in-sample "
               f"{_stat(fit.in_sample['fitted'])}; held out {_stat(fit.held_out['fitted'])}")
     if args.out:

@@ -144,6 +144,17 @@ ENGINE_RESERVED_BYTES = 2 * 2 ** 30
 #: kernels. Not a fitted number but the model's shape: on the shipped TensorRT-LLM rows it alone takes
 #: SPEC §3's constants from 32.4% to 26.8% median error.
 ENGINE_STEP_FORM = {"vllm": "classes", "sglang": "classes", "trtllm": "classes"}
+#: How each engine's expert-parallel MoE layers move their tokens, which a fit starts from and keeps
+#: (:attr:`fastsim.stepmodel.StepConstants.moe_dispatch`; :func:`fastsim.formulas.dispatch_copies`). TensorRT-LLM's
+#: attention-DP MoE runs an AllGather and a ReduceScatter (``"allgather"``) unless its EP degree exceeds top-k on
+#: an MNNVL domain or with DeepEP enabled (``tensorrt_llm/_torch/modules/fused_moe``, ``select_alltoall_method_type``),
+#: which no shipped row does. But the shipped fits keep SPEC §10's ``"per_expert"``: refitted with ``"allgather"``
+#: (``tools/make_fit.py --engine trtllm --max-runs 80 --max-nfev 30``), TensorRT-LLM's held-out error was 12.5%
+#: (0.924) against 12.1% (0.950): ITL 16.4% (1.025) against 19.4% (1.189) and the PyTorch-backend family ``T``
+#: 12.3% against 13.8%, but TTFT 19.0% (0.755) against 11.3% (0.944) and the Triton family ``O``, which runs no
+#: MoE model, 12.3% against 9.2%; in sample 7.8% against 8.4%, its RTX PRO 6000 expert-parallel rows 12.0%
+#: (1.088) against 20.5% (0.819) before the refit; ``moe_load_cv`` rose to 3.5 (from 1.7).
+ENGINE_MOE_DISPATCH = {"vllm": "per_expert", "sglang": "per_expert", "trtllm": "per_expert"}
 #: The GEMM class's blend (:attr:`fastsim.stepmodel.StepConstants.gemm_blend_p`) fitted to Vidur's H100 matmul
 #: profiles (Llama-2-7B and 70B, CodeLlama-34B at 1 to 4,096 tokens and TP 1 to 8:
 #: :func:`fastsim.calibrate.fit_operations` with ``blend=True``), kernel measurements outside the serving rows.
@@ -814,6 +825,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
     if start is None:
         start = StepConstants(kv_memory=ENGINE_KV_MEMORY[engine], reserved_bytes_per_gpu=ENGINE_RESERVED_BYTES,
                               request_overhead_s=START_REQUEST_OVERHEAD_S, step_form=ENGINE_STEP_FORM[engine],
+                              moe_dispatch=ENGINE_MOE_DISPATCH[engine],
                               eta_pcie=START_ETA_PCIE)
     baseline = StepConstants()
     rows = [m for m in measurements if m.engine == engine]
