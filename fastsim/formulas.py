@@ -287,9 +287,10 @@ def dispatch_copies(n_experts: int, experts_per_token: int, ep: int, rule: str =
 
     - ``"per_expert"`` (SPEC §10): one copy per routed expert, ``k``.
     - ``"per_rank"``: one copy per *rank* holding one of the token's experts, the expected number of
-      distinct ranks among its ``k`` experts, ``G x (1 - C(E - E/G, k) / C(E, k))`` under uniform
-      routing (a rank holds ``E / G`` experts; the ``k`` distinct experts are drawn without
-      replacement). DeepEP's dispatch sends a token once to each rank that needs it and its combine
+      distinct ranks among its ``k`` experts under uniform routing, ``sum over ranks of (1 - C(E - s, k)
+      / C(E, k))`` for a rank of ``s`` experts (the ``k`` distinct experts are drawn without
+      replacement; the ranks hold ``floor(E / G)`` or ``ceil(E / G)`` experts, ``E mod G`` of them the
+      larger count), ``G x (1 - C(E - E/G, k) / C(E, k))`` where ``G`` divides ``E``. DeepEP's dispatch sends a token once to each rank that needs it and its combine
       reduces on the rank before sending back (deepseek-ai/DeepEP README; DeepSeek-V3 report,
       arXiv:2412.19437, §3.2, once per node across nodes). ``<= min(k, G)``.
     - ``"allgather"``: every rank receives every other rank's tokens (an AllGather before the
@@ -334,11 +335,18 @@ def dispatch_copies(n_experts: int, experts_per_token: int, ep: int, rule: str =
         return float(k)
     if rule == "allgather":
         return float(g)
-    # P(no expert of the token on a given rank): k draws without replacement avoid its E / G experts
-    miss, other = 1.0, e - e / g
-    for i in range(k):
-        miss *= max(other - i, 0.0) / (e - i)
-    return g * (1.0 - miss)
+    # ranks hold floor(E/G) or ceil(E/G) experts (E mod G of them the larger count); a rank of s experts
+    # receives the token unless its k draws without replacement all avoid them: C(E - s, k) / C(E, k)
+    lo, big = divmod(e, g)
+    total = 0.0
+    for size, ranks in ((lo, g - big), (lo + 1, big)):
+        if ranks == 0:
+            continue
+        miss = 1.0
+        for i in range(k):
+            miss *= max(e - size - i, 0) / (e - i)
+        total += ranks * (1.0 - miss)
+    return total
 
 
 def ep_busiest_rank_factor(n_experts: int, ep: int, expert_load_cv: float) -> float:

@@ -63,7 +63,7 @@ def test_families_without_a_shared_gpu_fit_the_engines_host_alone(tmp_path):
     """Family A on the H100 and C on the A100: no held-out family can judge a GPU's efficiencies, so a
     default fit fits the engine's host costs alone and keeps SPEC §3's efficiencies (fastsim.validate.fit,
     "GPUs no other family ran"); where the families share a GPU, the default names are all of them."""
-    from fastsim.validate.fit import HOST_FITTED, default_names, families_share_gpu
+    from fastsim.validate.fit import HOST_FITTED, _families_share_gpu as families_share_gpu, default_names
     cat = default_catalog()
     shared = read_measurements(write_csv(tmp_path / "s.csv", *_step_rows("A"), *_step_rows("C")))
     apart = read_measurements(write_csv(tmp_path / "a.csv", *_step_rows("A"), *_step_rows("C", gpu="A100")))
@@ -80,6 +80,25 @@ def test_families_without_a_shared_gpu_fit_the_engines_host_alone(tmp_path):
                             cross_validate=False).names == ("eta_bw",)
     assert fit_measurements(shared, engine="trtllm", max_nfev=1, max_runs=None,
                             cross_validate=False).names == default_names(shared, cat)
+    # one family has no held-out family to judge any constant by: its default fit fits them all
+    from fastsim.validate.fit import host_only
+    one = read_measurements(write_csv(tmp_path / "o.csv", *_step_rows("A-h"), *_step_rows("A-a", gpu="A100")))
+    assert {m.family for m in one} == {"A"} and not families_share_gpu(one)       # one family, two GPUs
+    assert host_only(apart) and not host_only(shared) and not host_only(one)
+    assert fit_measurements(one, engine="trtllm", max_nfev=1, max_runs=None,
+                            cross_validate=False).names == default_names(one, cat)
+
+
+def test_calibrate_says_when_it_fits_the_host_alone_and_what_the_start_gives_held_out(capsys, tmp_path):
+    from cliutil import run
+    csv = write_csv(tmp_path / "m.csv", *_step_rows("A"), *_step_rows("C", gpu="A100"))
+    rc, out, err = run(capsys, "calibrate", "--measurements", str(csv), "--engine", "trtllm", "--max-runs", "4")
+    assert rc == 0, err
+    assert ("note: the engine's own constants alone (overhead_s, overhead_per_seq_s, overhead_per_layer_s, "
+            "request_overhead_s): no GPU is measured by two of these rows' source families") in out
+    assert "note: no per-GPU entries: no efficiency is fitted" in out
+    # each fold's start, run on its held-out rows unfitted, beside the fitted figure
+    assert "note: held out unfitted (each fold's start: " in out and "24 rows), against fitted " in out
 
 
 def _small_batch_rows(prefix):

@@ -45,7 +45,7 @@ def run_measured(args, cat) -> int:
     from pathlib import Path
     from .._output import csv_frame, dumps
     from ..validate import SHIPPED_CATALOG, is_shipped_set, read_measurements
-    from ..validate.fit import fit_measurements
+    from ..validate.fit import BOUNDS, GPU_FITTED, HOST_FITTED, fit_measurements, host_only
     if not args.engine:
         raise FastsimInputError("--engine", None, "the engine whose rows are fitted (trtllm, vllm or sglang), "
                                 "with --measurements")
@@ -71,14 +71,34 @@ def run_measured(args, cat) -> int:
     notes.append("likelihood alone (--no-prior)" if getattr(args, "no_prior", False) else
                  "maximum a posteriori: each constant's log has a Gaussian prior centred on its start "
                  "(fastsim.validate.fit.PRIOR_LOG_SD), so a constant the rows do not pin stays near it")
-    notes.append(f"per-GPU entries fitted {fit.gpu_fit}ly, {len(fit.entries) - 1} GPU(s) with enough rows" + (
-        " (one hierarchical fit: each GPU's efficiencies with a prior around the '*' entry's, "
-        "fastsim.validate.fit.GPU_LOG_SD)" if fit.gpu_fit == "joint" else
-        " (the '*' entry first, then each GPU's refitted on its rows from it)"))
+    from ..validate.run import unexpressible
+    rows_e = [m for m in ms if m.engine == args.engine and unexpressible(m) is None]     # the rows fit_measurements fits
+    if names is None and host_only(rows_e):
+        notes.append("the engine's own constants alone (" + ", ".join(HOST_FITTED) + "): no GPU is measured by two "
+                     "of these rows' source families, so no held-out family could judge a GPU's efficiencies; they "
+                     "keep their start (fastsim.validate.fit.host_only; --fit to choose the constants)")
+    if not any(n in GPU_FITTED for n in fit.names):
+        notes.append("no per-GPU entries: no efficiency is fitted")
+    else:
+        notes.append(f"per-GPU entries fitted {fit.gpu_fit}ly, {len(fit.entries) - 1} GPU(s) with enough rows" + (
+            " (one hierarchical fit: each GPU's efficiencies with a prior around the '*' entry's, "
+            "fastsim.validate.fit.GPU_LOG_SD)" if fit.gpu_fit == "joint" else
+            " (the '*' entry first, then each GPU's refitted on its rows from it)"))
+    at_bound = sorted({f"{e.gpu}: {n} = {getattr(e.constants, n):.4g}" for e in fit.entries for n in fit.names
+                       if "@" not in n and n in BOUNDS and any(
+                           abs(getattr(e.constants, n) / b - 1.0) < 1e-3 for b in BOUNDS[n])})
+    if at_bound:
+        notes.append("at a bound of fastsim.validate.fit.BOUNDS (the rows push it out of its physical range: the "
+                     "error lies in another term): " + "; ".join(at_bound))
     if not fit.folds:
         notes.append("one source family: no held-out figure (cross-validation needs two)")
     else:
         notes.append("held out: each source family's rows run with the constants fitted on the other families")
+        u = fit.held_out.get("unfitted")
+        if u and u.get("rows"):
+            notes.append(f"held out unfitted (each fold's start: the step form, the engine's KV-pool rule and the "
+                         f"documented starts, nothing read off a row): {_stat(u)}, against fitted "
+                         f"{_stat(fit.held_out['fitted'])}")
     if fit.start.step_form == "classes":
         notes.append("step form: classes, a roofline per kernel class summed (max(weight read, GEMM) + max(KV read, "
                      "attention)), not fitted but the model's shape (fastsim.validate.fit.ENGINE_STEP_FORM; SPEC §3's "

@@ -114,6 +114,11 @@ def _ledger(args):
                      "and max(KV, attention), where the compute column is GEMM + attention"
                      + (f"; with gemm_blend_p {k.gemm_blend_p:g} the GEMM class is (weight^p + GEMM^p)^(1/p), "
                         "more than either near the ridge" if k.gemm_blend_p is not None else ""))
+    if moe and k.moe_dispatch != "per_expert":
+        notes.append(f"MoE dispatch: {k.moe_dispatch}, the all-to-all column moves "
+                     + ("each token to every expert-parallel rank (an AllGather and a ReduceScatter)"
+                        if k.moe_dispatch == "allgather" else "each token once to each rank holding one of its "
+                        "experts") + " instead of once per routed expert (SPEC §10; fastsim.formulas.dispatch_copies)")
     for _, r in df.iterrows():
         kind = f"prefill {r.prefill_tokens}" if r.prefill_tokens else f"decode ctx {r.context_tokens}"
         row = [r.gpu, r.precision, r.tp] + ([f"{r.stage + 1}/{r.pp}"] if pipe else []) + [r.batch, kind]
