@@ -129,8 +129,9 @@ BOUNDS = {"eta_compute": (0.05, 1.0), "eta_bw": (0.1, 1.0), "eta_kv": (0.1, 1.0)
 RUNTIME_FITTED = ("overhead_s", "overhead_per_seq_s", "overhead_per_layer_s")
 _SEP = "@"
 #: The engine's own constants, the same on every GPU it runs on: the host's per-step costs and the
-#: per-request cost on the way into and out of the engine. Where no GPU is measured by two source
-#: families, a default fit fits these alone (module docstring, "GPUs no other family ran").
+#: per-request cost on the way into and out of the engine. Where the rows come from two source families
+#: or more and no GPU is measured by two of them (:func:`host_only`), a default fit fits these alone
+#: (module docstring, "GPUs no other family ran").
 HOST_FITTED = RUNTIME_FITTED + ("request_overhead_s",)
 #: The constants a GPU's own entry refits (its kernels' efficiencies); the engine's per-step overhead
 #: and compute factors stay those of the ``"*"`` fit.
@@ -785,7 +786,7 @@ def fit_measurements(measurements, catalog=None, *, engine: str, names=None, sta
         The starting point of the ``"*"`` fits and the value of every constant not fitted
         (default: SPEC §3's timing constants with the engine's KV-pool rule,
         :data:`ENGINE_KV_MEMORY`, :data:`ENGINE_RESERVED_BYTES` set aside, the step form of
-        :data:`ENGINE_STEP_FORM`, and
+        :data:`ENGINE_STEP_FORM`, the MoE dispatch of :data:`ENGINE_MOE_DISPATCH`, and
         :data:`START_REQUEST_OVERHEAD_S`, :data:`START_ETA_PCIE`; :data:`START_OVERHEAD_PER_SEQ_S` when it fits
         ``overhead_per_seq_s``). The figures the
         fit is compared with are always SPEC §3's constants' (``in_sample["start"]``,
