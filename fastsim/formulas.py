@@ -290,8 +290,9 @@ def dispatch_copies(n_experts: int, experts_per_token: int, ep: int, rule: str =
       distinct ranks among its ``k`` experts under uniform routing, ``sum over ranks of (1 - C(E - s, k)
       / C(E, k))`` for a rank of ``s`` experts (the ``k`` distinct experts are drawn without
       replacement; the ranks hold ``floor(E / G)`` or ``ceil(E / G)`` experts, ``E mod G`` of them the
-      larger count), ``G x (1 - C(E - E/G, k) / C(E, k))`` where ``G`` divides ``E``. DeepEP's dispatch sends a token once to each rank that needs it and its combine
-      reduces on the rank before sending back (deepseek-ai/DeepEP README; DeepSeek-V3 report,
+      larger count), ``G x (1 - C(E - E/G, k) / C(E, k))`` where ``G`` divides ``E``. DeepEP's
+      dispatch sends a token once to each rank that needs it and its combine reduces on the rank
+      before sending back (deepseek-ai/DeepEP README; DeepSeek-V3 report,
       arXiv:2412.19437, §3.2, once per node across nodes). ``<= min(k, G)``.
     - ``"allgather"``: every rank receives every other rank's tokens (an AllGather before the
       experts, a ReduceScatter after), ``G`` copies whatever the routing. TensorRT-LLM's attention-DP
